@@ -1,0 +1,210 @@
+"""In-memory model graph and its JSON form (documented in docs/model-graph.md).
+
+This is the contract between the extractor (writes it), the predictor (reads it) and the operator (moves it
+around in a ConfigMap). Keep it plain data: no torch imports here.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = "offpeak.io/model-graph/v1"
+
+
+class OpType(StrEnum):
+    """Normalised operator types. Framework-specific names map onto these; the rest are OTHER."""
+
+    CONV1D = "conv1d"
+    CONV2D = "conv2d"
+    CONV3D = "conv3d"
+    CONV_TRANSPOSE2D = "conv_transpose2d"
+    LINEAR = "linear"
+    MATMUL = "matmul"
+    BMM = "bmm"
+    BATCHNORM = "batchnorm"
+    LAYERNORM = "layernorm"
+    GROUPNORM = "groupnorm"
+    RMSNORM = "rmsnorm"
+    EMBEDDING = "embedding"
+    SOFTMAX = "softmax"
+    SDPA = "sdpa"  # scaled-dot-product attention
+    RELU = "relu"
+    GELU = "gelu"
+    SILU = "silu"
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+    MAXPOOL = "maxpool"
+    AVGPOOL = "avgpool"
+    ADAPTIVE_AVGPOOL = "adaptive_avgpool"
+    ADD = "add"
+    MUL = "mul"
+    SUB = "sub"
+    DIV = "div"
+    POW = "pow"
+    DROPOUT = "dropout"
+    LSTM = "lstm"
+    GRU = "gru"
+    RNN = "rnn"
+    CONCAT = "concat"
+    RESHAPE = "reshape"  # view/reshape/flatten/permute/transpose/contiguous: data movement only
+    REDUCE = "reduce"  # mean/sum/max over dims
+    LOSS = "loss"
+    INPUT = "input"
+    OTHER = "other"
+
+
+@dataclass(slots=True)
+class Op:
+    """One operator, in topological order. `flops` are forward FLOPs (multiply-add = 2 FLOPs)."""
+
+    id: int
+    type: str  # an OpType value
+    name: str = ""  # module path or node name in the source framework
+    framework_type: str = ""  # the framework's own op name (kept always; essential for OTHER)
+    attrs: dict[str, Any] = field(default_factory=dict)
+    inputs: list[int] = field(default_factory=list)  # ids of producer ops
+    input_shapes: list[list[int]] = field(default_factory=list)
+    output_shapes: list[list[int]] = field(default_factory=list)
+    dtype: str = "float32"
+    flops: float = 0.0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    params: int = 0
+
+
+@dataclass(slots=True)
+class ModelGraph:
+    """A whole model at one batch size/precision. Graph-level totals are derived from `ops`."""
+
+    framework: str  # "pytorch" | "onnx" | "synthetic"
+    model_name: str
+    batch_size: int
+    ops: list[Op]
+    seq_len: int | None = None
+    input_shape: list[int] | None = None  # per-sample input shape, e.g. [3, 224, 224]
+    precision: str = "fp32"  # fp32 | fp16 | bf16
+    mode: str = "train"  # train | inference
+    optimizer: str = "adam"  # sgd | adam | adamw | none
+    extraction: str = ""  # which path produced it: "fx-meta", "hooks", "onnx", ...
+    model_family: str = ""  # e.g. "resnet", "bert", "gpt2": used for grouped evaluation
+    schema: str = SCHEMA_VERSION
+
+    @property
+    def total_params(self) -> int:
+        return sum(op.params for op in self.ops)
+
+    @property
+    def total_flops_forward(self) -> float:
+        return float(sum(op.flops for op in self.ops))
+
+    @property
+    def unknown_ops(self) -> dict[str, int]:
+        """Framework op names that normalised to OTHER, with their counts."""
+        return dict(Counter(op.framework_type for op in self.ops if op.type == OpType.OTHER))
+
+    def content_hash(self) -> str:
+        """Stable hash of the graph's content (not of its name), so equal models share predictions."""
+        body = json.dumps(_ops_to_columns(self.ops), sort_keys=True, separators=(",", ":"))
+        head = f"{self.batch_size}|{self.seq_len}|{self.precision}|{self.mode}|{self.optimizer}"
+        return "sha256:" + hashlib.sha256((head + body).encode()).hexdigest()
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "model": self.model_name,
+            "framework": self.framework,
+            "extraction": self.extraction,
+            "ops": len(self.ops),
+            "flops_forward": self.total_flops_forward,
+            "params": self.total_params,
+            "batch_size": self.batch_size,
+            "seq_len": self.seq_len,
+            "precision": self.precision,
+            "unknown_ops": self.unknown_ops,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form: graph header plus ops stored column-wise (compact: one key per column, not per op)."""
+        return {
+            "schema": self.schema,
+            "framework": self.framework,
+            "model_name": self.model_name,
+            "model_family": self.model_family,
+            "batch_size": self.batch_size,
+            "seq_len": self.seq_len,
+            "input_shape": self.input_shape,
+            "precision": self.precision,
+            "mode": self.mode,
+            "optimizer": self.optimizer,
+            "extraction": self.extraction,
+            "total_params": self.total_params,
+            "total_flops_forward": self.total_flops_forward,
+            "content_hash": self.content_hash(),
+            "unknown_ops": self.unknown_ops,
+            "ops": _ops_to_columns(self.ops),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelGraph:
+        schema = data.get("schema")
+        if schema != SCHEMA_VERSION:
+            raise ValueError(f"unsupported model-graph schema {schema!r}; expected {SCHEMA_VERSION!r}")
+        return cls(
+            framework=data["framework"],
+            model_name=data.get("model_name", ""),
+            model_family=data.get("model_family", ""),
+            batch_size=int(data["batch_size"]),
+            seq_len=data.get("seq_len"),
+            input_shape=data.get("input_shape"),
+            precision=data.get("precision", "fp32"),
+            mode=data.get("mode", "train"),
+            optimizer=data.get("optimizer", "adam"),
+            extraction=data.get("extraction", ""),
+            ops=_ops_from_columns(data["ops"]),
+        )
+
+
+_OP_COLUMNS: tuple[str, ...] = (
+    "id", "type", "name", "framework_type", "attrs", "inputs", "input_shapes", "output_shapes",
+    "dtype", "flops", "bytes_read", "bytes_written", "params",
+)  # fmt: skip
+
+
+def _ops_to_columns(ops: list[Op]) -> dict[str, list[Any]]:
+    return {col: [getattr(op, col) for op in ops] for col in _OP_COLUMNS}
+
+
+def _ops_from_columns(columns: dict[str, list[Any]]) -> list[Op]:
+    missing = [c for c in ("id", "type") if c not in columns]
+    if missing:
+        raise ValueError(f"model graph ops lack required columns: {', '.join(missing)}")
+    n = len(columns["id"])
+    present = [c for c in _OP_COLUMNS if c in columns]
+    for col in present:
+        if len(columns[col]) != n:
+            raise ValueError(f"model graph column {col!r} has {len(columns[col])} entries, expected {n}")
+    return [Op(**{col: columns[col][i] for col in present}) for i in range(n)]
+
+
+def save_graph(graph: ModelGraph, path: str | Path) -> None:
+    """Write JSON; a path ending in .gz is gzip-compressed."""
+    text = json.dumps(graph.to_dict(), separators=(",", ":"))
+    path = Path(path)
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode(), mtime=0))
+    else:
+        path.write_text(text)
+
+
+def load_graph(path: str | Path) -> ModelGraph:
+    path = Path(path)
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    return ModelGraph.from_dict(json.loads(raw))

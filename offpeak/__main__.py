@@ -1,0 +1,5 @@
+import sys
+
+from offpeak.cli import main
+
+sys.exit(main())
