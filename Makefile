@@ -11,7 +11,7 @@ demo: venv
 	$(VENV)/bin/offpeak demo
 
 test: venv
-	$(PY) -m offpeak_e2e.timing "tests (all)" -- $(PY) -m pytest tests e2e
+	$(PY) -m pytest --durations=15 tests e2e
 
 unit: venv
 	$(PY) -m pytest tests -m "not e2e"

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from offpeak import __version__
+from offpeak.errors import UserError
 
 # Modules that expose `register(subparsers) -> None`. Each added parser sets `func=callable(args) -> int`.
 COMPONENT_CLI_MODULES: tuple[str, ...] = (
@@ -23,10 +24,6 @@ COMPONENT_CLI_MODULES: tuple[str, ...] = (
     "offpeak_sim.cli",  # simulate
     "offpeak_e2e.cli",  # cluster, demo
 )
-
-
-class UserError(Exception):
-    """An error caused by the user's input: printed as one line, exit status 2, no traceback."""
 
 
 def build_parser() -> argparse.ArgumentParser:
