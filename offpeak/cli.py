@@ -23,6 +23,7 @@ COMPONENT_CLI_MODULES: tuple[str, ...] = (
     "offpeak_agent.cli",  # agent
     "offpeak_sim.cli",  # simulate
     "offpeak_e2e.cli",  # cluster, demo
+    "offpeak_dashboard.cli",  # dashboard, plot-runtimes
 )
 
 

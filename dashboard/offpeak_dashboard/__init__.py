@@ -1,0 +1,1 @@
+"""offpeak_dashboard."""
