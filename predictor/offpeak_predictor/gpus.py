@@ -1,0 +1,120 @@
+"""GPU catalogue: public spec-sheet figures, so the predictor describes hardware by its specs, not by an id.
+
+Describing a GPU by its specs is what lets the models predict a card they never saw measured (e.g. H100).
+Canonical names are Kubernetes-label-safe and are the values of the `offpeak.io/gpu-type` node label.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from offpeak.errors import UserError
+
+_LABEL_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]*[A-Za-z0-9]$|^[A-Za-z0-9]$")
+_NOISE_WORDS = ("nvidia", "tesla", "geforce", "amd", "instinct", "lambdacloud")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One GPU as CUDA/ROCm sees it (one device, one die for multi-die boards)."""
+
+    name: str
+    aliases: tuple[str, ...]
+    vendor: str
+    architecture: str
+    sm_count: int
+    cores_per_sm: int
+    boost_clock_mhz: float
+    memory_bandwidth_gbs: float
+    memory_gb: float
+    fp32_tflops: float
+    fp16_tflops: float  # dense tensor-core (or packed) FP16 peak
+    bf16_tflops: float  # pre-Ampere cards have no BF16 units: their FP32 figure
+    tf32_tflops: float  # pre-Ampere cards: their FP32 figure
+    l2_mb: float
+    year: int
+
+    def peak_flops(self, precision: str) -> float:
+        """Peak FLOP/s for a precision (fp32 = plain CUDA cores; fp16/bf16 = tensor cores)."""
+        tflops = {"fp32": self.fp32_tflops, "fp16": self.fp16_tflops, "bf16": self.bf16_tflops}.get(
+            precision, self.fp32_tflops
+        )
+        return tflops * 1e12
+
+    @property
+    def bandwidth_bytes(self) -> float:
+        return self.memory_bandwidth_gbs * 1e9
+
+    def feature_vector(self, precision: str) -> list[float]:
+        """Numeric hardware description used by every model (see `GPU_FEATURES`)."""
+        peak = self.peak_flops(precision)
+        return [
+            math.log(peak),
+            math.log(self.fp32_tflops * 1e12),
+            math.log(self.tf32_tflops * 1e12),
+            math.log(self.bandwidth_bytes),
+            math.log(peak / self.bandwidth_bytes),
+            math.log(self.sm_count),
+            math.log(self.boost_clock_mhz),
+            math.log(self.l2_mb),
+            math.log(self.memory_gb),
+            1.0 if self.vendor == "amd" else 0.0,
+        ]
+
+
+GPU_FEATURES: tuple[str, ...] = (
+    "gpu_log_peak", "gpu_log_fp32", "gpu_log_tf32", "gpu_log_bw", "gpu_log_ridge", "gpu_log_sm",
+    "gpu_log_clock", "gpu_log_l2", "gpu_log_mem", "gpu_amd",
+)  # fmt: skip
+
+
+def _normalise(name: str) -> str:
+    text = name.lower().replace("_", " ")
+    for word in _NOISE_WORDS:
+        text = re.sub(rf"\b{word}\b", " ", text)
+    return re.sub(r"[^a-z0-9]", "", text)
+
+
+@lru_cache(maxsize=1)
+def _catalogue() -> tuple[dict[str, GpuSpec], dict[str, str]]:
+    raw = json.loads(resources.files("offpeak_predictor").joinpath("data/gpus.json").read_text())
+    specs: dict[str, GpuSpec] = {}
+    index: dict[str, str] = {}
+    for entry in raw["gpus"]:
+        spec = GpuSpec(**{**entry, "aliases": tuple(entry["aliases"])})
+        if not _LABEL_SAFE.match(spec.name):
+            raise ValueError(f"GPU catalogue name {spec.name!r} is not Kubernetes-label-safe")
+        specs[spec.name] = spec
+        for key in (spec.name, *spec.aliases):
+            index.setdefault(_normalise(key), spec.name)
+    return specs, index
+
+
+def known_gpus() -> list[str]:
+    """Canonical names of every GPU in the catalogue."""
+    return sorted(_catalogue()[0])
+
+
+def all_specs() -> list[GpuSpec]:
+    specs = _catalogue()[0]
+    return [specs[name] for name in sorted(specs)]
+
+
+def find_gpu(name: str) -> GpuSpec | None:
+    """Like `resolve_gpu` but returns None for an unknown name (for data loaders)."""
+    specs, index = _catalogue()
+    canonical = index.get(_normalise(name))
+    return specs[canonical] if canonical else None
+
+
+def resolve_gpu(name: str) -> GpuSpec:
+    """Map a canonical name or alias (`H100`, `NVIDIA_H100_80GB_HBM3`) to its spec; UserError if unknown."""
+    spec = find_gpu(name) if name else None
+    if spec is None:
+        raise UserError(f"unknown GPU {name!r}; known GPUs: {', '.join(known_gpus())}")
+    return spec
