@@ -1,0 +1,67 @@
+"""The predicted-vs-actual figure (matplotlib, headless): same picture as the dashboard's table, for people
+without Grafana."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from offpeak_dashboard.runtimes import JobRuntime, summarise
+
+
+def plot_runtimes(records: Sequence[JobRuntime], out: Path, *, title: str = "offpeak: predicted vs actual") -> Path:
+    """Write a log-log scatter, one colour per GPU type, with the y = x line and a ±25 % band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 6.0), dpi=110)
+    try:
+        gpu_types = sorted({r.gpu_type for r in records})
+        colours = plt.get_cmap("tab10")
+        for i, gpu in enumerate(gpu_types):
+            mine = [r for r in records if r.gpu_type == gpu]
+            ax.scatter(
+                [r.predicted_seconds for r in mine],
+                [r.actual_seconds for r in mine],
+                s=22,
+                alpha=0.8,
+                color=colours(i % 10),
+                label=f"{gpu} ({len(mine)})",
+            )
+        values = [v for r in records for v in (r.predicted_seconds, r.actual_seconds)] or [1.0, 10.0]
+        lo, hi = min(values) / 1.5, max(values) * 1.5
+        line = [lo, hi]
+        ax.plot(line, line, color="black", linewidth=1, label="actual = predicted")
+        ax.fill_between(line, [v * 0.8 for v in line], [v * 1.25 for v in line], color="grey", alpha=0.15,
+                        label="±25 %")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(lo, hi)
+        ax.set_aspect("equal")
+        ax.set_xlabel("predicted job time (s)")
+        ax.set_ylabel("actual job time (s)")
+        summary = summarise(records)
+        if summary.jobs:
+            typical = 2 ** summary.median_abs_log2_error
+            subtitle = (f"{summary.jobs} jobs, median error ×{typical:.2f}, "
+                        f"{summary.within_25_percent:.0%} within ±25 %")
+        else:
+            subtitle = "no finished jobs yet"
+        ax.set_title(f"{title}\n{subtitle}", fontsize=10)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=8, loc="upper left")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out)
+    finally:
+        plt.close(fig)
+    return out
+
+
+def is_png(path: Path) -> bool:
+    """True when the file starts with the PNG signature (used by checks and tests)."""
+    with path.open("rb") as f:
+        return f.read(8) == b"\x89PNG\r\n\x1a\n"
+

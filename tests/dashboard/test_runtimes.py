@@ -1,0 +1,121 @@
+"""Predicted-vs-actual records: parsing, joining Prometheus vectors, the summary and the PNG."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from offpeak.cli import main
+from offpeak.errors import UserError
+from offpeak_dashboard.plot import is_png, plot_runtimes
+from offpeak_dashboard.runtimes import (
+    JobRuntime,
+    join_prometheus_vectors,
+    records_from_json,
+    summarise,
+)
+
+
+def test_records_accept_snake_and_camel_case_and_namespace() -> None:
+    records = records_from_json(
+        {
+            "jobs": [
+                {"job": "a", "namespace": "ml", "gpu_type": "L4", "predicted_seconds": 100, "actual_seconds": 120},
+                {"name": "b", "gpuType": "A100-SXM4-40GB", "predictedSeconds": "50", "actualSeconds": 40.5},
+            ]
+        }
+    )
+    assert records == [
+        JobRuntime("ml/a", "L4", 100.0, 120.0),
+        JobRuntime("b", "A100-SXM4-40GB", 50.0, 40.5),
+    ]
+    assert records[0].ratio == pytest.approx(1.2)
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"rows": []}, "expected a JSON list"),
+        ([{"gpu_type": "L4", "predicted_seconds": 1, "actual_seconds": 1}], "missing the job name"),
+        ([{"job": "a", "predicted_seconds": 1, "actual_seconds": 1}], "missing the GPU type"),
+        ([{"job": "a", "gpu_type": "L4", "predicted_seconds": 1}], "needs both"),
+        ([{"job": "a", "gpu_type": "L4", "predicted_seconds": 0, "actual_seconds": 1}], "positive"),
+        ([{"job": "a", "gpu_type": "L4", "predicted_seconds": "soon", "actual_seconds": 1}], "number"),
+        ([{"job": "a", "gpu_type": "L4", "predicted_seconds": float("nan"), "actual_seconds": 1}], "positive"),
+    ],
+)
+def test_bad_records_say_what_is_wrong(document: object, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        records_from_json(document, source="jobs.json")
+
+
+def _item(value: float, **labels: str) -> dict:
+    return {"metric": labels, "value": [1700000000.0, str(value)]}
+
+
+def test_join_ignores_target_labels_and_unmatched_series() -> None:
+    predicted = [
+        _item(100, __name__="p", instance="op:9090", job="offpeak-operator", trainingjob="a", namespace="ml",
+              gpu_type="L4"),
+        _item(10, __name__="p", instance="op:9090", trainingjob="lonely", namespace="ml", gpu_type="L4"),
+    ]
+    actual = [
+        _item(150, __name__="q", instance="other:9090", job="x", trainingjob="a", namespace="ml", gpu_type="L4"),
+        _item(5, __name__="q", trainingjob="a", namespace="ml", gpu_type="H100-SXM5-80GB"),  # other GPU type
+        _item(float("nan"), trainingjob="lonely", namespace="ml", gpu_type="L4"),
+    ]
+    assert join_prometheus_vectors(predicted=predicted, actual=actual) == [JobRuntime("ml/a", "L4", 100.0, 150.0)]
+
+
+def test_summary_is_scale_free() -> None:
+    records = [
+        JobRuntime("a", "L4", 100, 200),  # 2x too slow
+        JobRuntime("b", "L4", 100, 50),  # 2x too fast
+        JobRuntime("c", "L4", 100, 110),
+    ]
+    summary = summarise(records)
+    assert summary.jobs == 3
+    assert summary.median_abs_log2_error == pytest.approx(1.0)
+    assert summary.within_25_percent == pytest.approx(1 / 3)
+    assert math.isnan(summarise([]).median_abs_log2_error)
+
+
+def test_plot_writes_a_png(tmp_path: Path) -> None:
+    records = [JobRuntime(f"j{i}", gpu, 10.0 * (i + 1), 12.0 * (i + 1)) for i, gpu in enumerate(["L4", "A100"] * 3)]
+    out = plot_runtimes(records, tmp_path / "sub" / "r.png")
+    assert is_png(out)
+    assert out.stat().st_size > 5000
+
+
+def test_cli_plot_runtimes_from_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = tmp_path / "jobs.json"
+    jobs.write_text(json.dumps([{"job": "a", "gpu_type": "L4", "predicted_seconds": 60, "actual_seconds": 75}]))
+    out = tmp_path / "r.png"
+    assert main(["plot-runtimes", "--from-json", str(jobs), "--out", str(out)]) == 0
+    assert is_png(out)
+    assert "1 jobs" in capsys.readouterr().out
+
+
+def test_cli_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "jobs.json"
+    bad.write_text("{not json")
+    assert main(["plot-runtimes", "--from-json", str(bad), "--out", str(tmp_path / "r.png")]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    assert main(["plot-runtimes", "--prometheus-url", "ftp://x", "--out", str(tmp_path / "r.png")]) == 2
+
+
+def test_cli_generate_matches_render(capsys: pytest.CaptureFixture[str]) -> None:
+    from offpeak_dashboard.dashboard import build_dashboard, render
+
+    assert main(["dashboard", "generate"]) == 0
+    assert capsys.readouterr().out == render(build_dashboard())
+
+
+def test_cli_check_reports_a_stale_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stale = tmp_path / "dashboard.json"
+    stale.write_text("{}\n")
+    assert main(["dashboard", "check", "--file", str(stale)]) == 1
+    assert "out of date" in capsys.readouterr().err
