@@ -135,12 +135,19 @@ def forecast_demand(*, model: SeasonalModel, start: float) -> DemandForecast:
 
 
 def apply_live(
-    *, forecast: DemandForecast, live_online: float | None, now: float, settings: ForecastSettings
+    *,
+    forecast: DemandForecast,
+    live_online: float | None,
+    now: float,
+    settings: ForecastSettings,
+    capacity: int | None = None,
 ) -> DemandForecast:
-    """Overlay what is known now: the current step is the live demand, and live demand above the forecast holds.
+    """Overlay what is known now: the current step is the live demand; online demand rising closes the window.
 
-    When online demand now exceeds the forecast by more than `live_tolerance`, the forecast was wrong: the
-    live level is held for `hold_seconds`, which closes any window that needs those GPUs now.
+    When online demand now exceeds the forecast by more than `live_tolerance`, the forecast was wrong and online
+    work is growing: for `hold_seconds` the node is treated as fully taken by online work (`capacity`), which
+    closes its idle window now (with no capacity given, the live level is held instead). The current step keeps
+    the live value when there is no surprise.
     """
     if live_online is None or not np.isfinite(live_online) or forecast.times.size == 0:
         return forecast
@@ -148,11 +155,12 @@ def apply_live(
     conf = forecast.confidence.copy()
     predicted_now = online[0]
     online[0] = live_online
-    if not np.isfinite(predicted_now) or live_online > predicted_now + settings.live_tolerance:
-        hold = forecast.times < now + settings.hold_seconds
-        online[hold] = np.fmax(online[hold], live_online)
-        conf[hold & (conf == 0)] = CONFIDENCE_OVERALL
     conf[0] = 1.0
+    hold = forecast.times < now + settings.hold_seconds
+    if np.isfinite(predicted_now) and live_online > predicted_now + settings.live_tolerance:
+        online[hold] = np.fmax(online[hold], live_online if capacity is None else float(capacity))
+    else:  # no surprise (or nothing forecast): online work already running is assumed to keep running a while
+        online[hold] = np.fmax(online[hold], live_online)
     return DemandForecast(times=forecast.times, online=online, confidence=conf, step_seconds=forecast.step_seconds)
 
 
@@ -183,7 +191,7 @@ def forecast_node(
     """Seasonal forecast from history, then the live override, then declared busy hours; clipped to capacity."""
     model = fit_seasonal(times=times, online=online, now=now, settings=settings)
     fc = forecast_demand(model=model, start=now)
-    fc = apply_live(forecast=fc, live_online=live_online, now=now, settings=settings)
+    fc = apply_live(forecast=fc, live_online=live_online, now=now, settings=settings, capacity=capacity)
     fc = apply_schedule(forecast=fc, schedule=schedule, capacity=capacity, settings=settings)
     clipped = np.clip(fc.online, 0, capacity)
     return DemandForecast(times=fc.times, online=clipped, confidence=fc.confidence, step_seconds=fc.step_seconds)

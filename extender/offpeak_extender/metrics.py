@@ -1,0 +1,78 @@
+"""Prometheus metrics of the extender and the eviction controller, on an injectable registry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+_REASON_KINDS = (
+    ("needs ", "gpus_not_free_now"),
+    ("window ends in", "window_too_short"),
+    ("no idle window", "no_window"),
+    ("unknown node", "unknown_node"),
+)
+
+
+def reason_kind(reason: str) -> str:
+    """Collapse a human reason (which carries numbers) to a low-cardinality metric label."""
+    for prefix, kind in _REASON_KINDS:
+        if reason.startswith(prefix):
+            return kind
+    return "other"
+
+
+@dataclass(frozen=True)
+class ExtenderMetrics:
+    decision_seconds: Histogram
+    filtered_out: Counter
+    requests: Counter
+    data_stale: Gauge
+    history_refresh_seconds: Histogram
+    nodes_known: Gauge
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> ExtenderMetrics:
+        return cls(
+            decision_seconds=Histogram(
+                "offpeak_extender_decision_seconds", "Time to parse, decide and serialise one extender call.",
+                ["verb"], registry=registry,
+                buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+            ),
+            filtered_out=Counter(
+                "offpeak_extender_filtered_out_total", "Nodes rejected by the filter, by kind of reason.",
+                ["reason"], registry=registry,
+            ),
+            requests=Counter(
+                "offpeak_extender_requests_total", "Extender calls by verb and outcome (managed, passthrough, error).",
+                ["verb", "outcome"], registry=registry,
+            ),
+            data_stale=Gauge(
+                "offpeak_extender_data_stale", "1 when demand history is missing or old: decisions degrade to fits-now.",
+                registry=registry,
+            ),
+            history_refresh_seconds=Histogram(
+                "offpeak_extender_history_refresh_seconds", "Time to pull demand history and refit forecasts.",
+                registry=registry,
+            ),
+            nodes_known=Gauge("offpeak_extender_nodes", "GPU nodes in the extender's cache.", registry=registry),
+        )
+
+
+@dataclass(frozen=True)
+class EvictorMetrics:
+    evictions: Counter
+    gpu_seconds_lost: Counter
+    failures: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> EvictorMetrics:
+        return cls(
+            evictions=Counter("offpeak_evictions", "Offline pods evicted for online work, by reason.", ["reason"],
+                              registry=registry),
+            gpu_seconds_lost=Counter("offpeak_evicted_gpu_seconds_lost",
+                                     "GPU-seconds of offline work lost to evictions (since last checkpoint or start).",
+                                     registry=registry),
+            failures=Counter("offpeak_eviction_failures", "Evictions that the API refused or that failed.",
+                             ["reason"], registry=registry),
+        )

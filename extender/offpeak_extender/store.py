@@ -1,0 +1,384 @@
+"""The extender's in-memory picture of the cluster: nodes, GPU pods, demand history and forecasts.
+
+Fed by the informer (watch events, as Kubernetes JSON dicts) and the history refresher; read by the request path.
+Every method takes the one lock briefly; the request path only reads prepared `NodeView`s (rebuilt in the
+background each refresh, and lazily for the few nodes whose pods changed since), so it never waits on I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from offpeak_extender.forecast import (
+    DemandForecast,
+    ForecastSettings,
+    apply_live,
+    apply_schedule,
+    fit_seasonal,
+    forecast_demand,
+)
+from offpeak_extender.model import NodeView, OfflinePod
+from offpeak_extender.schedules import BusySchedule, parse_busy_hours
+from offpeak_extender.windows import free_profile, node_view
+from offpeak_extender.wire import (
+    BUSY_HOURS_ANNOTATION,
+    CHECKPOINTING_ANNOTATION,
+    GPU_RESOURCE,
+    GPU_TYPE_LABEL,
+    TRAININGJOB_LABEL,
+    WORKLOAD_LABEL,
+    WireError,
+    parse_quantity,
+    pod_gpus,
+)
+
+log = logging.getLogger(__name__)
+
+ACTIVE_PHASES = frozenset({"Pending", "Running", "Unknown", ""})
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    gpu_type: str
+    gpus_total: int
+    schedule: BusySchedule | None = None
+    schedule_error: str | None = None
+
+
+@dataclass(frozen=True)
+class PodInfo:
+    uid: str
+    name: str
+    namespace: str
+    node: str | None
+    gpus: int
+    workload: str  # "online", "offline" or "" (other)
+    phase: str
+    checkpointing: bool = False
+    trainingjob: str | None = None
+    started_at: float | None = None
+    deleting: bool = False
+
+    @property
+    def holds_gpus(self) -> bool:
+        return bool(self.node) and self.gpus > 0 and self.phase in ACTIVE_PHASES
+
+
+def _parse_time(text: str | None) -> float | None:
+    if not text:
+        return None
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def node_info(obj: Mapping[str, Any]) -> NodeInfo:
+    """Node JSON -> NodeInfo (allocatable GPUs, GPU type label, declared busy hours)."""
+    meta = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    alloc = status.get("allocatable") or status.get("capacity") or {}
+    try:
+        gpus = int(parse_quantity(alloc.get(GPU_RESOURCE, 0)))
+    except WireError:
+        gpus = 0
+    schedule = None
+    error = None
+    text = (meta.get("annotations") or {}).get(BUSY_HOURS_ANNOTATION)
+    if text:
+        try:
+            schedule = parse_busy_hours(str(text))
+        except ValueError as e:
+            error = str(e)
+            log.warning("node %s: ignoring %s: %s", meta.get("name"), BUSY_HOURS_ANNOTATION, e)
+    gpu_type = str((meta.get("labels") or {}).get(GPU_TYPE_LABEL, "unknown"))
+    return NodeInfo(str(meta.get("name", "")), gpu_type, gpus, schedule, error)
+
+
+def pod_info(obj: Mapping[str, Any]) -> PodInfo:
+    """Pod JSON -> PodInfo (GPU requests, workload label, node, phase)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    labels = meta.get("labels") or {}
+    ann = meta.get("annotations") or {}
+    try:
+        gpus = pod_gpus(obj)
+    except WireError:
+        gpus = 0
+    return PodInfo(
+        uid=str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"),
+        name=str(meta.get("name", "")),
+        namespace=str(meta.get("namespace") or "default"),
+        node=spec.get("nodeName") or None,
+        gpus=gpus,
+        workload=str(labels.get(WORKLOAD_LABEL, "")),
+        phase=str(status.get("phase") or ""),
+        checkpointing=str(ann.get(CHECKPOINTING_ANNOTATION, "")).lower() == "true",
+        trainingjob=labels.get(TRAININGJOB_LABEL),
+        started_at=_parse_time(status.get("startTime")),
+        deleting=bool(meta.get("deletionTimestamp")),
+    )
+
+
+@dataclass
+class _Usage:
+    online: int = 0
+    offline: int = 0
+    other: int = 0
+    version: int = 0
+
+    @property
+    def used(self) -> int:
+        return self.online + self.offline + self.other
+
+
+class ClusterStore:
+    """Thread-safe cluster state plus per-node forecasts, turned into `NodeView`s for the decisions."""
+
+    def __init__(
+        self,
+        *,
+        settings: ForecastSettings,
+        clock: Callable[[], float] = time.time,
+        stale_after_seconds: float = 300.0,
+        local_history: bool = True,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.stale_after_seconds = stale_after_seconds
+        self.local_history = local_history
+        self._lock = threading.Lock()
+        self._nodes: dict[str, NodeInfo] = {}
+        self._pods: dict[str, PodInfo] = {}
+        self._usage: dict[str, _Usage] = {}
+        self._forecasts: dict[str, DemandForecast] = {}
+        self._forecast_at: float | None = None
+        self._history_error: str | None = None
+        self._views: dict[str, tuple[tuple[int, int], NodeView]] = {}
+        self._forecast_version = 0
+        max_samples = int(settings.history_seconds / settings.step_seconds) + 1
+        self._samples: dict[str, deque[tuple[float, float]]] = {}
+        self._max_samples = max_samples
+        self.synced = False
+
+    # -- informer side -------------------------------------------------------------------------------------------
+    def replace_all(self, *, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> None:
+        """Reset from a full list (informer (re)list)."""
+        infos = {n.name: n for n in map(node_info, nodes) if n.name}
+        pinfos = {p.uid: p for p in map(pod_info, pods)}
+        with self._lock:
+            self._nodes = infos
+            self._pods = pinfos
+            self._recount()
+            self.synced = True
+
+    def upsert_node(self, obj: Mapping[str, Any]) -> None:
+        info = node_info(obj)
+        with self._lock:
+            self._nodes[info.name] = info
+            self._bump(info.name)
+
+    def delete_node(self, obj: Mapping[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        with self._lock:
+            self._nodes.pop(name, None)
+            self._views.pop(name, None)
+
+    def upsert_pod(self, obj: Mapping[str, Any]) -> None:
+        info = pod_info(obj)
+        with self._lock:
+            old = self._pods.get(info.uid)
+            self._pods[info.uid] = info
+            self._account(old, -1)
+            self._account(info, +1)
+
+    def delete_pod(self, obj: Mapping[str, Any]) -> None:
+        uid = pod_info(obj).uid
+        with self._lock:
+            self._account(self._pods.pop(uid, None), -1)
+
+    def _account(self, pod: PodInfo | None, sign: int) -> None:
+        if pod is None or not pod.holds_gpus or pod.node is None:
+            return
+        u = self._usage.setdefault(pod.node, _Usage())
+        if pod.workload == "online":
+            u.online += sign * pod.gpus
+        elif pod.workload == "offline":
+            u.offline += sign * pod.gpus
+        else:
+            u.other += sign * pod.gpus
+        u.version += 1
+
+    def _bump(self, node: str) -> None:
+        self._usage.setdefault(node, _Usage()).version += 1
+
+    def _recount(self) -> None:
+        versions = {n: u.version + 1 for n, u in self._usage.items()}
+        self._usage = {}
+        for pod in self._pods.values():
+            self._account(pod, +1)
+        for n in set(self._nodes) | set(versions):
+            self._usage.setdefault(n, _Usage()).version = versions.get(n, 0) + 1
+
+    # -- history / forecasts -------------------------------------------------------------------------------------
+    def record_local_sample(self, now: float | None = None) -> None:
+        """Append each node's current online GPU requests to the in-memory history (used without Prometheus)."""
+        t = self.clock() if now is None else now
+        with self._lock:
+            for name in self._nodes:
+                q = self._samples.setdefault(name, deque(maxlen=self._max_samples))
+                q.append((t, float(self._usage.get(name, _Usage()).online)))
+
+    def local_history(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        with self._lock:
+            snap = {n: list(q) for n, q in self._samples.items()}
+        return {n: (np.array([a for a, _ in s]), np.array([b for _, b in s])) for n, s in snap.items() if s}
+
+    def set_history(self, history: Mapping[str, tuple[np.ndarray, np.ndarray]], *, now: float | None = None) -> None:
+        """Fit the seasonal model per node (outside the lock), then publish forecasts and rebuild all views."""
+        t = self.clock() if now is None else now
+        forecasts: dict[str, DemandForecast] = {}
+        for name, (times, online) in history.items():
+            model = fit_seasonal(times=times, online=online, now=t, settings=self.settings)
+            if model.n_samples:
+                forecasts[name] = forecast_demand(model=model, start=t)
+        with self._lock:
+            self._forecasts = forecasts
+            self._forecast_at = t
+            self._history_error = None
+            self._forecast_version += 1
+            names = list(self._nodes)
+        self.rebuild_views(names, now=t)
+
+    def mark_history_failed(self, error: str) -> None:
+        with self._lock:
+            self._history_error = error
+            self._forecast_version += 1
+
+    def data_stale(self, now: float | None = None) -> bool:
+        """True when forecasts are missing, failed to refresh, or older than `stale_after_seconds`."""
+        t = self.clock() if now is None else now
+        with self._lock:
+            return self._stale_locked(t)
+
+    def _stale_locked(self, now: float) -> bool:
+        return (
+            self._history_error is not None
+            or self._forecast_at is None
+            or now - self._forecast_at > self.stale_after_seconds
+        )
+
+    # -- views for the decisions ---------------------------------------------------------------------------------
+    def _build_view(self, name: str, now: float) -> NodeView | None:
+        info = self._nodes.get(name)
+        if info is None:
+            return None
+        usage = self._usage.get(name, _Usage())
+        free_now = max(0, info.gpus_total - usage.used)
+        fc = self._forecasts.get(name)
+        stale = self._stale_locked(now)
+        if fc is None or stale:
+            if info.schedule is None:
+                return NodeView(name, info.gpu_type, info.gpus_total, free_now, None, None, True, (), 0.0)
+            fc = _empty_forecast(now, self.settings)
+            stale = False  # the declared schedule alone is a forecast
+        fc = _shift(fc, now)
+        fc = apply_live(forecast=fc, live_online=float(usage.online), now=now, settings=self.settings,
+                        capacity=info.gpus_total)
+        fc = apply_schedule(forecast=fc, schedule=info.schedule, capacity=info.gpus_total, settings=self.settings)
+        if info.schedule is not None:
+            unknown = ~np.isfinite(fc.online)
+            fc = replace(fc, online=np.where(unknown, 0.0, fc.online), confidence=np.where(unknown, 0.4, fc.confidence))
+        prof = free_profile(forecast=fc, capacity=info.gpus_total, offline_now=usage.offline + usage.other)
+        return node_view(name=name, gpu_type=info.gpu_type, gpus_total=info.gpus_total, gpus_free_now=free_now,
+                         profile=prof, now=now, data_stale=stale)
+
+    def rebuild_views(self, names: Sequence[str] | None = None, *, now: float | None = None) -> None:
+        t = self.clock() if now is None else now
+        with self._lock:
+            for name in list(self._nodes) if names is None else names:
+                view = self._build_view(name, t)
+                if view is not None:
+                    key = (self._usage.get(name, _Usage()).version, self._forecast_version)
+                    self._views[name] = (key, view)
+
+    def views(self, names: Sequence[str], *, now: float | None = None) -> tuple[list[NodeView], list[str]]:
+        """NodeViews for `names` (rebuilt only where pods changed since), and the names the store does not know."""
+        t = self.clock() if now is None else now
+        out: list[NodeView] = []
+        unknown: list[str] = []
+        with self._lock:
+            stale = self._stale_locked(t)
+            for name in names:
+                usage = self._usage.get(name)
+                key = (usage.version if usage else 0, self._forecast_version)
+                cached = self._views.get(name)
+                if cached is not None and cached[0] == key and (not stale or cached[1].data_stale):
+                    out.append(cached[1])
+                    continue
+                view = self._build_view(name, t)
+                if view is None:
+                    unknown.append(name)
+                    continue
+                self._views[name] = (key, view)
+                out.append(view)
+        return out, unknown
+
+    # -- eviction controller side --------------------------------------------------------------------------------
+    def node_names(self) -> list[str]:
+        with self._lock:
+            return list(self._nodes)
+
+    def pods_on(self, node: str) -> list[PodInfo]:
+        with self._lock:
+            return [p for p in self._pods.values() if p.node == node and p.holds_gpus]
+
+    def pending_pods(self, workload: str) -> list[PodInfo]:
+        with self._lock:
+            return [p for p in self._pods.values() if p.workload == workload and p.node is None
+                    and p.phase == "Pending" and p.gpus > 0 and not p.deleting]
+
+    def node(self, name: str) -> NodeInfo | None:
+        with self._lock:
+            return self._nodes.get(name)
+
+    def free_gpus(self, name: str) -> int:
+        with self._lock:
+            info = self._nodes.get(name)
+            if info is None:
+                return 0
+            return max(0, info.gpus_total - self._usage.get(name, _Usage()).used)
+
+    def offline_pods_on(self, node: str, *, now: float) -> list[OfflinePod]:
+        return [
+            OfflinePod(name=p.name, namespace=p.namespace, gpus=p.gpus, checkpointing=p.checkpointing,
+                       elapsed_seconds=max(0.0, now - p.started_at) if p.started_at else 0.0,
+                       trainingjob=p.trainingjob, uid=p.uid)
+            for p in self.pods_on(node)
+            if p.workload == "offline" and not p.deleting
+        ]
+
+
+def _empty_forecast(now: float, s: ForecastSettings) -> DemandForecast:
+    n = max(1, int(np.ceil(s.horizon_seconds / s.step_seconds)))
+    return DemandForecast(now + np.arange(n) * s.step_seconds, np.full(n, np.nan), np.zeros(n), s.step_seconds)
+
+
+def _shift(fc: DemandForecast, now: float) -> DemandForecast:
+    """Drop the forecast steps that lie wholly in the past, so step 0 contains `now`."""
+    i = int(max(0.0, (now - float(fc.times[0])) // fc.step_seconds)) if fc.times.size else 0
+    if i <= 0:
+        return fc
+    return DemandForecast(fc.times[i:], fc.online[i:], fc.confidence[i:], fc.step_seconds)

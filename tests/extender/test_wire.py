@@ -1,0 +1,81 @@
+"""Wire-format parsing and serialising with realistic ExtenderArgs JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from .k8s_objects import gpu_node, gpu_pod
+
+from offpeak_extender.wire import (
+    WireError,
+    filter_result,
+    parse_extender_args,
+    parse_predictions,
+    pod_gpus,
+    priority_list,
+)
+
+PRED = {"A100-SXM4-40GB": {"p50": 3000, "p90": 3600}, "T4": {"p50": 9000, "p90": 11000}}
+
+
+def test_parse_node_names_args() -> None:
+    body = json.loads(json.dumps({"Pod": gpu_pod("resnet-0", gpus=2, predicted=PRED, checkpointing=True),
+                                  "Nodes": None, "NodeNames": ["a", "b"]}))
+    args = parse_extender_args(body)
+    assert args.node_names == ("a", "b") and args.node_objects is None and args.managed
+    assert args.pod.gpus == 2 and args.pod.checkpointing and args.pod.namespace == "ml"
+    assert args.pod.predicted is not None and args.pod.predicted["T4"].p90 == 11000
+
+
+def test_parse_full_nodes_and_reply_with_subset_objects() -> None:
+    body = {"Pod": gpu_pod("x-0", predicted=PRED), "Nodes": {"items": [gpu_node("a"), gpu_node("b")]}}
+    args = parse_extender_args(body)
+    assert args.node_names == ("a", "b")
+    res = filter_result(args=args, passed=["b"], failed={"a": "window ends in 1m, job needs ~1h"})
+    assert res["NodeNames"] is None
+    assert [n["metadata"]["name"] for n in res["Nodes"]["items"]] == ["b"]  # type: ignore[index]
+    assert res["FailedNodes"] == {"a": "window ends in 1m, job needs ~1h"}
+    assert set(res) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+
+
+def test_unannotated_pod_is_unmanaged() -> None:
+    args = parse_extender_args({"Pod": gpu_pod("web-0", workload="online"), "NodeNames": ["a"]})
+    assert not args.managed and args.pod.predicted is None
+
+
+def test_bad_prediction_annotation_is_runtime_blind_with_error() -> None:
+    pod = gpu_pod("x-0")
+    pod["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"] = "{not json"
+    args = parse_extender_args({"Pod": pod, "NodeNames": ["a"]})
+    assert args.managed and args.pod.predicted is None and "not JSON" in (args.prediction_error or "")
+
+
+@pytest.mark.parametrize("text", ["[]", "{}", '{"T4": {"p90": 3}}', '{"T4": {"p50": "fast"}}'])
+def test_parse_predictions_rejects_bad_shapes(text: str) -> None:
+    with pytest.raises(WireError):
+        parse_predictions(text)
+
+
+def test_p90_below_p50_is_raised_to_p50() -> None:
+    assert parse_predictions('{"T4": {"p50": 10, "p90": 5}}')["T4"].p90 == 10
+
+
+@pytest.mark.parametrize("body", [None, [], {"NodeNames": ["a"]}, {"Pod": {}, "NodeNames": "a"}])
+def test_bad_args(body: object) -> None:
+    with pytest.raises(WireError):
+        parse_extender_args(body)
+
+
+def test_pod_gpus_requests_limits_and_init() -> None:
+    pod = gpu_pod("x", gpus=2)
+    pod["spec"]["containers"].append({"name": "side", "resources": {"requests": {"nvidia.com/gpu": 1}}})
+    pod["spec"]["initContainers"] = [{"name": "init", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]
+    assert pod_gpus(pod) == 4
+    pod["spec"]["initContainers"] = []
+    assert pod_gpus(pod) == 3
+
+
+def test_priority_list_order_and_clamp() -> None:
+    assert priority_list({"a": 12, "b": -1}, ["b", "a", "c"]) == [
+        {"Host": "b", "Score": 0}, {"Host": "a", "Score": 10}, {"Host": "c", "Score": 0}]
