@@ -1,0 +1,96 @@
+"""`offpeak operator`: run the TrainingJob operator (kopf). Parses flags, builds settings, wires, runs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from typing import Any
+
+from offpeak.errors import UserError
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name) or default
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "operator", help="run the TrainingJob operator (kopf)",
+        description="Watch TrainingJobs: extract model graphs, predict runtimes, create and track training pods.",
+    )  # fmt: skip
+    scope = p.add_mutually_exclusive_group()
+    scope.add_argument("--namespace", "-n", action="append", default=None,
+                       help="namespace to watch (repeatable; env OFFPEAK_NAMESPACE, comma-separated)")
+    scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
+    p.add_argument("--predictor-url", default=_env("OFFPEAK_PREDICTOR_URL", "http://offpeak-predictor:8080"),
+                   help="predictor service base URL (env OFFPEAK_PREDICTOR_URL)")
+    p.add_argument("--metrics-port", type=int, default=int(_env("OFFPEAK_METRICS_PORT", "9090")),
+                   help="Prometheus /metrics port, 0 to disable (env OFFPEAK_METRICS_PORT)")
+    p.add_argument("--liveness-port", type=int, default=int(_env("OFFPEAK_LIVENESS_PORT", "8081")),
+                   help="kopf liveness /healthz port, 0 to disable")
+    p.add_argument("--image", default=_env("OFFPEAK_IMAGE", "ghcr.io/offpeak/offpeak:0.1.0"),
+                   help="offpeak image for the analysis pod's bundle and emit steps (env OFFPEAK_IMAGE)")
+    p.add_argument("--standalone", action="store_true", help="no peering (single operator, tests)")
+    p.add_argument("--analysis-timeout-seconds", type=int,
+                   default=int(_env("OFFPEAK_ANALYSIS_TIMEOUT_SECONDS", "600")),
+                   help="deadline of the analysis pod before falling back to a prediction without graph")
+    p.add_argument("--resync-seconds", type=float, default=float(_env("OFFPEAK_RESYNC_SECONDS", "5")),
+                   help="re-check every TrainingJob this often")
+    p.add_argument("--requeue-base-seconds", type=float, default=float(_env("OFFPEAK_REQUEUE_BASE_SECONDS", "10")),
+                   help="backoff before the 2nd attempt; doubles per attempt")
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None,
+                   help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--verbose", "-v", action="store_true")
+    p.set_defaults(func=run_operator)
+
+
+def build_settings(args: argparse.Namespace) -> Any:
+    from offpeak_operator.settings import AnalysisSettings, OperatorSettings, PredictorSettings, RequeueSettings
+
+    if args.analysis_timeout_seconds < 10:
+        raise UserError("--analysis-timeout-seconds must be at least 10")
+    if args.resync_seconds <= 0:
+        raise UserError("--resync-seconds must be positive")
+    if not args.predictor_url.startswith(("http://", "https://")):
+        raise UserError(f"--predictor-url must be an http(s) URL, got {args.predictor_url!r}")
+    return OperatorSettings(
+        predictor=PredictorSettings(url=args.predictor_url),
+        analysis=AnalysisSettings(image=args.image, timeout_seconds=args.analysis_timeout_seconds),
+        requeue=RequeueSettings(base_seconds=args.requeue_base_seconds),
+        resync_seconds=args.resync_seconds,
+    )
+
+
+def namespaces(args: argparse.Namespace) -> list[str]:
+    if args.all_namespaces:
+        return []
+    given = args.namespace or [n for n in os.environ.get("OFFPEAK_NAMESPACE", "").split(",") if n]
+    if not given:
+        raise UserError("say which namespaces to watch: --namespace NS (repeatable) or --all-namespaces")
+    return given
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    import kopf
+    from kubernetes.config import ConfigException
+    from prometheus_client import start_http_server
+
+    from offpeak_operator.wiring import build_operator
+
+    settings = build_settings(args)
+    watched = namespaces(args)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        operator = build_operator(settings, kubeconfig=args.kubeconfig)
+    except (ConfigException, OSError) as e:
+        raise UserError(f"cannot load Kubernetes credentials: {e}") from e
+    if args.metrics_port:
+        start_http_server(args.metrics_port, registry=operator.metrics.registry)
+    kopf.run(
+        registry=operator.registry, settings=operator.kopf_settings, standalone=args.standalone or None,
+        clusterwide=not watched, namespaces=watched,
+        liveness_endpoint=f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None,
+    )  # fmt: skip
+    return 0

@@ -1,0 +1,75 @@
+"""kopf wiring: every trigger calls the same reconcile; settings for watches, peering and progress storage.
+
+Handlers are registered on a registry built per operator (no import-time side effects), so tests can run the
+real operator with `kopf.testing.KopfRunner(..., registry=build_registry(...), settings=kopf_settings(...))`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+from kubernetes import client
+
+from offpeak_operator import names
+from offpeak_operator.reconciler import Reconciler
+from offpeak_operator.settings import OperatorSettings
+
+PEERING_NAME = "offpeak-operator"
+RESOURCE = (names.GROUP, names.VERSION, names.PLURAL)
+
+
+def connection_info(api_client: client.ApiClient) -> kopf.ConnectionInfo:
+    """kopf credentials from the same ApiClient the reconciler uses (one source of truth for --kubeconfig)."""
+    cfg = api_client.configuration
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix("authorization")
+    parts = header.split(" ", 1) if header else []
+    scheme, token = (None, None) if not parts else (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
+    return kopf.ConnectionInfo(
+        server=cfg.host, ca_path=cfg.ssl_ca_cert, insecure=not cfg.verify_ssl, username=cfg.username or None,
+        password=cfg.password or None, scheme=scheme, token=token, certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+    )  # fmt: skip
+
+
+def kopf_settings(settings: OperatorSettings) -> kopf.OperatorSettings:
+    s = kopf.OperatorSettings()
+    s.watching.server_timeout = settings.watch_server_timeout_seconds
+    s.watching.client_timeout = settings.watch_client_timeout_seconds
+    s.watching.connect_timeout = 30
+    s.persistence.progress_storage = kopf.AnnotationsProgressStorage()
+    s.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage()
+    s.posting.level = logging.WARNING  # our own Events say what happened; kopf posts only its warnings
+    s.peering.name = PEERING_NAME
+    s.execution.max_workers = 8
+    return s
+
+
+def build_registry(reconciler: Reconciler, settings: OperatorSettings,
+                   api_client: client.ApiClient) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    metrics = reconciler.ctx.metrics
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return connection_info(api_client)
+
+    @kopf.on.create(*RESOURCE, registry=registry)
+    def created(name: str, namespace: str, **_: Any) -> None:
+        reconciler.reconcile(namespace, name)
+
+    @kopf.timer(*RESOURCE, interval=settings.resync_seconds, registry=registry)
+    def resync(name: str, namespace: str, **_: Any) -> None:
+        reconciler.reconcile(namespace, name)
+
+    @kopf.on.event("", "v1", "pods", labels={names.LABEL_JOB: kopf.PRESENT}, registry=registry)
+    def pod_changed(labels: dict[str, str], namespace: str, **_: Any) -> None:
+        reconciler.reconcile(namespace, labels[names.LABEL_JOB])
+
+    @kopf.on.event(*RESOURCE, registry=registry)
+    def job_event(type: str | None, name: str, namespace: str, **_: Any) -> None:
+        if type == "DELETED":  # owned pods and ConfigMaps go with it (owner references): only forget metrics
+            metrics.set_phase(f"{namespace}/{name}", None)
+
+    return registry

@@ -1,0 +1,285 @@
+"""The TrainingJob spec as typed data, with the checks the OpenAPI schema cannot express.
+
+`parse_spec` turns the raw custom-resource spec into a `JobSpec` (applying the CRD's defaults, so a spec that
+skipped the API server's defaulting still works); `validate` returns every problem at once so the user fixes
+them in one go. Both are pure.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from offpeak_operator import names
+
+SourceKind = Literal["entrypoint", "graphConfigMap", "torchvision", "hfConfig", "none"]
+SOURCE_KINDS: tuple[str, ...] = ("entrypoint", "graphConfigMap", "torchvision", "hfConfig")
+PRECISIONS = ("fp32", "fp16", "bf16")
+OPTIMIZERS = ("sgd", "adam", "adamw")
+_ENTRYPOINT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+# A resolver maps a user's GPU name to the catalogue's canonical name, raising LookupError/ValueError if unknown.
+GpuResolver = Callable[[str], str]
+
+
+class SpecError(ValueError):
+    """The spec cannot even be parsed (wrong types); the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSource:
+    kind: SourceKind
+    value: str = ""  # entrypoint, ConfigMap name, torchvision or HF name
+    key: str = names.GRAPH_KEY  # ConfigMap key for graphConfigMap
+
+    @property
+    def needs_analysis_pod(self) -> bool:
+        return self.kind == "entrypoint"
+
+    @property
+    def in_process(self) -> bool:
+        return self.kind in ("torchvision", "hfConfig")
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    image: str
+    batch_size: int
+    gpu_types: tuple[str, ...]
+    model_source: ModelSource = ModelSource("none")
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: tuple[dict[str, Any], ...] = ()
+    working_dir: str = ""
+    image_pull_policy: str = "IfNotPresent"
+    resources: dict[str, dict[str, Any]] = field(default_factory=dict)
+    service_account: str = ""
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: tuple[dict[str, Any], ...] = ()
+    priority_class: str = ""
+    seq_len: int | None = None
+    precision: str = "fp32"
+    optimizer: str = "adam"
+    steps: int | None = None
+    epochs: int | None = None
+    dataset_size: int | None = None
+    workers: int = 1
+    gpus_per_worker: int = 1
+    estimated_seconds: float | None = None
+    preemptible: bool = True
+    checkpointing: bool = False
+    max_attempts: int = 3
+    pod_annotations: dict[str, str] = field(default_factory=dict)
+    pod_labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def total_steps(self) -> int:
+        """Optimizer steps of the whole job: `steps`, or epochs * ceil(datasetSize / global batch)."""
+        if self.steps is not None:
+            return self.steps
+        if self.epochs is None or self.dataset_size is None:
+            return 0
+        return self.epochs * math.ceil(self.dataset_size / (self.batch_size * self.workers))
+
+    @property
+    def total_gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+
+def _int(raw: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
+    value = raw.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"spec.{key} must be an integer, got {value!r}")
+    return value
+
+
+def _str(raw: Mapping[str, Any], key: str, default: str = "") -> str:
+    value = raw.get(key, default)
+    if not isinstance(value, str):
+        raise SpecError(f"spec.{key} must be a string, got {value!r}")
+    return value
+
+
+def _bool(raw: Mapping[str, Any], key: str, default: bool) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise SpecError(f"spec.{key} must be true or false, got {value!r}")
+    return value
+
+
+def _str_list(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = raw.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise SpecError(f"spec.{key} must be a list of strings")
+    return tuple(value)
+
+
+def _str_map(raw: Mapping[str, Any], key: str) -> dict[str, str]:
+    value = raw.get(key) or {}
+    if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+        raise SpecError(f"spec.{key} must be a map of strings")
+    return dict(value)
+
+
+def _model_source(raw: Any) -> ModelSource:
+    if raw is None or raw == {}:
+        return ModelSource("none")
+    if not isinstance(raw, Mapping):
+        raise SpecError("spec.modelSource must be an object")
+    given = [k for k in SOURCE_KINDS if raw.get(k) is not None]
+    unknown = sorted(set(raw) - set(SOURCE_KINDS))
+    if unknown:
+        raise SpecError(f"spec.modelSource has unknown field(s) {', '.join(unknown)}; use one of {', '.join(SOURCE_KINDS)}")
+    if len(given) > 1:
+        raise SpecError(f"spec.modelSource must name one source, got {', '.join(given)}")
+    kind = given[0]
+    if kind == "graphConfigMap":
+        ref = raw[kind]
+        if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str) or not ref["name"]:
+            raise SpecError("spec.modelSource.graphConfigMap needs a name")
+        return ModelSource("graphConfigMap", ref["name"], str(ref.get("key") or names.GRAPH_KEY))
+    value = raw[kind]
+    if not isinstance(value, str) or not value:
+        raise SpecError(f"spec.modelSource.{kind} must be a non-empty string")
+    return ModelSource(kind, value)  # type: ignore[arg-type]
+
+
+def parse_spec(raw: Mapping[str, Any]) -> JobSpec:
+    """Build a JobSpec from the custom resource's `spec`, applying the CRD defaults."""
+    if not isinstance(raw, Mapping):
+        raise SpecError("spec must be an object")
+    gpu_types = _str_list(raw, "gpuTypes")
+    resources = raw.get("resources") or {}
+    if not isinstance(resources, Mapping):
+        raise SpecError("spec.resources must be an object with requests/limits")
+    env = raw.get("env") or []
+    tolerations = raw.get("tolerations") or []
+    if not isinstance(env, list) or not all(isinstance(e, Mapping) and e.get("name") for e in env):
+        raise SpecError("spec.env must be a list of {name, value} objects")
+    if not isinstance(tolerations, list) or not all(isinstance(t, Mapping) for t in tolerations):
+        raise SpecError("spec.tolerations must be a list of Toleration objects")
+    estimate = raw.get("estimatedSeconds")
+    if estimate is not None and (isinstance(estimate, bool) or not isinstance(estimate, int | float)):
+        raise SpecError(f"spec.estimatedSeconds must be a number, got {estimate!r}")
+    return JobSpec(
+        image=_str(raw, "image"),
+        batch_size=_int(raw, "batchSize", 0) or 0,
+        gpu_types=gpu_types,
+        model_source=_model_source(raw.get("modelSource")),
+        command=_str_list(raw, "command"),
+        args=_str_list(raw, "args"),
+        env=tuple(dict(e) for e in env),
+        working_dir=_str(raw, "workingDir"),
+        image_pull_policy=_str(raw, "imagePullPolicy", "IfNotPresent"),
+        resources={k: dict(v or {}) for k, v in resources.items()},
+        service_account=_str(raw, "serviceAccountName"),
+        node_selector=_str_map(raw, "nodeSelector"),
+        tolerations=tuple(dict(t) for t in tolerations),
+        priority_class=_str(raw, "priorityClassName"),
+        seq_len=_int(raw, "seqLen"),
+        precision=_str(raw, "precision", "fp32"),
+        optimizer=_str(raw, "optimizer", "adam"),
+        steps=_int(raw, "steps"),
+        epochs=_int(raw, "epochs"),
+        dataset_size=_int(raw, "datasetSize"),
+        workers=_int(raw, "workers", 1) or 1,
+        gpus_per_worker=_int(raw, "gpusPerWorker", 1) or 1,
+        estimated_seconds=float(estimate) if estimate is not None else None,
+        preemptible=_bool(raw, "preemptible", True),
+        checkpointing=_bool(raw, "checkpointing", False),
+        max_attempts=_int(raw, "maxAttempts", 3) or 3,
+        pod_annotations=_str_map(raw, "podAnnotations"),
+        pod_labels=_str_map(raw, "podLabels"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One reason the job cannot run; `reason` is a CamelCase condition/Event reason."""
+
+    reason: str
+    message: str
+
+
+def validate(spec: JobSpec, *, job_name: str, resolve_gpu: GpuResolver | None) -> list[Problem]:
+    """Every problem with the spec that the schema cannot catch (empty list: the job may run)."""
+    problems: list[Problem] = []
+    if len(job_name) > names.MAX_JOB_NAME:
+        problems.append(Problem("NameTooLong", f"TrainingJob name must be at most {names.MAX_JOB_NAME} characters "
+                                               f"(pod names and label values derive from it), got {len(job_name)}"))
+    if not spec.image.strip():
+        problems.append(Problem("InvalidSpec", "spec.image is required"))
+    if spec.batch_size < 1:
+        problems.append(Problem("InvalidSpec", "spec.batchSize must be at least 1"))
+    if spec.steps is not None and (spec.epochs is not None or spec.dataset_size is not None):
+        problems.append(Problem("InvalidSpec", "give either spec.steps or spec.epochs with spec.datasetSize, not both"))
+    elif spec.steps is None and (spec.epochs is None or spec.dataset_size is None):
+        problems.append(Problem("InvalidSpec", "give the amount of work: spec.steps, or spec.epochs with spec.datasetSize"))
+    elif spec.total_steps < 1:
+        problems.append(Problem("InvalidSpec", "the amount of work must be at least one step"))
+    for field_name, value, lo in (("workers", spec.workers, 1), ("gpusPerWorker", spec.gpus_per_worker, 1),
+                                  ("maxAttempts", spec.max_attempts, 1)):
+        if value < lo:
+            problems.append(Problem("InvalidSpec", f"spec.{field_name} must be at least {lo}"))
+    if spec.precision not in PRECISIONS:
+        problems.append(Problem("InvalidSpec", f"spec.precision must be one of {', '.join(PRECISIONS)}"))
+    if spec.optimizer not in OPTIMIZERS:
+        problems.append(Problem("InvalidSpec", f"spec.optimizer must be one of {', '.join(OPTIMIZERS)}"))
+    if spec.model_source.kind == "entrypoint" and not _ENTRYPOINT.match(spec.model_source.value):
+        problems.append(Problem("InvalidModelSource",
+                                f"spec.modelSource.entrypoint must look like 'package.module:function', "
+                                f"got {spec.model_source.value!r}"))
+    if spec.model_source.kind == "graphConfigMap" and not _DNS_LABEL.match(spec.model_source.value):
+        problems.append(Problem("InvalidModelSource",
+                                f"spec.modelSource.graphConfigMap.name {spec.model_source.value!r} is not a valid name"))
+    for section in ("requests", "limits"):
+        if names.GPU_RESOURCE in spec.resources.get(section, {}):
+            problems.append(Problem("InvalidSpec", f"spec.resources.{section} must not set {names.GPU_RESOURCE}; "
+                                                   "use spec.gpusPerWorker"))
+    reserved = sorted(set(spec.pod_annotations) & names.RESERVED_POD_ANNOTATIONS)
+    if reserved:
+        problems.append(Problem("InvalidSpec", f"spec.podAnnotations must not set {', '.join(reserved)} "
+                                               "(the operator writes them)"))
+    reserved = sorted(set(spec.pod_labels) & names.RESERVED_POD_LABELS)
+    if reserved:
+        problems.append(Problem("InvalidSpec", f"spec.podLabels must not set {', '.join(reserved)}"))
+    problems.extend(_gpu_problems(spec.gpu_types, resolve_gpu))
+    return problems
+
+
+def _gpu_problems(gpu_types: tuple[str, ...], resolve_gpu: GpuResolver | None) -> list[Problem]:
+    if not gpu_types:
+        return [Problem("InvalidSpec", "spec.gpuTypes must list at least one allowed GPU type")]
+    if resolve_gpu is None:
+        return []
+    unknown: list[str] = []
+    for name in gpu_types:
+        try:
+            resolve_gpu(name)
+        except (LookupError, ValueError):
+            unknown.append(name)
+    if unknown:
+        return [Problem("UnknownGPUType", f"unknown GPU type(s) in spec.gpuTypes: {', '.join(unknown)} "
+                                          "(see `offpeak predict --help` for the GPU catalogue)")]
+    return []
+
+
+def canonical_gpu_types(gpu_types: tuple[str, ...], resolve_gpu: GpuResolver | None) -> tuple[str, ...]:
+    """Canonical catalogue names (as on node labels), in the user's order, without duplicates."""
+    out: list[str] = []
+    for name in gpu_types:
+        canon = name
+        if resolve_gpu is not None:
+            try:
+                canon = resolve_gpu(name)
+            except (LookupError, ValueError):
+                canon = name
+        if canon not in out:
+            out.append(canon)
+    return tuple(out)

@@ -1,0 +1,152 @@
+"""Kubernetes I/O for the reconciler, on the official client. Objects travel as plain JSON dicts.
+
+Every create tolerates "already exists" and every delete tolerates "not found", so the reconciler's actions are
+idempotent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from offpeak_operator import names
+
+log = logging.getLogger(__name__)
+
+
+def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """An ApiClient from `kubeconfig`, else in-cluster credentials, else the default kubeconfig."""
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig)
+    try:
+        cfg = client.Configuration()
+        config.load_incluster_config(client_configuration=cfg)
+        return client.ApiClient(cfg)
+    except config.ConfigException:
+        return config.new_client_from_config()
+
+
+def _json(response: Any) -> Any:
+    return json.loads(response.data)
+
+
+class KubeIO:
+    """The reconciler's only door to the API server."""
+
+    def __init__(self, api_client: client.ApiClient, *, node_cache_seconds: float = 30.0) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self._nodes: dict[str, tuple[float, str]] = {}
+        self._node_ttl = node_cache_seconds
+        self._lock = threading.Lock()
+
+    # -- TrainingJobs
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _json(self.custom.get_namespaced_custom_object(
+                names.GROUP, names.VERSION, namespace, names.PLURAL, name, _preload_content=False))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                names.GROUP, names.VERSION, namespace, names.PLURAL, name, {"status": dict(status)},
+                _content_type="application/merge-patch+json", _preload_content=False)
+        except ApiException as e:
+            if e.status != 404:  # deleted meanwhile: nothing to record
+                raise
+
+    # -- pods
+    def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        response = self.core.list_namespaced_pod(namespace, label_selector=f"{names.LABEL_JOB}={job}",
+                                                 _preload_content=False)
+        return list(_json(response).get("items", []))
+
+    def create_pod(self, body: Mapping[str, Any]) -> bool:
+        """Create; False when a pod of that name already exists."""
+        try:
+            self.core.create_namespaced_pod(body["metadata"]["namespace"], body, _preload_content=False)
+            return True
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        try:
+            self.core.delete_namespaced_pod(name, namespace, _preload_content=False)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
+    def pod_log(self, namespace: str, name: str, container: str) -> str:
+        response = self.core.read_namespaced_pod_log(name, namespace, container=container, _preload_content=False)
+        return response.data.decode(errors="replace")
+
+    # -- nodes
+    def node_gpu_type(self, node: str) -> str:
+        """The node's offpeak.io/gpu-type label ("" if none), cached briefly."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._nodes.get(node)
+            if cached and now - cached[0] < self._node_ttl:
+                return cached[1]
+        try:
+            body = _json(self.core.read_node(node, _preload_content=False))
+            gpu_type = (body.get("metadata", {}).get("labels") or {}).get(names.LABEL_GPU_TYPE, "")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            gpu_type = ""
+        with self._lock:
+            self._nodes[node] = (now, gpu_type)
+        return gpu_type
+
+    # -- ConfigMaps
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _json(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def create_configmap(self, body: Mapping[str, Any]) -> bool:
+        try:
+            self.core.create_namespaced_config_map(body["metadata"]["namespace"], body, _preload_content=False)
+            return True
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise
+
+    # -- Events
+    def emit_event(self, job: Mapping[str, Any], *, type: str, reason: str, message: str,
+                   now: datetime | None = None) -> None:
+        """A core/v1 Event on the TrainingJob (best effort: failures are logged, never raised)."""
+        meta = job["metadata"]
+        stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": names.API_VERSION, "kind": names.KIND, "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid")},
+            "type": type, "reason": reason, "message": message[:1024],
+            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+            "source": {"component": "offpeak-operator"}, "reportingComponent": "offpeak-operator",
+        }  # fmt: skip
+        try:
+            self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
+        except ApiException as e:
+            log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], e.reason)

@@ -1,0 +1,68 @@
+"""Prometheus metrics of the operator, on an injectable registry (a fresh one per test)."""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from offpeak_operator.statemachine import Phase
+
+RATIO_BUCKETS = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
+SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+
+class OperatorMetrics:
+    """All operator metrics. Per-job gauges carry `job` so Grafana can plot predicted vs actual per job."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        job_labels = ("job", "namespace", "gpu_type", "model_family")
+        self.job_predicted_seconds = Gauge("offpeak_job_predicted_seconds",
+                                           "Predicted seconds of a finished job's last attempt (p50)",
+                                           job_labels, registry=self.registry)
+        self.job_actual_seconds = Gauge("offpeak_job_actual_seconds", "Measured seconds of a finished job's last attempt",
+                                        job_labels, registry=self.registry)
+        self.prediction_error_ratio = Histogram("offpeak_prediction_error_ratio", "actual / predicted job seconds",
+                                                ("gpu_type", "model_family"), buckets=RATIO_BUCKETS,
+                                                registry=self.registry)
+        self.jobs = Gauge("offpeak_jobs", "TrainingJobs known to this operator, by phase", ("phase",),
+                          registry=self.registry)
+        self.job_requeues_total = Counter("offpeak_job_requeues_total", "Attempts requeued after eviction or failure",
+                                          ("reason",), registry=self.registry)
+        self.analysis_duration_seconds = Histogram("offpeak_analysis_duration_seconds",
+                                                   "Time to get a model graph, by source and outcome",
+                                                   ("source", "outcome"), buckets=SECONDS_BUCKETS,
+                                                   registry=self.registry)
+        self.predictor_request_seconds = Histogram("offpeak_predictor_request_seconds",
+                                                   "Predictor HTTP request latency", ("endpoint",),
+                                                   buckets=SECONDS_BUCKETS, registry=self.registry)
+        self.predictor_failures_total = Counter("offpeak_predictor_failures_total",
+                                                "Predictor requests that failed (operator fell back or dropped a sample)",
+                                                ("endpoint",), registry=self.registry)
+        self._phases: dict[str, str] = {}
+        self._lock = threading.Lock()
+        for phase in Phase:
+            self.jobs.labels(phase=phase).set(0)
+
+    def set_phase(self, job: str, phase: str | None) -> None:
+        """Record `job`'s phase (None: forget the job) and refresh `offpeak_jobs{phase}`."""
+        with self._lock:
+            if phase is None:
+                self._phases.pop(job, None)
+            else:
+                self._phases[job] = phase
+            counts = {p: 0 for p in Phase}
+            for p in self._phases.values():
+                counts[p] = counts.get(p, 0) + 1
+            for p, n in counts.items():
+                self.jobs.labels(phase=p).set(n)
+
+    def job_finished(self, *, job: str, namespace: str, gpu_type: str, model_family: str,
+                     predicted_seconds: float, actual_seconds: float) -> None:
+        labels = {"job": job, "namespace": namespace, "gpu_type": gpu_type, "model_family": model_family or "unknown"}
+        self.job_predicted_seconds.labels(**labels).set(predicted_seconds)
+        self.job_actual_seconds.labels(**labels).set(actual_seconds)
+        if predicted_seconds > 0:
+            self.prediction_error_ratio.labels(gpu_type=gpu_type, model_family=labels["model_family"]).observe(
+                actual_seconds / predicted_seconds)

@@ -1,0 +1,48 @@
+"""Names shared with the rest of offpeak (see docs/contracts.md) and the operator's deterministic object names.
+
+Deterministic names make every create idempotent: a restarted operator finds what it made before.
+"""
+
+from __future__ import annotations
+
+GROUP = "offpeak.io"
+VERSION = "v1alpha1"
+PLURAL = "trainingjobs"
+KIND = "TrainingJob"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+LABEL_WORKLOAD = "offpeak.io/workload"
+LABEL_JOB = "offpeak.io/trainingjob"
+LABEL_ROLE = "offpeak.io/role"  # "training" | "analysis" | "graph"
+LABEL_ATTEMPT = "offpeak.io/attempt"
+LABEL_WORKER = "offpeak.io/worker"
+LABEL_GPU_TYPE = "offpeak.io/gpu-type"  # on nodes
+
+ANN_PREDICTED = "offpeak.io/predicted-job-seconds"
+ANN_CHECKPOINTING = "offpeak.io/checkpointing"
+ANN_PREEMPTIBLE = "offpeak.io/preemptible"
+ANN_EVICTION_REASON = "offpeak.io/eviction-reason"
+ANN_GRAPH_HASH = "offpeak.io/graph-hash"
+ANN_GRAPH_REDUCED = "offpeak.io/graph-reduced"
+
+RESERVED_POD_ANNOTATIONS = frozenset({ANN_PREDICTED, ANN_CHECKPOINTING, ANN_PREEMPTIBLE})
+RESERVED_POD_LABELS = frozenset({LABEL_WORKLOAD, LABEL_JOB, LABEL_ROLE, LABEL_ATTEMPT, LABEL_WORKER})
+
+SCHEDULER_NAME = "offpeak-scheduler"
+GPU_RESOURCE = "nvidia.com/gpu"
+GRAPH_KEY = "graph.json.gz"
+
+# `<job>-a<attempt>-w<worker>` must stay a valid label value (<= 63 chars) for the job-name label.
+MAX_JOB_NAME = 50
+
+
+def training_pod_name(job: str, *, attempt: int, worker: int) -> str:
+    return f"{job}-a{attempt}-w{worker}"
+
+
+def analysis_pod_name(job: str) -> str:
+    return f"{job}-analysis"
+
+
+def graph_configmap_name(job: str) -> str:
+    return f"{job}-graph"

@@ -1,0 +1,70 @@
+"""Turn pod objects (Kubernetes JSON dicts) into the state machine's PodViews. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from offpeak_operator import names
+from offpeak_operator.statemachine import Observed, PodView, parse_time
+
+
+def _container_times(pod: Mapping[str, Any]) -> tuple[datetime | None, datetime | None]:
+    started: list[datetime] = []
+    finished: list[datetime] = []
+    for cs in pod.get("status", {}).get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        running = state.get("running") or {}
+        terminated = state.get("terminated") or {}
+        for value, bucket in ((running.get("startedAt"), started), (terminated.get("startedAt"), started),
+                              (terminated.get("finishedAt"), finished)):
+            t = parse_time(value)
+            if t is not None:
+                bucket.append(t)
+    return (min(started) if started else None), (max(finished) if finished else None)
+
+
+def _condition_time(pod: Mapping[str, Any], type_: str) -> datetime | None:
+    for c in pod.get("status", {}).get("conditions") or []:
+        if c.get("type") == type_ and c.get("status") == "True":
+            return parse_time(c.get("lastTransitionTime"))
+    return None
+
+
+def pod_view(pod: Mapping[str, Any], *, node_gpu_types: Mapping[str, str]) -> PodView:
+    """The PodView of one pod; `node_gpu_types` maps node name -> offpeak.io/gpu-type label."""
+    meta = pod.get("metadata", {})
+    status = pod.get("status", {}) or {}
+    spec = pod.get("spec", {}) or {}
+    phase = status.get("phase") or "Pending"
+    started, finished = _container_times(pod)
+    if started is None and phase in ("Running", "Succeeded", "Failed"):
+        started = _condition_time(pod, "Ready") or parse_time(status.get("startTime"))
+    node = spec.get("nodeName") or ""
+    return PodView(
+        name=meta.get("name", ""),
+        phase=phase,
+        node=node,
+        gpu_type=node_gpu_types.get(node, "") if node else "",
+        reason=status.get("reason") or "",
+        message=status.get("message") or "",
+        eviction_reason=(meta.get("annotations") or {}).get(names.ANN_EVICTION_REASON, ""),
+        deleting=bool(meta.get("deletionTimestamp")),
+        started_at=started,
+        finished_at=finished,
+    )
+
+
+def observe(pods: Iterable[Mapping[str, Any]], *, node_gpu_types: Mapping[str, str]) -> Observed:
+    """Split a job's pods (listed by the offpeak.io/trainingjob label) into training pods and the analysis pod."""
+    training: dict[str, PodView] = {}
+    analysis: PodView | None = None
+    for pod in pods:
+        role = (pod.get("metadata", {}).get("labels") or {}).get(names.LABEL_ROLE)
+        view = pod_view(pod, node_gpu_types=node_gpu_types)
+        if role == "analysis":
+            analysis = view
+        elif role == "training":
+            training[view.name] = view
+    return Observed(training_pods=training, analysis_pod=analysis)

@@ -1,0 +1,147 @@
+"""Runtime predictions as the operator stores them: from the predictor, or a stated fallback.
+
+Pure: converts the predictor's answer, builds fallbacks (the user's estimate, else a conservative default), and
+scales a prediction to the work that remains after an eviction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+PredictionSource = Literal["predictor", "user-estimate", "default"]
+
+
+@dataclass(frozen=True, slots=True)
+class FallbackSettings:
+    """How pessimistic a prediction without the predictor is."""
+
+    default_step_seconds: float = 1.0  # per step when nothing else is known: slow on purpose (overestimate)
+    p90_factor: float = 1.5  # p90 = p50 * factor for fallbacks
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPrediction:
+    gpu_type: str  # canonical name (node label value)
+    step_seconds: float
+    step_seconds_p90: float
+    job_seconds: float
+    job_seconds_p90: float
+    gpu: str = ""  # as the user wrote it
+    model_version: str = ""
+
+    def to_status(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu, "gpuType": self.gpu_type, "stepSeconds": self.step_seconds,
+            "stepSecondsP90": self.step_seconds_p90, "jobSeconds": self.job_seconds,
+            "jobSecondsP90": self.job_seconds_p90, "modelVersion": self.model_version,
+        }  # fmt: skip
+
+    @classmethod
+    def from_status(cls, raw: Mapping[str, Any]) -> GpuPrediction:
+        return cls(
+            gpu_type=str(raw["gpuType"]), gpu=str(raw.get("gpu", "")),
+            step_seconds=float(raw.get("stepSeconds", 0.0)), step_seconds_p90=float(raw.get("stepSecondsP90", 0.0)),
+            job_seconds=float(raw.get("jobSeconds", 0.0)), job_seconds_p90=float(raw.get("jobSecondsP90", 0.0)),
+            model_version=str(raw.get("modelVersion", "")),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    source: PredictionSource
+    steps: int  # the steps the job_seconds figures cover (the whole job)
+    gpus: tuple[GpuPrediction, ...]
+    model_version: str = ""
+    graph_hash: str = ""
+
+    def for_gpu(self, gpu_type: str | None) -> GpuPrediction | None:
+        for p in self.gpus:
+            if p.gpu_type == gpu_type or p.gpu == gpu_type:
+                return p
+        return None
+
+    def fastest(self) -> GpuPrediction | None:
+        return min(self.gpus, key=lambda p: p.job_seconds, default=None)
+
+    def to_status(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "steps": self.steps, "modelVersion": self.model_version,
+            "graphHash": self.graph_hash, "gpus": [p.to_status() for p in self.gpus],
+        }  # fmt: skip
+
+    @classmethod
+    def from_status(cls, raw: Mapping[str, Any] | None) -> Prediction | None:
+        if not raw or not raw.get("gpus"):
+            return None
+        return cls(
+            source=raw.get("source", "default"), steps=int(raw.get("steps", 0)),
+            gpus=tuple(GpuPrediction.from_status(g) for g in raw["gpus"]),
+            model_version=str(raw.get("modelVersion", "")), graph_hash=str(raw.get("graphHash", "")),
+        )  # fmt: skip
+
+
+class PredictorResponseError(ValueError):
+    """The predictor answered, but not in the documented shape."""
+
+
+def from_predictor(response: Mapping[str, Any], *, steps: int, asked: Sequence[str],
+                   canonical: Sequence[str]) -> Prediction:
+    """Convert a `/v1/predict` answer. `asked[i]` is the name sent, `canonical[i]` its node-label name."""
+    try:
+        rows = response["predictions"]
+        by_gpu = {str(r["gpu"]): r for r in rows}
+        gpus: list[GpuPrediction] = []
+        for name, canon in zip(asked, canonical, strict=True):
+            row = by_gpu.get(name)
+            if row is None:
+                raise PredictorResponseError(f"predictor gave no prediction for GPU {name!r}")
+            step = float(row["step_seconds"])
+            gpus.append(GpuPrediction(
+                gpu=name, gpu_type=str(row.get("gpu_type") or canon),
+                step_seconds=step, step_seconds_p90=float(row.get("step_seconds_p90", step)),
+                job_seconds=float(row["job_seconds"]),
+                job_seconds_p90=float(row.get("job_seconds_p90", row["job_seconds"])),
+                model_version=str(row.get("model_version", response.get("model_version", ""))),
+            ))  # fmt: skip
+    except (KeyError, TypeError, ValueError) as e:
+        if isinstance(e, PredictorResponseError):
+            raise
+        raise PredictorResponseError(f"unexpected predictor answer: {e!r}") from e
+    return Prediction(source="predictor", steps=steps, gpus=tuple(gpus),
+                      model_version=str(response.get("model_version", "")),
+                      graph_hash=str(response.get("graph_hash", "")))
+
+
+def fallback(*, asked: Sequence[str], canonical: Sequence[str], steps: int, estimated_seconds: float | None,
+             settings: FallbackSettings) -> Prediction:
+    """The same estimate for every allowed GPU type: the user's, else `default_step_seconds` per step."""
+    if estimated_seconds is not None and estimated_seconds > 0:
+        source: PredictionSource = "user-estimate"
+        job = float(estimated_seconds)
+    else:
+        source = "default"
+        job = settings.default_step_seconds * max(steps, 1)
+    step = job / max(steps, 1)
+    gpus = tuple(
+        GpuPrediction(gpu=name, gpu_type=canon, step_seconds=step, step_seconds_p90=step * settings.p90_factor,
+                      job_seconds=job, job_seconds_p90=job * settings.p90_factor)
+        for name, canon in zip(asked, canonical, strict=True)
+    )
+    return Prediction(source=source, steps=steps, gpus=gpus)
+
+
+def remaining_fraction(*, total_steps: int, completed_steps: int) -> float:
+    if total_steps <= 0:
+        return 1.0
+    return max(0.0, min(1.0, (total_steps - completed_steps) / total_steps))
+
+
+def remaining_seconds(prediction: Prediction, *, completed_steps: int) -> dict[str, dict[str, float]]:
+    """Per GPU type p50/p90 seconds of the work left: the `offpeak.io/predicted-job-seconds` annotation."""
+    frac = remaining_fraction(total_steps=prediction.steps, completed_steps=completed_steps)
+    return {
+        p.gpu_type: {"p50": round(p.job_seconds * frac, 3), "p90": round(p.job_seconds_p90 * frac, 3)}
+        for p in prediction.gpus
+    }

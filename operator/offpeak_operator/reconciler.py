@@ -1,0 +1,327 @@
+"""One reconcile of one TrainingJob: read, observe, decide (pure), act, record. The only place that mixes them.
+
+Called by every kopf trigger (create, resync timer, pod events); a per-job lock serialises the triggers inside
+one operator and kopf peering keeps a second operator passive, so a job is never worked on twice at once. The
+job is re-read at the start, so a stale trigger cannot act on old status.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from offpeak_graph.schema import ModelGraph
+
+from offpeak_operator import names, podspecs
+from offpeak_operator import statemachine as sm
+from offpeak_operator.extraction import ExtractionFailed, extract_in_process
+from offpeak_operator.graphstore import (EncodedGraph, GraphDecodeError, GraphTooLarge, decode_bytes, encode_graph,
+                                         from_log, graph_from_configmap)
+from offpeak_operator.jobspec import GpuResolver, JobSpec, Problem, SpecError, parse_spec, validate
+from offpeak_operator.kube import KubeIO
+from offpeak_operator.metrics import OperatorMetrics
+from offpeak_operator.observe import observe
+from offpeak_operator.predictions import Prediction, PredictorResponseError, fallback, from_predictor
+from offpeak_operator.predictions import remaining_seconds
+from offpeak_operator.predictor_http import PredictorHTTP, PredictorUnavailable
+from offpeak_operator.settings import OperatorSettings
+
+log = logging.getLogger(__name__)
+MAX_STEPS_PER_RECONCILE = 6  # Pending -> Analyzing -> Predicted -> Waiting can happen in one pass
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+Extractor = Callable[[JobSpec, float], ModelGraph]
+
+
+def _default_extractor(spec: JobSpec, timeout: float) -> ModelGraph:
+    return extract_in_process(spec, timeout_seconds=timeout)
+
+
+@dataclass
+class Context:
+    """Everything a reconcile needs, injected (tests swap the clock, extractor or predictor)."""
+
+    settings: OperatorSettings
+    kube: KubeIO
+    predictor: PredictorHTTP
+    metrics: OperatorMetrics
+    resolve_gpu: GpuResolver | None = None
+    clock: Callable[[], datetime] = utcnow
+    extract: Extractor = field(default=_default_extractor)
+
+
+def _apply(status: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    for key, value in patch.items():
+        if value is None:
+            status.pop(key, None)
+        else:
+            status[key] = value
+
+
+class Reconciler:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._locks_guard = threading.Lock()
+
+    def _lock(self, key: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks[key]
+
+    def reconcile(self, namespace: str, name: str) -> str | None:
+        """Bring one job one or more steps forward; returns its phase (None if the job is gone)."""
+        key = f"{namespace}/{name}"
+        with self._lock(key):
+            job = self.ctx.kube.get_job(namespace, name)
+            if job is None:
+                self.ctx.metrics.set_phase(key, None)
+                return None
+            status: dict[str, Any] = dict(job.get("status") or {})
+            for _ in range(MAX_STEPS_PER_RECONCILE):
+                before = status.get("phase")
+                patch = self._step(job, status)
+                if not patch:
+                    break
+                self.ctx.kube.patch_job_status(namespace, name, patch)
+                _apply(status, patch)
+                if status.get("phase") == before:
+                    break
+            self.ctx.metrics.set_phase(key, status.get("phase") or sm.Phase.PENDING)
+            return status.get("phase")
+
+    def _step(self, job: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+        """One decision and its actions; the status patch to write (empty: nothing to do)."""
+        meta = job["metadata"]
+        phase = status.get("phase") or sm.Phase.PENDING
+        if phase in sm.TERMINAL:
+            return {}
+        now = self.ctx.clock()
+        spec: JobSpec | None
+        problems: list[Problem] = []
+        try:
+            spec = parse_spec(job.get("spec") or {})
+        except SpecError as e:
+            spec, problems = None, [Problem("InvalidSpec", str(e))]
+        if spec is not None and phase == sm.Phase.PENDING:
+            problems = validate(spec, job_name=meta["name"], resolve_gpu=self.ctx.resolve_gpu)
+        observed = sm.Observed()
+        if spec is not None and phase in (sm.Phase.ANALYZING, sm.Phase.WAITING, sm.Phase.RUNNING, sm.Phase.REQUEUED):
+            pods = self.ctx.kube.list_job_pods(meta["namespace"], meta["name"])
+            nodes = {p.get("spec", {}).get("nodeName") for p in pods} - {None, ""}
+            observed = observe(pods, node_gpu_types={n: self.ctx.kube.node_gpu_type(n) for n in nodes})
+        decision = sm.decide(job_name=meta["name"], spec=spec, problems=problems, status=status,
+                             observed=observed, now=now, settings=self.ctx.settings)
+        patch = dict(decision.status)
+        for action in decision.actions:
+            current = {**status, **patch}
+            extra = self._act(action, job, spec, current, now)
+            if extra:
+                patch.update(extra)
+        return patch
+
+    # ---- actions -----------------------------------------------------------------------------------------
+
+    def _act(self, action: sm.Action, job: Mapping[str, Any], spec: JobSpec | None, status: Mapping[str, Any],
+             now: datetime) -> dict[str, Any] | None:
+        meta = job["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        kube = self.ctx.kube
+        match action:
+            case sm.EmitEvent(type=type_, reason=reason, message=message):
+                kube.emit_event(job, type=type_, reason=reason, message=message, now=now)
+            case sm.CreateAnalysisPod():
+                assert spec is not None
+                kube.create_pod(podspecs.analysis_pod(job, spec, self.ctx.settings.analysis))
+            case sm.DeleteAnalysisPod():
+                kube.delete_pod(ns, names.analysis_pod_name(name))
+            case sm.CollectGraph():
+                return self._collect_graph(job, status, now)
+            case sm.LoadUserGraph():
+                assert spec is not None
+                return self._load_user_graph(spec, ns, status, now)
+            case sm.ExtractInProcess():
+                assert spec is not None
+                return self._extract_in_process(job, spec, status, now)
+            case sm.Predict():
+                assert spec is not None
+                return self._predict(job, spec, status, now)
+            case sm.CreateTrainingPods(attempt=attempt, completed_steps=completed):
+                assert spec is not None
+                self._create_training_pods(job, spec, status, attempt=attempt, completed=completed)
+            case sm.DeletePods(pod_names=pod_names):
+                for pod in pod_names:
+                    kube.delete_pod(ns, pod)
+            case sm.ReportSample():
+                self._report_sample(job, status, action)
+            case sm.RecordOutcome(gpu_type=gpu_type, predicted_seconds=predicted, actual_seconds=actual):
+                family = (status.get("graph") or {}).get("modelFamily", "")
+                self.ctx.metrics.job_finished(job=name, namespace=ns, gpu_type=gpu_type, model_family=family,
+                                              predicted_seconds=predicted, actual_seconds=actual)
+            case sm.RecordRequeue(reason=reason):
+                self.ctx.metrics.job_requeues_total.labels(reason=reason).inc()
+        return None
+
+    def _graph_done(self, status: Mapping[str, Any], now: datetime, *, source: str, ok: bool, reason: str,
+                    message: str, graph: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        started = sm.parse_time(status.get("analysisStartTime"))
+        if started is not None:
+            self.ctx.metrics.analysis_duration_seconds.labels(source=source, outcome="ok" if ok else "failed").observe(
+                max(0.0, (now - started).total_seconds()))
+        return sm.graph_status(status=status, ok=ok, reason=reason, message=message, now=now, graph=graph)
+
+    def _store_graph(self, job: Mapping[str, Any], encoded: EncodedGraph, *, source: str) -> dict[str, Any]:
+        body = podspecs.graph_configmap(job, encoded, source=source)
+        self.ctx.kube.create_configmap(body)
+        return {"source": source, "configMap": body["metadata"]["name"], "key": names.GRAPH_KEY,
+                "hash": encoded.graph_hash, "modelName": encoded.model_name, "modelFamily": encoded.model_family,
+                "ops": encoded.original_ops, "reduced": encoded.reduced}
+
+    def _collect_graph(self, job: Mapping[str, Any], status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+        meta = job["metadata"]
+        try:
+            text = self.ctx.kube.pod_log(meta["namespace"], names.analysis_pod_name(meta["name"]), "emit")
+            data, header = from_log(text)
+            graph = decode_bytes(data)
+        except (ApiException, GraphDecodeError) as e:
+            message = f"could not read the graph from the analysis pod: {getattr(e, 'reason', None) or e}"
+            self.ctx.kube.emit_event(job, type="Warning", reason="GraphUnreadable", message=message, now=now)
+            return self._graph_done(status, now, source="entrypoint", ok=False, reason="GraphUnreadable",
+                                    message=message)
+        encoded = EncodedGraph(data=data, graph_hash=header.get("hash") or graph.content_hash(),
+                               reduced=header.get("reduced", ""), ops=len(graph.ops),
+                               original_ops=int(header.get("original_ops", len(graph.ops))),
+                               model_name=graph.model_name, model_family=graph.model_family)
+        info = self._store_graph(job, encoded, source="entrypoint")
+        return self._graph_done(status, now, source="entrypoint", ok=True, reason="Extracted",
+                                message=f"model graph extracted ({info['ops']} ops)", graph=info)
+
+    def _load_user_graph(self, spec: JobSpec, namespace: str, status: Mapping[str, Any],
+                         now: datetime) -> dict[str, Any]:
+        source = spec.model_source
+        cm = self.ctx.kube.get_configmap(namespace, source.value)
+        if cm is None:
+            return self._graph_done(status, now, source="graphConfigMap", ok=False, reason="GraphConfigMapNotFound",
+                                    message=f"ConfigMap {source.value} not found in {namespace}")
+        try:
+            graph = graph_from_configmap(cm, key=source.key)
+        except GraphDecodeError as e:
+            return self._graph_done(status, now, source="graphConfigMap", ok=False, reason="GraphInvalid",
+                                    message=f"ConfigMap {source.value}: {e}")
+        info = {"source": "graphConfigMap", "configMap": source.value, "key": source.key,
+                "hash": graph.content_hash(), "modelName": graph.model_name, "modelFamily": graph.model_family,
+                "ops": len(graph.ops), "reduced": ""}
+        return self._graph_done(status, now, source="graphConfigMap", ok=True, reason="Loaded",
+                                message=f"model graph {graph.model_name or source.value} loaded ({len(graph.ops)} ops)",
+                                graph=info)
+
+    def _extract_in_process(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any],
+                            now: datetime) -> dict[str, Any]:
+        source = spec.model_source
+        try:
+            graph = self.ctx.extract(spec, float(self.ctx.settings.analysis.in_process_timeout_seconds))
+            encoded = encode_graph(graph, limit_bytes=self.ctx.settings.analysis.configmap_limit_bytes)
+        except (ExtractionFailed, GraphTooLarge, GraphDecodeError) as e:
+            return self._graph_done(status, now, source=source.kind, ok=False, reason="ExtractionFailed",
+                                    message=str(e))
+        info = self._store_graph(job, encoded, source=source.kind)
+        end = self.ctx.clock()
+        return self._graph_done(status, end, source=source.kind, ok=True, reason="Extracted",
+                                message=f"model graph of {source.value} extracted ({encoded.original_ops} ops)",
+                                graph=info)
+
+    def _read_graph(self, namespace: str, status: Mapping[str, Any]) -> ModelGraph | None:
+        info = status.get("graph") or {}
+        if not info.get("configMap"):
+            return None
+        cm = self.ctx.kube.get_configmap(namespace, info["configMap"])
+        if cm is None:
+            return None
+        try:
+            return graph_from_configmap(cm, key=info.get("key") or names.GRAPH_KEY)
+        except GraphDecodeError:
+            return None
+
+    def _gpu_names(self, spec: JobSpec) -> tuple[list[str], list[str]]:
+        asked = list(dict.fromkeys(spec.gpu_types))
+        canonical = []
+        for gpu in asked:
+            canon = gpu
+            if self.ctx.resolve_gpu is not None:
+                try:
+                    canon = self.ctx.resolve_gpu(gpu)
+                except (LookupError, ValueError):
+                    canon = gpu
+            canonical.append(canon)
+        return asked, canonical
+
+    def _predict(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any],
+                 now: datetime) -> dict[str, Any]:
+        asked, canonical = self._gpu_names(spec)
+        steps = spec.total_steps
+        graph = self._read_graph(job["metadata"]["namespace"], status)
+        prediction: Prediction | None = None
+        why = "no model graph"
+        if graph is not None:
+            body = {"graph": graph.to_dict(), "gpus": asked, "mode": "train", "precision": spec.precision,
+                    "optimizer": spec.optimizer, "steps": steps}
+            try:
+                prediction = from_predictor(self.ctx.predictor.predict(body), steps=steps, asked=asked,
+                                            canonical=canonical)
+            except (PredictorUnavailable, PredictorResponseError) as e:
+                why = str(e)
+                log.warning("prediction for %s/%s fell back: %s", job["metadata"]["namespace"],
+                            job["metadata"]["name"], e)
+        if prediction is not None:
+            best = prediction.fastest()
+            message = (f"predicted by model {prediction.model_version or '?'}: "
+                       f"{best.job_seconds:.0f}s on {best.gpu_type} (fastest allowed)" if best else "predicted")
+            return sm.prediction_status(status=status, prediction=prediction, reason="Predicted", message=message,
+                                        now=now)
+        prediction = fallback(asked=asked, canonical=canonical, steps=steps, estimated_seconds=spec.estimated_seconds,
+                              settings=self.ctx.settings.fallback)
+        used = ("the user's estimate (spec.estimatedSeconds)" if prediction.source == "user-estimate"
+                else f"a conservative default ({self.ctx.settings.fallback.default_step_seconds}s per step)")
+        reason = "NoGraph" if graph is None else "PredictorUnavailable"
+        message = f"{why}: using {used}, {prediction.gpus[0].job_seconds:.0f}s"
+        self.ctx.kube.emit_event(job, type="Warning", reason=reason, message=message, now=now)
+        return sm.prediction_status(status=status, prediction=prediction, reason=reason, message=message, now=now)
+
+    def _create_training_pods(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any], *,
+                              attempt: int, completed: int) -> None:
+        prediction = Prediction.from_status(status.get("prediction"))
+        _, canonical = self._gpu_names(spec)
+        if prediction is None:  # cannot happen through Predicted, but never launch without an annotation
+            prediction = fallback(asked=canonical, canonical=canonical, steps=spec.total_steps,
+                                  estimated_seconds=spec.estimated_seconds, settings=self.ctx.settings.fallback)
+        remaining = remaining_seconds(prediction, completed_steps=completed)
+        for worker in range(spec.workers):
+            self.ctx.kube.create_pod(podspecs.training_pod(job, spec, attempt=attempt, worker=worker,
+                                                           gpu_types=tuple(canonical), remaining=remaining,
+                                                           completed_steps=completed))
+
+    def _report_sample(self, job: Mapping[str, Any], status: Mapping[str, Any], action: sm.ReportSample) -> None:
+        meta = job["metadata"]
+        graph_info = status.get("graph") or {}
+        prediction = status.get("prediction") or {}
+        body: dict[str, Any] = {
+            "graph_hash": graph_info.get("hash") or prediction.get("graphHash") or "",
+            "gpu": action.gpu_type, "job_seconds": action.job_seconds, "steps": action.steps,
+            "step_seconds": action.job_seconds / max(action.steps, 1), "job": f"{meta['namespace']}/{meta['name']}",
+        }  # fmt: skip
+        graph = self._read_graph(meta["namespace"], status)
+        if graph is not None:
+            body["graph"] = graph.to_dict()
+        try:
+            self.ctx.predictor.report_sample(body)
+        except PredictorUnavailable as e:
+            log.warning("sample for %s/%s not reported: %s", meta["namespace"], meta["name"], e)

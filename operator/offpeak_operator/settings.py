@@ -1,0 +1,51 @@
+"""Operator settings, one dataclass per concern, built once by the CLI and passed explicitly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from offpeak_operator.predictions import FallbackSettings
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysisSettings:
+    """The analysis pod (graph extraction in the user's image) and in-process extraction."""
+
+    image: str = "ghcr.io/offpeak/offpeak:0.1.0"  # offpeak image: holds the bundle and runs the emit step
+    bundle_path: str = "/opt/offpeak/offpeak.pyz"  # the zipapp inside the offpeak image
+    python: str = "python"  # interpreter in the user's image
+    timeout_seconds: int = 600  # activeDeadlineSeconds of the pod; also the operator's wait before falling back
+    in_process_timeout_seconds: int = 180  # torchvision/hfConfig extraction in the operator's own process
+    cpu_request: str = "500m"
+    cpu_limit: str = "2"
+    memory_request: str = "2Gi"
+    memory_limit: str = "6Gi"
+    configmap_limit_bytes: int = 700_000
+
+
+@dataclass(frozen=True, slots=True)
+class RequeueSettings:
+    """Backoff between attempts after an eviction or failure: base * 2**(attempt-1), capped."""
+
+    base_seconds: float = 10.0
+    max_seconds: float = 600.0
+
+    def backoff(self, attempt: int) -> float:
+        return min(self.max_seconds, self.base_seconds * 2 ** max(0, attempt - 1))
+
+
+@dataclass(frozen=True, slots=True)
+class PredictorSettings:
+    url: str = "http://offpeak-predictor:8080"
+    timeout_seconds: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorSettings:
+    predictor: PredictorSettings = field(default_factory=PredictorSettings)
+    analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
+    requeue: RequeueSettings = field(default_factory=RequeueSettings)
+    fallback: FallbackSettings = field(default_factory=FallbackSettings)
+    resync_seconds: float = 5.0  # level-triggered re-check of every TrainingJob
+    watch_server_timeout_seconds: int = 300
+    watch_client_timeout_seconds: int = 330

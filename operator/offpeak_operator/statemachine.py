@@ -1,0 +1,450 @@
+"""The TrainingJob state machine: (spec, status, observed pods, now) -> (status changes, actions). Pure.
+
+Phases: Pending -> Analyzing -> Predicted -> Waiting -> Running -> Succeeded | Failed, with Requeued after an
+eviction or a failed attempt (back to Waiting after a backoff, until maxAttempts). The reconciler performs the
+actions (Kubernetes, predictor) and merges their results; every decision here is re-derivable from the stored
+status and the observed pods, so a restarted operator resumes without duplicates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from offpeak_operator import conditions as cond
+from offpeak_operator import names
+from offpeak_operator.conditions import rfc3339
+from offpeak_operator.jobspec import JobSpec, Problem
+from offpeak_operator.predictions import Prediction, remaining_seconds
+from offpeak_operator.settings import OperatorSettings
+
+ANALYSIS_GRACE_SECONDS = 30  # beyond activeDeadlineSeconds before the operator gives up on an analysis pod
+EVICTION_REASONS = frozenset({"Evicted", "Preempted", "Preempting", "Terminated", "NodeLost", "Shutdown",
+                              "NodeShutdown", "DeletionByTaintManager", "DeletionByPodGC"})
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    ANALYZING = "Analyzing"
+    PREDICTED = "Predicted"
+    WAITING = "Waiting"
+    RUNNING = "Running"
+    REQUEUED = "Requeued"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """What the state machine needs to know about one pod."""
+
+    name: str
+    phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Unknown
+    node: str = ""
+    gpu_type: str = ""  # the node's offpeak.io/gpu-type label
+    reason: str = ""  # pod status reason (Evicted, DeadlineExceeded, ...)
+    message: str = ""
+    eviction_reason: str = ""  # offpeak.io/eviction-reason annotation
+    deleting: bool = False  # deletionTimestamp set
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def evicted(self) -> bool:
+        if self.phase == "Succeeded":
+            return False
+        return bool(self.eviction_reason) or self.reason in EVICTION_REASONS or self.deleting
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    training_pods: Mapping[str, PodView] = field(default_factory=dict)
+    analysis_pod: PodView | None = None
+
+
+# ---- actions: what the reconciler must do (I/O), in order ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CreateAnalysisPod:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteAnalysisPod:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class CollectGraph:
+    """Read the graph from the finished analysis pod's log into the `<job>-graph` ConfigMap."""
+
+
+@dataclass(frozen=True, slots=True)
+class LoadUserGraph:
+    """Check the user's graphConfigMap and record it as the job's graph."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtractInProcess:
+    """Extract a torchvision/hfConfig graph in the operator (subprocess with a timeout)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Predict:
+    """Ask the predictor for every allowed GPU type (graph from status.graph if any); fall back on failure."""
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTrainingPods:
+    attempt: int
+    completed_steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePods:
+    pod_names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportSample:
+    gpu_type: str
+    job_seconds: float
+    steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOutcome:
+    """Metrics at the end of a successful job: predicted vs actual seconds on the GPU type it ran on."""
+
+    gpu_type: str
+    predicted_seconds: float
+    actual_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRequeue:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class EmitEvent:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+Action = (CreateAnalysisPod | DeleteAnalysisPod | CollectGraph | LoadUserGraph | ExtractInProcess | Predict
+          | CreateTrainingPods | DeletePods | ReportSample | RecordOutcome | RecordRequeue | EmitEvent)
+
+
+@dataclass(slots=True)
+class Decision:
+    status: dict[str, Any] = field(default_factory=dict)  # fields to set in .status (top-level merge)
+    actions: list[Action] = field(default_factory=list)
+
+    @property
+    def phase(self) -> str | None:
+        return self.status.get("phase")
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _conditions(status: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [dict(c) for c in status.get("conditions") or []]
+
+
+def expected_pods(job_name: str, *, attempt: int, workers: int) -> tuple[str, ...]:
+    return tuple(names.training_pod_name(job_name, attempt=attempt, worker=w) for w in range(workers))
+
+
+# ---- the decision --------------------------------------------------------------------------------------
+
+
+def decide(*, job_name: str, spec: JobSpec | None, problems: Sequence[Problem], status: Mapping[str, Any],
+           observed: Observed, now: datetime, settings: OperatorSettings) -> Decision:
+    """The next status change and actions for one TrainingJob."""
+    phase = Phase(status.get("phase") or Phase.PENDING)
+    if phase in TERMINAL:
+        return Decision()
+    if spec is None or problems:
+        return _invalid(status, problems, now)
+    if phase == Phase.PENDING:
+        return _start(spec, status, now)
+    if phase == Phase.ANALYZING:
+        return _analyzing(spec, status, observed, now, settings)
+    if phase == Phase.PREDICTED:
+        return _launch(job_name, spec, status, now)
+    if phase == Phase.REQUEUED:
+        next_at = parse_time(status.get("nextAttemptTime"))
+        if next_at is not None and now < next_at:
+            return Decision()
+        return _launch(job_name, spec, status, now)
+    return _track(job_name, spec, status, observed, now, settings)
+
+
+def _invalid(status: Mapping[str, Any], problems: Sequence[Problem], now: datetime) -> Decision:
+    problems = list(problems) or [Problem("InvalidSpec", "spec could not be read")]
+    message = "; ".join(p.message for p in problems)
+    conds = cond.set_condition(_conditions(status), type=cond.VALID, ok=False, reason=problems[0].reason,
+                               message=message, now=now)
+    return Decision(
+        status={"phase": Phase.FAILED, "message": f"invalid TrainingJob: {message}", "conditions": conds,
+                "finishTime": rfc3339(now)},
+        actions=[EmitEvent("Warning", p.reason, p.message) for p in problems],
+    )
+
+
+def _start(spec: JobSpec, status: Mapping[str, Any], now: datetime) -> Decision:
+    conds = cond.set_condition(_conditions(status), type=cond.VALID, ok=True, reason="Valid",
+                               message="spec accepted", now=now)
+    out: dict[str, Any] = {"phase": Phase.ANALYZING, "gpus": spec.total_gpus, "totalSteps": spec.total_steps,
+                           "attempts": 0, "completedSteps": 0, "analysisStartTime": rfc3339(now)}
+    source = spec.model_source
+    actions: list[Action]
+    if source.kind == "entrypoint":
+        actions = [CreateAnalysisPod()]
+        out["message"] = f"extracting the model graph from {source.value} in an analysis pod"
+    elif source.kind == "graphConfigMap":
+        actions = [LoadUserGraph()]
+        out["message"] = f"reading the model graph from ConfigMap {source.value}"
+    elif source.in_process:
+        actions = [ExtractInProcess()]
+        out["message"] = f"extracting the model graph of {source.kind} {source.value}"
+    else:
+        conds = cond.set_condition(conds, type=cond.GRAPH_READY, ok=False, reason="NoModelSource",
+                                   message="no spec.modelSource: runtime cannot be predicted from the model", now=now)
+        actions = [Predict()]
+        out["message"] = "no model source: estimating the runtime without a graph"
+    out["conditions"] = conds
+    return Decision(status=out, actions=[EmitEvent("Normal", "Accepted", out["message"]), *actions])
+
+
+def _analyzing(spec: JobSpec, status: Mapping[str, Any], observed: Observed, now: datetime,
+               settings: OperatorSettings) -> Decision:
+    graph_ready = cond.is_true(status.get("conditions"), cond.GRAPH_READY)
+    if graph_ready is not None:  # decided either way: predict (with or without the graph)
+        return Decision(actions=[Predict()])
+    source = spec.model_source
+    if source.kind == "graphConfigMap":
+        return Decision(actions=[LoadUserGraph()])
+    if source.in_process:
+        return Decision(actions=[ExtractInProcess()])
+    started = parse_time(status.get("analysisStartTime")) or now
+    deadline = started + timedelta(seconds=settings.analysis.timeout_seconds + ANALYSIS_GRACE_SECONDS)
+    pod = observed.analysis_pod
+    if pod is not None and pod.phase == "Succeeded":
+        return Decision(actions=[CollectGraph()])
+    if pod is not None and pod.phase == "Failed":
+        timed_out = pod.reason == "DeadlineExceeded"
+        reason = "AnalysisTimeout" if timed_out else "AnalysisFailed"
+        message = (f"analysis pod ran past {settings.analysis.timeout_seconds}s" if timed_out
+                   else f"analysis pod failed: {pod.reason or 'see its logs'} {pod.message}".strip())
+        return _graph_failed(status, reason, message, now)
+    if now >= deadline:
+        decision = _graph_failed(status, "AnalysisTimeout",
+                                 f"no graph after {settings.analysis.timeout_seconds}s of analysis", now)
+        decision.actions.insert(0, DeleteAnalysisPod())
+        return decision
+    if pod is None:
+        return Decision(actions=[CreateAnalysisPod()])  # gone (or never made): make it again, by the same name
+    return Decision()
+
+
+def _graph_failed(status: Mapping[str, Any], reason: str, message: str, now: datetime) -> Decision:
+    conds = cond.set_condition(_conditions(status), type=cond.GRAPH_READY, ok=False, reason=reason,
+                               message=message, now=now)
+    return Decision(status={"conditions": conds, "message": message},
+                    actions=[EmitEvent("Warning", reason, message), Predict()])
+
+
+def _launch(job_name: str, spec: JobSpec, status: Mapping[str, Any], now: datetime) -> Decision:
+    attempt = int(status.get("attempts") or 0) + 1
+    completed = int(status.get("completedSteps") or 0)
+    pods = expected_pods(job_name, attempt=attempt, workers=spec.workers)
+    resumed = f", resuming after step {completed}" if completed else ""
+    message = f"attempt {attempt}/{spec.max_attempts}: {len(pods)} training pod(s) waiting for an idle GPU window{resumed}"
+    conds = cond.set_condition(_conditions(status), type=cond.SCHEDULED, ok=False, reason="WaitingForWindow",
+                               message=message, now=now)
+    return Decision(
+        status={"phase": Phase.WAITING, "attempts": attempt, "pods": list(pods), "message": message,
+                "conditions": conds, "nextAttemptTime": None, "node": None, "gpuType": None},
+        actions=[CreateTrainingPods(attempt=attempt, completed_steps=completed)],
+    )
+
+
+def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Observed, now: datetime,
+           settings: OperatorSettings) -> Decision:
+    attempt = int(status.get("attempts") or 1)
+    expected = expected_pods(job_name, attempt=attempt, workers=spec.workers)
+    views = [observed.training_pods.get(n) for n in expected]
+    prediction = Prediction.from_status(status.get("prediction"))
+    gone = [n for n, v in zip(expected, views, strict=True) if v is None]
+    present = [v for v in views if v is not None]
+    evicted = [v for v in present if v.evicted]
+    failed = [v for v in present if not v.evicted and v.phase == "Failed"]
+    if gone or evicted:
+        if evicted:
+            what = f"pod {evicted[0].name} evicted ({evicted[0].eviction_reason or evicted[0].reason or 'deleted'})"
+        else:
+            what = f"pod {gone[0]} disappeared"
+        return _requeue(spec, status, present, prediction, "Evicted", what, now, settings)
+    if failed:
+        what = f"pod {failed[0].name} failed: {failed[0].reason or 'see its logs'} {failed[0].message}".strip()
+        return _requeue(spec, status, present, prediction, "PodFailed", what, now, settings)
+    if all(v.phase == "Succeeded" for v in present):
+        return _succeeded(spec, status, present, prediction, now)
+    running = [v for v in present if v.phase in ("Running", "Succeeded")]
+    if running and len(running) == len(present):
+        return _running(spec, status, present, prediction, now)
+    return Decision()
+
+
+def _attempt_start(status: Mapping[str, Any], pods: Sequence[PodView], now: datetime) -> datetime:
+    starts = [p.started_at for p in pods if p.started_at is not None]
+    return min(starts) if starts else (parse_time(status.get("attemptStartTime")) or now)
+
+
+def _remaining_p50(prediction: Prediction | None, gpu_type: str, completed: int) -> float | None:
+    if prediction is None:
+        return None
+    remaining = remaining_seconds(prediction, completed_steps=completed)
+    gp = prediction.for_gpu(gpu_type)
+    return remaining[gp.gpu_type]["p50"] if gp is not None else None
+
+
+def _running(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], prediction: Prediction | None,
+             now: datetime) -> Decision:
+    lead = pods[0]
+    if status.get("phase") == Phase.RUNNING and status.get("node") == lead.node:
+        return Decision()
+    start = _attempt_start(status, pods, now)
+    completed = int(status.get("completedSteps") or 0)
+    nodes = sorted({p.node for p in pods if p.node})
+    message = f"running on {', '.join(nodes) or 'unknown node'} ({lead.gpu_type or 'unknown GPU type'})"
+    out: dict[str, Any] = {
+        "phase": Phase.RUNNING, "node": lead.node or None, "gpuType": lead.gpu_type or None,
+        "attemptStartTime": rfc3339(start), "message": message,
+        "conditions": cond.set_condition(_conditions(status), type=cond.SCHEDULED, ok=True, reason="Running",
+                                         message=message, now=now),
+    }  # fmt: skip
+    if not status.get("startTime"):
+        out["startTime"] = rfc3339(start)
+    predicted = _remaining_p50(prediction, lead.gpu_type, completed)
+    if predicted is not None:
+        out["predictedSeconds"] = predicted
+    return Decision(status=out, actions=[EmitEvent("Normal", "Running", message)])
+
+
+def _succeeded(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], prediction: Prediction | None,
+               now: datetime) -> Decision:
+    start = _attempt_start(status, pods, now)
+    finishes = [p.finished_at for p in pods if p.finished_at is not None]
+    finish = max(finishes) if finishes else now
+    actual = max(0.0, (finish - start).total_seconds())
+    completed = int(status.get("completedSteps") or 0)
+    steps = max(1, spec.total_steps - completed)
+    lead = pods[0]
+    gpu_type = lead.gpu_type or status.get("gpuType") or ""
+    message = f"succeeded in {actual:.0f}s on {gpu_type or 'an unknown GPU type'}"
+    out: dict[str, Any] = {
+        "phase": Phase.SUCCEEDED, "finishTime": rfc3339(finish), "actualSeconds": round(actual, 3),
+        "actualStepSeconds": round(actual / steps, 6), "sampleReported": True, "message": message,
+        "node": lead.node or status.get("node"), "gpuType": gpu_type or None,
+        "conditions": cond.set_condition(_conditions(status), type=cond.FINISHED, ok=True, reason="Succeeded",
+                                         message=message, now=now),
+    }  # fmt: skip
+    if not status.get("startTime"):
+        out["startTime"] = rfc3339(start)
+    actions: list[Action] = [EmitEvent("Normal", "Succeeded", message)]
+    predicted = _remaining_p50(prediction, gpu_type, completed)
+    if predicted is not None:
+        out["predictedSeconds"] = predicted
+        actions.append(RecordOutcome(gpu_type=gpu_type, predicted_seconds=predicted, actual_seconds=actual))
+    if gpu_type:
+        actions.append(ReportSample(gpu_type=gpu_type, job_seconds=actual, steps=steps))
+    return Decision(status=out, actions=actions)
+
+
+def steps_done(pods: Sequence[PodView], prediction: Prediction | None, *, status: Mapping[str, Any],
+               now: datetime) -> int:
+    """Steps an interrupted attempt got through, estimated pessimistically from the p90 step time."""
+    if prediction is None:
+        return 0
+    starts = [p.started_at for p in pods if p.started_at is not None and p.phase != "Pending"]
+    start = min(starts) if starts else parse_time(status.get("attemptStartTime"))
+    if start is None:
+        return 0
+    ends = [p.finished_at for p in pods if p.finished_at is not None]
+    end = min(ends) if ends else now
+    gpu = prediction.for_gpu(pods[0].gpu_type if pods else None) or prediction.fastest()
+    if gpu is None or gpu.step_seconds_p90 <= 0:
+        return 0
+    return max(0, math.floor((end - start).total_seconds() / gpu.step_seconds_p90))
+
+
+def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], prediction: Prediction | None,
+             reason: str, what: str, now: datetime, settings: OperatorSettings) -> Decision:
+    attempt = int(status.get("attempts") or 1)
+    completed = int(status.get("completedSteps") or 0)
+    if spec.checkpointing:
+        completed = min(spec.total_steps - 1, completed + steps_done(pods, prediction, status=status, now=now))
+    alive = tuple(p.name for p in pods if p.phase not in ("Succeeded", "Failed") and not p.deleting)
+    conds = _conditions(status)
+    if attempt >= spec.max_attempts:
+        message = f"{what}; no attempts left ({attempt}/{spec.max_attempts})"
+        conds = cond.set_condition(conds, type=cond.FINISHED, ok=False, reason="MaxAttemptsReached",
+                                   message=message, now=now)
+        return Decision(
+            status={"phase": Phase.FAILED, "finishTime": rfc3339(now), "message": message, "conditions": conds,
+                    "completedSteps": completed},
+            actions=[DeletePods(alive), EmitEvent("Warning", "MaxAttemptsReached", message)],
+        )
+    delay = settings.requeue.backoff(attempt)
+    next_at = now + timedelta(seconds=delay)
+    resume = f", will resume after step {completed}" if spec.checkpointing else ", will restart from the beginning"
+    message = f"{what}; attempt {attempt + 1}/{spec.max_attempts} in {delay:.0f}s{resume}"
+    conds = cond.set_condition(conds, type=cond.SCHEDULED, ok=False, reason=reason, message=message, now=now)
+    return Decision(
+        status={"phase": Phase.REQUEUED, "nextAttemptTime": rfc3339(next_at), "message": message,
+                "conditions": conds, "completedSteps": completed},
+        actions=[DeletePods(alive), RecordRequeue(reason), EmitEvent("Warning", reason, message)],
+    )
+
+
+def prediction_status(*, status: Mapping[str, Any], prediction: Prediction, reason: str, message: str,
+                      now: datetime) -> dict[str, Any]:
+    """Status after the Predict action: the prediction (or fallback) is stored and the job moves to Predicted."""
+    completed = int(status.get("completedSteps") or 0)
+    fastest = prediction.fastest()
+    conds = cond.set_condition(_conditions(status), type=cond.PREDICTED, ok=prediction.source == "predictor",
+                               reason=reason, message=message, now=now)
+    out: dict[str, Any] = {"phase": Phase.PREDICTED, "prediction": prediction.to_status(), "conditions": conds,
+                           "message": message}
+    if fastest is not None:
+        out["predictedSeconds"] = remaining_seconds(prediction, completed_steps=completed)[fastest.gpu_type]["p50"]
+    return out
+
+
+def graph_status(*, status: Mapping[str, Any], ok: bool, reason: str, message: str, now: datetime,
+                 graph: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Status after an attempt to get the graph (analysis pod, ConfigMap, in-process extraction)."""
+    out: dict[str, Any] = {
+        "conditions": cond.set_condition(_conditions(status), type=cond.GRAPH_READY, ok=ok, reason=reason,
+                                         message=message, now=now),
+        "message": message,
+    }
+    if graph is not None:
+        out["graph"] = dict(graph)
+    return out
