@@ -1,0 +1,55 @@
+"""Find the helm and kube-scheduler binaries the chart checks need (built from Go modules by offpeak_e2e.build).
+
+Order: an explicit environment variable, then the shared cache `${OFFPEAK_CACHE:-~/.cache/offpeak}/bin/<ver>/`,
+then PATH. A missing tool is an error that says how to build it, never a reason to skip a check.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+HELM_VERSION = "v3.16.4"
+KUBE_VERSION = "v1.32.13"
+BUILD_HINT = ".venv/bin/python -m offpeak_e2e.build --only {target}   (Go from the module proxy, a few minutes)"
+
+
+class ToolMissing(RuntimeError):
+    """A binary a chart check needs is not built; the message says how to build it."""
+
+
+def cache_dir() -> Path:
+    """`$OFFPEAK_CACHE` or ~/.cache/offpeak: the same cache offpeak_e2e.build fills."""
+    return Path(os.environ.get("OFFPEAK_CACHE") or Path.home() / ".cache" / "offpeak").expanduser()
+
+
+def _find(name: str, *, env: str, version: str, target: str) -> Path:
+    explicit = os.environ.get(env)
+    if explicit:
+        path = Path(explicit).expanduser()
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+        raise ToolMissing(f"{env}={explicit} is not an executable file")
+    pinned = cache_dir() / "bin" / version / name
+    if pinned.is_file():
+        return pinned
+    others = sorted((cache_dir() / "bin").glob(f"*/{name}"), reverse=True)
+    if others:
+        return others[0]
+    on_path = shutil.which(name)
+    if on_path:
+        return Path(on_path)
+    raise ToolMissing(
+        f"{name} not found (looked at ${env}, {pinned}, PATH). Build it: {BUILD_HINT.format(target=target)}"
+    )
+
+
+def find_helm() -> Path:
+    """helm: $OFFPEAK_HELM, the cache, or PATH."""
+    return _find("helm", env="OFFPEAK_HELM", version=HELM_VERSION, target="helm")
+
+
+def find_kube_scheduler() -> Path:
+    """kube-scheduler: $OFFPEAK_KUBE_SCHEDULER, the cache, or PATH."""
+    return _find("kube-scheduler", env="OFFPEAK_KUBE_SCHEDULER", version=KUBE_VERSION, target="kubernetes")

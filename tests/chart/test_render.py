@@ -1,0 +1,159 @@
+"""helm lint, helm template, and every rendered object against the Kubernetes schemas of a pinned version."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from offpeak_dashboard.chart import KUBE_VERSION, chart_dir, find, helm, render
+from offpeak_dashboard.checks import repo_root
+
+ROOT = repo_root()
+CHART = chart_dir(ROOT)
+CUSTOM_VALUES = Path(__file__).with_name("values-custom.yaml")
+
+# Kinds whose schemas are not part of Kubernetes (Prometheus operator): checked by hand below.
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+
+
+@pytest.mark.parametrize("values", [[], [CUSTOM_VALUES]], ids=["default", "custom"])
+def test_helm_lint_strict(helm_bin: Path, values: list[Path]) -> None:
+    args = ["lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION]
+    for path in values:
+        args += ["--values", str(path)]
+    result = helm(*args)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_object_is_valid_for_the_pinned_kubernetes(objects: list[dict[str, Any]]) -> None:
+    errors = []
+    for obj in objects:
+        if (obj["apiVersion"], obj["kind"]) in CUSTOM_KINDS:
+            continue
+        try:
+            kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            errors.append(f"{obj['kind']}/{obj['metadata']['name']}: {e.message} at {list(e.path)}")
+    assert errors == []
+
+
+def test_validation_would_catch_a_broken_object(default_objects: list[dict[str, Any]]) -> None:
+    (deployment,) = find(default_objects, "Deployment", "-operator")
+    broken = json.loads(json.dumps(deployment))
+    broken["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "nine"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBE_VERSION, strict=True)
+
+
+def test_service_monitors_only_when_enabled(default_objects, custom_objects) -> None:
+    assert find(default_objects, "ServiceMonitor") == []
+    monitors = find(custom_objects, "ServiceMonitor")
+    assert {m["metadata"]["name"] for m in monitors} == {
+        f"gpu-harvest-{c}" for c in ("operator", "predictor", "scheduler", "evictor", "agent")
+    }
+    services = {s["metadata"]["name"]: s for s in find(custom_objects, "Service")}
+    for monitor in monitors:
+        assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        (endpoint,) = monitor["spec"]["endpoints"]
+        service = services[monitor["metadata"]["name"]]
+        assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+        selector = monitor["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= service["metadata"]["labels"].items()
+
+
+def test_services_select_their_pods(objects: list[dict[str, Any]]) -> None:
+    workloads = {o["metadata"]["name"]: o for o in objects if o["kind"] in ("Deployment", "DaemonSet")}
+    for service in find(objects, "Service"):
+        workload = workloads[service["metadata"]["name"]]
+        pod_labels = workload["spec"]["template"]["metadata"]["labels"]
+        assert service["spec"]["selector"].items() <= pod_labels.items()
+        container_ports = {
+            p["name"] for c in workload["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])
+        }
+        for port in service["spec"]["ports"]:
+            assert port["targetPort"] in container_ports, service["metadata"]["name"]
+
+
+def test_disabled_components_render_nothing(helm_bin: Path) -> None:
+    objects = render(
+        CHART,
+        set_values=[f"{c}.enabled=false" for c in ("operator", "predictor", "scheduler", "evictor", "agent")]
+        + ["dashboard.enabled=false"],
+        include_crds=False,
+    )
+    assert objects == []
+
+
+def test_pdbs_only_for_replicated_components(default_objects, custom_objects) -> None:
+    assert find(default_objects, "PodDisruptionBudget") == []
+    assert {p["metadata"]["name"] for p in find(custom_objects, "PodDisruptionBudget")} == {
+        "gpu-harvest-predictor",
+        "gpu-harvest-scheduler",
+    }
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "image.tag=latest",
+        "operator.replicas=2",
+        "scheduler.extender.httpTimeout=soon",
+        "prometheusURL=prometheus:9090",
+        "unknownKey=1",
+        "scheduler.image.tag=latest",
+    ],
+)
+def test_schema_rejects_bad_values(helm_bin: Path, bad: str) -> None:
+    result = helm("template", "x", str(CHART), "--set", bad)
+    assert result.returncode != 0
+    assert "schema" in result.stderr
+
+
+def test_predictor_volume_is_emptydir_or_pvc(default_objects, custom_objects) -> None:
+    def data_volume(objects: list[dict[str, Any]]) -> dict[str, Any]:
+        (deployment,) = find(objects, "Deployment", "-predictor")
+        (volume,) = [v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "data"]
+        return volume
+
+    assert "emptyDir" in data_volume(default_objects)
+    assert find(default_objects, "PersistentVolumeClaim") == []
+    assert data_volume(custom_objects)["persistentVolumeClaim"]["claimName"] == "gpu-harvest-predictor"
+    (claim,) = find(custom_objects, "PersistentVolumeClaim")
+    assert claim["spec"]["storageClassName"] == "fast-ssd"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi"
+
+
+def test_dashboard_configmap_carries_the_committed_json(default_objects, custom_objects) -> None:
+    committed = json.loads((CHART / "files" / "dashboard.json").read_text())
+    (default,) = find(default_objects, "ConfigMap", "-dashboard")
+    assert default["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(default["data"]["offpeak.json"]) == committed  # {{legend}} survived Helm untouched
+    (custom,) = find(custom_objects, "ConfigMap", "-dashboard")
+    assert custom["metadata"]["namespace"] == "monitoring"
+    assert custom["metadata"]["annotations"] == {"grafana_folder": "offpeak"}
+
+
+def test_component_commands_follow_the_contract(default_objects: list[dict[str, Any]]) -> None:
+    def args(suffix: str, kind: str = "Deployment", container: int = 0) -> list[str]:
+        (obj,) = find(default_objects, kind, suffix)
+        return obj["spec"]["template"]["spec"]["containers"][container]["args"]
+
+    assert args("-operator")[:1] == ["operator"]
+    assert "--predictor-url=http://offpeak-predictor.offpeak-system.svc:8080" in args("-operator")
+    assert "--metrics-port=9090" in args("-operator")
+    assert args("-predictor")[:2] == ["predictor", "serve"] and "--port=8080" in args("-predictor")
+    assert args("-scheduler", container=1)[0] == "extender" and "--port=8888" in args("-scheduler", container=1)
+    assert args("-evictor")[0] == "evictor" and "--metrics-port=9091" in args("-evictor")
+    assert args("-agent", kind="DaemonSet")[0] == "agent" and "--port=9400" in args("-agent", kind="DaemonSet")
+
+
+def test_crd_in_chart_is_identical_to_crds_folder() -> None:
+    source = ROOT / "crds" / "trainingjobs.offpeak.io.yaml"
+    copy = CHART / "crds" / "trainingjobs.offpeak.io.yaml"
+    assert copy.read_bytes() == source.read_bytes(), f"run: cp {source.relative_to(ROOT)} {copy.relative_to(ROOT)}"
+    assert yaml.safe_load(copy.read_text())["metadata"]["name"] == "trainingjobs.offpeak.io"

@@ -1,0 +1,163 @@
+"""Pod security, resources, probes and least-privilege RBAC of everything the chart runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from offpeak_dashboard.chart import find, pod_specs, scheduler_config
+
+import yaml
+
+WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "*"}
+
+
+def test_pods_run_non_root_with_seccomp(objects: list[dict[str, Any]]) -> None:
+    specs = dict(pod_specs(objects))
+    assert len(specs) == 5
+    for name, spec in specs.items():
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True, name
+        assert pod["runAsUser"] != 0, name
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert not spec.get("hostNetwork"), name
+        assert not spec.get("hostIPC"), name
+
+
+def test_containers_are_locked_down_and_sized(objects: list[dict[str, Any]]) -> None:
+    for name, spec in pod_specs(objects):
+        for container in spec.get("initContainers", []) + spec["containers"]:
+            where = f"{name}/{container['name']}"
+            ctx = container["securityContext"]
+            assert ctx["readOnlyRootFilesystem"] is True, where
+            assert ctx["allowPrivilegeEscalation"] is False, where
+            assert ctx.get("privileged", False) is False, where
+            assert ctx["capabilities"]["drop"] == ["ALL"], where
+            assert "add" not in ctx["capabilities"], where
+            assert {"cpu", "memory"} <= container["resources"]["requests"].keys(), where
+            assert {"cpu", "memory"} <= container["resources"]["limits"].keys(), where
+            assert "livenessProbe" in container and "readinessProbe" in container, where
+            assert not container["image"].endswith(":latest"), where
+
+
+def test_no_host_paths_and_only_the_agent_shares_host_pid(default_objects: list[dict[str, Any]]) -> None:
+    for name, spec in pod_specs(default_objects):
+        assert all("hostPath" not in v for v in spec.get("volumes", [])), name
+        assert spec.get("hostPID", False) == name.startswith("DaemonSet/"), name
+
+
+def test_agent_gets_gpus_through_the_nvidia_runtime_not_a_gpu_request(custom_objects) -> None:
+    (daemonset,) = find(custom_objects, "DaemonSet")
+    spec = daemonset["spec"]["template"]["spec"]
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["nodeSelector"] == {"offpeak.io/gpu": "true"}
+    assert spec["hostPID"] is False  # values-custom turns it off
+    (container,) = spec["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "all" and env["NVIDIA_DRIVER_CAPABILITIES"] == "utility"
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+
+
+def _rules(objects: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    (role,) = [o for o in objects if o["kind"] in ("ClusterRole", "Role") and o["metadata"]["name"] == name]
+    return role["rules"]
+
+
+def _grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+def test_no_wildcards_and_no_secrets_anywhere(objects: list[dict[str, Any]]) -> None:
+    for role in (o for o in objects if o["kind"] in ("ClusterRole", "Role")):
+        for group, resource, verb in _grants(role["rules"]):
+            assert "*" not in (group, resource, verb), role["metadata"]["name"]
+            assert resource != "secrets", role["metadata"]["name"]
+
+
+def test_evictor_rbac_is_exactly_what_it_needs(default_objects) -> None:
+    assert _grants(_rules(default_objects, "offpeak-evictor")) == {
+        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"),
+        ("", "pods/eviction", "create"),
+        ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
+        ("", "events", "create"), ("", "events", "patch"),
+        ("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch"),
+        ("offpeak.io", "trainingjobs", "get"),
+    }
+
+
+def test_agent_rbac_is_read_only(default_objects) -> None:
+    grants = _grants(_rules(default_objects, "offpeak-agent"))
+    assert {v for _, _, v in grants} & WRITE_VERBS == set()
+    assert {r for _, r, _ in grants} == {"pods", "nodes"}
+
+
+def test_operator_rbac_covers_its_objects_and_is_namespaced_when_asked(default_objects, custom_objects) -> None:
+    grants = _grants(_rules(default_objects, "offpeak-operator"))
+    for needed in [
+        ("offpeak.io", "trainingjobs/status", "patch"),
+        ("", "pods", "create"), ("", "pods", "delete"), ("", "pods/log", "get"),
+        ("", "configmaps", "create"), ("", "events", "create"),
+    ]:
+        assert needed in grants
+    assert ("offpeak.io", "trainingjobs", "delete") not in grants
+    assert ("", "nodes", "get") not in grants
+    (role,) = [o for o in custom_objects if o["kind"] == "Role" and o["metadata"]["name"] == "gpu-harvest-operator"]
+    assert role["metadata"]["namespace"] == "ml-team"
+    assert not [o for o in custom_objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-operator")]
+    (deployment,) = find(custom_objects, "Deployment", "-operator")
+    assert "--namespace=ml-team" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_scheduler_bindings_and_own_lease(default_objects) -> None:
+    bindings = {
+        (b["kind"], b["metadata"].get("namespace"), b["roleRef"]["name"])
+        for b in default_objects
+        if b["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(s["name"] == "offpeak-scheduler" for s in b["subjects"])
+    }
+    assert ("ClusterRoleBinding", None, "system:kube-scheduler") in bindings
+    assert ("ClusterRoleBinding", None, "system:volume-scheduler") in bindings
+    assert ("RoleBinding", "kube-system", "extension-apiserver-authentication-reader") in bindings
+    lease_rules = _rules(default_objects, "offpeak-scheduler-lease")
+    named = [r for r in lease_rules if r.get("resourceNames")]
+    assert named and named[0]["resourceNames"] == ["offpeak-scheduler"]
+    assert _grants(_rules(default_objects, "offpeak-scheduler-extender")) == {
+        ("", r, v) for r in ("nodes", "pods") for v in ("get", "list", "watch")
+    }
+
+
+def test_predictor_has_no_api_access(default_objects) -> None:
+    (deployment,) = find(default_objects, "Deployment", "-predictor")
+    assert deployment["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    assert not [o for o in default_objects if o["kind"] in ("ClusterRole", "Role") and "predictor" in o["metadata"]["name"]]
+
+
+def test_scheduler_config_calls_the_extender_on_loopback(objects) -> None:
+    config = yaml.safe_load(scheduler_config(objects))
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    (profile,) = config["profiles"]
+    (extender,) = config["extenders"]
+    assert extender["urlPrefix"] == "http://127.0.0.1:8888"
+    assert (extender["filterVerb"], extender["prioritizeVerb"]) == ("filter", "prioritize")
+    assert extender["nodeCacheCapable"] is True and extender["ignorable"] is True
+    assert extender["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
+    assert extender["weight"] > 0
+    election = config["leaderElection"]
+    assert election["leaderElect"] is True
+    assert election["resourceName"] == profile["schedulerName"]  # both "offpeak-scheduler" / "harvest-scheduler"
+    assert election["resourceName"] != "kube-scheduler"
+
+
+def test_scheduler_restarts_when_its_config_changes(helm_bin) -> None:
+    from offpeak_dashboard.chart import chart_dir, render
+    from offpeak_dashboard.checks import repo_root
+
+    def checksum(weight: int) -> str:
+        (deployment,) = find(
+            render(chart_dir(repo_root()), set_values=[f"scheduler.extender.weight={weight}"], include_crds=False),
+            "Deployment",
+            "-scheduler",
+        )
+        return deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+
+    assert checksum(5) != checksum(6)
