@@ -1,0 +1,241 @@
+"""The whole local offpeak cluster: the control plane plus Prometheus, the trace-driven online load and offpeak's
+own services (predictor, extender, evictor, operator) run as local processes from this checkout's code.
+
+`LocalCluster.up()` starts everything and returns a `ClusterState`; `down()` stops it all (also from another
+process: pid files in the run dir). Used by `offpeak cluster up|down|status`, `offpeak demo` and the e2e fixture.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from offpeak_e2e import controlplane, kube, onlineload, procs, prom
+from offpeak_e2e.controlplane import ClusterState, ControlPlane, ControlPlaneSettings, StartError
+
+Echo = Callable[[str], None]
+
+SERVICES: tuple[str, ...] = ("prometheus", "online", "predictor", "extender", "evictor", "operator")
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """What `offpeak cluster up` starts."""
+
+    control_plane: ControlPlaneSettings = field(default_factory=ControlPlaneSettings)
+    services: tuple[str, ...] = SERVICES
+    day_seconds: float = 600.0  # one trace day of online load replayed in this many seconds
+    online_start_minute: int = 720  # start the replay in the trace's quiet half of the day
+    online_load: bool = True  # False: online Deployments stay at 0 replicas unless a test scales them
+    scrape_interval_s: float = 2.0
+    service_timeout_s: float = 90.0
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def offpeak_argv() -> list[str]:
+    """How to run the `offpeak` CLI of this checkout (the venv's entry point, else ``python -m offpeak``)."""
+    exe = Path(sys.executable).with_name("offpeak")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "offpeak"]
+
+
+def offpeak_has(command: str) -> bool:
+    """Whether the installed `offpeak` CLI has a subcommand (components land at different times)."""
+    proc = subprocess.run([*offpeak_argv(), "--help"], capture_output=True, text=True, check=False)
+    return f" {command} " in proc.stdout or f"    {command}\n" in proc.stdout or f"{{{command}" in proc.stdout
+
+
+class LocalCluster:
+    """Control plane + observability + offpeak services."""
+
+    def __init__(self, settings: ClusterSettings | None = None, *, echo: Echo = print) -> None:
+        self.settings = settings or ClusterSettings()
+        self.echo = echo
+        self.cp = ControlPlane(self.settings.control_plane, echo=echo)
+        self.state: ClusterState | None = None
+
+    @property
+    def sup(self) -> procs.Supervisor:
+        return self.cp.sup
+
+    def up(self) -> ClusterState:
+        """Start everything; on any failure stop what was started and raise StartError."""
+        start = time.monotonic()
+        try:
+            self.state = self.cp.start()
+            for name in self.settings.services:
+                self._timed(name, lambda n=name: self.start_service(n))
+        except BaseException:
+            self.echo("[cluster] start failed; stopping what was started")
+            self.down()
+            raise
+        self.state.timings["total"] = round(time.monotonic() - start, 2)
+        self.state.save()
+        self.echo(f"[cluster] up in {time.monotonic() - start:.1f}s; export KUBECONFIG={self.state.kubeconfig}")
+        return self.state
+
+    def down(self) -> None:
+        """Stop every process of this cluster (safe to call twice)."""
+        start = time.monotonic()
+        self.cp.stop()
+        shutil.rmtree(self.cp.run_dir / "prometheus-data", ignore_errors=True)
+        self.echo(f"[cluster] down in {time.monotonic() - start:.1f}s")
+
+    def _timed(self, label: str, fn: Callable[[], object]) -> None:
+        assert self.state is not None
+        t = time.monotonic()
+        fn()
+        self.state.timings[label] = round(time.monotonic() - t, 2)
+        self.echo(f"[cluster] {label}: {time.monotonic() - t:.1f}s")
+        self.state.save()
+
+    # -- services -------------------------------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        """Environment for offpeak's processes: the contracts' OFFPEAK_* fallbacks point at this cluster."""
+        assert self.state is not None
+        urls = self.state.urls
+        env = {"KUBECONFIG": self.state.kubeconfig, "PYTHONUNBUFFERED": "1"}
+        if "prometheus" in urls:
+            env["OFFPEAK_PROMETHEUS_URL"] = urls["prometheus"]
+        if "predictor" in urls:
+            env["OFFPEAK_PREDICTOR_URL"] = urls["predictor"]
+        env["OFFPEAK_SEASON_SECONDS"] = f"{self.settings.day_seconds:g}"
+        return {**env, **self.settings.extra_env}
+
+    def _port(self, name: str) -> int:
+        assert self.state is not None
+        if name not in self.state.ports:
+            self.state.ports[name] = procs.free_port()
+        return self.state.ports[name]
+
+    def start_service(self, name: str) -> None:
+        """Start (or restart) one service by name and wait until it is healthy."""
+        assert self.state is not None
+        starters = {
+            "prometheus": self._prometheus, "online": self._online, "predictor": self._predictor,
+            "extender": self._extender, "evictor": self._evictor, "operator": self._operator,
+        }
+        if name not in starters:
+            raise StartError(f"unknown service {name!r}; choose from {', '.join(SERVICES)}")
+        self.sup.stop(name)
+        starters[name]()
+
+    def stop_service(self, name: str) -> None:
+        """Stop one service (fault-injection in tests)."""
+        self.sup.stop(name)
+
+    def _wait_http(self, name: str, url: str) -> None:
+        self.cp._wait(name, f"{name} {url}", lambda: kube.http_ok(url), timeout=self.settings.service_timeout_s)
+
+    def _require(self, command: str) -> None:
+        if not offpeak_has(command.split()[0]):
+            raise StartError(
+                f"`offpeak {command}` is not available in this checkout yet; start the cluster without it "
+                f"(offpeak cluster up --without {command.split()[0]})"
+            )
+
+    def _prometheus(self) -> None:
+        assert self.state is not None
+        binary = prom.prometheus_binary()
+        port = self._port("prometheus")
+        targets = {"offpeak-node-agent": f"127.0.0.1:{self._port('online')}"}
+        for svc, key in (("extender", "extender"), ("evictor", "evictor-metrics"),
+                         ("operator", "operator-metrics"), ("predictor", "predictor")):
+            if svc in self.settings.services:
+                targets[f"offpeak-{svc}"] = f"127.0.0.1:{self._port(key)}"
+        cfg = prom.write_config(self.cp.run_dir / "config" / "prometheus.yml", targets=targets,
+                                scrape_interval_s=self.settings.scrape_interval_s)
+        data = self.cp.run_dir / "prometheus-data"
+        shutil.rmtree(data, ignore_errors=True)
+        self.sup.start("prometheus", prom.argv(binary=binary, config_file=cfg, data_dir=data, port=port))
+        self.state.urls["prometheus"] = f"http://127.0.0.1:{port}"
+        self._wait_http("prometheus", f"http://127.0.0.1:{port}/-/ready")
+
+    def _online(self) -> None:
+        assert self.state is not None
+        kubeconfig = Path(self.state.kubeconfig)
+        kube.apply(kubeconfig, onlineload.base_objects())
+        kube.apply(kubeconfig, [onlineload.online_deployment(node=n, replicas=0) for n in self.state.nodes])
+        port = self._port("online")
+        argv = [
+            sys.executable, "-m", "offpeak_e2e.onlineload", f"--kubeconfig={kubeconfig}", f"--port={port}",
+            f"--nodes={','.join(self.state.nodes)}", f"--gpus={self.settings.control_plane.gpus_per_node}",
+            f"--day-seconds={self.settings.day_seconds:g}", f"--start-minute={self.settings.online_start_minute}",
+        ]
+        if not self.settings.online_load:
+            argv.append("--manual")
+        self.sup.start("online", argv, env={"PYTHONPATH": _pythonpath()})
+        self.state.urls["node-metrics"] = f"http://127.0.0.1:{port}/metrics"
+        self._wait_http("online", f"http://127.0.0.1:{port}/metrics")
+
+    def _predictor(self) -> None:
+        assert self.state is not None
+        self._require("predictor")
+        port = self._port("predictor")
+        self.sup.start("predictor", [*offpeak_argv(), "predictor", "serve", "--host", "127.0.0.1", "--port",
+                                     str(port)], env=self.env())
+        self.state.urls["predictor"] = f"http://127.0.0.1:{port}"
+        self._wait_http("predictor", f"http://127.0.0.1:{port}/healthz")
+
+    def _extender(self) -> None:
+        assert self.state is not None
+        self._require("extender")
+        port = self.state.ports["extender"]  # fixed at control-plane start: the scheduler config names it
+        self.sup.start("extender", [*offpeak_argv(), "extender", "--host", "127.0.0.1", "--port", str(port)],
+                       env=self.env())
+        self.state.urls["extender"] = f"http://127.0.0.1:{port}"
+        self._wait_http("extender", f"http://127.0.0.1:{port}/healthz")
+
+    def _evictor(self) -> None:
+        assert self.state is not None
+        self._require("evictor")
+        port = self._port("evictor-metrics")
+        self.sup.start("evictor", [*offpeak_argv(), "evictor", "--metrics-port", str(port)], env=self.env())
+        self.state.urls["evictor"] = f"http://127.0.0.1:{port}"
+        self._wait_http("evictor", f"http://127.0.0.1:{port}/healthz")
+
+    def _operator(self) -> None:
+        assert self.state is not None
+        self._require("operator")
+        port = self._port("operator-metrics")
+        live = self._port("operator-liveness")
+        self.sup.start("operator", [
+            *offpeak_argv(), "operator", "--metrics-port", str(port), "--liveness-port", str(live),
+        ], env=self.env())
+        self.state.urls["operator"] = f"http://127.0.0.1:{port}"
+        self._wait_http("operator", f"http://127.0.0.1:{port}/metrics")
+
+
+def _pythonpath() -> str:
+    here = str(Path(__file__).resolve().parents[1])
+    return os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+def load_state(name: str) -> ClusterState | None:
+    """The saved state of cluster `name`, if it was started."""
+    return ClusterState.load(controlplane.run_dir_for(name))
+
+
+def status(name: str) -> dict[str, object]:
+    """Which of the cluster's processes are running."""
+    sup = procs.Supervisor(controlplane.run_dir_for(name))
+    state = load_state(name)
+    return {
+        "name": name,
+        "kubeconfig": state.kubeconfig if state else None,
+        "processes": {p.name: ("running" if procs.alive(p) else "dead") for p in sup.procs()},
+        "urls": state.urls if state else {},
+    }
+
+
+def with_services(settings: ClusterSettings, *, without: Sequence[str]) -> ClusterSettings:
+    """`settings` minus some services."""
+    unknown = set(without) - set(SERVICES)
+    if unknown:
+        raise ValueError(f"unknown service(s) {', '.join(sorted(unknown))}; choose from {', '.join(SERVICES)}")
+    return replace(settings, services=tuple(s for s in settings.services if s not in without))

@@ -1,0 +1,144 @@
+"""Test-side handle on a running local cluster: kubectl, waits, TrainingJob helpers, service fault injection.
+
+Used by e2e/conftest.py's session fixture `e2e_cluster` and by the demo.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from offpeak_e2e import kube
+from offpeak_e2e.cluster import ClusterSettings, LocalCluster
+from offpeak_e2e.controlplane import ClusterState, ControlPlaneSettings
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+TJ = "trainingjobs.offpeak.io"
+
+
+def e2e_settings(*, name: str = "pytest", nodes: int | None = None) -> ClusterSettings:
+    """Settings for the test cluster: few nodes, manual online load (tests drive surges), a short "day"."""
+    n = nodes or int(os.environ.get("OFFPEAK_E2E_NODES", "4"))
+    return ClusterSettings(
+        control_plane=ControlPlaneSettings(name=name, nodes=n),
+        day_seconds=float(os.environ.get("OFFPEAK_E2E_DAY_SECONDS", "600")),
+        online_load=False,
+    )
+
+
+@dataclass
+class E2ECluster:
+    """A started LocalCluster plus helpers; `stop()` tears everything down."""
+
+    cluster: LocalCluster
+    state: ClusterState
+
+    @classmethod
+    def start(cls, settings: ClusterSettings, *, echo: Callable[[str], None] = print) -> E2ECluster:
+        cluster = LocalCluster(settings, echo=echo)
+        state = cluster.up()
+        return cls(cluster=cluster, state=state)
+
+    def stop(self) -> None:
+        self.cluster.down()
+
+    # -- plumbing -------------------------------------------------------------------------------------------
+    @property
+    def kubeconfig(self) -> Path:
+        return Path(self.state.kubeconfig)
+
+    @property
+    def nodes(self) -> list[str]:
+        return list(self.state.nodes)
+
+    def kubectl(self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 60.0) -> Any:
+        return kube.kubectl(self.kubeconfig, *args, stdin=stdin, check=check, timeout=timeout)
+
+    def apply(self, objects: Iterable[dict[str, Any]] | dict[str, Any] | str, *, check: bool = True) -> Any:
+        """`kubectl apply` (client-side, so admission/schema errors come back in stderr)."""
+        if isinstance(objects, dict):
+            objects = [objects]
+        text = objects if isinstance(objects, str) else "\n---\n".join(json.dumps(o) for o in objects)
+        return self.kubectl("apply", "-f", "-", stdin=text, check=check)
+
+    def get(self, *args: str) -> dict[str, Any]:
+        return kube.get_json(self.kubeconfig, *args)
+
+    def wait_for(self, what: str, predicate: Callable[[], bool], *, timeout: float, interval: float = 1.0) -> float:
+        return kube.wait_for(what, predicate, timeout=timeout, interval=interval)
+
+    def new_namespace(self, prefix: str = "e2e") -> str:
+        ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
+        self.kubectl("create", "namespace", ns)
+        self.wait_for(f"ServiceAccount {ns}/default",
+                      lambda: self.kubectl("-n", ns, "get", "sa", "default", check=False).returncode == 0,
+                      timeout=60)
+        return ns
+
+    def delete_namespace(self, ns: str) -> None:
+        self.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+    def stop_service(self, name: str) -> None:
+        self.cluster.stop_service(name)
+
+    def start_service(self, name: str) -> None:
+        self.cluster.start_service(name)
+
+    # -- TrainingJobs ---------------------------------------------------------------------------------------
+    def trainingjob(self, ns: str, name: str) -> dict[str, Any]:
+        return self.get(TJ, name, "-n", ns)
+
+    def phase(self, ns: str, name: str) -> str | None:
+        return (self.trainingjob(ns, name).get("status") or {}).get("phase")
+
+    def wait_phase(self, ns: str, name: str, phases: Iterable[str], *, timeout: float) -> dict[str, Any]:
+        """Wait until the TrainingJob's phase is one of `phases`; return the object."""
+        wanted = tuple(phases)
+        seen: list[str] = []
+
+        def ok() -> bool:
+            p = self.phase(ns, name)
+            if p and (not seen or seen[-1] != p):
+                seen.append(p)
+            return p in wanted
+
+        try:
+            self.wait_for(f"TrainingJob {ns}/{name} phase in {wanted}", ok, timeout=timeout)
+        except kube.KubeError as e:
+            raise kube.KubeError(f"{e}; phases seen: {seen}; status: "
+                                 f"{json.dumps(self.trainingjob(ns, name).get('status'))}") from e
+        return self.trainingjob(ns, name)
+
+    def pods(self, ns: str, selector: str) -> list[dict[str, Any]]:
+        return list(self.get("pods", "-n", ns, "-l", selector)["items"])
+
+    def scale_online(self, node: str, replicas: int) -> None:
+        """Pin a node's online Deployment to `replicas` (marks it manual so the load driver leaves it alone)."""
+        from offpeak_e2e.onlineload import MANUAL_ANNOTATION, NAMESPACE, deployment_name  # noqa: PLC0415
+
+        d = deployment_name(node)
+        self.kubectl("-n", NAMESPACE, "annotate", "deployment", d, f"{MANUAL_ANNOTATION}=manual", "--overwrite")
+        self.kubectl("-n", NAMESPACE, "scale", "deployment", d, f"--replicas={replicas}")
+
+
+def timed(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator printing how long a scenario stage took."""
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def inner(*a: Any, **k: Any) -> Any:
+            t = time.monotonic()
+            try:
+                return fn(*a, **k)
+            finally:
+                print(f"[e2e] {label}: {time.monotonic() - t:.1f}s", flush=True)
+        return inner
+    return wrap
+
+
+def with_nodes(settings: ClusterSettings, nodes: int) -> ClusterSettings:
+    return replace(settings, control_plane=replace(settings.control_plane, nodes=nodes))

@@ -1,0 +1,58 @@
+"""Fake GPU nodes for kwok: pure manifest builders (no Kubernetes calls here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+GPU_TYPE_LABEL = "offpeak.io/gpu-type"
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+
+# Canonical names from offpeak_predictor's GPU catalogue (predictor/offpeak_predictor/data/gpus.json).
+DEFAULT_GPU_TYPES: tuple[str, ...] = ("A100-SXM4-40GB", "H100-SXM5-80GB", "L4", "V100-SXM2-16GB")
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One fake GPU node."""
+
+    name: str
+    gpu_type: str
+    gpus: int = 8
+
+
+def plan_nodes(*, count: int, gpu_types: tuple[str, ...] = DEFAULT_GPU_TYPES, gpus: int = 8) -> list[NodeSpec]:
+    """`count` nodes spread round-robin over `gpu_types`, named ``gpu-<type>-<n>`` (lower-case, DNS-safe)."""
+    if count < 1:
+        raise ValueError("need at least one node")
+    if not gpu_types:
+        raise ValueError("need at least one GPU type")
+    specs = []
+    for i in range(count):
+        gpu_type = gpu_types[i % len(gpu_types)]
+        specs.append(NodeSpec(name=f"gpu-{gpu_type.lower()}-{i // len(gpu_types)}", gpu_type=gpu_type, gpus=gpus))
+    return specs
+
+
+def node_manifest(spec: NodeSpec) -> dict[str, Any]:
+    """A Node object kwok will manage (annotation ``kwok.x-k8s.io/node: fake``) with ``nvidia.com/gpu``."""
+    resources = {"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": str(spec.gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": spec.name,
+            "annotations": {KWOK_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": spec.name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "kubernetes.io/role": "agent",
+                "type": "kwok",
+                GPU_TYPE_LABEL: spec.gpu_type,
+                "nvidia.com/gpu.present": "true",
+            },
+        },
+        "spec": {},
+        "status": {"allocatable": resources, "capacity": resources},
+    }

@@ -1,0 +1,204 @@
+"""Online inference load for the local cluster: one Deployment per fake GPU node, its replica count replaying a
+real serving trace with the day compressed, plus the node-agent metrics the extender's forecaster reads.
+
+Run as a process by `offpeak cluster up`:
+``python -m offpeak_e2e.onlineload --kubeconfig K --port P --day-seconds 600 --nodes n1,n2 ...``
+
+Metrics (docs/contracts.md), one series per node: ``offpeak_node_gpus{node}`` (the node's GPU capacity) and
+``offpeak_node_online_gpus{node}`` (GPUs the node's online Deployment wants now, i.e. its replica count; a fake
+node has no NVML, so the demand the trace asks for stands in for "GPUs in use by online processes").
+
+A Deployment annotated ``offpeak.io/load-driver: manual`` is left alone (tests scale it by hand to make a surge).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+
+from offpeak_e2e import traceshape
+
+NAMESPACE = "online"
+MANUAL_ANNOTATION = "offpeak.io/load-driver"
+log = logging.getLogger("offpeak_e2e.onlineload")
+
+
+def deployment_name(node: str) -> str:
+    return f"online-{node}"
+
+
+def online_deployment(*, node: str, replicas: int) -> dict[str, Any]:
+    """The inference Deployment pinned to `node`; each replica holds one GPU."""
+    labels = {"app": deployment_name(node), "offpeak.io/workload": "online"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": deployment_name(node), "namespace": NAMESPACE, "labels": labels},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": deployment_name(node)}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": "100%"}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": node},
+                    "priorityClassName": "offpeak-online",
+                    "terminationGracePeriodSeconds": 0,
+                    "containers": [{
+                        "name": "inference",
+                        "image": "registry.local/genai-serving:trace",
+                        "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
+                    }],
+                },
+            },
+        },
+    }
+
+
+def base_objects() -> list[dict[str, Any]]:
+    """The namespace and the high PriorityClass online pods run at (so they may preempt offline pods)."""
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        {
+            "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "offpeak-online"},
+            "value": 1000000, "globalDefault": False, "preemptionPolicy": "Never",
+            "description": "online inference (offpeak e2e): queued first, but frees GPUs via offpeak's evictor",
+        },
+    ]
+
+
+@dataclass
+class Snapshot:
+    """Latest per-node figures served on /metrics (lock-protected)."""
+
+    gpus: dict[str, int] = field(default_factory=dict)
+    online: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def update(self, *, gpus: dict[str, int], online: dict[str, int]) -> None:
+        with self.lock:
+            self.gpus, self.online = dict(gpus), dict(online)
+
+
+class NodeMetricsCollector:
+    """Prometheus collector over a Snapshot (no API call at scrape time)."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        with self.snapshot.lock:
+            gpus, online = dict(self.snapshot.gpus), dict(self.snapshot.online)
+        g = GaugeMetricFamily("offpeak_node_gpus", "GPUs on the node.", labels=["node"])
+        o = GaugeMetricFamily("offpeak_node_online_gpus", "GPUs wanted by online workloads.", labels=["node"])
+        for node in sorted(gpus):
+            g.add_metric([node], gpus[node])
+            o.add_metric([node], online.get(node, 0))
+        yield g
+        yield o
+
+
+@dataclass(frozen=True)
+class LoadSettings:
+    nodes: tuple[str, ...]
+    gpus: int = 8
+    day_seconds: float = 600.0
+    interval_s: float = 2.0
+    bin_minutes: int = 30
+    start_minute: int = 0  # trace minute shown at start (e.g. start in the quiet half of the day)
+    manual: bool = False  # only export metrics; never scale (tests drive the replicas themselves)
+
+
+def plan(settings: LoadSettings, shape: traceshape.TraceShape) -> dict[str, list[int]]:
+    """Per node, the online GPUs wanted at each trace minute."""
+    return {
+        node: traceshape.binned(
+            traceshape.node_demand(shape, node_index=i, gpus=settings.gpus), bin_minutes=settings.bin_minutes
+        ).tolist()
+        for i, node in enumerate(settings.nodes)
+    }
+
+
+def run(settings: LoadSettings, *, kubeconfig: str, port: int, stop: threading.Event) -> None:
+    """Drive the Deployments and serve metrics until `stop` is set."""
+    from kubernetes import client, config  # noqa: PLC0415 - only the process needs the client
+
+    config.load_kube_config(config_file=kubeconfig)
+    apps = client.AppsV1Api()
+    shape = traceshape.shape_from_duty_cycle(traceshape.load_duty_cycle(), busy_percent=10, hold_minutes=3)
+    demand = plan(settings, shape)
+    snapshot = Snapshot()
+    registry = CollectorRegistry()
+    registry.register(NodeMetricsCollector(snapshot))
+    start_http_server(port, addr="127.0.0.1", registry=registry)
+    start = time.monotonic() - settings.start_minute / shape.minutes * settings.day_seconds
+    log.info("serving metrics on 127.0.0.1:%d for %d nodes", port, len(settings.nodes))
+    while not stop.is_set():
+        minute = traceshape.minute_at(
+            elapsed_s=time.monotonic() - start, day_seconds=settings.day_seconds, minutes=shape.minutes
+        )
+        online: dict[str, int] = {}
+        try:
+            deployments = {d.metadata.name: d for d in apps.list_namespaced_deployment(NAMESPACE).items}
+        except Exception as e:  # noqa: BLE001 - keep serving the last figures while the API is unreachable
+            log.warning("cannot list deployments: %s", e)
+            stop.wait(settings.interval_s)
+            continue
+        for node in settings.nodes:
+            d = deployments.get(deployment_name(node))
+            want = demand[node][minute]
+            if d is None:
+                continue
+            manual = (d.metadata.annotations or {}).get(MANUAL_ANNOTATION) == "manual"
+            if manual or settings.manual or d.spec.replicas == want:
+                online[node] = int(d.spec.replicas or 0)
+                continue
+            try:
+                apps.patch_namespaced_deployment_scale(
+                    deployment_name(node), NAMESPACE, {"spec": {"replicas": want}}
+                )
+                online[node] = want
+            except Exception as e:  # noqa: BLE001
+                log.warning("cannot scale %s: %s", deployment_name(node), e)
+                online[node] = int(d.spec.replicas or 0)
+        snapshot.update(gpus={n: settings.gpus for n in settings.nodes}, online=online)
+        stop.wait(settings.interval_s)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m offpeak_e2e.onlineload", description=__doc__)
+    p.add_argument("--kubeconfig", required=True)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--nodes", required=True, help="comma-separated node names")
+    p.add_argument("--gpus", type=int, default=8)
+    p.add_argument("--day-seconds", type=float, default=600.0)
+    p.add_argument("--interval", type=float, default=2.0)
+    p.add_argument("--start-minute", type=int, default=0)
+    p.add_argument("--manual", action="store_true", help="do not scale; only export the replica counts")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    settings = LoadSettings(
+        nodes=tuple(n for n in args.nodes.split(",") if n), gpus=args.gpus, day_seconds=args.day_seconds,
+        interval_s=args.interval, start_minute=args.start_minute, manual=args.manual,
+    )
+    try:
+        run(settings, kubeconfig=args.kubeconfig, port=args.port, stop=stop)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""kwok Stages: the fake kubelet's behaviour for our nodes and pods.
+
+Passing any Stage to kwok disables all its defaults, so this supplies every one we need: node initialise and
+heartbeat, pod start (scheduled -> Running and Ready), offline pod completion after ``offpeak.io/sim-runtime``
+and pod deletion. Templates follow kwok's own stages (sigs.k8s.io/kwok kustomize/stage, Apache-2.0).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+SIM_RUNTIME_ANNOTATION = "offpeak.io/sim-runtime"
+WORKLOAD_LABEL = "offpeak.io/workload"
+
+_NODE_STATUS = """{{ $now := Now }}
+{{ $lastTransitionTime := or .metadata.creationTimestamp $now }}
+conditions:
+{{ range NodeConditions }}
+- lastHeartbeatTime: {{ $now | Quote }}
+  lastTransitionTime: {{ $lastTransitionTime | Quote }}
+  message: {{ .message | Quote }}
+  reason: {{ .reason | Quote }}
+  status: {{ .status | Quote }}
+  type: {{ .type | Quote }}
+{{ end }}
+addresses:
+{{ with .status.addresses }}
+{{ YAML . 1 }}
+{{ else }}
+{{ with NodeIP }}
+- address: {{ . | Quote }}
+  type: InternalIP
+{{ end }}
+{{ with NodeName }}
+- address: {{ . | Quote }}
+  type: Hostname
+{{ end }}
+{{ end }}
+"""
+
+_NODE_INIT_EXTRA = """allocatable:
+{{ with .status.allocatable }}
+{{ YAML . 1 }}
+{{ else }}
+  cpu: 1k
+  memory: 1Ti
+  pods: 1M
+{{ end }}
+capacity:
+{{ with .status.capacity }}
+{{ YAML . 1 }}
+{{ else }}
+  cpu: 1k
+  memory: 1Ti
+  pods: 1M
+{{ end }}
+nodeInfo:
+  architecture: amd64
+  containerRuntimeVersion: kwok
+  kernelVersion: kwok
+  kubeProxyVersion: kwok
+  kubeletVersion: kwok
+  operatingSystem: linux
+phase: Running
+"""
+
+_POD_RUNNING = """{{ $now := Now }}
+conditions:
+- lastProbeTime: null
+  lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Initialized
+- lastProbeTime: null
+  lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: Ready
+- lastProbeTime: null
+  lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: ContainersReady
+- lastProbeTime: null
+  lastTransitionTime: {{ $now | Quote }}
+  status: "True"
+  type: PodScheduled
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: true
+  restartCount: 0
+  started: true
+  state:
+    running:
+      startedAt: {{ $now | Quote }}
+{{ end }}
+hostIP: {{ NodeIPWith .spec.nodeName | Quote }}
+podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}
+phase: Running
+startTime: {{ $now | Quote }}
+"""
+
+_POD_SUCCEEDED = """{{ $now := Now }}
+{{ $root := . }}
+conditions:
+- lastProbeTime: null
+  lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  reason: PodCompleted
+  type: Ready
+- lastProbeTime: null
+  lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  reason: PodCompleted
+  type: ContainersReady
+containerStatuses:
+{{ range $index, $item := .spec.containers }}
+- image: {{ $item.image | Quote }}
+  name: {{ $item.name | Quote }}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    terminated:
+      exitCode: 0
+      finishedAt: {{ $now | Quote }}
+      reason: Completed
+      startedAt: {{ $root.status.startTime | Quote }}
+{{ end }}
+phase: Succeeded
+"""
+
+
+def _stage(name: str, kind: str, expressions: list[dict[str, Any]], *, nxt: dict[str, Any],
+           delay: dict[str, Any] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "resourceRef": {"apiGroup": "v1", "kind": kind},
+        "selector": {"matchExpressions": expressions},
+        "next": nxt,
+    }
+    if delay:
+        spec["delay"] = delay
+    return {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Stage", "metadata": {"name": name}, "spec": spec}
+
+
+def _expr(key: str, op: str, *values: str) -> dict[str, Any]:
+    e: dict[str, Any] = {"key": key, "operator": op}
+    if values:
+        e["values"] = list(values)
+    return e
+
+
+def stages(*, pod_start_ms: int = 300, heartbeat_ms: int = 20_000) -> list[dict[str, Any]]:
+    """Every Stage the local cluster runs kwok with.
+
+    The offline-completion stage waits exactly ``offpeak.io/sim-runtime`` (a Go duration such as ``90s``): kwok
+    picks a random delay between the delay and the jitter, so the jitter is read from the same annotation.
+    """
+    not_deleting = _expr(".metadata.deletionTimestamp", "DoesNotExist")
+    ready = '.status.conditions.[] | select( .type == "Ready" ) | .status'
+    runtime = f'.metadata.annotations["{SIM_RUNTIME_ANNOTATION}"]'
+    return [
+        _stage("node-initialize", "Node", [_expr(ready, "NotIn", "True")],
+               nxt={"statusTemplate": _NODE_STATUS + _NODE_INIT_EXTRA}),
+        _stage("node-heartbeat", "Node", [_expr(".status.phase", "In", "Running"), _expr(ready, "In", "True")],
+               nxt={"statusTemplate": _NODE_STATUS},
+               delay={"durationMilliseconds": heartbeat_ms, "jitterDurationMilliseconds": heartbeat_ms + 5000}),
+        _stage("pod-start", "Pod",
+               [not_deleting, _expr(".spec.nodeName", "Exists"), _expr(".status.podIP", "DoesNotExist")],
+               nxt={"statusTemplate": _POD_RUNNING},
+               delay={"durationMilliseconds": pod_start_ms, "jitterDurationMilliseconds": pod_start_ms * 2}),
+        _stage("offpeak-offline-complete", "Pod",
+               [not_deleting, _expr(".status.phase", "In", "Running"), _expr(ready, "In", "True"),
+                _expr(f'.metadata.labels["{WORKLOAD_LABEL}"]', "In", "offline"), _expr(runtime, "Exists")],
+               nxt={"statusTemplate": _POD_SUCCEEDED},
+               delay={"durationMilliseconds": 1000, "durationFrom": {"expressionFrom": runtime},
+                      "jitterDurationMilliseconds": 1000, "jitterDurationFrom": {"expressionFrom": runtime}}),
+        _stage("pod-delete", "Pod",
+               [_expr(".metadata.deletionTimestamp", "Exists"), _expr(".metadata.finalizers", "DoesNotExist")],
+               nxt={"delete": True}, delay={"durationMilliseconds": 200, "jitterDurationMilliseconds": 400}),
+    ]
+
+
+def stages_yaml(**kwargs: Any) -> str:
+    """The Stages as a multi-document YAML file for ``kwok -c``."""
+    return yaml.safe_dump_all(stages(**kwargs), sort_keys=False)

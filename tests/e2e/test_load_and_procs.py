@@ -1,0 +1,115 @@
+"""Trace-driven online demand, and the process supervisor that must leave nothing running."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from offpeak_e2e import onlineload, procs, traceshape
+
+
+def _duty() -> pd.DataFrame:
+    # 3 pods x 6 minutes: pod a busy at minute 1, pod b busy minutes 0-5, pod c idle
+    data = {"a": [0, 50, 0, 0, 0, 0], "b": [30] * 6, "c": [0] * 6}
+    return pd.DataFrame(data, index=range(6))
+
+
+def test_busy_flags_hold_for_a_few_minutes() -> None:
+    shape = traceshape.shape_from_duty_cycle(_duty(), busy_percent=10, hold_minutes=2)
+    assert shape.busy[:, 0].tolist() == [False, True, True, False, False, False]
+    assert shape.busy[:, 1].all() and not shape.busy[:, 2].any()
+
+
+def test_node_demand_counts_busy_gpus_of_its_pods() -> None:
+    shape = traceshape.shape_from_duty_cycle(_duty(), busy_percent=10, hold_minutes=1)
+    demand = traceshape.node_demand(shape, node_index=0, gpus=2)  # pods a, b
+    assert demand.tolist() == [1, 2, 1, 1, 1, 1]
+    assert traceshape.node_demand(shape, node_index=0, gpus=3).max() <= 3
+
+
+def test_binned_holds_a_quantile_per_bin() -> None:
+    out = traceshape.binned(np.array([0, 0, 4, 4, 4, 1]), bin_minutes=3, quantile=1.0)
+    assert out.tolist() == [4, 4, 4, 4, 4, 4]
+    out = traceshape.binned(np.array([0, 0, 4, 1, 1, 1]), bin_minutes=3, quantile=0.5)
+    assert out.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_minute_at_compresses_the_day() -> None:
+    assert traceshape.minute_at(elapsed_s=0, day_seconds=600, minutes=1200) == 0
+    assert traceshape.minute_at(elapsed_s=300, day_seconds=600, minutes=1200) == 600
+    assert traceshape.minute_at(elapsed_s=650, day_seconds=600, minutes=1200) == 100  # wraps to the next day
+    with pytest.raises(ValueError):
+        traceshape.minute_at(elapsed_s=1, day_seconds=0, minutes=10)
+
+
+def test_real_trace_gives_a_daily_cycle() -> None:
+    shape = traceshape.shape_from_duty_cycle(traceshape.load_duty_cycle(), busy_percent=10, hold_minutes=3)
+    assert shape.minutes > 1000 and shape.pods >= 100
+    demand = traceshape.binned(traceshape.node_demand(shape, node_index=0, gpus=8))
+    half = len(demand) // 2
+    assert 0 <= demand.min() and demand.max() <= 8
+    assert demand[:half].mean() > demand[half:].mean()  # busy first half, quiet second half of this trace day
+
+
+def test_online_deployment_is_pinned_and_requests_a_gpu() -> None:
+    d = onlineload.online_deployment(node="gpu-l4-0", replicas=3)
+    spec = d["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": "gpu-l4-0"}
+    assert spec["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    assert d["spec"]["template"]["metadata"]["labels"]["offpeak.io/workload"] == "online"
+    assert "schedulerName" not in spec  # online pods use the default scheduler
+
+
+def test_metrics_collector_serves_snapshot() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    snap = onlineload.Snapshot()
+    snap.update(gpus={"n1": 8}, online={"n1": 3})
+    reg = CollectorRegistry()
+    reg.register(onlineload.NodeMetricsCollector(snap))
+    text = generate_latest(reg).decode()
+    assert 'offpeak_node_gpus{node="n1"} 8.0' in text
+    assert 'offpeak_node_online_gpus{node="n1"} 3.0' in text
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_supervisor_stops_whole_process_groups(tmp_path: Path) -> None:
+    sup = procs.Supervisor(tmp_path)
+    # a parent that forks a child in the same group: both must be gone after stop_all
+    child_pid = tmp_path / "child.pid"
+    script = (
+        "import subprocess,sys,time; c=subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)']); "
+        f"open({str(child_pid)!r},'w').write(str(c.pid)); time.sleep(60)"
+    )
+    p = sup.start("sleeper", [sys.executable, "-c", script])
+    deadline = time.monotonic() + 10
+    while not child_pid.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    grandchild = int(child_pid.read_text())
+    assert procs.alive(p) and _running(grandchild)
+    other = procs.Supervisor(tmp_path)  # a second process (e.g. `cluster down`) finds it via the pid file
+    assert [q.name for q in other.procs()] == ["sleeper"]
+    other.stop_all(timeout=5)
+    deadline = time.monotonic() + 5
+    while (_running(p.pid) or _running(grandchild)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _running(p.pid) and not _running(grandchild)
+    assert other.procs() == []
+    sup.stop_all()  # reaps our zombie child
+
+
+def test_free_port_is_free() -> None:
+    port = procs.free_port()
+    assert not procs.port_open(port)

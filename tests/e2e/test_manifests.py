@@ -1,0 +1,84 @@
+"""Pure builders of the local cluster: kwok Stages, fake GPU nodes, scheduler configs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from offpeak_e2e import build, nodes, schedconfig, stages
+
+
+def test_stages_cover_node_and_pod_lifecycle() -> None:
+    names = [s["metadata"]["name"] for s in stages.stages()]
+    assert names == ["node-initialize", "node-heartbeat", "pod-start", "offpeak-offline-complete", "pod-delete"]
+    docs = list(yaml.safe_load_all(stages.stages_yaml()))
+    assert all(d["kind"] == "Stage" and d["apiVersion"] == "kwok.x-k8s.io/v1alpha1" for d in docs)
+
+
+def test_offline_completion_waits_exactly_the_sim_runtime() -> None:
+    complete = next(s for s in stages.stages() if s["metadata"]["name"] == "offpeak-offline-complete")
+    delay = complete["spec"]["delay"]
+    expr = '.metadata.annotations["offpeak.io/sim-runtime"]'
+    # kwok draws between delay and jitter; the same annotation for both makes the delay exact
+    assert delay["durationFrom"]["expressionFrom"] == expr
+    assert delay["jitterDurationFrom"]["expressionFrom"] == expr
+    keys = {e["key"]: e for e in complete["spec"]["selector"]["matchExpressions"]}
+    assert keys['.metadata.labels["offpeak.io/workload"]']["values"] == ["offline"]
+    assert "phase: Succeeded" in complete["spec"]["next"]["statusTemplate"]
+
+
+def test_plan_nodes_round_robin_over_gpu_types() -> None:
+    specs = nodes.plan_nodes(count=5, gpu_types=("A100-SXM4-40GB", "L4"), gpus=8)
+    assert [s.gpu_type for s in specs] == ["A100-SXM4-40GB", "L4", "A100-SXM4-40GB", "L4", "A100-SXM4-40GB"]
+    assert len({s.name for s in specs}) == 5
+    assert all(s.name == s.name.lower() for s in specs)
+    with pytest.raises(ValueError):
+        nodes.plan_nodes(count=0)
+
+
+def test_node_manifest_is_a_kwok_gpu_node() -> None:
+    m = nodes.node_manifest(nodes.NodeSpec(name="gpu-l4-0", gpu_type="L4", gpus=4))
+    assert m["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+    assert m["metadata"]["labels"]["offpeak.io/gpu-type"] == "L4"
+    assert m["status"]["capacity"]["nvidia.com/gpu"] == "4"
+
+
+def test_default_gpu_types_are_canonical_catalogue_names() -> None:
+    from offpeak_predictor import gpus
+
+    assert set(nodes.DEFAULT_GPU_TYPES) <= set(gpus.known_gpus())
+
+
+def test_offpeak_scheduler_calls_the_extender(tmp_path: Path) -> None:
+    cfg = schedconfig.offpeak_scheduler_config(kubeconfig=tmp_path / "kc", extender_url="http://127.0.0.1:9999/")
+    assert cfg["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert cfg["profiles"] == [{"schedulerName": "offpeak-scheduler"}]
+    (ext,) = cfg["extenders"]
+    assert ext["urlPrefix"] == "http://127.0.0.1:9999"
+    assert (ext["filterVerb"], ext["prioritizeVerb"]) == ("filter", "prioritize")
+    assert ext["ignorable"] is True and ext["nodeCacheCapable"] is True and ext["weight"] > 0
+    assert ext["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
+    out = schedconfig.dump(cfg, tmp_path / "s.yaml")
+    assert yaml.safe_load(out.read_text()) == cfg
+
+
+def test_staging_replaces_use_published_versions() -> None:
+    go_mod = (
+        "module k8s.io/kubernetes\n\nreplace (\n"
+        "\tk8s.io/api => ./staging/src/k8s.io/api\n"
+        "\tk8s.io/client-go => ./staging/src/k8s.io/client-go\n"
+        "\tgithub.com/x/y => github.com/x/y v1.0.0\n)\n"
+    )
+    assert build.staging_replaces(go_mod, staging_version="v0.32.13") == [
+        "replace k8s.io/api => k8s.io/api v0.32.13",
+        "replace k8s.io/client-go => k8s.io/client-go v0.32.13",
+    ]
+
+
+def test_binaries_live_in_the_versioned_cache(tmp_path: Path) -> None:
+    paths = build.binaries(root=tmp_path)
+    assert paths["kube-apiserver"] == tmp_path / "bin" / build.KUBERNETES_VERSION / "kube-apiserver"
+    assert paths["helm"] == tmp_path / "bin" / build.HELM_VERSION / "helm"
+    assert set(build.missing(root=tmp_path)) == set(paths)
