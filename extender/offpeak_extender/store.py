@@ -12,7 +12,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -52,6 +52,7 @@ class NodeInfo:
     gpus_total: int
     schedule: BusySchedule | None = None
     schedule_error: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,17 @@ class PodInfo:
     trainingjob: str | None = None
     started_at: float | None = None
     deleting: bool = False
+    unschedulable: bool = False  # PodScheduled=False, reason Unschedulable
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity_in: Mapping[str, frozenset[str]] = field(default_factory=dict)  # required nodeAffinity `In` terms
+
+    def may_run_on(self, node: NodeInfo) -> bool:
+        """Whether the pod's nodeSelector and required node affinity (`In` expressions) allow `node`."""
+        labels = dict(node.labels)
+        labels.setdefault("kubernetes.io/hostname", node.name)
+        if any(labels.get(k) != v for k, v in self.node_selector.items()):
+            return False
+        return all(labels.get(k) in values for k, values in self.affinity_in.items())
 
     @property
     def holds_gpus(self) -> bool:
@@ -102,8 +114,22 @@ def node_info(obj: Mapping[str, Any]) -> NodeInfo:
         except ValueError as e:
             error = str(e)
             log.warning("node %s: ignoring %s: %s", meta.get("name"), BUSY_HOURS_ANNOTATION, e)
-    gpu_type = str((meta.get("labels") or {}).get(GPU_TYPE_LABEL, "unknown"))
-    return NodeInfo(str(meta.get("name", "")), gpu_type, gpus, schedule, error)
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    gpu_type = labels.get(GPU_TYPE_LABEL, "unknown")
+    return NodeInfo(str(meta.get("name", "")), gpu_type, gpus, schedule, error, labels)
+
+
+def _affinity_in(spec: Mapping[str, Any]) -> dict[str, frozenset[str]]:
+    """Required node-affinity `In` expressions of the first term (enough for pinning online pods to nodes)."""
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+    out: dict[str, frozenset[str]] = {}
+    if len(terms) == 1:
+        for expr in terms[0].get("matchExpressions") or []:
+            if expr.get("operator") == "In":
+                out[str(expr.get("key"))] = frozenset(str(v) for v in expr.get("values") or [])
+    return out
 
 
 def pod_info(obj: Mapping[str, Any]) -> PodInfo:
@@ -129,6 +155,10 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         trainingjob=labels.get(TRAININGJOB_LABEL),
         started_at=_parse_time(status.get("startTime")),
         deleting=bool(meta.get("deletionTimestamp")),
+        unschedulable=any(c.get("type") == "PodScheduled" and c.get("status") == "False"
+                          and c.get("reason") == "Unschedulable" for c in status.get("conditions") or []),
+        node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
+        affinity_in=_affinity_in(spec),
     )
 
 
@@ -172,17 +202,25 @@ class ClusterStore:
         self._samples: dict[str, deque[tuple[float, float]]] = {}
         self._max_samples = max_samples
         self.synced = False
+        self._nodes_synced = False
+        self._pods_synced = False
 
     # -- informer side -------------------------------------------------------------------------------------------
-    def replace_all(self, *, nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> None:
-        """Reset from a full list (informer (re)list)."""
-        infos = {n.name: n for n in map(node_info, nodes) if n.name}
-        pinfos = {p.uid: p for p in map(pod_info, pods)}
+    def replace_all(
+        self, *, nodes: Iterable[Mapping[str, Any]] | None = None, pods: Iterable[Mapping[str, Any]] | None = None
+    ) -> None:
+        """Reset nodes and/or pods from a full list (informer (re)list)."""
+        infos = None if nodes is None else {n.name: n for n in map(node_info, nodes) if n.name}
+        pinfos = None if pods is None else {p.uid: p for p in map(pod_info, pods)}
         with self._lock:
-            self._nodes = infos
-            self._pods = pinfos
+            if infos is not None:
+                self._nodes = infos
+                self._nodes_synced = True
+            if pinfos is not None:
+                self._pods = pinfos
+                self._pods_synced = True
             self._recount()
-            self.synced = True
+            self.synced = self._nodes_synced and self._pods_synced
 
     def upsert_node(self, obj: Mapping[str, Any]) -> None:
         info = node_info(obj)
@@ -353,6 +391,12 @@ class ClusterStore:
     def node(self, name: str) -> NodeInfo | None:
         with self._lock:
             return self._nodes.get(name)
+
+    def usage(self, name: str) -> tuple[int, int, int]:
+        """GPUs requested on `name` by (online, offline, other) pods."""
+        with self._lock:
+            u = self._usage.get(name, _Usage())
+            return u.online, u.offline, u.other
 
     def free_gpus(self, name: str) -> int:
         with self._lock:

@@ -1,0 +1,116 @@
+"""Entry-point wiring: build settings once, connect store, informer, refresher/evictor and the HTTP servers."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import threading
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from offpeak_extender.forecast import ForecastSettings
+from offpeak_extender.service import DecisionSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ExtenderConfig:
+    host: str
+    port: int
+    kubeconfig: str | None
+    prometheus_url: str | None
+    refresh_seconds: float
+    stale_seconds: float
+    forecast: ForecastSettings
+    decisions: DecisionSettings
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ExtenderConfig:
+        forecast = ForecastSettings(
+            season_seconds=args.season_seconds,
+            step_seconds=args.step_seconds,
+            horizon_seconds=args.horizon_seconds or args.season_seconds,
+            history_seconds=args.history_days * args.season_seconds,
+            quantile=args.quantile,
+        )
+        stale = args.stale_seconds or max(3 * args.refresh_seconds, 2 * args.step_seconds)
+        return cls(args.host, args.port, args.kubeconfig, args.prometheus_url, args.refresh_seconds, stale,
+                   forecast, DecisionSettings(margin=args.margin))
+
+
+def serve_extender(config: ExtenderConfig) -> None:
+    from offpeak_extender.history import LocalHistory, PrometheusHistory, Refresher
+    from offpeak_extender.kube import Informer, load_api_client
+    from offpeak_extender.metrics import ExtenderMetrics
+    from offpeak_extender.server import make_app
+    from offpeak_extender.service import ExtenderService
+    from offpeak_extender.store import ClusterStore
+
+    registry = CollectorRegistry()
+    metrics = ExtenderMetrics.create(registry)
+    store = ClusterStore(settings=config.forecast, stale_after_seconds=config.stale_seconds)
+    api = load_api_client(config.kubeconfig)
+    informer = Informer(api_client=api, store=store)
+    source = PrometheusHistory(config.prometheus_url) if config.prometheus_url else LocalHistory(store)
+    refresher = Refresher(store=store, source=source, metrics=metrics, refresh_seconds=config.refresh_seconds)
+    informer.start()
+    refresher.start()
+    service = ExtenderService(store=store, metrics=metrics, settings=config.decisions)
+    log.info("extender on http://%s:%d (history: %s, day=%gs, step=%gs, margin=%g)", config.host, config.port,
+             config.prometheus_url or "local pod samples", config.forecast.season_seconds,
+             config.forecast.step_seconds, config.decisions.margin)
+    try:
+        web.run_app(make_app(service=service, registry=registry), host=config.host, port=config.port,
+                    print=None, access_log=None)
+    finally:
+        informer.stop()
+        refresher.stop()
+
+
+def serve_evictor(args: argparse.Namespace) -> None:
+    from offpeak_extender.evictor import (
+        Evictor,
+        EvictorSettings,
+        KubeEvictionActions,
+        prometheus_measured_online,
+    )
+    from offpeak_extender.kube import Informer, load_api_client
+    from offpeak_extender.metrics import EvictorMetrics
+    from offpeak_extender.store import ClusterStore
+
+    registry = CollectorRegistry()
+    metrics = EvictorMetrics.create(registry)
+    store = ClusterStore(settings=ForecastSettings())
+    api = load_api_client(args.kubeconfig)
+    informer = Informer(api_client=api, store=store)
+    settings = EvictorSettings(grace_seconds=args.grace_seconds, interval_seconds=args.interval_seconds,
+                               prometheus_url=args.prometheus_url)
+    measured = prometheus_measured_online(args.prometheus_url) if args.prometheus_url else None
+    evictor = Evictor(store=store, actions=KubeEvictionActions(api), metrics=metrics, settings=settings,
+                      measured_online=measured)
+    informer.start()
+    thread = threading.Thread(target=evictor.run, name="evictor", daemon=True)
+    thread.start()
+
+    async def metrics_handler(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def healthz(_: web.Request) -> web.Response:
+        ok = thread.is_alive()
+        return web.json_response({"ok": ok, "synced": store.synced}, status=200 if ok else 500)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/healthz", healthz)
+    log.info("evictor metrics on http://%s:%d (grace %ds, every %gs)", args.host, args.metrics_port,
+             args.grace_seconds, args.interval_seconds)
+    try:
+        web.run_app(app, host=args.host, port=args.metrics_port, print=None, access_log=None)
+    finally:
+        evictor.stop_event.set()
+        informer.stop()
+

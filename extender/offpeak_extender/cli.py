@@ -1,0 +1,104 @@
+"""`offpeak extender` (scheduler extender HTTP service) and `offpeak evictor` (eviction controller).
+
+Only argument parsing and wiring here; heavy imports happen inside the handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+
+from offpeak.errors import UserError
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(name, default)
+
+
+def _env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    try:
+        return float(value)
+    except ValueError as e:
+        raise UserError(f"${name}={value!r} is not a number") from e
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "extender",
+        help="kube-scheduler extender: place training pods into forecast idle GPU windows",
+        description="Serve /filter and /prioritize for a kube-scheduler (nodeCacheCapable or full Nodes). "
+        "Each flag has an OFFPEAK_* environment fallback.",
+    )
+    p.add_argument("--port", type=int, default=int(_env("OFFPEAK_EXTENDER_PORT", "8888") or 8888))
+    p.add_argument("--host", default=_env("OFFPEAK_EXTENDER_HOST", "127.0.0.1"))
+    p.add_argument("--kubeconfig", default=_env("KUBECONFIG"), help="default: $KUBECONFIG, then in-cluster")
+    p.add_argument("--prometheus-url", default=_env("OFFPEAK_PROMETHEUS_URL"),
+                   help="history of offpeak_node_online_gpus; without it the extender samples pods itself")
+    p.add_argument("--margin", type=float, default=_env_float("OFFPEAK_MARGIN", 0.15),
+                   help="safety margin on the p90 job time (0.15 = +15%%)")
+    p.add_argument("--refresh-seconds", type=float, default=_env_float("OFFPEAK_REFRESH_SECONDS", 60.0))
+    p.add_argument("--history-days", type=float, default=_env_float("OFFPEAK_HISTORY_DAYS", 28.0),
+                   help="history used by the seasonal forecaster, in (possibly compressed) days")
+    p.add_argument("--step-seconds", type=float, default=_env_float("OFFPEAK_STEP_SECONDS", 300.0))
+    p.add_argument("--season-seconds", type=float, default=_env_float("OFFPEAK_SEASON_SECONDS", 86400.0),
+                   help="length of one day (e.g. 600 to compress a day into 10 minutes in tests)")
+    p.add_argument("--horizon-seconds", type=float, default=None, help="forecast horizon (default: one day)")
+    p.add_argument("--quantile", type=float, default=_env_float("OFFPEAK_QUANTILE", 0.9),
+                   help="online demand quantile per time bin (higher = more cautious windows)")
+    p.add_argument("--stale-seconds", type=float, default=None,
+                   help="forecasts older than this are stale (default: 3 x refresh, at least 2 steps)")
+    p.add_argument("--log-level", default=_env("OFFPEAK_LOG_LEVEL", "INFO"))
+    p.set_defaults(func=run_extender)
+
+    e = subparsers.add_parser(
+        "evictor",
+        help="eviction controller: evict offline pods when online work needs their GPUs",
+        description="Watch pending online pods and online GPU demand; evict offline pods that lose the least work.",
+    )
+    e.add_argument("--kubeconfig", default=_env("KUBECONFIG"))
+    e.add_argument("--metrics-port", type=int, default=int(_env("OFFPEAK_EVICTOR_METRICS_PORT", "9091") or 9091))
+    e.add_argument("--host", default=_env("OFFPEAK_EVICTOR_HOST", "0.0.0.0"))  # noqa: S104 - scraped by Prometheus
+    e.add_argument("--grace-seconds", type=int, default=int(_env_float("OFFPEAK_GRACE_SECONDS", 30)))
+    e.add_argument("--interval-seconds", type=float, default=_env_float("OFFPEAK_INTERVAL_SECONDS", 2.0))
+    e.add_argument("--prometheus-url", default=_env("OFFPEAK_PROMETHEUS_URL"),
+                   help="measured online GPUs per node (node agent); without it only pending online pods count")
+    e.add_argument("--log-level", default=_env("OFFPEAK_LOG_LEVEL", "INFO"))
+    e.set_defaults(func=run_evictor)
+
+
+def _check(args: argparse.Namespace) -> None:
+    for name in ("refresh_seconds", "step_seconds", "season_seconds", "history_days"):
+        if getattr(args, name, 1) is not None and getattr(args, name, 1) <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be > 0")
+    if getattr(args, "margin", 0) < 0:
+        raise UserError("--margin must be >= 0")
+    if not 0 < getattr(args, "port", getattr(args, "metrics_port", 1)) < 65536:
+        raise UserError("port must be in 1..65535")
+
+
+def run_extender(args: argparse.Namespace) -> int:
+    _check(args)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from offpeak_extender.app import ExtenderConfig, serve_extender
+
+    try:
+        config = ExtenderConfig.from_args(args)
+    except ValueError as e:
+        raise UserError(str(e)) from e
+    serve_extender(config)
+    return 0
+
+
+def run_evictor(args: argparse.Namespace) -> int:
+    _check(args)
+    if args.grace_seconds < 0:
+        raise UserError("--grace-seconds must be >= 0")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from offpeak_extender.app import serve_evictor
+
+    serve_evictor(args)
+    return 0

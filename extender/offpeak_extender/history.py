@@ -1,0 +1,154 @@
+"""Demand history for the forecaster: Prometheus range queries, or the store's own samples, refreshed in the
+background so the request path never waits on the network."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from offpeak_extender.metrics import ExtenderMetrics
+from offpeak_extender.store import ClusterStore
+
+log = logging.getLogger(__name__)
+
+ONLINE_QUERY = "max by (node) (offpeak_node_online_gpus)"
+MAX_POINTS_PER_QUERY = 10_000  # Prometheus refuses more than 11,000 points per series
+
+
+class HistoryError(RuntimeError):
+    """History could not be fetched; forecasts go stale and decisions degrade to fits-now."""
+
+
+History = Mapping[str, tuple[np.ndarray, np.ndarray]]
+
+
+class HistorySource(Protocol):
+    def fetch(self, *, start: float, end: float, step: float) -> History: ...
+
+
+def parse_matrix(payload: Any) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Prometheus `query_range` JSON -> {node: (times, values)}; NaN strings survive as NaN."""
+    if not isinstance(payload, dict) or payload.get("status") != "success":
+        raise HistoryError(f"Prometheus query failed: {str(payload)[:200]}")
+    data = payload.get("data") or {}
+    if data.get("resultType") != "matrix":
+        raise HistoryError(f"expected a matrix result, got {data.get('resultType')!r}")
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for series in data.get("result") or []:
+        node = (series.get("metric") or {}).get("node")
+        values = series.get("values") or []
+        if not node or not values:
+            continue
+        t = np.array([float(ts) for ts, _ in values])
+        v = np.array([float(x) for _, x in values])
+        if node in out:
+            t0, v0 = out[node]
+            t, v = np.concatenate([t0, t]), np.concatenate([v0, v])
+        out[node] = (t, v)
+    return out
+
+
+def merge(parts: list[dict[str, tuple[np.ndarray, np.ndarray]]]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    out: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    for part in parts:
+        for node, (t, v) in part.items():
+            ts, vs = out.setdefault(node, ([], []))
+            ts.append(t)
+            vs.append(v)
+    return {n: (np.concatenate(ts), np.concatenate(vs)) for n, (ts, vs) in out.items()}
+
+
+@dataclass
+class PrometheusHistory:
+    """Range queries of `offpeak_node_online_gpus{node}`, chunked under Prometheus's points limit."""
+
+    url: str
+    query: str = ONLINE_QUERY
+    timeout_seconds: float = 10.0
+
+    def _get(self, params: dict[str, str]) -> Any:
+        url = f"{self.url.rstrip('/')}/api/v1/query_range?{urllib.parse.urlencode(params)}"
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_seconds) as resp:  # noqa: S310 - operator's URL
+                return json.load(resp)
+        except (urllib.error.URLError, OSError, json.JSONDecodeError) as e:
+            raise HistoryError(f"Prometheus at {self.url} unreachable or bad reply: {e}") from e
+
+    def fetch(self, *, start: float, end: float, step: float) -> History:
+        parts = []
+        chunk = step * MAX_POINTS_PER_QUERY
+        t = start
+        while t < end:
+            stop = min(end, t + chunk)
+            parts.append(parse_matrix(self._get(
+                {"query": self.query, "start": f"{t:.3f}", "end": f"{stop:.3f}", "step": f"{step:g}"})))
+            t = stop + step
+        return merge(parts)
+
+
+@dataclass
+class LocalHistory:
+    """The store's own per-step samples of online GPU requests (no Prometheus, e.g. the e2e demo)."""
+
+    store: ClusterStore
+
+    def fetch(self, *, start: float, end: float, step: float) -> History:
+        return self.store.local_history()
+
+
+class Refresher:
+    """Background thread: sample online usage every step, refit forecasts every `refresh_seconds`."""
+
+    def __init__(self, *, store: ClusterStore, source: HistorySource, metrics: ExtenderMetrics | None,
+                 refresh_seconds: float = 60.0) -> None:
+        self.store = store
+        self.source = source
+        self.metrics = metrics
+        self.refresh_seconds = refresh_seconds
+        self.stop_event = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def refresh_once(self) -> None:
+        s = self.store.settings
+        now = self.store.clock()
+        started = time.perf_counter()
+        try:
+            history = self.source.fetch(start=now - s.history_seconds, end=now, step=s.step_seconds)
+        except HistoryError as e:
+            log.warning("history refresh failed: %s (decisions degrade to fits-now)", e)
+            self.store.mark_history_failed(str(e))
+        else:
+            self.store.set_history(history, now=now)
+        finally:
+            if self.metrics is not None:
+                self.metrics.history_refresh_seconds.observe(time.perf_counter() - started)
+                self.metrics.data_stale.set(1 if self.store.data_stale() else 0)
+
+    def run(self) -> None:
+        step = self.store.settings.step_seconds
+        next_refresh = 0.0
+        while not self.stop_event.is_set():
+            if self.store.synced:
+                self.store.record_local_sample()
+                if time.monotonic() >= next_refresh:
+                    self.refresh_once()
+                    next_refresh = time.monotonic() + self.refresh_seconds
+            self.stop_event.wait(min(step, self.refresh_seconds, 1.0) if not self.store.synced else
+                                 min(step, self.refresh_seconds))
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self.run, name="history-refresher", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()

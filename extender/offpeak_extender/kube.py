@@ -1,0 +1,100 @@
+"""Kubernetes adapters: client loading and an informer-style watch that keeps a `ClusterStore` current."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from offpeak.errors import UserError
+from offpeak_extender.store import ClusterStore
+
+log = logging.getLogger(__name__)
+
+
+def load_api_client(kubeconfig: str | None) -> Any:
+    """An ApiClient from `kubeconfig`, else $KUBECONFIG/~/.kube/config, else the in-cluster service account."""
+    from kubernetes import client, config
+
+    try:
+        if kubeconfig:
+            return config.new_client_from_config(config_file=kubeconfig)
+        try:
+            config.load_incluster_config()
+            return client.ApiClient()
+        except config.ConfigException:
+            return config.new_client_from_config()
+    except (config.ConfigException, OSError) as e:
+        raise UserError(f"cannot load Kubernetes config ({e}); pass --kubeconfig or set KUBECONFIG") from e
+
+
+class Informer:
+    """List-then-watch nodes and pods into the store, relisting on expiry or error (one daemon thread each)."""
+
+    def __init__(self, *, api_client: Any, store: ClusterStore, watch_timeout_seconds: int = 300,
+                 retry_seconds: float = 2.0) -> None:
+        from kubernetes import client
+
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.store = store
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.retry_seconds = retry_seconds
+        self.stop_event = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def _to_dict(self, obj: Any) -> dict[str, Any]:
+        return self.api_client.sanitize_for_serialization(obj)  # camelCase, as on the wire
+
+    def start(self) -> None:
+        for kind in ("nodes", "pods"):
+            t = threading.Thread(target=self._run, args=(kind,), name=f"informer-{kind}", daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+
+    def _run(self, kind: str) -> None:
+        lister: Callable[..., Any] = self.core.list_node if kind == "nodes" else self.core.list_pod_for_all_namespaces
+        while not self.stop_event.is_set():
+            try:
+                self._list_and_watch(kind, lister)
+            except Exception as e:  # noqa: BLE001 - a watch must survive API hiccups; log and relist
+                log.warning("informer %s: %s; relisting in %.0fs", kind, e, self.retry_seconds)
+                self.stop_event.wait(self.retry_seconds)
+
+    def _list_and_watch(self, kind: str, lister: Callable[..., Any]) -> None:
+        from kubernetes import watch
+        from kubernetes.client.exceptions import ApiException
+
+        listing = lister()
+        items = [self._to_dict(o) for o in listing.items]
+        if kind == "nodes":
+            self.store.replace_all(nodes=items)
+        else:
+            self.store.replace_all(pods=items)
+        version = listing.metadata.resource_version
+        w = watch.Watch()
+        try:
+            for event in w.stream(lister, resource_version=version, timeout_seconds=self.watch_timeout_seconds,
+                                  allow_watch_bookmarks=True):
+                if self.stop_event.is_set():
+                    return
+                etype = event.get("type")
+                obj = event.get("object")
+                if etype == "BOOKMARK" or obj is None:
+                    continue
+                if etype == "ERROR":
+                    return  # typically 410 Gone: relist
+                data = self._to_dict(obj)
+                if kind == "nodes":
+                    (self.store.delete_node if etype == "DELETED" else self.store.upsert_node)(data)
+                else:
+                    (self.store.delete_pod if etype == "DELETED" else self.store.upsert_pod)(data)
+        except ApiException as e:
+            if e.status != 410:
+                raise
+        finally:
+            w.stop()

@@ -1,0 +1,123 @@
+"""Eviction planning (pure) and one controller tick against a real store with fake Kubernetes actions."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from offpeak_extender.evictions import NodeState, plan_for_pending, plan_for_pressure
+from offpeak_extender.evictor import Evictor, EvictorSettings
+from offpeak_extender.forecast import ForecastSettings
+from offpeak_extender.metrics import EvictorMetrics
+from offpeak_extender.model import NodeView, OfflinePod
+from offpeak_extender.store import ClusterStore
+
+from .k8s_objects import gpu_node, gpu_pod
+
+NOW = 1_795_000_000.0  # 2026-11-19, after the pods' start times
+
+
+def state(name: str, free: int, pods: list[OfflinePod], total: int = 4, releasing: int = 0) -> NodeState:
+    return NodeState(view=NodeView(name, "T4", total, free), offline_pods=tuple(pods), releasing_gpus=releasing)
+
+
+def test_pending_picks_node_losing_least_work() -> None:
+    nodes = {
+        "a": state("a", 0, [OfflinePod("big-work", gpus=2, elapsed_seconds=5000, uid="1")]),
+        "b": state("b", 1, [OfflinePod("little-work", gpus=1, elapsed_seconds=100, uid="2")]),
+    }
+    plan = plan_for_pending(pod_key="web/api-0", gpus=2, candidates=["a", "b"], nodes=nodes)
+    assert plan is not None and plan.node == "b" and [v.name for v in plan.victims] == ["little-work"]
+    assert "web/api-0" in plan.message and plan.gpu_seconds_lost == 100
+
+
+def test_pending_no_eviction_when_room_exists_or_is_releasing() -> None:
+    pods = [OfflinePod("x", gpus=2, elapsed_seconds=10, uid="1")]
+    assert plan_for_pending(pod_key="p", gpus=2, candidates=["a", "b"],
+                            nodes={"a": state("a", 0, pods), "b": state("b", 2, [])}) is None
+    assert plan_for_pending(pod_key="p", gpus=2, candidates=["a"], nodes={"a": state("a", 0, pods, releasing=2)}) is None
+
+
+def test_pending_impossible_returns_none() -> None:
+    nodes = {"a": state("a", 0, [OfflinePod("x", gpus=1, uid="1")]), "tiny": state("tiny", 0, [], total=1)}
+    assert plan_for_pending(pod_key="p", gpus=3, candidates=["a", "tiny"], nodes=nodes) is None
+
+
+def test_pressure_evicts_when_measured_online_outgrows_node() -> None:
+    s = state("a", 0, [OfflinePod("ck", gpus=1, checkpointing=True, elapsed_seconds=9e4, uid="1"),
+                       OfflinePod("nock", gpus=1, elapsed_seconds=10, uid="2")])
+    assert plan_for_pressure(state=s, measured_online=2.0, requested_online=2) is None
+    plan = plan_for_pressure(state=s, measured_online=2.4, requested_online=2)
+    assert plan is not None and [v.name for v in plan.victims] == ["ck"]
+    assert "rose to 2.4 of 4" in plan.message
+
+
+class FakeActions:
+    def __init__(self, fail: set[str] | None = None) -> None:
+        self.calls: list[tuple[str, str, object]] = []
+        self.fail = fail or set()
+
+    def annotate(self, pod: OfflinePod, reason: str) -> None:
+        self.calls.append(("annotate", pod.key, reason))
+
+    def event(self, pod: OfflinePod, plan: object) -> None:
+        self.calls.append(("event", pod.key, pod.trainingjob))
+
+    def evict(self, pod: OfflinePod, grace_seconds: int) -> None:
+        if pod.name in self.fail:
+            raise RuntimeError("429 disruption budget")
+        self.calls.append(("evict", pod.key, grace_seconds))
+
+
+def unschedulable(pod: dict) -> dict:
+    pod["status"]["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]
+    return pod
+
+
+def make(actions: FakeActions, measured: dict[str, float] | None = None) -> tuple[Evictor, CollectorRegistry, ClusterStore]:
+    store = ClusterStore(settings=ForecastSettings(), clock=lambda: NOW)
+    online = unschedulable(gpu_pod("api-0", gpus=2, workload="online", phase="Pending", namespace="web"))
+    online["spec"]["nodeSelector"] = {"kubernetes.io/hostname": "n1"}
+    store.replace_all(
+        nodes=[gpu_node("n1", gpus=4), gpu_node("n2", gpus=4)],
+        pods=[
+            gpu_pod("resnet-0", gpus=2, node="n1", start="2026-11-18T00:00:00Z"),
+            gpu_pod("bert-0", gpus=2, node="n1", checkpointing=True, start="2026-11-18T00:00:00Z"),
+            gpu_pod("gpt-0", gpus=4, node="n2", start="2026-11-18T12:00:00Z"),
+            online,
+        ],
+    )
+    registry = CollectorRegistry()
+    ev = Evictor(store=store, actions=actions, metrics=EvictorMetrics.create(registry),
+                 settings=EvictorSettings(grace_seconds=15), clock=lambda: NOW,
+                 measured_online=(lambda: measured) if measured is not None else None)
+    return ev, registry, store
+
+
+def test_tick_evicts_checkpointing_pod_on_pinned_node_and_counts() -> None:
+    actions = FakeActions()
+    ev, reg, store = make(actions)
+    plans = ev.tick()
+    assert [(p.node, [v.name for v in p.victims]) for p in plans] == [("n1", ["bert-0"])]
+    assert [c[0] for c in actions.calls] == ["annotate", "event", "evict"]
+    assert actions.calls[1] == ("event", "ml/bert-0", "bert")
+    assert actions.calls[2] == ("evict", "ml/bert-0", 15)
+    assert reg.get_sample_value("offpeak_evictions_total", {"reason": "online-pod-pending"}) == 1.0
+    assert reg.get_sample_value("offpeak_evicted_gpu_seconds_lost_total") > 0
+    # next tick: the victim is still running (watch lag) but counts as releasing -> no second eviction
+    assert ev.tick() == []
+
+
+def test_tick_failed_eviction_counted_and_retried() -> None:
+    actions = FakeActions(fail={"bert-0"})
+    ev, reg, store = make(actions)
+    ev.tick()
+    assert reg.get_sample_value("offpeak_eviction_failures_total", {"reason": "online-pod-pending"}) == 1.0
+    assert len(ev.tick()) == 1  # not remembered as evicted: planned again
+
+
+def test_tick_pressure_from_measured_online() -> None:
+    actions = FakeActions()
+    ev, reg, store = make(actions, measured={"n2": 1.0, "unknown-node": 3.0})
+    plans = ev.tick()
+    assert {p.reason for p in plans} == {"online-pod-pending", "online-demand-rising"}
+    assert ("evict", "ml/gpt-0", 15) in actions.calls
