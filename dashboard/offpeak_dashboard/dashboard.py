@@ -33,8 +33,10 @@ NODE_GPUS = "offpeak_node_gpus"
 NODE_ONLINE_GPUS = "offpeak_node_online_gpus"
 NODE_OFFLINE_GPUS = "offpeak_node_offline_gpus"
 
-# Labels that identify one TrainingJob on the per-job gauges.
-JOB_KEY = "namespace, trainingjob, gpu_type"
+# Per-job gauges are labelled job/namespace/gpu_type/model_family by the operator. Prometheus renames a scraped
+# `job`/`namespace` to `exported_job`/`exported_namespace` when the target has its own, so aggregate *without* the
+# per-target labels instead of *by* names that depend on the scrape configuration.
+PER_TARGET = "instance, pod, container, endpoint, service"
 
 
 def _quantiles(metric: str, *, by: str = "") -> tuple[Query, ...]:
@@ -64,10 +66,10 @@ PREDICTIONS = Row(
             "Predicted vs actual runtime per job",
             "table",
             (
-                Query(f"max by ({JOB_KEY}) ({JOB_PREDICTED})", instant=True, table=True),
-                Query(f"max by ({JOB_KEY}) ({JOB_ACTUAL})", instant=True, table=True),
+                Query(f"max without ({PER_TARGET}) ({JOB_PREDICTED})", instant=True, table=True),
+                Query(f"max without ({PER_TARGET}) ({JOB_ACTUAL})", instant=True, table=True),
                 Query(
-                    f"max by ({JOB_KEY}) ({JOB_ACTUAL}) / max by ({JOB_KEY}) ({JOB_PREDICTED})",
+                    f"max without ({PER_TARGET}) ({JOB_ACTUAL}) / max without ({PER_TARGET}) ({JOB_PREDICTED})",
                     instant=True,
                     table=True,
                 ),

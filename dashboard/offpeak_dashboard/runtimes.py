@@ -83,13 +83,15 @@ def records_from_json(document: Any, *, source: str = "input") -> list[JobRuntim
     return [record_from_mapping(item, where=f"{source}: jobs[{i}]") for i, item in enumerate(items)]
 
 
-# Labels Prometheus adds per scrape target; they differ between the two gauges' targets, so never join on them.
-_TARGET_LABELS = frozenset({"__name__", "instance", "job", "pod", "container", "endpoint", "service"})
+# Labels that differ per scrape target (an operator restart changes them), so never join on them. `job` stays: it
+# is either the operator's TrainingJob label (honor_labels) or the scrape job, equal on both gauges.
+_TARGET_LABELS = frozenset({"__name__", "instance", "pod", "container", "endpoint", "service"})
 
 
 def _job_name(labels: Mapping[str, str]) -> str:
-    name = labels.get("trainingjob") or labels.get("exported_job") or labels.get("name") or "?"
-    namespace = labels.get("namespace") or labels.get("exported_namespace")
+    """The TrainingJob's name: the operator labels it `job`, which Prometheus renames `exported_job` by default."""
+    name = labels.get("trainingjob") or labels.get("exported_job") or labels.get("job") or labels.get("name") or "?"
+    namespace = labels.get("exported_namespace") or labels.get("namespace")
     return f"{namespace}/{name}" if namespace else name
 
 

@@ -57,17 +57,27 @@ def _item(value: float, **labels: str) -> dict:
 
 
 def test_join_ignores_target_labels_and_unmatched_series() -> None:
+    # As scraped with Prometheus' defaults: the operator's `job` label became `exported_job`.
     predicted = [
-        _item(100, __name__="p", instance="op:9090", job="offpeak-operator", trainingjob="a", namespace="ml",
+        _item(100, __name__="p", instance="op-1:9090", job="offpeak-operator", exported_job="a", namespace="ml",
               gpu_type="L4"),
-        _item(10, __name__="p", instance="op:9090", trainingjob="lonely", namespace="ml", gpu_type="L4"),
+        _item(10, __name__="p", instance="op-1:9090", job="offpeak-operator", exported_job="lonely", namespace="ml",
+              gpu_type="L4"),
     ]
     actual = [
-        _item(150, __name__="q", instance="other:9090", job="x", trainingjob="a", namespace="ml", gpu_type="L4"),
-        _item(5, __name__="q", trainingjob="a", namespace="ml", gpu_type="H100-SXM5-80GB"),  # other GPU type
-        _item(float("nan"), trainingjob="lonely", namespace="ml", gpu_type="L4"),
+        _item(150, __name__="q", instance="op-2:9090", job="offpeak-operator", exported_job="a", namespace="ml",
+              gpu_type="L4"),
+        _item(5, job="offpeak-operator", exported_job="a", namespace="ml", gpu_type="H100-SXM5-80GB"),
+        _item(float("nan"), job="offpeak-operator", exported_job="lonely", namespace="ml", gpu_type="L4"),
     ]
     assert join_prometheus_vectors(predicted=predicted, actual=actual) == [JobRuntime("ml/a", "L4", 100.0, 150.0)]
+
+
+def test_join_with_honor_labels_keeps_jobs_apart() -> None:
+    predicted = [_item(100, job="a", namespace="ml", gpu_type="L4"), _item(200, job="b", namespace="ml", gpu_type="L4")]
+    actual = [_item(110, job="a", namespace="ml", gpu_type="L4"), _item(190, job="b", namespace="ml", gpu_type="L4")]
+    joined = join_prometheus_vectors(predicted=predicted, actual=actual)
+    assert [(r.job, r.predicted_seconds, r.actual_seconds) for r in joined] == [("ml/a", 100, 110), ("ml/b", 200, 190)]
 
 
 def test_summary_is_scale_free() -> None:
