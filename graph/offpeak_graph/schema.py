@@ -56,6 +56,9 @@ class OpType(StrEnum):
     RESHAPE = "reshape"  # view/reshape/flatten/permute/transpose/contiguous: data movement only
     REDUCE = "reduce"  # mean/sum/max over dims
     LOSS = "loss"
+    ELEMENTWISE = "elementwise"  # other known pointwise maths: exp, rsqrt, where, masked_fill, clamp, casts...
+    FILL = "fill"  # zeros/ones/full/arange: writes memory without reading an input
+    INDEX = "index"  # gather/index_select/scatter/index: data-dependent memory access
     INPUT = "input"
     OTHER = "other"
 

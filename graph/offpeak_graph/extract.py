@@ -1,0 +1,167 @@
+"""`extract_graph`: the one call that turns a model source into a `ModelGraph` (used by the CLI, operator, predictor).
+
+Exactly one source is given: a PyTorch entry point, a torchvision name, a HuggingFace config, or an ONNX file.
+PyTorch models are traced on the `meta` device first (no weights in memory, so billion-parameter models extract on a
+laptop); a model that cannot run on meta tensors (data-dependent control flow, ops without meta kernels) is traced
+again on the CPU when it is small enough. `graph.extraction` records which path produced the graph.
+torch/onnx are imported only inside these functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from offpeak.errors import UserError
+from offpeak_graph.options import ExtractOptions, parse_shape
+from offpeak_graph.schema import ModelGraph
+
+if TYPE_CHECKING:
+    from offpeak_graph.torch_models import BuiltModel
+    from offpeak_graph.torch_trace import Recorder
+
+EXTRACTION_META = "torch-dispatch-meta"
+EXTRACTION_CPU = "torch-dispatch-cpu"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtractSettings:
+    """Limits of the fallback path."""
+
+    cpu_fallback_max_param_bytes: int = 2 * 1024**3  # never materialise bigger models on the CPU
+
+
+def extract_graph(
+    *,
+    entrypoint: str | None = None,
+    torchvision: str | None = None,
+    hf_config: str | None = None,
+    onnx: str | None = None,
+    batch_size: int,
+    input_shape: Sequence[int] | str | None = None,
+    seq_len: int | None = None,
+    precision: str = "fp32",
+    mode: str = "train",
+    optimizer: str = "adam",
+    python_path: Sequence[str] = (),
+    settings: ExtractSettings | None = None,
+) -> ModelGraph:
+    """Extract the model graph of one model source at one batch size / precision. Raises UserError on bad input."""
+    sources = {"entrypoint": entrypoint, "torchvision": torchvision, "hf_config": hf_config, "onnx": onnx}
+    given = [k for k, v in sources.items() if v]
+    if len(given) != 1:
+        raise UserError("give exactly one model source: --entrypoint, --torchvision, --hf-config or --onnx")
+    shape = parse_shape(input_shape) if isinstance(input_shape, str) else (tuple(input_shape) if input_shape else None)
+    options = ExtractOptions(batch_size=batch_size, input_shape=shape, seq_len=seq_len, precision=precision,
+                             mode=mode, optimizer=optimizer)  # fmt: skip
+    settings = settings or ExtractSettings()
+    with _quiet():
+        if onnx:
+            from offpeak_graph.onnx_extract import extract_onnx
+
+            return extract_onnx(onnx, options)
+        build = _builder(sources, options, list(python_path))
+        return _extract_torch(build=build, entrypoint=bool(entrypoint), options=options, settings=settings)
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Library warnings would break the CLI's one-line error contract; the graph says what matters."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def _builder(sources: dict[str, Any], options: ExtractOptions, python_path: list[str]) -> Callable[[], BuiltModel]:
+    from offpeak_graph import torch_models
+
+    if sources["torchvision"]:
+        return lambda: torch_models.build_torchvision(sources["torchvision"], options)
+    if sources["hf_config"]:
+        return lambda: torch_models.build_hf(sources["hf_config"], options)
+    return lambda: torch_models.build_entrypoint(sources["entrypoint"], options, python_path)
+
+
+def _is_meta_limitation(e: BaseException) -> bool:
+    """True when an error says the meta device cannot do something (not that the model or input is wrong)."""
+    return isinstance(e, NotImplementedError) or "meta" in str(e).lower()
+
+
+def _extract_torch(
+    *, build: Callable[[], BuiltModel], entrypoint: bool, options: ExtractOptions, settings: ExtractSettings
+) -> ModelGraph:
+    import torch
+
+    try:
+        with torch.device("meta"):
+            built = build()
+    except UserError:
+        if not entrypoint:
+            raise
+        built = build()  # user code that cannot build on meta (e.g. loads a checkpoint): build it for real
+    try:
+        recorder = _trace(built, options, torch.device("meta"))
+        extraction = EXTRACTION_META
+    except Exception as e:  # noqa: BLE001 - anything the model raises is classified below
+        if not _is_meta_limitation(e):
+            raise _forward_error(built, options, e) from e
+        param_bytes = sum(p.numel() * p.element_size() for p in built.module.parameters())
+        if param_bytes > settings.cpu_fallback_max_param_bytes:
+            from offpeak_graph.torch_models import one_line
+
+            raise UserError(
+                f"model cannot be traced on the meta device ({one_line(e)}) and is too large "
+                f"({param_bytes / 2**30:.1f} GiB) to trace on the CPU; export it to ONNX and use --onnx"
+            ) from e
+        with torch.device("cpu"):
+            built = build()
+        try:
+            recorder = _trace(built, options, torch.device("cpu"))
+        except Exception as e2:  # noqa: BLE001
+            raise _forward_error(built, options, e2) from e2
+        extraction = EXTRACTION_CPU
+    return ModelGraph(
+        framework="pytorch",
+        model_name=built.name,
+        model_family=built.family,
+        batch_size=options.batch_size,
+        seq_len=built.seq_len,
+        input_shape=built.input_shape,
+        precision=options.precision,
+        mode=options.mode,
+        optimizer=options.optimizer,
+        extraction=extraction,
+        ops=recorder.ops,
+    )
+
+
+def _trace(built: BuiltModel, options: ExtractOptions, device: Any) -> Recorder:
+    import torch
+
+    from offpeak_graph.torch_models import DTYPES
+    from offpeak_graph.torch_trace import record_forward
+
+    model = built.module
+    if any(p.device != device for p in model.parameters()):
+        model = model.to(device)
+    model = model.to(DTYPES[options.precision])
+    model.train(options.mode == "train")
+    call = built.make_call(device, options)
+    grad = torch.enable_grad() if options.mode == "train" else torch.no_grad()
+    with grad:
+        return record_forward(model, call)
+
+
+def _forward_error(built: BuiltModel, options: ExtractOptions, e: BaseException) -> UserError:
+    from offpeak_graph.torch_models import one_line
+
+    if isinstance(e, UserError):
+        return e
+    what = f"input shape {built.input_shape}" if built.input_shape else f"sequence length {built.seq_len}"
+    return UserError(
+        f"model {built.name!r} failed on batch {options.batch_size}, {what}: {one_line(e)}; "
+        "check --input-shape/--seq-len"
+    )
