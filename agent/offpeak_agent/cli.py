@@ -1,0 +1,42 @@
+"""`offpeak agent`: per-GPU utilisation, memory and pod attribution as Prometheus metrics."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+
+from offpeak.errors import UserError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser(
+        "agent",
+        help="GPU node agent: NVML utilisation/memory per GPU and pod, as Prometheus metrics",
+        description="Runs on every GPU node (DaemonSet). Without NVIDIA GPUs it reports zero GPUs and stays healthy.",
+    )
+    p.add_argument("--port", type=int, default=int(os.environ.get("OFFPEAK_AGENT_PORT", "9400")))
+    p.add_argument("--host", default=os.environ.get("OFFPEAK_AGENT_HOST", "0.0.0.0"))  # noqa: S104 - scraped
+    p.add_argument("--node-name", default=os.environ.get("NODE_NAME") or socket.gethostname(),
+                   help="this node's name (default: $NODE_NAME, then the hostname)")
+    p.add_argument("--interval", type=float, default=float(os.environ.get("OFFPEAK_AGENT_INTERVAL", "5")),
+                   help="seconds between samples")
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"),
+                   help="to name pods; default in-cluster; without API access pods show as 'other'")
+    p.add_argument("--proc-root", default=os.environ.get("OFFPEAK_PROC_ROOT", "/proc"),
+                   help="host /proc (mount it with hostPID or as a volume)")
+    p.add_argument("--log-level", default=os.environ.get("OFFPEAK_LOG_LEVEL", "INFO"))
+    p.set_defaults(func=run_agent)
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    if args.interval <= 0:
+        raise UserError("--interval must be > 0")
+    if not 0 < args.port < 65536:
+        raise UserError("--port must be in 1..65535")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from offpeak_agent.app import serve
+
+    serve(args)
+    return 0
