@@ -34,6 +34,7 @@ class ClusterSettings:
     online_start_minute: int = 720  # start the replay in the trace's quiet half of the day
     online_load: bool = True  # False: online Deployments stay at 0 replicas unless a test scales them
     scrape_interval_s: float = 2.0
+    eviction_grace_s: int = 5  # terminationGracePeriod the evictor gives offline pods
     service_timeout_s: float = 90.0
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -104,7 +105,6 @@ class LocalCluster:
             env["OFFPEAK_PROMETHEUS_URL"] = urls["prometheus"]
         if "predictor" in urls:
             env["OFFPEAK_PREDICTOR_URL"] = urls["predictor"]
-        env["OFFPEAK_SEASON_SECONDS"] = f"{self.settings.day_seconds:g}"
         return {**env, **self.settings.extra_env}
 
     def _port(self, name: str) -> int:
@@ -177,8 +177,9 @@ class LocalCluster:
         assert self.state is not None
         self._require("predictor")
         port = self._port("predictor")
+        db = self.cp.run_dir / "predictor-samples.sqlite"
         self.sup.start("predictor", [*offpeak_argv(), "predictor", "serve", "--host", "127.0.0.1", "--port",
-                                     str(port)], env=self.env())
+                                     str(port), "--db", str(db)], env=self.env())
         self.state.urls["predictor"] = f"http://127.0.0.1:{port}"
         self._wait_http("predictor", f"http://127.0.0.1:{port}/healthz")
 
@@ -186,8 +187,15 @@ class LocalCluster:
         assert self.state is not None
         self._require("extender")
         port = self.state.ports["extender"]  # fixed at control-plane start: the scheduler config names it
-        self.sup.start("extender", [*offpeak_argv(), "extender", "--host", "127.0.0.1", "--port", str(port)],
-                       env=self.env())
+        day = self.settings.day_seconds
+        argv = [
+            *offpeak_argv(), "extender", "--host", "127.0.0.1", "--port", str(port),
+            "--kubeconfig", self.state.kubeconfig, "--season-seconds", f"{day:g}",
+            "--step-seconds", f"{max(1.0, day / 96):g}", "--refresh-seconds", "2",
+        ]
+        if "prometheus" in self.state.urls:
+            argv += ["--prometheus-url", self.state.urls["prometheus"]]
+        self.sup.start("extender", argv, env=self.env())
         self.state.urls["extender"] = f"http://127.0.0.1:{port}"
         self._wait_http("extender", f"http://127.0.0.1:{port}/healthz")
 
@@ -195,7 +203,14 @@ class LocalCluster:
         assert self.state is not None
         self._require("evictor")
         port = self._port("evictor-metrics")
-        self.sup.start("evictor", [*offpeak_argv(), "evictor", "--metrics-port", str(port)], env=self.env())
+        argv = [
+            *offpeak_argv(), "evictor", "--host", "127.0.0.1", "--metrics-port", str(port),
+            "--kubeconfig", self.state.kubeconfig, "--grace-seconds", str(self.settings.eviction_grace_s),
+            "--interval-seconds", "1",
+        ]
+        if "prometheus" in self.state.urls:
+            argv += ["--prometheus-url", self.state.urls["prometheus"]]
+        self.sup.start("evictor", argv, env=self.env())
         self.state.urls["evictor"] = f"http://127.0.0.1:{port}"
         self._wait_http("evictor", f"http://127.0.0.1:{port}/healthz")
 
@@ -204,8 +219,11 @@ class LocalCluster:
         self._require("operator")
         port = self._port("operator-metrics")
         live = self._port("operator-liveness")
+        predictor = self.state.urls.get("predictor", "http://127.0.0.1:9")  # unreachable: fallback predictions
         self.sup.start("operator", [
-            *offpeak_argv(), "operator", "--metrics-port", str(port), "--liveness-port", str(live),
+            *offpeak_argv(), "operator", "--all-namespaces", "--standalone", "--kubeconfig", self.state.kubeconfig,
+            "--predictor-url", predictor, "--metrics-port", str(port), "--liveness-port", str(live),
+            "--resync-seconds", "2", "--requeue-base-seconds", "3", "--analysis-timeout-seconds", "120",
         ], env=self.env())
         self.state.urls["operator"] = f"http://127.0.0.1:{port}"
         self._wait_http("operator", f"http://127.0.0.1:{port}/metrics")

@@ -142,3 +142,26 @@ def timed(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
 def with_nodes(settings: ClusterSettings, nodes: int) -> ClusterSettings:
     return replace(settings, control_plane=replace(settings.control_plane, nodes=nodes))
+
+
+def trainingjob_manifest(
+    name: str, *, sim_seconds: float, gpu_types: Iterable[str] = ("A100-SXM4-40GB", "H100-SXM5-80GB"),
+    torchvision: str | None = "resnet18", steps: int = 200, batch_size: int = 32,
+    estimated_seconds: float | None = None, workers: int = 1, extra_spec: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A TrainingJob whose fake training pod (kwok) finishes `sim_seconds` after it starts running."""
+    spec: dict[str, Any] = {
+        "image": "registry.local/offpeak-e2e/train:1",
+        "command": ["python", "train.py"],
+        "batchSize": batch_size,
+        "steps": steps,
+        "workers": workers,
+        "gpuTypes": list(gpu_types),
+        "podAnnotations": {"offpeak.io/sim-runtime": f"{max(1000, round(sim_seconds * 1000))}ms"},
+    }
+    if torchvision:
+        spec["modelSource"] = {"torchvision": torchvision}
+    if estimated_seconds is not None:
+        spec["estimatedSeconds"] = estimated_seconds
+    spec.update(extra_spec or {})
+    return {"apiVersion": "offpeak.io/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name}, "spec": spec}
