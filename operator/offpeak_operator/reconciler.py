@@ -87,15 +87,12 @@ class Reconciler:
                 self.ctx.metrics.set_phase(key, None)
                 return None
             status: dict[str, Any] = dict(job.get("status") or {})
-            for _ in range(MAX_STEPS_PER_RECONCILE):
-                before = status.get("phase")
+            for _ in range(MAX_STEPS_PER_RECONCILE):  # go on while decisions change something
                 patch = self._step(job, status)
                 if not patch:
                     break
                 self.ctx.kube.patch_job_status(namespace, name, patch)
                 _apply(status, patch)
-                if status.get("phase") == before:
-                    break
             self.ctx.metrics.set_phase(key, status.get("phase") or sm.Phase.PENDING)
             return status.get("phase")
 

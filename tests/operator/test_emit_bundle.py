@@ -1,0 +1,48 @@
+"""The analysis pod's two offpeak steps: the emit command and the zipapp bundle, run for real."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from offpeak_graph.schema import ModelGraph, save_graph
+from optestkit import small_graph
+
+from offpeak_operator import emit
+from offpeak_operator.bundle import build_bundle
+from offpeak_operator.graphstore import decode_bytes, from_log
+
+
+def test_emit_prints_a_block_the_operator_reads_back(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      graph: ModelGraph) -> None:
+    path = tmp_path / "graph.json.gz"
+    save_graph(graph, path)
+    assert emit.main([str(path)]) == 0
+    data, header = from_log(capsys.readouterr().out)
+    assert decode_bytes(data).content_hash() == graph.content_hash() == header["hash"]
+
+
+def test_emit_reduces_to_the_limit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    big = small_graph(blocks=3000)
+    for i, op in enumerate(big.ops):
+        op.name = f"block.{i}"
+    save_graph(big, tmp_path / "g.json")
+    assert emit.main([str(tmp_path / "g.json"), "--limit-bytes", "20000"]) == 0
+    data, header = from_log(capsys.readouterr().out)
+    assert header["reduced"] == "aggregate" and header["original_ops"] == len(big.ops)
+    assert decode_bytes(data).total_flops_forward == big.total_flops_forward
+
+
+def test_emit_fails_clearly_on_a_missing_graph(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert emit.main([str(tmp_path / "nope.json.gz")]) == 1
+    assert "offpeak emit: error" in capsys.readouterr().err
+
+
+def test_bundle_runs_the_offpeak_cli_from_a_zipapp(tmp_path: Path) -> None:
+    pyz = build_bundle(tmp_path / "offpeak.pyz")
+    # -I -S: no site-packages, so only the zipapp (not the editable install) provides offpeak
+    done = subprocess.run([sys.executable, "-I", "-S", str(pyz), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "usage: offpeak" in done.stdout

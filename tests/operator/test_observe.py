@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from offpeak_operator.observe import observe, pod_view
+
+
+def pod(name: str, role: str = "training", *, phase: str = "Running", node: str = "n1", **extra) -> dict:
+    body = {"metadata": {"name": name, "labels": {"offpeak.io/role": role, "offpeak.io/trainingjob": "j"},
+                         "annotations": extra.pop("annotations", {})},
+            "spec": {"nodeName": node}, "status": {"phase": phase, **extra}}
+    return body
+
+
+def test_container_times_and_node_gpu_type() -> None:
+    p = pod("j-a1-w0", phase="Succeeded", containerStatuses=[{"state": {"terminated": {
+        "startedAt": "2026-11-21T06:00:00Z", "finishedAt": "2026-11-21T06:05:00Z"}}}])
+    v = pod_view(p, node_gpu_types={"n1": "T4"})
+    assert v.gpu_type == "T4" and v.phase == "Succeeded" and not v.evicted
+    assert v.started_at == datetime(2026, 11, 21, 6, tzinfo=UTC)
+    assert (v.finished_at - v.started_at).total_seconds() == 300
+
+
+def test_start_falls_back_to_ready_condition_then_start_time() -> None:
+    p = pod("x", conditions=[{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-21T06:00:07Z"}],
+            startTime="2026-11-21T06:00:01Z")
+    assert pod_view(p, node_gpu_types={}).started_at.second == 7
+    p = pod("x", startTime="2026-11-21T06:00:01Z")
+    assert pod_view(p, node_gpu_types={}).started_at.second == 1
+
+
+def test_eviction_signals() -> None:
+    assert pod_view(pod("a", phase="Failed", reason="Evicted"), node_gpu_types={}).evicted
+    assert pod_view(pod("b", annotations={"offpeak.io/eviction-reason": "online"}), node_gpu_types={}).evicted
+    deleting = pod("c")
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-21T06:00:00Z"
+    assert pod_view(deleting, node_gpu_types={}).evicted
+    assert not pod_view(pod("d", phase="Failed", reason="Error"), node_gpu_types={}).evicted
+
+
+def test_observe_splits_roles() -> None:
+    obs = observe([pod("j-analysis", "analysis", phase="Succeeded"), pod("j-a1-w0"), pod("j-graph", "graph")],
+                  node_gpu_types={})
+    assert obs.analysis_pod.name == "j-analysis" and list(obs.training_pods) == ["j-a1-w0"]

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import pytest
+
+from offpeak_operator.predictions import (FallbackSettings, PredictorResponseError, fallback, from_predictor,
+                                          remaining_seconds, Prediction)
+
+RESPONSE = {"model_version": "m7", "graph_hash": "sha256:ab", "predictions": [
+    {"gpu": "A100", "gpu_type": "A100-SXM4-40GB", "step_seconds": 0.1, "step_seconds_p90": 0.12,
+     "job_seconds": 100.0, "job_seconds_p90": 120.0, "model_version": "m7"},
+    {"gpu": "T4", "gpu_type": "T4", "step_seconds": 0.4, "step_seconds_p90": 0.5, "job_seconds": 400.0,
+     "job_seconds_p90": 500.0, "model_version": "m7"},
+]}
+
+
+def test_predictor_answer_is_kept_per_gpu() -> None:
+    p = from_predictor(RESPONSE, steps=1000, asked=["A100", "T4"], canonical=["A100-SXM4-40GB", "T4"])
+    assert p.source == "predictor" and p.model_version == "m7"
+    assert p.for_gpu("A100-SXM4-40GB").job_seconds_p90 == 120.0
+    assert p.fastest().gpu_type == "A100-SXM4-40GB"
+    assert Prediction.from_status(p.to_status()) == p
+
+
+def test_missing_gpu_in_answer_is_an_error() -> None:
+    with pytest.raises(PredictorResponseError, match="V100"):
+        from_predictor(RESPONSE, steps=10, asked=["V100"], canonical=["V100-SXM2-16GB"])
+    with pytest.raises(PredictorResponseError):
+        from_predictor({"nope": 1}, steps=10, asked=["T4"], canonical=["T4"])
+
+
+def test_fallback_prefers_the_users_estimate() -> None:
+    p = fallback(asked=["T4"], canonical=["T4"], steps=100, estimated_seconds=3600, settings=FallbackSettings())
+    assert p.source == "user-estimate" and p.gpus[0].job_seconds == 3600 and p.gpus[0].step_seconds == 36
+    assert p.gpus[0].job_seconds_p90 == 3600 * 1.5
+
+
+def test_fallback_default_is_per_step() -> None:
+    p = fallback(asked=["T4", "A10"], canonical=["T4", "A10"], steps=500, estimated_seconds=None,
+                 settings=FallbackSettings(default_step_seconds=2.0, p90_factor=2.0))
+    assert p.source == "default" and [g.job_seconds for g in p.gpus] == [1000.0, 1000.0]
+    assert p.gpus[1].job_seconds_p90 == 2000.0
+
+
+def test_remaining_seconds_scale_with_work_left() -> None:
+    p = from_predictor(RESPONSE, steps=1000, asked=["A100", "T4"], canonical=["A100-SXM4-40GB", "T4"])
+    assert remaining_seconds(p, completed_steps=0)["T4"] == {"p50": 400.0, "p90": 500.0}
+    assert remaining_seconds(p, completed_steps=750)["A100-SXM4-40GB"] == {"p50": 25.0, "p90": 30.0}
+    assert remaining_seconds(p, completed_steps=5000)["T4"] == {"p50": 0.0, "p90": 0.0}

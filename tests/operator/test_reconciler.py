@@ -1,0 +1,273 @@
+"""The reconciler's glue (actions, fallbacks, idempotency) over an in-memory stand-in for the API server.
+
+These are unit tests: the real API server is exercised by e2e/tests/test_operator_*.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from offpeak_graph.schema import ModelGraph
+from optestkit import NOW, job_body, small_graph
+from prometheus_client import CollectorRegistry
+
+from offpeak_operator.extraction import ExtractionFailed
+from offpeak_operator.graphstore import encode_graph, to_log_lines
+from offpeak_operator.metrics import OperatorMetrics
+from offpeak_operator.predictor_http import PredictorUnavailable
+from offpeak_operator.reconciler import Context, Reconciler
+from offpeak_operator.settings import OperatorSettings, RequeueSettings
+
+
+class MemoryKube:
+    """Just enough of KubeIO, storing objects as dicts."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job = job
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.configmaps: dict[str, dict[str, Any]] = {}
+        self.events: list[tuple[str, str, str]] = []
+        self.logs: dict[str, str] = {}
+        self.nodes = {"n1": "T4", "n2": "A100-SXM4-40GB"}
+        self.status_patches = 0
+
+    def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.job)
+
+    def patch_job_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        self.status_patches += 1
+        current = self.job.setdefault("status", {})
+        for k, v in status.items():
+            if v is None:
+                current.pop(k, None)
+            else:
+                current[k] = copy.deepcopy(v)
+
+    def list_job_pods(self, namespace: str, job: str) -> list[dict[str, Any]]:
+        return [copy.deepcopy(p) for p in self.pods.values()]
+
+    def create_pod(self, body: dict[str, Any]) -> bool:
+        name = body["metadata"]["name"]
+        if name in self.pods:
+            return False
+        self.pods[name] = copy.deepcopy(body)
+        return True
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self.pods.pop(name, None)
+
+    def pod_log(self, namespace: str, name: str, container: str) -> str:
+        return self.logs[name]
+
+    def node_gpu_type(self, node: str) -> str:
+        return self.nodes.get(node, "")
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.configmaps.get(name))
+
+    def create_configmap(self, body: dict[str, Any]) -> bool:
+        if body["metadata"]["name"] in self.configmaps:
+            return False
+        self.configmaps[body["metadata"]["name"]] = copy.deepcopy(body)
+        return True
+
+    def emit_event(self, job: dict[str, Any], *, type: str, reason: str, message: str, now: datetime | None = None):
+        self.events.append((type, reason, message))
+
+    # helpers for tests
+    def set_pod(self, name: str, phase: str, *, node: str = "n1", start: datetime = NOW,
+                finish: datetime | None = None, **status: Any) -> None:
+        pod = self.pods[name]
+        pod["spec"]["nodeName"] = node
+        state = {"terminated": {"startedAt": _t(start), "finishedAt": _t(finish)}} if finish else \
+            {"running": {"startedAt": _t(start)}}
+        pod["status"] = {"phase": phase, "containerStatuses": [{"name": "train", "state": state}], **status}
+
+
+def _t(t: datetime | None) -> str | None:
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ") if t else None
+
+
+class FakePredictor:
+    def __init__(self, *, fail: bool = False) -> None:
+        self.fail = fail
+        self.requests: list[dict[str, Any]] = []
+        self.samples: list[dict[str, Any]] = []
+
+    def predict(self, body: dict[str, Any]) -> dict[str, Any]:
+        self.requests.append(body)
+        if self.fail:
+            raise PredictorUnavailable("predictor at http://x unreachable: connection refused")
+        return {"model_version": "m1", "graph_hash": "sha256:x", "predictions": [
+            {"gpu": g, "gpu_type": g, "step_seconds": 0.1, "step_seconds_p90": 0.2, "job_seconds": 100.0,
+             "job_seconds_p90": 200.0, "model_version": "m1"} for g in body["gpus"]]}
+
+    def report_sample(self, body: dict[str, Any]) -> dict[str, Any]:
+        if self.fail:
+            raise PredictorUnavailable("down")
+        self.samples.append(body)
+        return {"id": len(self.samples)}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def make(job: dict[str, Any], *, predictor: FakePredictor | None = None, extract=None):
+    kube = MemoryKube(job)
+    clock = Clock()
+    pred = predictor or FakePredictor()
+    ctx = Context(settings=OperatorSettings(requeue=RequeueSettings(base_seconds=10)), kube=kube, predictor=pred,
+                  metrics=OperatorMetrics(CollectorRegistry()), resolve_gpu=None, clock=clock)
+    if extract is not None:
+        ctx.extract = extract
+    return Reconciler(ctx), kube, pred, clock
+
+
+def graph_cm(graph: ModelGraph) -> dict[str, Any]:
+    return {"metadata": {"name": "user-graph"},
+            "binaryData": {"graph.json.gz": base64.b64encode(encode_graph(graph).data).decode()}}
+
+
+def test_configmap_source_runs_the_whole_flow_and_reports_a_sample() -> None:
+    rec, kube, pred, clock = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}, workers=2))
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    assert rec.reconcile("ns", "train-1") == "Waiting"  # Pending -> Analyzing -> Predicted -> Waiting in one pass
+    assert sorted(kube.pods) == ["train-1-a1-w0", "train-1-a1-w1"]
+    assert pred.requests[0]["gpus"] == ["A100-SXM4-40GB", "T4"] and pred.requests[0]["steps"] == 1000
+    ann = json.loads(kube.pods["train-1-a1-w0"]["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])
+    assert ann["T4"] == {"p50": 100.0, "p90": 200.0}
+    assert rec.reconcile("ns", "train-1") == "Waiting" and len(kube.pods) == 2  # idempotent
+
+    for name in kube.pods:
+        kube.set_pod(name, "Running", node="n2")
+    clock.now = NOW + timedelta(seconds=3)
+    assert rec.reconcile("ns", "train-1") == "Running"
+    assert kube.job["status"]["gpuType"] == "A100-SXM4-40GB" and kube.job["status"]["node"] == "n2"
+
+    for name in kube.pods:
+        kube.set_pod(name, "Succeeded", node="n2", finish=NOW + timedelta(seconds=120))
+    clock.now = NOW + timedelta(seconds=125)
+    assert rec.reconcile("ns", "train-1") == "Succeeded"
+    assert kube.job["status"]["actualSeconds"] == 120.0
+    sample = pred.samples[0]
+    assert sample["gpu"] == "A100-SXM4-40GB" and sample["job_seconds"] == 120.0 and sample["steps"] == 1000
+    assert sample["graph_hash"] == small_graph().content_hash() and "graph" in sample
+    m = rec.ctx.metrics.registry
+    assert m.get_sample_value("offpeak_job_actual_seconds", {"job": "train-1", "namespace": "ns",
+                                                             "gpu_type": "A100-SXM4-40GB", "model_family": "mlp"}) == 120
+    assert m.get_sample_value("offpeak_jobs", {"phase": "Succeeded"}) == 1
+
+
+def test_predictor_down_falls_back_to_user_estimate_and_never_stalls() -> None:
+    rec, kube, pred, _ = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}},
+                                       estimatedSeconds=900), predictor=FakePredictor(fail=True))
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    status = kube.job["status"]
+    assert status["prediction"]["source"] == "user-estimate"
+    predicted = next(c for c in status["conditions"] if c["type"] == "Predicted")
+    assert predicted["status"] == "False" and predicted["reason"] == "PredictorUnavailable"
+    assert "unreachable" in predicted["message"]
+    assert ("Warning", "PredictorUnavailable") in [e[:2] for e in kube.events]
+    assert rec.ctx.metrics.registry.get_sample_value("offpeak_jobs", {"phase": "Waiting"}) == 1
+
+
+def test_missing_graph_configmap_falls_back_to_default() -> None:
+    rec, kube, pred, _ = make(job_body(modelSource={"graphConfigMap": {"name": "absent"}}))
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    status = kube.job["status"]
+    assert next(c for c in status["conditions"] if c["type"] == "GraphReady")["reason"] == "GraphConfigMapNotFound"
+    assert status["prediction"]["source"] == "default" and pred.requests == []
+
+
+def test_in_process_extraction_stores_an_owned_configmap() -> None:
+    seen = []
+
+    def extract(spec, timeout):
+        seen.append((spec.model_source.value, timeout))
+        return small_graph(name="resnet18")
+
+    rec, kube, pred, _ = make(job_body(modelSource={"torchvision": "resnet18"}), extract=extract)
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    assert seen[0][0] == "resnet18" and seen[0][1] > 0
+    cm = kube.configmaps["train-1-graph"]
+    assert cm["metadata"]["ownerReferences"][0]["uid"] == "uid-123"
+    assert kube.job["status"]["graph"]["configMap"] == "train-1-graph"
+    assert pred.requests[0]["graph"]["model_name"] == "resnet18"
+
+
+def test_in_process_extraction_failure_is_a_condition_not_a_crash() -> None:
+    def extract(spec, timeout):
+        raise ExtractionFailed("extraction of resnet18 ran past 180s")
+
+    rec, kube, _, _ = make(job_body(modelSource={"torchvision": "resnet18"}), extract=extract)
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    cond = next(c for c in kube.job["status"]["conditions"] if c["type"] == "GraphReady")
+    assert cond["reason"] == "ExtractionFailed" and "180s" in cond["message"]
+
+
+def test_analysis_pod_graph_is_collected_from_its_log() -> None:
+    rec, kube, pred, _ = make(job_body(modelSource={"entrypoint": "pkg.m:build"}))
+    assert rec.reconcile("ns", "train-1") == "Analyzing"
+    assert "train-1-analysis" in kube.pods
+    assert rec.reconcile("ns", "train-1") == "Analyzing"  # still running: nothing new
+    g = small_graph(name="user-model")
+    enc = encode_graph(g)
+    kube.logs["train-1-analysis"] = "\n".join(to_log_lines(enc.data, {"hash": enc.graph_hash, "reduced": "",
+                                                                          "original_ops": len(g.ops)}))
+    kube.pods["train-1-analysis"]["status"] = {"phase": "Succeeded"}
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    assert kube.job["status"]["graph"]["hash"] == g.content_hash()
+    assert "train-1-graph" in kube.configmaps
+
+
+def test_invalid_job_fails_creates_nothing_and_posts_an_event() -> None:
+    rec, kube, pred, _ = make(job_body(gpuTypes=["A100"], resources={"limits": {"nvidia.com/gpu": 4}}))
+    rec.ctx.resolve_gpu = lambda name: name  # accept every GPU name
+    assert rec.reconcile("ns", "train-1") == "Failed"
+    assert kube.pods == {} and pred.requests == []
+    assert kube.events and kube.events[0][0] == "Warning" and "nvidia.com/gpu" in kube.events[0][2]
+
+
+def test_eviction_requeues_then_relaunches_with_remaining_prediction() -> None:
+    rec, kube, _, clock = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}, checkpointing=True,
+                                        steps=1000))
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    rec.reconcile("ns", "train-1")
+    kube.set_pod("train-1-a1-w0", "Running", node="n1")
+    clock.now = NOW + timedelta(seconds=1)
+    assert rec.reconcile("ns", "train-1") == "Running"
+    kube.pods["train-1-a1-w0"]["metadata"]["annotations"]["offpeak.io/eviction-reason"] = "online-load"
+    clock.now = NOW + timedelta(seconds=100)  # 100 s at p90 0.2 s/step = 500 steps done
+    assert rec.reconcile("ns", "train-1") == "Requeued"
+    assert kube.job["status"]["completedSteps"] == 500 and "train-1-a1-w0" not in kube.pods
+    assert rec.ctx.metrics.registry.get_sample_value("offpeak_job_requeues_total", {"reason": "Evicted"}) == 1
+    clock.now = NOW + timedelta(seconds=111)
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    pod = kube.pods["train-1-a2-w0"]
+    ann = json.loads(pod["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])
+    assert ann["T4"] == {"p50": 50.0, "p90": 100.0}  # half the work left
+
+
+def test_reporting_failure_does_not_block_success() -> None:
+    rec, kube, pred, clock = make(job_body(), predictor=FakePredictor(fail=True))
+    rec.reconcile("ns", "train-1")
+    kube.set_pod("train-1-a1-w0", "Succeeded", finish=NOW + timedelta(seconds=60))
+    assert rec.reconcile("ns", "train-1") == "Succeeded"
+
+
+def test_deleted_job_is_forgotten() -> None:
+    rec, kube, _, _ = make(job_body())
+    rec.reconcile("ns", "train-1")
+    kube.job = None
+    assert rec.reconcile("ns", "train-1") is None
+    assert rec.ctx.metrics.registry.get_sample_value("offpeak_jobs", {"phase": "Waiting"}) == 0

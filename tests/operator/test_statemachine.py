@@ -1,0 +1,222 @@
+"""The TrainingJob state machine, phase by phase, on plain data."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from optestkit import NOW, job_body
+
+from offpeak_operator import statemachine as sm
+from offpeak_operator.jobspec import Problem, parse_spec
+from offpeak_operator.predictions import FallbackSettings, GpuPrediction, Prediction
+from offpeak_operator.settings import AnalysisSettings, OperatorSettings, RequeueSettings
+
+SETTINGS = OperatorSettings(analysis=AnalysisSettings(timeout_seconds=300), requeue=RequeueSettings(base_seconds=10))
+PREDICTION = Prediction(source="predictor", steps=1000, model_version="m1", gpus=(
+    GpuPrediction(gpu_type="A100-SXM4-40GB", step_seconds=0.1, step_seconds_p90=0.2, job_seconds=100.0,
+                  job_seconds_p90=200.0),
+    GpuPrediction(gpu_type="T4", step_seconds=0.5, step_seconds_p90=1.0, job_seconds=500.0, job_seconds_p90=1000.0),
+))
+
+
+def decide(status: dict[str, Any], *, spec: dict[str, Any] | None = None, observed: sm.Observed | None = None,
+           now=NOW, problems=()) -> sm.Decision:
+    body = job_body(**(spec or {}))
+    return sm.decide(job_name="train-1", spec=parse_spec(body["spec"]), problems=list(problems), status=status,
+                     observed=observed or sm.Observed(), now=now, settings=SETTINGS)
+
+
+def kinds(decision: sm.Decision) -> list[str]:
+    return [type(a).__name__ for a in decision.actions]
+
+
+def cond(status: dict[str, Any], type_: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == type_)
+
+
+def waiting(**extra: Any) -> dict[str, Any]:
+    return {"phase": "Waiting", "attempts": 1, "completedSteps": 0, "prediction": PREDICTION.to_status(), **extra}
+
+
+def pods(*views: sm.PodView) -> sm.Observed:
+    return sm.Observed(training_pods={v.name: v for v in views})
+
+
+# ---- Pending ---------------------------------------------------------------------------------------------
+
+
+def test_invalid_spec_fails_with_condition_and_event_and_creates_nothing() -> None:
+    d = decide({}, problems=[Problem("UnknownGPUType", "unknown GPU type(s) in spec.gpuTypes: Z9")])
+    assert d.phase == "Failed"
+    assert cond(d.status, "Valid") == {**cond(d.status, "Valid"), "status": "False", "reason": "UnknownGPUType"}
+    assert kinds(d) == ["EmitEvent"] and d.actions[0].type == "Warning"
+
+
+def test_entrypoint_source_starts_an_analysis_pod() -> None:
+    d = decide({}, spec={"modelSource": {"entrypoint": "m:f"}})
+    assert d.phase == "Analyzing" and "CreateAnalysisPod" in kinds(d)
+    assert d.status["gpus"] == 1 and d.status["totalSteps"] == 1000 and d.status["attempts"] == 0
+    assert cond(d.status, "Valid")["status"] == "True"
+
+
+def test_in_process_and_configmap_sources_need_no_pod() -> None:
+    assert "ExtractInProcess" in kinds(decide({}, spec={"modelSource": {"torchvision": "resnet18"}}))
+    assert "LoadUserGraph" in kinds(decide({}, spec={"modelSource": {"graphConfigMap": {"name": "g"}}}))
+
+
+def test_no_model_source_goes_straight_to_prediction_and_says_why() -> None:
+    d = decide({})
+    assert "Predict" in kinds(d)
+    assert cond(d.status, "GraphReady")["reason"] == "NoModelSource"
+
+
+# ---- Analyzing -------------------------------------------------------------------------------------------
+
+ANALYZING = {"phase": "Analyzing", "analysisStartTime": "2026-11-21T06:00:00Z", "attempts": 0, "conditions": []}
+ENTRY = {"modelSource": {"entrypoint": "m:f"}}
+
+
+def test_waits_for_a_running_analysis_pod() -> None:
+    d = decide(ANALYZING, spec=ENTRY, observed=sm.Observed(analysis_pod=sm.PodView("a", phase="Running")),
+               now=NOW + timedelta(seconds=60))
+    assert d.actions == [] and d.status == {}
+
+
+def test_recreates_a_vanished_analysis_pod_by_the_same_name() -> None:
+    assert kinds(decide(ANALYZING, spec=ENTRY)) == ["CreateAnalysisPod"]
+
+
+def test_collects_graph_when_analysis_pod_succeeded() -> None:
+    d = decide(ANALYZING, spec=ENTRY, observed=sm.Observed(analysis_pod=sm.PodView("a", phase="Succeeded")))
+    assert kinds(d) == ["CollectGraph"]
+
+
+def test_failed_analysis_falls_back_to_prediction_without_graph() -> None:
+    d = decide(ANALYZING, spec=ENTRY,
+               observed=sm.Observed(analysis_pod=sm.PodView("a", phase="Failed", reason="Error")))
+    assert cond(d.status, "GraphReady")["reason"] == "AnalysisFailed"
+    assert kinds(d) == ["EmitEvent", "Predict"]
+
+
+def test_analysis_deadline_is_enforced_even_if_the_pod_hangs() -> None:
+    late = NOW + timedelta(seconds=300 + sm.ANALYSIS_GRACE_SECONDS + 1)
+    d = decide(ANALYZING, spec=ENTRY, observed=sm.Observed(analysis_pod=sm.PodView("a", phase="Pending")), now=late)
+    assert cond(d.status, "GraphReady")["reason"] == "AnalysisTimeout"
+    assert kinds(d) == ["DeleteAnalysisPod", "EmitEvent", "Predict"]
+
+
+def test_graph_decided_either_way_leads_to_predict() -> None:
+    for ok in ("True", "False"):
+        status = {**ANALYZING, "conditions": [{"type": "GraphReady", "status": ok}]}
+        assert kinds(decide(status, spec=ENTRY)) == ["Predict"]
+
+
+# ---- Predicted -> Waiting -> Running -> Succeeded ------------------------------------------------------
+
+
+def test_predicted_launches_attempt_one_with_deterministic_names() -> None:
+    d = decide({"phase": "Predicted", "attempts": 0, "prediction": PREDICTION.to_status()}, spec={"workers": 2})
+    assert d.phase == "Waiting" and d.status["attempts"] == 1
+    assert d.status["pods"] == ["train-1-a1-w0", "train-1-a1-w1"]
+    assert d.actions == [sm.CreateTrainingPods(attempt=1, completed_steps=0)]
+
+
+def test_pending_pods_keep_waiting() -> None:
+    d = decide(waiting(), observed=pods(sm.PodView("train-1-a1-w0", phase="Pending")))
+    assert d.status == {} and d.actions == []
+
+
+def test_running_records_node_gpu_type_start_and_prediction_for_that_gpu() -> None:
+    view = sm.PodView("train-1-a1-w0", phase="Running", node="n1", gpu_type="T4", started_at=NOW)
+    d = decide(waiting(), observed=pods(view), now=NOW + timedelta(seconds=5))
+    assert d.phase == "Running"
+    assert (d.status["node"], d.status["gpuType"], d.status["startTime"]) == ("n1", "T4", "2026-11-21T06:00:00Z")
+    assert d.status["predictedSeconds"] == 500.0
+    assert decide({**waiting(), **d.status}, observed=pods(view)).status == {}  # idempotent once Running
+
+
+def test_success_measures_actual_time_and_reports() -> None:
+    view = sm.PodView("train-1-a1-w0", phase="Succeeded", node="n1", gpu_type="T4", started_at=NOW,
+                      finished_at=NOW + timedelta(seconds=450))
+    d = decide(waiting(phase="Running"), observed=pods(view), now=NOW + timedelta(seconds=460))
+    assert d.phase == "Succeeded" and d.status["actualSeconds"] == 450.0
+    assert d.status["actualStepSeconds"] == 0.45
+    assert sm.ReportSample(gpu_type="T4", job_seconds=450.0, steps=1000) in d.actions
+    assert sm.RecordOutcome(gpu_type="T4", predicted_seconds=500.0, actual_seconds=450.0) in d.actions
+
+
+def test_terminal_phases_do_nothing() -> None:
+    for phase in ("Succeeded", "Failed"):
+        assert decide({"phase": phase}).actions == []
+
+
+def test_multi_worker_job_succeeds_only_when_all_workers_do() -> None:
+    done = sm.PodView("train-1-a1-w0", phase="Succeeded", started_at=NOW, finished_at=NOW)
+    busy = sm.PodView("train-1-a1-w1", phase="Running", node="n2", started_at=NOW)
+    d = decide(waiting(phase="Running", node="n2"), spec={"workers": 2}, observed=pods(done, busy))
+    assert d.phase != "Succeeded"
+
+
+# ---- eviction, failure, requeue ----------------------------------------------------------------------
+
+
+def test_eviction_requeues_with_backoff_and_keeps_progress_when_checkpointing() -> None:
+    view = sm.PodView("train-1-a1-w0", phase="Running", node="n1", gpu_type="T4", started_at=NOW,
+                      eviction_reason="online-load")
+    d = decide(waiting(phase="Running"), spec={"checkpointing": True}, observed=pods(view),
+               now=NOW + timedelta(seconds=100))
+    assert d.phase == "Requeued"
+    assert d.status["completedSteps"] == 100  # 100 s at the p90 step time of 1 s on T4
+    assert d.status["nextAttemptTime"] == "2026-11-21T06:01:50Z"  # now + 10 s
+    assert sm.DeletePods(("train-1-a1-w0",)) in d.actions and sm.RecordRequeue("Evicted") in d.actions
+
+
+def test_eviction_without_checkpointing_restarts_from_zero() -> None:
+    view = sm.PodView("train-1-a1-w0", phase="Failed", reason="Evicted", started_at=NOW)
+    d = decide(waiting(phase="Running"), observed=pods(view), now=NOW + timedelta(seconds=100))
+    assert d.phase == "Requeued" and d.status["completedSteps"] == 0
+
+
+def test_deleted_pod_counts_as_eviction() -> None:
+    d = decide(waiting(), observed=pods())
+    assert d.phase == "Requeued" and "disappeared" in d.status["message"]
+
+
+def test_failed_pod_requeues_until_max_attempts_then_fails() -> None:
+    failed = sm.PodView("train-1-a3-w0", phase="Failed", reason="Error")
+    d = decide(waiting(attempts=3), observed=pods(failed))
+    assert d.phase == "Failed"
+    assert cond(d.status, "Finished")["reason"] == "MaxAttemptsReached"
+    failed = sm.PodView("train-1-a1-w0", phase="Failed", reason="Error")
+    assert decide(waiting(), observed=pods(failed)).phase == "Requeued"
+
+
+def test_backoff_doubles_per_attempt() -> None:
+    view = sm.PodView("train-1-a2-w0", phase="Failed", reason="Evicted")
+    d = decide(waiting(attempts=2), observed=pods(view))
+    assert d.status["nextAttemptTime"] == "2026-11-21T06:00:20Z"
+
+
+def test_requeued_waits_for_backoff_then_launches_the_next_attempt_with_remaining_work() -> None:
+    status = waiting(phase="Requeued", nextAttemptTime="2026-11-21T06:00:30Z", completedSteps=400)
+    assert decide(status, now=NOW + timedelta(seconds=10)).actions == []
+    d = decide(status, now=NOW + timedelta(seconds=31))
+    assert d.phase == "Waiting" and d.status["attempts"] == 2 and d.status["nextAttemptTime"] is None
+    assert d.actions == [sm.CreateTrainingPods(attempt=2, completed_steps=400)]
+
+
+def test_old_attempt_pods_do_not_confuse_the_current_attempt() -> None:
+    old = sm.PodView("train-1-a1-w0", phase="Failed", reason="Evicted")
+    new = sm.PodView("train-1-a2-w0", phase="Running", node="n1", gpu_type="T4", started_at=NOW)
+    d = decide(waiting(attempts=2), observed=pods(old, new))
+    assert d.phase == "Running"
+
+
+def test_prediction_status_marks_fallbacks() -> None:
+    fb = Prediction(source="user-estimate", steps=1000, gpus=(GpuPrediction("T4", 1, 1.5, 1000, 1500),))
+    out = sm.prediction_status(status={"completedSteps": 0}, prediction=fb, reason="PredictorUnavailable",
+                               message="predictor down", now=NOW)
+    assert out["phase"] == "Predicted" and out["predictedSeconds"] == 1000
+    assert cond(out, "Predicted")["status"] == "False" and cond(out, "Predicted")["reason"] == "PredictorUnavailable"
+    assert FallbackSettings().p90_factor > 1
