@@ -157,3 +157,8 @@ def test_crd_in_chart_is_identical_to_crds_folder() -> None:
     copy = CHART / "crds" / "trainingjobs.offpeak.io.yaml"
     assert copy.read_bytes() == source.read_bytes(), f"run: cp {source.relative_to(ROOT)} {copy.relative_to(ROOT)}"
     assert yaml.safe_load(copy.read_text())["metadata"]["name"] == "trainingjobs.offpeak.io"
+
+
+def test_crd_is_installed_by_the_chart(default_objects) -> None:
+    (crd,) = find(default_objects, "CustomResourceDefinition")
+    assert crd["metadata"]["name"] == "trainingjobs.offpeak.io"
