@@ -242,8 +242,8 @@ class Recorder:
             attrs = sdpa_attrs(args, kwargs)
         elif op_type is OpType.LINEAR and len(args) > 1 and isinstance(args[1], torch.Tensor):
             attrs = {"in_features": int(args[1].shape[-1]), "out_features": int(args[1].shape[0])}
-        self._open(op_type=op_type, framework_type=f"{func.__module__}.{func.__name__}".replace("torch.nn.functional", "F"),
-                   attrs=attrs, inputs=(args, kwargs))  # fmt: skip
+        prefix = "F" if getattr(F, func.__name__, None) is func else "torch"
+        self._open(op_type=op_type, framework_type=f"{prefix}.{func.__name__}", attrs=attrs, inputs=(args, kwargs))
         out = func(*args, **kwargs)
         self._close(out)
         return out
