@@ -1,0 +1,96 @@
+"""`helm install` of charts/offpeak into the real local control plane: every object is accepted by a real
+kube-apiserver (RBAC bindings to the bootstrap roles, the CRD, PDB-free defaults), every Deployment becomes
+available and the node agent DaemonSet runs on every fake GPU node (kwok marks pods Running; images are not
+pulled), NOTES tell the user what to do next, and uninstall removes it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from offpeak_dashboard.chart import chart_dir
+from offpeak_dashboard.checks import repo_root
+from offpeak_dashboard.tools import ToolMissing, find_helm
+from offpeak_e2e.harness import E2ECluster
+
+CHART = chart_dir(repo_root())
+
+
+def _helm(cluster: E2ECluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    try:
+        helm = find_helm()
+    except ToolMissing as e:
+        pytest.fail(str(e), pytrace=False)
+    return subprocess.run(
+        [str(helm), "--kubeconfig", str(cluster.kubeconfig), *args],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )
+
+
+def _available(cluster: E2ECluster, ns: str) -> tuple[bool, dict[str, Any]]:
+    deployments = cluster.get("deployments", "-n", ns)["items"]
+    daemonsets = cluster.get("daemonsets", "-n", ns)["items"]
+    state = {
+        **{d["metadata"]["name"]: (d["status"].get("availableReplicas", 0), d["spec"]["replicas"]) for d in deployments},
+        **{d["metadata"]["name"]: (d["status"].get("numberAvailable", 0), d["status"].get("desiredNumberScheduled", 0))
+           for d in daemonsets},
+    }
+    ready = bool(deployments) and all(have == want and want > 0 for have, want in state.values())
+    return ready, state
+
+
+def test_helm_install_all_components_available(e2e_cluster: E2ECluster, e2e_namespace: str, tmp_path: Path) -> None:
+    ns = e2e_namespace
+    release = f"h-{ns}"[:20]
+    values = tmp_path / "values.yaml"
+    # Prometheus of the local cluster, so the extender would read real history; everything else default.
+    values.write_text(json.dumps({"prometheusURL": e2e_cluster.state.urls["prometheus"]}))
+    t0 = time.monotonic()
+    installed = _helm(e2e_cluster, "install", release, str(CHART), "--namespace", ns, "--values", str(values),
+                      "--wait", "--timeout", "4m")
+    print(f"[e2e] helm install --wait: {time.monotonic() - t0:.1f}s")
+    try:
+        assert installed.returncode == 0, installed.stderr
+        assert "kubectl apply -f trainingjob.yaml" in installed.stdout  # NOTES rendered for the user
+        assert "offpeak-scheduler" in installed.stdout
+
+        ready, state = _available(e2e_cluster, ns)
+        assert ready, state
+        names = set(state)
+        for component in ("operator", "predictor", "scheduler", "evictor", "agent"):
+            assert f"{release}-offpeak-{component}" in names, names
+        (agent,) = e2e_cluster.get("daemonsets", "-n", ns)["items"]
+        assert agent["status"]["desiredNumberScheduled"] == len(e2e_cluster.nodes)  # one per fake GPU node
+
+        crd = e2e_cluster.get("crd", "trainingjobs.offpeak.io")
+        assert crd["spec"]["group"] == "offpeak.io"
+        dashboard = e2e_cluster.get("configmap", "-n", ns, f"{release}-offpeak-dashboard")
+        assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert json.loads(dashboard["data"]["offpeak.json"])["uid"] == "offpeak-overview"
+
+        # RBAC really grants what the components need (the API server's authorizer answers, not our YAML).
+        def can(sa: str, verb: str, resource: str, *extra: str) -> bool:
+            out = e2e_cluster.kubectl("auth", "can-i", verb, resource, *extra,
+                                      f"--as=system:serviceaccount:{ns}:{release}-offpeak-{sa}", check=False)
+            return out.stdout.strip() == "yes"
+
+        assert can("evictor", "create", "pods/eviction", "-A")
+        assert not can("evictor", "delete", "pods", "-A")
+        assert can("agent", "list", "pods", "-A") and not can("agent", "patch", "pods", "-A")
+        assert can("operator", "patch", "trainingjobs.offpeak.io/status", "-A")
+        assert not can("operator", "get", "secrets", "-A")
+        assert can("scheduler", "create", "pods/binding", "-A")  # through system:kube-scheduler
+        assert can("scheduler", "update", "leases/offpeak-scheduler", "-n", ns)
+        assert not can("scheduler", "update", "leases/kube-scheduler", "-n", ns)
+        assert can("scheduler", "get", "configmaps/extension-apiserver-authentication", "-n", "kube-system")
+        assert not can("predictor", "list", "pods", "-n", ns)
+    finally:
+        removed = _helm(e2e_cluster, "uninstall", release, "--namespace", ns, "--wait", "--timeout", "2m")
+        assert removed.returncode == 0, removed.stderr
+    leftovers = e2e_cluster.get("clusterrolebindings", "-l", f"app.kubernetes.io/instance={release}")["items"]
+    assert leftovers == []
