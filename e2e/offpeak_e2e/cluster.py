@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from offpeak_e2e import controlplane, kube, onlineload, procs, prom
+from offpeak_e2e import controlplane, kube, onlineload, procs, prom, traceshape
 from offpeak_e2e.controlplane import ClusterState, ControlPlane, ControlPlaneSettings, StartError
 
 Echo = Callable[[str], None]
@@ -35,6 +35,7 @@ class ClusterSettings:
     online_load: bool = True  # False: online Deployments stay at 0 replicas unless a test scales them
     scrape_interval_s: float = 2.0
     eviction_grace_s: int = 5  # terminationGracePeriod the evictor gives offline pods
+    history_days: float = 4.0  # past replayed "days" backfilled into Prometheus before it starts (online load on)
     service_timeout_s: float = 90.0
     extra_env: dict[str, str] = field(default_factory=dict)
 
@@ -152,9 +153,46 @@ class LocalCluster:
                                 scrape_interval_s=self.settings.scrape_interval_s)
         data = self.cp.run_dir / "prometheus-data"
         shutil.rmtree(data, ignore_errors=True)
+        data.mkdir(parents=True)
+        if self.settings.online_load and self.settings.history_days > 0:
+            self._backfill(binary, data, instance=targets["offpeak-node-agent"])
         self.sup.start("prometheus", prom.argv(binary=binary, config_file=cfg, data_dir=data, port=port))
         self.state.urls["prometheus"] = f"http://127.0.0.1:{port}"
         self._wait_http("prometheus", f"http://127.0.0.1:{port}/-/ready")
+
+    def _load_settings(self) -> onlineload.LoadSettings:
+        assert self.state is not None
+        if "reference" not in self.state.urls:
+            minutes = traceshape.shape_minutes()
+            ref = time.time() - self.settings.online_start_minute / minutes * self.settings.day_seconds
+            self.state.urls["reference"] = f"{ref:.3f}"  # wall time of trace minute 0 (shared with the driver)
+        return onlineload.LoadSettings(
+            nodes=tuple(self.state.nodes), gpus=self.settings.control_plane.gpus_per_node,
+            day_seconds=self.settings.day_seconds, reference_time=float(self.state.urls["reference"]),
+        )
+
+    def _backfill(self, binary: Path, data: Path, *, instance: str) -> None:
+        """Write the replay's past `history_days` into Prometheus' TSDB with promtool (before it starts)."""
+        promtool = binary.with_name("promtool")
+        if not promtool.exists():
+            self.echo("[cluster] promtool not found; the forecaster starts without history")
+            return
+        ls = self._load_settings()
+        demand = onlineload.load_plan(ls)
+        now = time.time()
+        text = onlineload.history_openmetrics(
+            demand, gpus=ls.gpus, reference=ls.reference_time, day_seconds=ls.day_seconds,
+            start=now - self.settings.history_days * ls.day_seconds, end=now - 5,
+            step=max(self.settings.scrape_interval_s, ls.day_seconds / 1440 * 5),
+            labels={"job": "offpeak-node-agent", "instance": instance},
+        )
+        src = self.cp.run_dir / "config" / "history.om"
+        src.write_text(text)
+        proc = subprocess.run([str(promtool), "tsdb", "create-blocks-from", "openmetrics", str(src), str(data)],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise StartError(f"promtool backfill failed: {proc.stderr.strip()[-800:]}")
+        self.echo(f"[cluster] backfilled {self.settings.history_days:g} replayed days of online load")
 
     def _online(self) -> None:
         assert self.state is not None
@@ -165,7 +203,8 @@ class LocalCluster:
         argv = [
             sys.executable, "-m", "offpeak_e2e.onlineload", f"--kubeconfig={kubeconfig}", f"--port={port}",
             f"--nodes={','.join(self.state.nodes)}", f"--gpus={self.settings.control_plane.gpus_per_node}",
-            f"--day-seconds={self.settings.day_seconds:g}", f"--start-minute={self.settings.online_start_minute}",
+            f"--day-seconds={self.settings.day_seconds:g}",
+            f"--reference-time={self._load_settings().reference_time:.3f}",
         ]
         if not self.settings.online_load:
             argv.append("--manual")

@@ -87,6 +87,10 @@ class E2ECluster:
     def stop_service(self, name: str) -> None:
         self.cluster.stop_service(name)
 
+    def kill_service(self, name: str) -> None:
+        """SIGKILL a service (crash, no graceful shutdown)."""
+        self.cluster.sup.kill(name)
+
     def start_service(self, name: str) -> None:
         self.cluster.start_service(name)
 

@@ -116,6 +116,7 @@ class LoadSettings:
     interval_s: float = 2.0
     bin_minutes: int = 30
     start_minute: int = 0  # trace minute shown at start (e.g. start in the quiet half of the day)
+    reference_time: float = 0.0  # wall time at which trace minute 0 was shown (0: derive from start_minute)
     manual: bool = False  # only export metrics; never scale (tests drive the replicas themselves)
 
 
@@ -129,24 +130,62 @@ def plan(settings: LoadSettings, shape: traceshape.TraceShape) -> dict[str, list
     }
 
 
+def demand_at(demand: dict[str, list[int]], node: str, *, t: float, reference: float, day_seconds: float) -> int:
+    """Online GPUs wanted on `node` at wall time `t` when trace minute 0 was shown at `reference`."""
+    series = demand[node]
+    return series[traceshape.minute_at(elapsed_s=t - reference, day_seconds=day_seconds, minutes=len(series))]
+
+
+def history_openmetrics(
+    demand: dict[str, list[int]], *, gpus: int, reference: float, day_seconds: float, start: float, end: float,
+    step: float, labels: dict[str, str],
+) -> str:
+    """The node metrics the replay would have produced over [start, end), as OpenMetrics text for
+    ``promtool tsdb create-blocks-from openmetrics`` (so the forecaster has past "days" from the first minute)."""
+    extra = "".join(f',{k}="{v}"' for k, v in sorted(labels.items()))
+    times = []
+    t = start
+    while t < end:
+        times.append(t)
+        t += step
+    lines = ["# HELP offpeak_node_gpus GPUs on the node.", "# TYPE offpeak_node_gpus gauge"]
+    for node in sorted(demand):
+        lines += [f'offpeak_node_gpus{{node="{node}"{extra}}} {gpus} {ts:.3f}' for ts in times]
+    lines += ["# HELP offpeak_node_online_gpus GPUs wanted by online workloads.",
+              "# TYPE offpeak_node_online_gpus gauge"]
+    for node in sorted(demand):
+        lines += [
+            f'offpeak_node_online_gpus{{node="{node}"{extra}}} '
+            f"{demand_at(demand, node, t=ts, reference=reference, day_seconds=day_seconds)} {ts:.3f}"
+            for ts in times
+        ]
+    lines.append("# EOF")
+    return "\n".join(lines) + "\n"
+
+
+def load_plan(settings: LoadSettings) -> dict[str, list[int]]:
+    """The per-node demand series from the real trace."""
+    shape = traceshape.shape_from_duty_cycle(traceshape.load_duty_cycle(), busy_percent=10, hold_minutes=3)
+    return plan(settings, shape)
+
+
 def run(settings: LoadSettings, *, kubeconfig: str, port: int, stop: threading.Event) -> None:
     """Drive the Deployments and serve metrics until `stop` is set."""
     from kubernetes import client, config  # noqa: PLC0415 - only the process needs the client
 
     config.load_kube_config(config_file=kubeconfig)
     apps = client.AppsV1Api()
-    shape = traceshape.shape_from_duty_cycle(traceshape.load_duty_cycle(), busy_percent=10, hold_minutes=3)
-    demand = plan(settings, shape)
+    demand = load_plan(settings)
     snapshot = Snapshot()
     registry = CollectorRegistry()
     registry.register(NodeMetricsCollector(snapshot))
     start_http_server(port, addr="127.0.0.1", registry=registry)
-    start = time.monotonic() - settings.start_minute / shape.minutes * settings.day_seconds
+    reference = settings.reference_time or (
+        time.time() - settings.start_minute / len(next(iter(demand.values()))) * settings.day_seconds
+    )
     log.info("serving metrics on 127.0.0.1:%d for %d nodes", port, len(settings.nodes))
     while not stop.is_set():
-        minute = traceshape.minute_at(
-            elapsed_s=time.monotonic() - start, day_seconds=settings.day_seconds, minutes=shape.minutes
-        )
+        now = time.time()
         online: dict[str, int] = {}
         try:
             deployments = {d.metadata.name: d for d in apps.list_namespaced_deployment(NAMESPACE).items}
@@ -156,7 +195,7 @@ def run(settings: LoadSettings, *, kubeconfig: str, port: int, stop: threading.E
             continue
         for node in settings.nodes:
             d = deployments.get(deployment_name(node))
-            want = demand[node][minute]
+            want = demand_at(demand, node, t=now, reference=reference, day_seconds=settings.day_seconds)
             if d is None:
                 continue
             manual = (d.metadata.annotations or {}).get(MANUAL_ANNOTATION) == "manual"
@@ -184,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--day-seconds", type=float, default=600.0)
     p.add_argument("--interval", type=float, default=2.0)
     p.add_argument("--start-minute", type=int, default=0)
+    p.add_argument("--reference-time", type=float, default=0.0, help="wall time of trace minute 0 (epoch s)")
     p.add_argument("--manual", action="store_true", help="do not scale; only export the replica counts")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -192,6 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = LoadSettings(
         nodes=tuple(n for n in args.nodes.split(",") if n), gpus=args.gpus, day_seconds=args.day_seconds,
         interval_s=args.interval, start_minute=args.start_minute, manual=args.manual,
+        reference_time=args.reference_time,
     )
     try:
         run(settings, kubeconfig=args.kubeconfig, port=args.port, stop=stop)

@@ -121,6 +121,16 @@ class Supervisor:
             except subprocess.TimeoutExpired:
                 pass
 
+    def kill(self, name: str) -> None:
+        """SIGKILL one recorded process group at once (a crash, for fault-injection tests)."""
+        proc = self.get(name)
+        if proc is not None and alive(proc):
+            _signal_group(proc, signal.SIGKILL)
+        child = self._children.pop(name, None)
+        if child is not None:
+            child.wait(timeout=10)
+        (self.pid_dir / f"{name}.json").unlink(missing_ok=True)
+
     def stop_all(self, *, timeout: float = 10.0, order: Sequence[str] = ()) -> None:
         """Stop every recorded process: names in `order` first (in that order), then the rest together."""
         procs = self.procs()

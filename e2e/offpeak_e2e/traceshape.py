@@ -87,3 +87,9 @@ def minute_at(*, elapsed_s: float, day_seconds: float, minutes: int) -> int:
     if day_seconds <= 0:
         raise ValueError("day_seconds must be > 0")
     return int((elapsed_s % day_seconds) / day_seconds * minutes) % minutes
+
+
+def shape_minutes(path: Path | None = None) -> int:
+    """Number of trace minutes (the replay's period), without building the whole shape."""
+    duty = load_duty_cycle(path)
+    return int(duty.index.max()) + 1

@@ -113,3 +113,20 @@ def test_supervisor_stops_whole_process_groups(tmp_path: Path) -> None:
 def test_free_port_is_free() -> None:
     port = procs.free_port()
     assert not procs.port_open(port)
+
+
+def test_history_matches_the_live_replay() -> None:
+    demand = {"n1": [0, 2, 5, 8], "n2": [1, 1, 1, 1]}
+    text = onlineload.history_openmetrics(
+        demand, gpus=8, reference=1000.0, day_seconds=40.0, start=1000.0, end=1040.0, step=10.0,
+        labels={"job": "j", "instance": "i:1"},
+    )
+    lines = text.splitlines()
+    assert lines[-1] == "# EOF"
+    online = [ln for ln in lines if ln.startswith('offpeak_node_online_gpus{node="n1"')]
+    assert [ln.split()[1] for ln in online] == ["0", "2", "5", "8"]  # one trace "minute" per 10 s
+    assert online[0].split()[2] == "1000.000"
+    assert 'instance="i:1"' in online[0] and 'job="j"' in online[0]
+    # the live driver asks the same function, so history and replay agree
+    assert onlineload.demand_at(demand, "n1", t=1025.0, reference=1000.0, day_seconds=40.0) == 5
+    assert onlineload.demand_at(demand, "n1", t=1045.0, reference=1000.0, day_seconds=40.0) == 0  # next day
