@@ -162,3 +162,25 @@ def test_crd_in_chart_is_identical_to_crds_folder() -> None:
 def test_crd_is_installed_by_the_chart(default_objects) -> None:
     (crd,) = find(default_objects, "CustomResourceDefinition")
     assert crd["metadata"]["name"] == "trainingjobs.offpeak.io"
+
+
+def test_every_offpeak_container_command_parses_with_the_real_cli(objects: list[dict[str, Any]]) -> None:
+    """Flag drift between the chart and the components' argparse definitions fails here, not in a cluster."""
+    from offpeak.cli import build_parser
+
+    from offpeak_dashboard.chart import pod_specs
+
+    parser = build_parser()
+    checked = 0
+    for name, spec in pod_specs(objects):
+        for container in spec["containers"]:
+            if "offpeak" not in container["image"]:
+                continue
+            args = container["args"]
+            try:
+                parsed = parser.parse_args(args)
+            except SystemExit:
+                pytest.fail(f"{name}/{container['name']}: `offpeak {' '.join(args)}` is rejected by the CLI")
+            assert callable(getattr(parsed, "func", None)), args
+            checked += 1
+    assert checked == 5
