@@ -61,11 +61,11 @@ def build_registry(reconciler: Reconciler, settings: OperatorSettings,
 
     @kopf.timer(*RESOURCE, interval=settings.resync_seconds, registry=registry)
     def resync(name: str, namespace: str, **_: Any) -> None:
-        reconciler.reconcile(namespace, name)
+        reconciler.reconcile(namespace, name, wait=False)
 
     @kopf.on.event("", "v1", "pods", labels={names.LABEL_JOB: kopf.PRESENT}, registry=registry)
     def pod_changed(labels: dict[str, str], namespace: str, **_: Any) -> None:
-        reconciler.reconcile(namespace, labels[names.LABEL_JOB])
+        reconciler.reconcile(namespace, labels[names.LABEL_JOB], wait=False)
 
     @kopf.on.event(*RESOURCE, registry=registry)
     def job_event(type: str | None, name: str, namespace: str, **_: Any) -> None:

@@ -20,6 +20,8 @@ from kubernetes.client.exceptions import ApiException
 from offpeak_operator import names
 
 log = logging.getLogger(__name__)
+# The generated client sends no Content-Type on POST; say it explicitly rather than rely on server defaults.
+JSON_BODY = {"Content-Type": "application/json"}
 
 
 def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
@@ -77,7 +79,8 @@ class KubeIO:
     def create_pod(self, body: Mapping[str, Any]) -> bool:
         """Create; False when a pod of that name already exists."""
         try:
-            self.core.create_namespaced_pod(body["metadata"]["namespace"], body, _preload_content=False)
+            self.core.create_namespaced_pod(body["metadata"]["namespace"], body, _headers=JSON_BODY,
+                                            _preload_content=False)
             return True
         except ApiException as e:
             if e.status == 409:
@@ -125,7 +128,8 @@ class KubeIO:
 
     def create_configmap(self, body: Mapping[str, Any]) -> bool:
         try:
-            self.core.create_namespaced_config_map(body["metadata"]["namespace"], body, _preload_content=False)
+            self.core.create_namespaced_config_map(body["metadata"]["namespace"], body, _headers=JSON_BODY,
+                                                   _preload_content=False)
             return True
         except ApiException as e:
             if e.status == 409:
@@ -147,6 +151,6 @@ class KubeIO:
             "source": {"component": "offpeak-operator"}, "reportingComponent": "offpeak-operator",
         }  # fmt: skip
         try:
-            self.core.create_namespaced_event(meta["namespace"], body, _preload_content=False)
+            self.core.create_namespaced_event(meta["namespace"], body, _headers=JSON_BODY, _preload_content=False)
         except ApiException as e:
             log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], e.reason)

@@ -78,23 +78,35 @@ class Reconciler:
         with self._locks_guard:
             return self._locks[key]
 
-    def reconcile(self, namespace: str, name: str) -> str | None:
-        """Bring one job one or more steps forward; returns its phase (None if the job is gone)."""
+    def reconcile(self, namespace: str, name: str, *, wait: bool = True) -> str | None:
+        """Bring one job one or more steps forward; returns its phase (None if the job is gone or busy).
+
+        With `wait=False` a job already being reconciled is skipped: that reconcile, or the next resync, will
+        see the newest state, and no kopf worker thread sits blocked behind a slow graph extraction.
+        """
         key = f"{namespace}/{name}"
-        with self._lock(key):
-            job = self.ctx.kube.get_job(namespace, name)
-            if job is None:
-                self.ctx.metrics.set_phase(key, None)
-                return None
-            status: dict[str, Any] = dict(job.get("status") or {})
-            for _ in range(MAX_STEPS_PER_RECONCILE):  # go on while decisions change something
-                patch = self._step(job, status)
-                if not patch:
-                    break
-                self.ctx.kube.patch_job_status(namespace, name, patch)
-                _apply(status, patch)
-            self.ctx.metrics.set_phase(key, status.get("phase") or sm.Phase.PENDING)
-            return status.get("phase")
+        lock = self._lock(key)
+        if not lock.acquire(blocking=wait):
+            return None
+        try:
+            return self._reconcile(key, namespace, name)
+        finally:
+            lock.release()
+
+    def _reconcile(self, key: str, namespace: str, name: str) -> str | None:
+        job = self.ctx.kube.get_job(namespace, name)
+        if job is None:
+            self.ctx.metrics.set_phase(key, None)
+            return None
+        status: dict[str, Any] = dict(job.get("status") or {})
+        for _ in range(MAX_STEPS_PER_RECONCILE):  # go on while decisions change something
+            patch = self._step(job, status)
+            if not patch:
+                break
+            self.ctx.kube.patch_job_status(namespace, name, patch)
+            _apply(status, patch)
+        self.ctx.metrics.set_phase(key, status.get("phase") or sm.Phase.PENDING)
+        return status.get("phase")
 
     def _step(self, job: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         """One decision and its actions; the status patch to write (empty: nothing to do)."""
