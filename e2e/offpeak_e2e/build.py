@@ -9,6 +9,7 @@ Run ``python -m offpeak_e2e.build [--only helm,kwok]``; binaries that already ex
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import re
@@ -156,6 +157,20 @@ def build_target(target: Target, *, root: Path | None = None, echo=print) -> flo
     work = root / "src" / f"{target.name}-{target.version}"
     log = root / "logs" / f"{target.name}-{target.version}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    with (work.parent / f".{target.name}-{target.version}.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            echo(f"[build] {target.name} {target.version}: another build is running; waiting for it ...")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if all(p.is_file() for p in outs):
+            echo(f"[build] {target.name} {target.version}: built by the other process")
+            return 0.0
+        return _build_locked(target, go=go, work=work, log=log, outs=outs, echo=echo)
+
+
+def _build_locked(target: Target, *, go: str, work: Path, log: Path, outs: list[Path], echo) -> float:
     log.write_text("")
     echo(f"[build] {target.name} {target.version}: building {', '.join(target.binaries)} (log {log}) ...")
     start = time.monotonic()

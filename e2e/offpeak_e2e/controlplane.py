@@ -197,7 +197,7 @@ class ControlPlane:
             "--bind-address=127.0.0.1", f"--secure-port={ports['controller-manager']}", "--leader-elect=false",
             f"--service-account-private-key-file={certs.sa_key}", f"--root-ca-file={certs.ca_crt}",
             f"--cluster-signing-cert-file={certs.ca_crt}", f"--cluster-signing-key-file={certs.ca_key}",
-            "--use-service-account-credentials=false", "--controllers=*,-nodeipam,-cloud-node-lifecycle",
+            "--use-service-account-credentials=false", "--controllers=*",
             "--kube-api-qps=200", "--kube-api-burst=400", "--v=1",
         ])
         default_cfg = schedconfig.dump(schedconfig.default_scheduler_config(kubeconfig=kubeconfig),

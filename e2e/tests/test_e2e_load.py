@@ -1,0 +1,129 @@
+"""Scenario 6: load. 500 TrainingJobs over 200 fake GPU nodes all reach a terminal phase; pods scheduled per second
+with and without the extender are printed and written to ``<run dir>/load-result.json`` (no timing assertion)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from offpeak_e2e.cluster import ClusterSettings
+from offpeak_e2e.controlplane import ControlPlaneSettings, StartError
+from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
+
+NODES = int(os.environ.get("OFFPEAK_E2E_LOAD_NODES", "200"))
+JOBS = int(os.environ.get("OFFPEAK_E2E_LOAD_JOBS", "500"))
+PODS = int(os.environ.get("OFFPEAK_E2E_LOAD_PODS", "500"))
+GPU_TYPES = ("A100-SXM4-40GB", "H100-SXM5-80GB", "L4", "V100-SXM2-16GB")
+
+
+@pytest.fixture(scope="module")
+def load_cluster() -> Iterator[E2ECluster]:
+    settings = ClusterSettings(
+        control_plane=ControlPlaneSettings(name="pytest-load", nodes=NODES, start_timeout_s=300),
+        online_load=False, day_seconds=600,
+    )
+    try:
+        cluster = E2ECluster.start(settings, echo=lambda m: print(m, flush=True))
+    except StartError as e:
+        pytest.fail(f"the load cluster did not start: {e}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _ts(text: str | None) -> float | None:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else None
+
+
+def _bulk_apply(c: E2ECluster, ns: str, objects: list[dict[str, Any]], chunk: int = 100) -> None:
+    for i in range(0, len(objects), chunk):
+        body = {"apiVersion": "v1", "kind": "List", "items": objects[i:i + chunk]}
+        c.kubectl("-n", ns, "create", "-f", "-", stdin=json.dumps(body), timeout=180)
+
+
+def _scheduling_rate(c: E2ECluster, ns: str, selector: str, count: int, *, timeout: float) -> dict[str, float]:
+    """Wait until `count` pods matching `selector` are bound; rate = pods / (last bind - first creation)."""
+    def bound() -> list[dict[str, Any]]:
+        return [p for p in c.get("pods", "-n", ns, "-l", selector)["items"] if p["spec"].get("nodeName")]
+
+    c.wait_for(f"{count} pods bound ({selector})", lambda: len(bound()) >= count, timeout=timeout, interval=2)
+    pods = c.get("pods", "-n", ns, "-l", selector)["items"]
+    created = [_ts(p["metadata"]["creationTimestamp"]) for p in pods]
+    scheduled = [
+        _ts(next((cond["lastTransitionTime"] for cond in p["status"].get("conditions", [])
+                  if cond["type"] == "PodScheduled" and cond["status"] == "True"), None))
+        for p in pods
+    ]
+    first, last = min(t for t in created if t), max(t for t in scheduled if t)
+    span = max(1.0, last - first)  # timestamps have 1 s resolution
+    return {"pods": len(pods), "seconds": span, "pods_per_second": round(len(pods) / span, 2)}
+
+
+def _raw_pods(prefix: str, scheduler: str, n: int) -> list[dict[str, Any]]:
+    predicted = json.dumps({t: {"p50": 30, "p90": 36} for t in GPU_TYPES})
+    return [{
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{prefix}-{i}", "labels": {"e2e/batch": prefix, "offpeak.io/workload": "offline"},
+                     "annotations": {"offpeak.io/sim-runtime": "5s", "offpeak.io/predicted-job-seconds": predicted}},
+        "spec": {"schedulerName": scheduler, "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                 "containers": [{"name": "c", "image": "registry.local/x:1",
+                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    } for i in range(n)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_load_500_jobs_over_200_nodes(load_cluster: E2ECluster) -> None:
+    c = load_cluster
+    result: dict[str, Any] = {"nodes": NODES, "jobs": JOBS}
+    ns = c.new_namespace("load")
+
+    t = time.monotonic()
+    _bulk_apply(c, ns, _raw_pods("plain", "default-scheduler", PODS))
+    result["default_scheduler"] = _scheduling_rate(c, ns, "e2e/batch=plain", PODS, timeout=300)
+    print(f"[e2e] {PODS} pods via default-scheduler: {time.monotonic() - t:.1f}s {result['default_scheduler']}")
+
+    t = time.monotonic()
+    _bulk_apply(c, ns, _raw_pods("ext", "offpeak-scheduler", PODS))
+    result["offpeak_scheduler_with_extender"] = _scheduling_rate(c, ns, "e2e/batch=ext", PODS, timeout=300)
+    print(f"[e2e] {PODS} pods via offpeak-scheduler+extender: {time.monotonic() - t:.1f}s "
+          f"{result['offpeak_scheduler_with_extender']}")
+    c.kubectl("-n", ns, "delete", "pods", "-l", "e2e/batch", "--wait=false")
+
+    t = time.monotonic()
+    jobs = [trainingjob_manifest(f"load-{i}", sim_seconds=10, gpu_types=GPU_TYPES, torchvision=None,
+                                 estimated_seconds=30) for i in range(JOBS)]
+    _bulk_apply(c, ns, jobs)
+    submitted = time.monotonic() - t
+    terminal: dict[str, str] = {}
+
+    def all_terminal() -> bool:
+        for j in c.get("trainingjobs.offpeak.io", "-n", ns)["items"]:
+            phase = (j.get("status") or {}).get("phase")
+            if phase in ("Succeeded", "Failed"):
+                terminal[j["metadata"]["name"]] = phase
+        return len(terminal) >= JOBS
+
+    c.wait_for(f"{JOBS} TrainingJobs terminal", all_terminal, timeout=1200, interval=5)
+    took = time.monotonic() - t
+    result["trainingjobs"] = {
+        "submit_seconds": round(submitted, 1), "all_terminal_seconds": round(took, 1),
+        "succeeded": sum(p == "Succeeded" for p in terminal.values()),
+        "failed": sum(p == "Failed" for p in terminal.values()),
+        "jobs_per_second": round(JOBS / took, 2),
+    }
+    print(f"[e2e] load result: {json.dumps(result)}")
+    Path(c.state.run_dir, "load-result.json").write_text(json.dumps(result, indent=2))
+    out = os.environ.get("OFFPEAK_E2E_BENCH_OUT")
+    if out:
+        Path(out).write_text(json.dumps(result, indent=2))
+    assert len(terminal) == JOBS
+    assert result["trainingjobs"]["failed"] == 0, result

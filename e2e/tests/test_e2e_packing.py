@@ -1,0 +1,149 @@
+"""Scenario 2: packing into forecast idle windows, against the default scheduler in the same run.
+
+Its own cluster (`pytest-packing`): online load ON, replaying the real serving trace with a 300 s "day" and 4 past
+days backfilled into Prometheus, so the extender's forecaster sees the daily cycle. A batch of TrainingJobs of
+different lengths (offpeak-scheduler) and a twin batch of plain pods with the same GPUs, runtimes and annotations
+(default-scheduler) run side by side. Offpeak's placements must never sit in a window shorter than the job's p90
+(checked against the replay plan, which is exactly what the forecaster learnt); both batches' harvested and
+wasted GPU-seconds are printed and written to the run dir.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from offpeak_e2e import onlineload
+from offpeak_e2e.cluster import ClusterSettings
+from offpeak_e2e.controlplane import ControlPlaneSettings, StartError
+from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
+
+DAY = 300.0
+GPUS_PER_JOB = 2
+RUNTIMES = (20, 35, 50, 70, 90, 110, 30, 60)
+
+
+@pytest.fixture(scope="module")
+def packing_cluster() -> Iterator[E2ECluster]:
+    settings = ClusterSettings(
+        control_plane=ControlPlaneSettings(name="pytest-packing", nodes=4), day_seconds=DAY, online_load=True,
+        online_start_minute=0, history_days=4,
+    )
+    try:
+        cluster = E2ECluster.start(settings, echo=lambda m: print(m, flush=True))
+    except StartError as e:
+        pytest.fail(f"the packing cluster did not start: {e}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def _ts(text: str | None) -> float | None:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else None
+
+
+def _twin_pod(name: str, *, seconds: float, predicted: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": name, "labels": {"offpeak.io/workload": "offline", "e2e/batch": "default"},
+            "annotations": {"offpeak.io/sim-runtime": f"{int(seconds * 1000)}ms",
+                            "offpeak.io/predicted-job-seconds": predicted, "offpeak.io/checkpointing": "false"},
+        },
+        "spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "train", "image": "registry.local/train:1",
+                            "resources": {"limits": {"nvidia.com/gpu": str(GPUS_PER_JOB)}}}],
+        },
+    }
+
+
+def _window_violations(placements: list[dict[str, Any]], *, demand: dict[str, list[int]], reference: float,
+                       gpus: int) -> list[str]:
+    """Placements during whose predicted p90 the replayed online demand needs GPUs the pod holds."""
+    bad = []
+    for p in placements:
+        t, end = p["start"], p["start"] + p["p90"]
+        while t <= end:
+            online = onlineload.demand_at(demand, p["node"], t=t, reference=reference, day_seconds=DAY)
+            if online + GPUS_PER_JOB > gpus:
+                bad.append(f"{p['name']} on {p['node']} at +{t - p['start']:.0f}s: online {online}")
+                break
+            t += 1.0
+    return bad
+
+
+def _pod_p90(pod: dict[str, Any], gpu_type: str) -> float:
+    predicted = json.loads(pod["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])
+    return float(predicted[gpu_type]["p90"])
+
+
+def test_packing_fits_windows_and_compares_with_default_scheduler(packing_cluster: E2ECluster) -> None:
+    c = packing_cluster
+    ns = c.new_namespace("pack")
+    gpu_types = sorted({c.get("node", n)["metadata"]["labels"]["offpeak.io/gpu-type"] for n in c.nodes})
+    node_type = {n: c.get("node", n)["metadata"]["labels"]["offpeak.io/gpu-type"] for n in c.nodes}
+    reference = float(c.state.urls["reference"])
+    demand = onlineload.load_plan(onlineload.LoadSettings(nodes=tuple(c.nodes), gpus=8, day_seconds=DAY))
+    t0 = time.monotonic()
+    for i, seconds in enumerate(RUNTIMES):
+        job = trainingjob_manifest(f"pack-{i}", sim_seconds=seconds, gpu_types=gpu_types, torchvision=None,
+                                   estimated_seconds=seconds, extra_spec={"gpusPerWorker": GPUS_PER_JOB,
+                                                                          "maxAttempts": 5})
+        c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
+        predicted = json.dumps({t: {"p50": seconds, "p90": seconds * 1.2} for t in gpu_types})
+        c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(_twin_pod(f"twin-{i}", seconds=seconds,
+                                                                          predicted=predicted)))
+
+    placements: dict[str, dict[str, Any]] = {}
+    twins: dict[str, dict[str, Any]] = {}
+
+    def observe() -> bool:
+        for pod in c.get("pods", "-n", ns)["items"]:
+            name, node = pod["metadata"]["name"], pod["spec"].get("nodeName")
+            start = _ts(pod["status"].get("startTime"))
+            labels = pod["metadata"].get("labels", {})
+            if not node or start is None:
+                continue
+            rec = {"name": name, "node": node, "start": start, "gpu_type": node_type[node],
+                   "deleting": bool(pod["metadata"].get("deletionTimestamp")), "phase": pod["status"]["phase"]}
+            if labels.get("e2e/batch") == "default":
+                twins[name] = {**twins.get(name, {}), **rec, "p90": _pod_p90(pod, node_type[node])}
+            elif labels.get("offpeak.io/trainingjob"):
+                placements[name] = {**placements.get(name, {}), **rec, "p90": _pod_p90(pod, node_type[node])}
+        jobs = c.get("trainingjobs.offpeak.io", "-n", ns)["items"]
+        twins_done = all(t["phase"] in ("Succeeded", "Failed") or t["deleting"] for t in twins.values()) \
+            and len(twins) == len(RUNTIMES)
+        return all((j.get("status") or {}).get("phase") in ("Succeeded", "Failed") for j in jobs) and twins_done
+
+    c.wait_for("both batches finished", observe, timeout=900, interval=1.0)
+    print(f"[e2e] packing batch: {time.monotonic() - t0:.1f}s")
+
+    jobs = c.get("trainingjobs.offpeak.io", "-n", ns)["items"]
+    offpeak_ok = sum(GPUS_PER_JOB * j["status"]["actualSeconds"] for j in jobs if j["status"]["phase"] == "Succeeded")
+    attempts = sum(j["status"].get("attempts", 1) for j in jobs)
+    twin_ok = sum(GPUS_PER_JOB * s for i, s in enumerate(RUNTIMES) if twins[f"twin-{i}"]["phase"] == "Succeeded")
+    twin_evicted = sum(1 for t in twins.values() if t["phase"] != "Succeeded")
+    result = {
+        "offpeak": {"succeeded": sum(j["status"]["phase"] == "Succeeded" for j in jobs),
+                    "gpu_seconds_harvested": offpeak_ok, "attempts": attempts,
+                    "evictions": attempts - len(jobs)},
+        "default_scheduler": {"succeeded": len(RUNTIMES) - twin_evicted, "gpu_seconds_harvested": twin_ok,
+                              "evictions": twin_evicted},
+    }
+    print("[e2e] packing result:", json.dumps(result))
+    Path(c.state.run_dir, "packing-result.json").write_text(json.dumps(result, indent=2))
+
+    violations = _window_violations(list(placements.values()), demand=demand, reference=reference, gpus=8)
+    twin_violations = _window_violations(list(twins.values()), demand=demand, reference=reference, gpus=8)
+    print(f"[e2e] window violations: offpeak {len(violations)}, default scheduler {len(twin_violations)}")
+    assert violations == [], violations
+    assert all(j["status"]["phase"] == "Succeeded" for j in jobs), [j["status"] for j in jobs]
+    assert len(placements) >= len(RUNTIMES)
