@@ -21,7 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-KUBERNETES_VERSION = "v1.32.13"
+# v1.32.x staging modules (kube-scheduler, endpointslice, ...) are not served by the module proxy here;
+# v1.33.13 is the nearest release whose every needed staging module is, and kubectl 1.32 is within skew.
+KUBERNETES_VERSION = "v1.33.13"
 ETCD_VERSION = "v3.5.21"
 KWOK_VERSION = "v0.7.0"
 HELM_VERSION = "v3.16.4"

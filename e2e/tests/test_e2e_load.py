@@ -7,7 +7,6 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +15,11 @@ import pytest
 from offpeak_e2e.cluster import ClusterSettings
 from offpeak_e2e.controlplane import ControlPlaneSettings, StartError
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
+from offpeak_e2e.loadbench import GPU_TYPES, bulk_create, raw_gpu_pods, scheduling_rate
 
 NODES = int(os.environ.get("OFFPEAK_E2E_LOAD_NODES", "200"))
 JOBS = int(os.environ.get("OFFPEAK_E2E_LOAD_JOBS", "500"))
 PODS = int(os.environ.get("OFFPEAK_E2E_LOAD_PODS", "500"))
-GPU_TYPES = ("A100-SXM4-40GB", "H100-SXM5-80GB", "L4", "V100-SXM2-16GB")
 
 
 @pytest.fixture(scope="module")
@@ -39,46 +38,6 @@ def load_cluster() -> Iterator[E2ECluster]:
         cluster.stop()
 
 
-def _ts(text: str | None) -> float | None:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else None
-
-
-def _bulk_apply(c: E2ECluster, ns: str, objects: list[dict[str, Any]], chunk: int = 100) -> None:
-    for i in range(0, len(objects), chunk):
-        body = {"apiVersion": "v1", "kind": "List", "items": objects[i:i + chunk]}
-        c.kubectl("-n", ns, "create", "-f", "-", stdin=json.dumps(body), timeout=180)
-
-
-def _scheduling_rate(c: E2ECluster, ns: str, selector: str, count: int, *, timeout: float) -> dict[str, float]:
-    """Wait until `count` pods matching `selector` are bound; rate = pods / (last bind - first creation)."""
-    def bound() -> list[dict[str, Any]]:
-        return [p for p in c.get("pods", "-n", ns, "-l", selector)["items"] if p["spec"].get("nodeName")]
-
-    c.wait_for(f"{count} pods bound ({selector})", lambda: len(bound()) >= count, timeout=timeout, interval=2)
-    pods = c.get("pods", "-n", ns, "-l", selector)["items"]
-    created = [_ts(p["metadata"]["creationTimestamp"]) for p in pods]
-    scheduled = [
-        _ts(next((cond["lastTransitionTime"] for cond in p["status"].get("conditions", [])
-                  if cond["type"] == "PodScheduled" and cond["status"] == "True"), None))
-        for p in pods
-    ]
-    first, last = min(t for t in created if t), max(t for t in scheduled if t)
-    span = max(1.0, last - first)  # timestamps have 1 s resolution
-    return {"pods": len(pods), "seconds": span, "pods_per_second": round(len(pods) / span, 2)}
-
-
-def _raw_pods(prefix: str, scheduler: str, n: int) -> list[dict[str, Any]]:
-    predicted = json.dumps({t: {"p50": 30, "p90": 36} for t in GPU_TYPES})
-    return [{
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"{prefix}-{i}", "labels": {"e2e/batch": prefix, "offpeak.io/workload": "offline"},
-                     "annotations": {"offpeak.io/sim-runtime": "5s", "offpeak.io/predicted-job-seconds": predicted}},
-        "spec": {"schedulerName": scheduler, "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "c", "image": "registry.local/x:1",
-                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-    } for i in range(n)]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_load_500_jobs_over_200_nodes(load_cluster: E2ECluster) -> None:
@@ -87,13 +46,13 @@ def test_load_500_jobs_over_200_nodes(load_cluster: E2ECluster) -> None:
     ns = c.new_namespace("load")
 
     t = time.monotonic()
-    _bulk_apply(c, ns, _raw_pods("plain", "default-scheduler", PODS))
-    result["default_scheduler"] = _scheduling_rate(c, ns, "e2e/batch=plain", PODS, timeout=300)
+    bulk_create(c, ns, raw_gpu_pods("plain", "default-scheduler", PODS))
+    result["default_scheduler"] = scheduling_rate(c, ns, "e2e/batch=plain", PODS, timeout=300)
     print(f"[e2e] {PODS} pods via default-scheduler: {time.monotonic() - t:.1f}s {result['default_scheduler']}")
 
     t = time.monotonic()
-    _bulk_apply(c, ns, _raw_pods("ext", "offpeak-scheduler", PODS))
-    result["offpeak_scheduler_with_extender"] = _scheduling_rate(c, ns, "e2e/batch=ext", PODS, timeout=300)
+    bulk_create(c, ns, raw_gpu_pods("ext", "offpeak-scheduler", PODS))
+    result["offpeak_scheduler_with_extender"] = scheduling_rate(c, ns, "e2e/batch=ext", PODS, timeout=300)
     print(f"[e2e] {PODS} pods via offpeak-scheduler+extender: {time.monotonic() - t:.1f}s "
           f"{result['offpeak_scheduler_with_extender']}")
     c.kubectl("-n", ns, "delete", "pods", "-l", "e2e/batch", "--wait=false")
@@ -101,7 +60,7 @@ def test_load_500_jobs_over_200_nodes(load_cluster: E2ECluster) -> None:
     t = time.monotonic()
     jobs = [trainingjob_manifest(f"load-{i}", sim_seconds=10, gpu_types=GPU_TYPES, torchvision=None,
                                  estimated_seconds=30) for i in range(JOBS)]
-    _bulk_apply(c, ns, jobs)
+    bulk_create(c, ns, jobs)
     submitted = time.monotonic() - t
     terminal: dict[str, str] = {}
 
