@@ -1,11 +1,15 @@
 """kopf wiring: every trigger calls the same reconcile; settings for watches, peering and progress storage.
 
+Triggers: on.create (at once), pod events (fast reaction to start/finish/eviction) and the Resyncer loop (time).
+No handler needs a finalizer, so deleting a TrainingJob never waits for the operator.
+
 Handlers are registered on a registry built per operator (no import-time side effects), so tests can run the
 real operator with `kopf.testing.KopfRunner(..., registry=build_registry(...), settings=kopf_settings(...))`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -14,6 +18,7 @@ from kubernetes import client
 
 from offpeak_operator import names
 from offpeak_operator.reconciler import Reconciler
+from offpeak_operator.resync import Resyncer
 from offpeak_operator.settings import OperatorSettings
 
 PEERING_NAME = "offpeak-operator"
@@ -55,21 +60,31 @@ def build_registry(reconciler: Reconciler, settings: OperatorSettings,
     def login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(api_client)
 
+    resyncer = Resyncer(reconciler, interval_seconds=settings.resync_seconds)
+    tasks: list[asyncio.Task[None]] = []
+
+    @kopf.on.startup(registry=registry)
+    async def start_resync(**_: Any) -> None:
+        tasks.append(asyncio.create_task(resyncer.run(), name="offpeak-resync"))
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop_resync(**_: Any) -> None:
+        for task in tasks:
+            task.cancel()
+
     @kopf.on.create(*RESOURCE, registry=registry)
     def created(name: str, namespace: str, **_: Any) -> None:
-        reconciler.reconcile(namespace, name)
+        phase = reconciler.reconcile(namespace, name)
+        resyncer.track(namespace, name, phase=phase)
 
-    @kopf.timer(*RESOURCE, interval=settings.resync_seconds, registry=registry)
-    def resync(name: str, namespace: str, **_: Any) -> None:
-        reconciler.reconcile(namespace, name, wait=False)
+    @kopf.on.event(*RESOURCE, registry=registry)
+    def job_event(type: str | None, name: str, namespace: str, status: dict[str, Any], **_: Any) -> None:
+        resyncer.track(namespace, name, phase=status.get("phase"), deleted=type == "DELETED")
+        if type == "DELETED":  # owned pods and ConfigMaps go with it (owner references): only forget metrics
+            metrics.set_phase(f"{namespace}/{name}", None)
 
     @kopf.on.event("", "v1", "pods", labels={names.LABEL_JOB: kopf.PRESENT}, registry=registry)
     def pod_changed(labels: dict[str, str], namespace: str, **_: Any) -> None:
         reconciler.reconcile(namespace, labels[names.LABEL_JOB], wait=False)
-
-    @kopf.on.event(*RESOURCE, registry=registry)
-    def job_event(type: str | None, name: str, namespace: str, **_: Any) -> None:
-        if type == "DELETED":  # owned pods and ConfigMaps go with it (owner references): only forget metrics
-            metrics.set_phase(f"{namespace}/{name}", None)
 
     return registry

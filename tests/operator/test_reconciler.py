@@ -271,3 +271,12 @@ def test_deleted_job_is_forgotten() -> None:
     kube.job = None
     assert rec.reconcile("ns", "train-1") is None
     assert rec.ctx.metrics.registry.get_sample_value("offpeak_jobs", {"phase": "Waiting"}) == 0
+
+
+def test_busy_job_is_skipped_without_waiting() -> None:
+    rec, kube, _, _ = make(job_body())
+    lock = rec._lock("ns/train-1")
+    with lock:
+        assert rec.reconcile("ns", "train-1", wait=False) is None
+    assert kube.status_patches == 0
+    assert rec.reconcile("ns", "train-1", wait=False) == "Waiting"

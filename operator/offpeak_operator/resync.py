@@ -1,0 +1,52 @@
+"""Periodic re-reconcile of every live TrainingJob, for decisions that only time can trigger (backoff over,
+analysis deadline passed) and for missed events.
+
+Not a kopf timer on purpose: kopf puts a finalizer on every object that has a timer or daemon, and a finalizer
+would block `kubectl delete` while the operator is down. This loop runs on kopf's event loop instead, fed by the
+TrainingJob watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+from offpeak_operator.reconciler import Reconciler
+from offpeak_operator.statemachine import TERMINAL
+
+log = logging.getLogger(__name__)
+
+
+class Resyncer:
+    def __init__(self, reconciler: Reconciler, *, interval_seconds: float) -> None:
+        self.reconciler = reconciler
+        self.interval = interval_seconds
+        self._live: set[tuple[str, str]] = set()
+        self._lock = threading.Lock()
+
+    def track(self, namespace: str, name: str, *, phase: str | None, deleted: bool = False) -> None:
+        """Remember a job seen on the watch; forget it once terminal or deleted."""
+        key = (namespace, name)
+        with self._lock:
+            if deleted or phase in TERMINAL:
+                self._live.discard(key)
+            else:
+                self._live.add(key)
+
+    def live(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return sorted(self._live)
+
+    async def run(self) -> None:
+        """Until cancelled: every interval, reconcile each live job in a worker thread."""
+        while True:
+            await asyncio.sleep(self.interval)
+            for namespace, name in self.live():
+                try:
+                    phase = await asyncio.to_thread(self.reconciler.reconcile, namespace, name, wait=False)
+                except Exception:  # noqa: BLE001 - one job's API error must not stop the loop for the others
+                    log.exception("resync of %s/%s failed; retrying next round", namespace, name)
+                    continue
+                if phase is not None:
+                    self.track(namespace, name, phase=phase)
