@@ -62,6 +62,7 @@ class JobSpec:
     tolerations: tuple[dict[str, Any], ...] = ()
     priority_class: str = ""
     seq_len: int | None = None
+    input_shape: tuple[int, ...] = ()
     precision: str = "fp32"
     optimizer: str = "adam"
     steps: int | None = None
@@ -117,6 +118,13 @@ def _str_list(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:
     value = raw.get(key) or []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise SpecError(f"spec.{key} must be a list of strings")
+    return tuple(value)
+
+
+def _int_list(raw: Mapping[str, Any], key: str) -> tuple[int, ...]:
+    value = raw.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        raise SpecError(f"spec.{key} must be a list of positive integers, e.g. [3, 224, 224]")
     return tuple(value)
 
 
@@ -183,6 +191,7 @@ def parse_spec(raw: Mapping[str, Any]) -> JobSpec:
         tolerations=tuple(dict(t) for t in tolerations),
         priority_class=_str(raw, "priorityClassName"),
         seq_len=_int(raw, "seqLen"),
+        input_shape=_int_list(raw, "inputShape"),
         precision=_str(raw, "precision", "fp32"),
         optimizer=_str(raw, "optimizer", "adam"),
         steps=_int(raw, "steps"),
@@ -235,6 +244,9 @@ def validate(spec: JobSpec, *, job_name: str, resolve_gpu: GpuResolver | None) -
         problems.append(Problem("InvalidModelSource",
                                 f"spec.modelSource.entrypoint must look like 'package.module:function', "
                                 f"got {spec.model_source.value!r}"))
+    if spec.model_source.kind == "entrypoint" and not spec.input_shape and spec.seq_len is None:
+        problems.append(Problem("InvalidModelSource", "an entrypoint model needs spec.inputShape (float input, "
+                                                      "e.g. [3, 224, 224]) or spec.seqLen (token ids)"))
     if spec.model_source.kind == "graphConfigMap" and not _DNS_LABEL.match(spec.model_source.value):
         problems.append(Problem("InvalidModelSource",
                                 f"spec.modelSource.graphConfigMap.name {spec.model_source.value!r} is not a valid name"))

@@ -42,6 +42,8 @@ def extract_args(spec: JobSpec, *, out: str) -> list[str]:
     flag = {"entrypoint": "--entrypoint", "torchvision": "--torchvision", "hfConfig": "--hf-config"}[source.kind]
     args = ["extract", flag, source.value, "--batch-size", str(spec.batch_size), "--precision", spec.precision,
             "--optimizer", spec.optimizer, "--out", out]
+    if spec.input_shape:
+        args[5:5] = ["--input-shape", ",".join(str(d) for d in spec.input_shape)]
     if spec.seq_len is not None:
         args[5:5] = ["--seq-len", str(spec.seq_len)]
     return args

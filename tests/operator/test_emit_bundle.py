@@ -46,3 +46,33 @@ def test_bundle_runs_the_offpeak_cli_from_a_zipapp(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-I", "-S", str(pyz), "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "usage: offpeak" in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_analysis_pod_steps_end_to_end_with_a_user_entrypoint(tmp_path: Path) -> None:
+    """What the analysis pod does, as processes: bundle -> extract in the "user image" -> emit -> operator reads."""
+    from offpeak_operator.jobspec import parse_spec
+    from offpeak_operator.podspecs import extract_args
+    from optestkit import job_body
+
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "mymodel.py").write_text("import torch.nn as nn\n"
+                                     "def build():\n"
+                                     "    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))\n")
+    pyz = build_bundle(tmp_path / "offpeak" / "offpeak.pyz")
+    out = tmp_path / "graph" / "graph.json.gz"
+    out.parent.mkdir()
+    spec = parse_spec(job_body(modelSource={"entrypoint": "mymodel:build"}, inputShape=[16], batchSize=4)["spec"])
+    env = {"PYTHONPATH": str(user), "CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, str(pyz), *extract_args(spec, out=str(out))], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    emitted = subprocess.run([sys.executable, "-m", "offpeak_operator.emit", str(out)], capture_output=True,
+                             text=True, timeout=120)
+    assert emitted.returncode == 0, emitted.stderr
+    data, header = from_log("some noise\n" + emitted.stdout)
+    graph = decode_bytes(data)
+    assert graph.batch_size == 4 and header["hash"] == graph.content_hash()
+    assert sum(op.type == "linear" for op in graph.ops) == 2

@@ -88,3 +88,12 @@ def test_real_catalogue_resolver_when_installed() -> None:
     assert resolve("T4") == "T4"
     with pytest.raises(LookupError):
         resolve("no-such-gpu-9000")
+
+
+def test_entrypoint_needs_an_input_shape_or_seq_len() -> None:
+    spec = parse_spec(job_body(modelSource={"entrypoint": "pkg.m:build"})["spec"])
+    assert [p.reason for p in validate(spec, job_name="j", resolve_gpu=None)] == ["InvalidModelSource"]
+    spec = parse_spec(job_body(modelSource={"entrypoint": "pkg.m:build"}, inputShape=[3, 32, 32])["spec"])
+    assert spec.input_shape == (3, 32, 32) and validate(spec, job_name="j", resolve_gpu=None) == []
+    with pytest.raises(SpecError, match="inputShape"):
+        parse_spec(job_body(inputShape=[3, 0])["spec"])

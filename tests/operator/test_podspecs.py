@@ -96,3 +96,9 @@ def test_graph_configmap_fits_and_round_trips(graph: ModelGraph) -> None:
 def test_extract_args_per_source(source: dict, flag: str) -> None:
     args = podspecs.extract_args(parse_spec(job_body(modelSource=source)["spec"]), out="/tmp/g.json.gz")
     assert args[:2] == ["extract", flag] and "--batch-size" in args
+
+
+def test_extract_args_carry_the_input_shape() -> None:
+    spec = parse_spec(job_body(modelSource={"entrypoint": "m:f"}, inputShape=[3, 64, 64])["spec"])
+    args = podspecs.extract_args(spec, out="/g")
+    assert args[args.index("--input-shape") + 1] == "3,64,64"

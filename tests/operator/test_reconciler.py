@@ -216,7 +216,7 @@ def test_in_process_extraction_failure_is_a_condition_not_a_crash() -> None:
 
 
 def test_analysis_pod_graph_is_collected_from_its_log() -> None:
-    rec, kube, pred, _ = make(job_body(modelSource={"entrypoint": "pkg.m:build"}))
+    rec, kube, pred, _ = make(job_body(modelSource={"entrypoint": "pkg.m:build"}, inputShape=[64]))
     assert rec.reconcile("ns", "train-1") == "Analyzing"
     assert "train-1-analysis" in kube.pods
     assert rec.reconcile("ns", "train-1") == "Analyzing"  # still running: nothing new
