@@ -11,6 +11,7 @@ from offpeak.errors import UserError
 
 
 def _env(name: str, default: str) -> str:
+    """An OFFPEAK_* fallback as a string default: argparse converts it (and reports a bad value) on use."""
     return os.environ.get(name) or default
 
 
@@ -25,19 +26,19 @@ def register(subparsers: Any) -> None:
     scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
     p.add_argument("--predictor-url", default=_env("OFFPEAK_PREDICTOR_URL", "http://offpeak-predictor:8080"),
                    help="predictor service base URL (env OFFPEAK_PREDICTOR_URL)")
-    p.add_argument("--metrics-port", type=int, default=int(_env("OFFPEAK_METRICS_PORT", "9090")),
+    p.add_argument("--metrics-port", type=int, default=_env("OFFPEAK_METRICS_PORT", "9090"),
                    help="Prometheus /metrics port, 0 to disable (env OFFPEAK_METRICS_PORT)")
-    p.add_argument("--liveness-port", type=int, default=int(_env("OFFPEAK_LIVENESS_PORT", "8081")),
+    p.add_argument("--liveness-port", type=int, default=_env("OFFPEAK_LIVENESS_PORT", "8081"),
                    help="kopf liveness /healthz port, 0 to disable")
     p.add_argument("--image", default=_env("OFFPEAK_IMAGE", "ghcr.io/offpeak/offpeak:0.1.0"),
                    help="offpeak image for the analysis pod's bundle and emit steps (env OFFPEAK_IMAGE)")
     p.add_argument("--standalone", action="store_true", help="no peering (single operator, tests)")
     p.add_argument("--analysis-timeout-seconds", type=int,
-                   default=int(_env("OFFPEAK_ANALYSIS_TIMEOUT_SECONDS", "600")),
+                   default=_env("OFFPEAK_ANALYSIS_TIMEOUT_SECONDS", "600"),
                    help="deadline of the analysis pod before falling back to a prediction without graph")
-    p.add_argument("--resync-seconds", type=float, default=float(_env("OFFPEAK_RESYNC_SECONDS", "5")),
+    p.add_argument("--resync-seconds", type=float, default=_env("OFFPEAK_RESYNC_SECONDS", "5"),
                    help="re-check every TrainingJob this often")
-    p.add_argument("--requeue-base-seconds", type=float, default=float(_env("OFFPEAK_REQUEUE_BASE_SECONDS", "10")),
+    p.add_argument("--requeue-base-seconds", type=float, default=_env("OFFPEAK_REQUEUE_BASE_SECONDS", "10"),
                    help="backoff before the 2nd attempt; doubles per attempt")
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None,
                    help="kubeconfig file (default: in-cluster, then ~/.kube/config)")

@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from offpeak.errors import UserError
+from offpeak_operator import cli
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    return parser.parse_args(["operator", *argv])
+
+
+def test_flags_build_settings() -> None:
+    args = parse(["-n", "a", "-n", "b", "--predictor-url", "http://p:8080", "--analysis-timeout-seconds", "90",
+                  "--resync-seconds", "2", "--requeue-base-seconds", "3", "--image", "img:1"])
+    s = cli.build_settings(args)
+    assert cli.namespaces(args) == ["a", "b"]
+    assert (s.predictor.url, s.analysis.timeout_seconds, s.analysis.image) == ("http://p:8080", 90, "img:1")
+    assert (s.resync_seconds, s.requeue.base_seconds, s.requeue.backoff(3)) == (2.0, 3.0, 12.0)
+
+
+def test_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OFFPEAK_PREDICTOR_URL", "http://from-env:1")
+    monkeypatch.setenv("OFFPEAK_METRICS_PORT", "9999")
+    monkeypatch.setenv("OFFPEAK_NAMESPACE", "x,y")
+    args = parse([])
+    assert args.metrics_port == 9999 and cli.build_settings(args).predictor.url == "http://from-env:1"
+    assert cli.namespaces(args) == ["x", "y"]
+    assert cli.namespaces(parse(["-A"])) == []
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["-A", "--predictor-url", "ftp://x"], "predictor-url"),
+    (["-A", "--analysis-timeout-seconds", "1"], "at least 10"),
+])
+def test_bad_flags_are_user_errors(argv: list[str], match: str) -> None:
+    with pytest.raises(UserError, match=match):
+        cli.build_settings(parse(argv))
+
+
+def test_no_scope_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OFFPEAK_NAMESPACE", raising=False)
+    with pytest.raises(UserError, match="--all-namespaces"):
+        cli.namespaces(parse([]))
