@@ -7,6 +7,7 @@ job is re-read at the start, so a stale trigger cannot act on old status.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections import defaultdict
@@ -33,7 +34,8 @@ from offpeak_operator.predictor_http import PredictorHTTP, PredictorUnavailable
 from offpeak_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
-MAX_STEPS_PER_RECONCILE = 6  # Pending -> Analyzing -> Predicted -> Waiting can happen in one pass
+MAX_STEPS_PER_RECONCILE = 6
+REJECTED = frozenset({400, 422})  # the object itself is invalid: retrying cannot help  # Pending -> Analyzing -> Predicted -> Waiting can happen in one pass
 
 
 def utcnow() -> datetime:
@@ -58,6 +60,14 @@ class Context:
     resolve_gpu: GpuResolver | None = None
     clock: Callable[[], datetime] = utcnow
     extract: Extractor = field(default=_default_extractor)
+
+
+def _api_message(e: ApiException) -> str:
+    """The API server's own message from an error response (falls back to the HTTP reason)."""
+    try:
+        return str(json.loads(e.body or "{}").get("message") or e.reason)
+    except (ValueError, AttributeError):
+        return str(e.reason)
 
 
 def _apply(status: dict[str, Any], patch: Mapping[str, Any]) -> None:
@@ -150,7 +160,15 @@ class Reconciler:
                 kube.emit_event(job, type=type_, reason=reason, message=message, now=now)
             case sm.CreateAnalysisPod():
                 assert spec is not None
-                kube.create_pod(podspecs.analysis_pod(job, spec, self.ctx.settings.analysis))
+                try:
+                    kube.create_pod(podspecs.analysis_pod(job, spec, self.ctx.settings.analysis))
+                except ApiException as e:
+                    if e.status not in REJECTED:
+                        raise  # transient (quota, API down): the next reconcile tries again
+                    message = f"the API server rejected the analysis pod: {_api_message(e)}"
+                    kube.emit_event(job, type="Warning", reason="AnalysisPodRejected", message=message, now=now)
+                    return self._graph_done(status, now, source="entrypoint", ok=False,
+                                            reason="AnalysisPodRejected", message=message)
             case sm.DeleteAnalysisPod():
                 kube.delete_pod(ns, names.analysis_pod_name(name))
             case sm.CollectGraph():
@@ -166,7 +184,14 @@ class Reconciler:
                 return self._predict(job, spec, status, now)
             case sm.CreateTrainingPods(attempt=attempt, completed_steps=completed):
                 assert spec is not None
-                self._create_training_pods(job, spec, status, attempt=attempt, completed=completed)
+                try:
+                    self._create_training_pods(job, spec, status, attempt=attempt, completed=completed)
+                except ApiException as e:
+                    if e.status not in REJECTED:
+                        raise
+                    message = f"the API server rejected the training pod: {_api_message(e)}"
+                    kube.emit_event(job, type="Warning", reason="PodRejected", message=message, now=now)
+                    return sm.rejected_status(status=status, message=message, now=now)
             case sm.DeletePods(pod_names=pod_names):
                 for pod in pod_names:
                     kube.delete_pod(ns, pod)

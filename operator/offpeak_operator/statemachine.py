@@ -448,3 +448,10 @@ def graph_status(*, status: Mapping[str, Any], ok: bool, reason: str, message: s
     if graph is not None:
         out["graph"] = dict(graph)
     return out
+
+
+def rejected_status(*, status: Mapping[str, Any], message: str, now: datetime) -> dict[str, Any]:
+    """Status when the API server refuses a training pod as invalid: Failed, the server's words in a condition."""
+    conds = cond.set_condition(_conditions(status), type=cond.FINISHED, ok=False, reason="PodRejected",
+                               message=message, now=now)
+    return {"phase": Phase.FAILED, "finishTime": rfc3339(now), "message": message, "conditions": conds}

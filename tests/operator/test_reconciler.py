@@ -280,3 +280,34 @@ def test_busy_job_is_skipped_without_waiting() -> None:
         assert rec.reconcile("ns", "train-1", wait=False) is None
     assert kube.status_patches == 0
     assert rec.reconcile("ns", "train-1", wait=False) == "Waiting"
+
+
+def test_pod_rejected_by_the_api_server_fails_the_job_with_its_message() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    rec, kube, _, _ = make(job_body())
+
+    def reject(body):
+        e = ApiException(status=422, reason="Unprocessable Entity")
+        e.body = json.dumps({"message": 'Pod "train-1-a1-w0" is invalid: spec.containers[0].image: Required value'})
+        raise e
+
+    kube.create_pod = reject
+    assert rec.reconcile("ns", "train-1") == "Failed"
+    cond = next(c for c in kube.job["status"]["conditions"] if c["type"] == "Finished")
+    assert cond["reason"] == "PodRejected" and "Required value" in cond["message"]
+
+
+def test_transient_api_errors_propagate_for_a_retry() -> None:
+    from kubernetes.client.exceptions import ApiException
+    import pytest
+
+    rec, kube, _, _ = make(job_body())
+
+    def quota(body):
+        raise ApiException(status=403, reason="Forbidden: exceeded quota")
+
+    kube.create_pod = quota
+    with pytest.raises(ApiException):
+        rec.reconcile("ns", "train-1")
+    assert kube.job["status"].get("phase") in (None, "Analyzing", "Predicted")  # Waiting never recorded
