@@ -56,7 +56,8 @@ def serve_extender(config: ExtenderConfig) -> None:
     api = load_api_client(config.kubeconfig)
     informer = Informer(api_client=api, store=store)
     source = PrometheusHistory(config.prometheus_url) if config.prometheus_url else LocalHistory(store)
-    refresher = Refresher(store=store, source=source, metrics=metrics, refresh_seconds=config.refresh_seconds)
+    refresher = Refresher(store=store, source=source, metrics=metrics, refresh_seconds=config.refresh_seconds,
+                          freeze_gc=True)
     informer.start()
     refresher.start()
     service = ExtenderService(store=store, metrics=metrics, settings=config.decisions)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from offpeak_extender.humanize import duration
 from offpeak_extender.model import FilterResult, NodeView, OfflinePod, PodRequest, Prediction
@@ -47,9 +48,13 @@ def window_left(*, node: NodeView, gpus: int, now: float) -> float:
     """Seconds from `now` during which `gpus` GPUs stay free of online work on `node` (inf: beyond the horizon)."""
     if node.windows:
         best = 0.0
-        for w in node.windows:
-            if w.free_gpus >= gpus and w.start <= now and (w.end is None or w.end > now):
-                best = max(best, w.length(now))
+        for w in node.windows:  # hot path: inlined IdleWindow.length
+            if w.free_gpus >= gpus and w.start <= now:
+                end = w.end
+                if end is None:
+                    return math.inf
+                if end - now > best:
+                    best = end - now
         return best
     free = node.gpus_free_now if node.window_free_gpus is None else node.window_free_gpus
     if free < gpus:
@@ -59,27 +64,41 @@ def window_left(*, node: NodeView, gpus: int, now: float) -> float:
     return max(0.0, node.window_end - now)
 
 
-def _fits_now(pod: PodRequest, node: NodeView) -> str | None:
+class _Assessment(NamedTuple):
+    """One pod on one node: does it fit, and the numbers behind the answer (reasons are formatted on demand)."""
+
+    fits: bool
+    free_short: bool  # not enough GPUs free now
+    pred: Prediction | None  # None: runtime-blind (no prediction, or stale node)
+    exact: bool
+    need: float
+    left: float
+
+
+_NOT_FREE = _Assessment(False, True, None, False, 0.0, 0.0)
+_BLIND_FIT = _Assessment(True, False, None, False, 0.0, math.inf)
+
+
+def _assess(pod: PodRequest, node: NodeView, now: float, margin: float) -> _Assessment:
     if node.gpus_free_now < pod.gpus:
-        return f"needs {pod.gpus} GPU(s), {node.gpus_free_now} of {node.gpus_total} free now"
-    return None
-
-
-def _window_reason(*, pod: PodRequest, node: NodeView, now: float, margin: float) -> str | None:
-    """Reason the pod's predicted runtime does not fit the node's idle window, or None when it fits."""
+        return _NOT_FREE
     if pod.predicted is None or node.data_stale:
-        return None
+        return _BLIND_FIT
     pred, exact = prediction_for(pod.predicted, node.gpu_type)
     if pred is None:
-        return None
+        return _BLIND_FIT
     need = pred.p90 * (1.0 + margin)
     left = window_left(node=node, gpus=pod.gpus, now=now)
-    if left >= need:
-        return None
-    basis = f"(p90+{margin:.0%}) on {node.gpu_type}" if exact else f"(p90+{margin:.0%}, slowest known GPU type)"
-    if left <= 0:
-        return f"no idle window for {pod.gpus} GPU(s) now, job needs ~{duration(need)} {basis}"
-    return f"window ends in {duration(left)}, job needs ~{duration(need)} {basis}"
+    return _Assessment(left >= need, False, pred, exact, need, left)
+
+
+def _reason(pod: PodRequest, node: NodeView, a: _Assessment, margin: float) -> str:
+    if a.free_short:
+        return f"needs {pod.gpus} GPU(s), {node.gpus_free_now} of {node.gpus_total} free now"
+    basis = f"(p90+{margin:.0%}) on {node.gpu_type}" if a.exact else f"(p90+{margin:.0%}, slowest known GPU type)"
+    if a.left <= 0:
+        return f"no idle window for {pod.gpus} GPU(s) now, job needs ~{duration(a.need)} {basis}"
+    return f"window ends in {duration(a.left)}, job needs ~{duration(a.need)} {basis}"
 
 
 def filter_nodes(
@@ -94,11 +113,11 @@ def filter_nodes(
     passed: list[str] = []
     failed: dict[str, str] = {}
     for node in nodes:
-        reason = _fits_now(pod, node) or _window_reason(pod=pod, node=node, now=now, margin=margin)
-        if reason is None:
+        a = _assess(pod, node, now, margin)
+        if a.fits:
             passed.append(node.name)
         else:
-            failed[node.name] = reason
+            failed[node.name] = _reason(pod, node, a, margin)
     return FilterResult(passed=tuple(passed), failed=failed)
 
 
@@ -118,24 +137,21 @@ def prioritize_nodes(
     are scored by bin-packing alone.
     """
     scores: dict[str, int] = {}
-    timed: list[tuple[NodeView, Prediction, float]] = []
+    timed: list[tuple[NodeView, _Assessment]] = []
     for node in nodes:
-        if _fits_now(pod, node) is not None or _window_reason(pod=pod, node=node, now=now, margin=margin):
+        a = _assess(pod, node, now, margin)
+        if not a.fits:
             scores[node.name] = 0
-            continue
-        pred = None
-        if pod.predicted is not None and not node.data_stale:
-            pred, _ = prediction_for(pod.predicted, node.gpu_type)
-        if pred is None:
+        elif a.pred is None:
             scores[node.name] = _scale(_pack_score(pod, node))
         else:
-            timed.append((node, pred, window_left(node=node, gpus=pod.gpus, now=now)))
+            timed.append((node, a))
     if timed:
-        fastest = min(p.p50 for _, p, _ in timed)
-        for node, pred, left in timed:
-            speed = 1.0 if pred.p50 <= 0 else fastest / pred.p50
-            need = pred.p90 * (1.0 + margin)
-            fit = 0.0 if math.isinf(left) or left <= 0 else min(1.0, need / left)
+        fastest = min(a.pred.p50 for _, a in timed if a.pred is not None)
+        for node, a in timed:
+            assert a.pred is not None
+            speed = 1.0 if a.pred.p50 <= 0 else fastest / a.pred.p50
+            fit = 0.0 if math.isinf(a.left) or a.left <= 0 else min(1.0, a.need / a.left)
             total = SPEED_WEIGHT * speed + FIT_WEIGHT * fit + PACK_WEIGHT * _pack_score(pod, node)
             scores[node.name] = _scale(total)
     return scores

@@ -3,6 +3,7 @@ background so the request path never waits on the network."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import threading
@@ -110,7 +111,8 @@ class Refresher:
     """Background thread: sample online usage every step, refit forecasts every `refresh_seconds`."""
 
     def __init__(self, *, store: ClusterStore, source: HistorySource, metrics: ExtenderMetrics | None,
-                 refresh_seconds: float = 60.0) -> None:
+                 refresh_seconds: float = 60.0, freeze_gc: bool = False) -> None:
+        self.freeze_gc = freeze_gc  # move the fresh long-lived views out of the GC's scans (cuts p99 latency)
         self.store = store
         self.source = source
         self.metrics = metrics
@@ -129,6 +131,9 @@ class Refresher:
             self.store.mark_history_failed(str(e))
         else:
             self.store.set_history(history, now=now)
+            if self.freeze_gc:
+                gc.collect()
+                gc.freeze()
         finally:
             if self.metrics is not None:
                 self.metrics.history_refresh_seconds.observe(time.perf_counter() - started)

@@ -6,6 +6,7 @@ Transport-free so the HTTP server, the benchmark and tests call the same code. N
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,8 +63,9 @@ class ExtenderService:
             log.warning("pod %s: %s; scheduling it runtime-blind", args.pod.key, args.prediction_error)
         result = filter_nodes(pod=args.pod, nodes=self._views(args), now=self.store.clock(),
                               margin=self.settings.margin)
-        for reason in result.failed.values():
-            self.metrics.filtered_out.labels(reason_kind(reason)).inc()
+        kinds = Counter(reason_kind(r) for r in result.failed.values())
+        for kind, n in kinds.items():
+            self.metrics.filtered_out.labels(kind).inc(n)
         self.metrics.requests.labels("filter", "managed").inc()
         passed = set(result.passed)
         ordered = [n for n in args.node_names if n in passed]  # a subset of the names sent, in their order

@@ -341,7 +341,7 @@ class ClusterStore:
             fc = replace(fc, online=np.where(unknown, 0.0, fc.online), confidence=np.where(unknown, 0.4, fc.confidence))
         prof = free_profile(forecast=fc, capacity=info.gpus_total, offline_now=usage.offline + usage.other)
         return node_view(name=name, gpu_type=info.gpu_type, gpus_total=info.gpus_total, gpus_free_now=free_now,
-                         profile=prof, now=now, data_stale=stale)
+                         profile=prof, now=now, data_stale=stale, keep_ahead_seconds=self.stale_after_seconds)
 
     def rebuild_views(self, names: Sequence[str] | None = None, *, now: float | None = None) -> None:
         t = self.clock() if now is None else now
@@ -359,18 +359,24 @@ class ClusterStore:
         unknown: list[str] = []
         with self._lock:
             stale = self._stale_locked(t)
+            fv = self._forecast_version
+            usage_of = self._usage.get
+            cached_of = self._views.get
             for name in names:
-                usage = self._usage.get(name)
-                key = (usage.version if usage else 0, self._forecast_version)
-                cached = self._views.get(name)
-                if cached is not None and cached[0] == key and (not stale or cached[1].data_stale):
-                    out.append(cached[1])
-                    continue
+                cached = cached_of(name)
+                if cached is not None:
+                    (version, forecast_version), view = cached
+                    usage = usage_of(name)
+                    if (forecast_version == fv and version == (usage.version if usage else 0)
+                            and (not stale or view.data_stale)):
+                        out.append(view)
+                        continue
                 view = self._build_view(name, t)
                 if view is None:
                     unknown.append(name)
                     continue
-                self._views[name] = (key, view)
+                usage = usage_of(name)
+                self._views[name] = ((usage.version if usage else 0, fv), view)
                 out.append(view)
         return out, unknown
 

@@ -78,11 +78,19 @@ def node_view(
     now: float,
     data_stale: bool = False,
     min_confidence: float = 0.0,
+    keep_ahead_seconds: float | None = None,
 ) -> NodeView:
-    """Build the decisions' view of a node; no usable profile (or confidence below the floor) marks it stale."""
+    """Build the decisions' view of a node; no usable profile (or confidence below the floor) marks it stale.
+
+    With `keep_ahead_seconds`, only windows that have begun by `now + keep_ahead_seconds` are kept (the view is
+    rebuilt before then), which keeps the request path's per-node work small.
+    """
     if profile is None or profile.free.size == 0:
         return NodeView(name, gpu_type, gpus_total, gpus_free_now, None, None, True, (), 0.0)
-    windows = tuple(idle_windows(profile=profile))
+    windows = tuple(
+        w for w in idle_windows(profile=profile)
+        if (keep_ahead_seconds is None or w.start <= now + keep_ahead_seconds) and (w.end is None or w.end > now)
+    )
     conf_now = float(profile.confidence[0])
     stale = data_stale or conf_now <= 0.0 or conf_now < min_confidence
     cur = current_window(windows=windows, now=now)

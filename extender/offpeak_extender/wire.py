@@ -136,7 +136,8 @@ def parse_extender_args(body: Any) -> ExtenderArgs:
     if names is not None:
         if not isinstance(names, list):
             raise WireError("ExtenderArgs.NodeNames must be a list")
-        return ExtenderArgs(req, tuple(str(n) for n in names), None, managed, error)
+        node_names = tuple(names) if all(type(n) is str for n in names) else tuple(str(n) for n in names)
+        return ExtenderArgs(req, node_names, None, managed, error)
     if isinstance(nodes, dict):
         objects: dict[str, Mapping[str, Any]] = {}
         for item in nodes.get("items") or []:
@@ -167,4 +168,10 @@ def error_filter_result(message: str) -> ExtenderFilterResult:
 
 def priority_list(scores: Mapping[str, int], names: Sequence[str]) -> list[HostPriority]:
     """HostPriorityList in request order, scores clamped to 0..10."""
-    return [{"Host": n, "Score": max(0, min(MAX_EXTENDER_PRIORITY, int(scores.get(n, 0))))} for n in names]
+    out: list[HostPriority] = []
+    for n in names:
+        score = scores.get(n, 0)
+        if not (type(score) is int and 0 <= score <= MAX_EXTENDER_PRIORITY):
+            score = max(0, min(MAX_EXTENDER_PRIORITY, int(score)))
+        out.append({"Host": n, "Score": score})
+    return out
