@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -73,18 +74,21 @@ def build_registry(reconciler: Reconciler, settings: OperatorSettings,
             task.cancel()
 
     @kopf.on.create(*RESOURCE, registry=registry)
-    def created(name: str, namespace: str, **_: Any) -> None:
+    def created(*, name: str, namespace: str | None, **_: Any) -> None:
+        assert namespace is not None  # namespaced resource
         phase = reconciler.reconcile(namespace, name)
         resyncer.track(namespace, name, phase=phase)
 
     @kopf.on.event(*RESOURCE, registry=registry)
-    def job_event(type: str | None, name: str, namespace: str, status: dict[str, Any], **_: Any) -> None:
+    def job_event(*, type: str, name: str, namespace: str | None, status: kopf.Status, **_: Any) -> None:
+        assert namespace is not None
         resyncer.track(namespace, name, phase=status.get("phase"), deleted=type == "DELETED")
         if type == "DELETED":  # owned pods and ConfigMaps go with it (owner references): only forget metrics
             metrics.set_phase(f"{namespace}/{name}", None)
 
     @kopf.on.event("", "v1", "pods", labels={names.LABEL_JOB: kopf.PRESENT}, registry=registry)
-    def pod_changed(labels: dict[str, str], namespace: str, **_: Any) -> None:
+    def pod_changed(*, labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+        assert namespace is not None
         reconciler.reconcile(namespace, labels[names.LABEL_JOB], wait=False)
 
     return registry

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -79,7 +79,7 @@ class KubeIO:
     def create_pod(self, body: Mapping[str, Any]) -> bool:
         """Create; False when a pod of that name already exists."""
         try:
-            self.core.create_namespaced_pod(body["metadata"]["namespace"], body, _headers=JSON_BODY,
+            self.core.create_namespaced_pod(body["metadata"]["namespace"], cast(Any, body), _headers=JSON_BODY,
                                             _preload_content=False)
             return True
         except ApiException as e:
@@ -95,8 +95,9 @@ class KubeIO:
                 raise
 
     def pod_log(self, namespace: str, name: str, container: str) -> str:
-        response = self.core.read_namespaced_pod_log(name, namespace, container=container, _preload_content=False)
-        return response.data.decode(errors="replace")
+        response: Any = self.core.read_namespaced_pod_log(name, namespace, container=container,
+                                                          _preload_content=False)
+        return str(response.data.decode(errors="replace"))
 
     # -- nodes
     def node_gpu_type(self, node: str) -> str:
@@ -128,7 +129,7 @@ class KubeIO:
 
     def create_configmap(self, body: Mapping[str, Any]) -> bool:
         try:
-            self.core.create_namespaced_config_map(body["metadata"]["namespace"], body, _headers=JSON_BODY,
+            self.core.create_namespaced_config_map(body["metadata"]["namespace"], cast(Any, body), _headers=JSON_BODY,
                                                    _preload_content=False)
             return True
         except ApiException as e:
@@ -151,6 +152,6 @@ class KubeIO:
             "source": {"component": "offpeak-operator"}, "reportingComponent": "offpeak-operator",
         }  # fmt: skip
         try:
-            self.core.create_namespaced_event(meta["namespace"], body, _headers=JSON_BODY, _preload_content=False)
+            self.core.create_namespaced_event(meta["namespace"], cast(Any, body), _headers=JSON_BODY, _preload_content=False)
         except ApiException as e:
             log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], e.reason)

@@ -52,7 +52,7 @@ class OperatorMetrics:
                 self._phases.pop(job, None)
             else:
                 self._phases[job] = phase
-            counts = {p: 0 for p in Phase}
+            counts: dict[str, int] = {str(p): 0 for p in Phase}
             for p in self._phases.values():
                 counts[p] = counts.get(p, 0) + 1
             for p, n in counts.items():
