@@ -130,6 +130,10 @@ class Refresher:
             log.warning("history refresh failed: %s (decisions degrade to fits-now)", e)
             self.store.mark_history_failed(str(e))
         else:
+            if not isinstance(self.source, LocalHistory):
+                # nodes Prometheus has no series for (no agent yet): use the store's own pod-based samples
+                local = self.store.local_history()
+                history = {**{n: v for n, v in local.items() if n not in history}, **history}
             self.store.set_history(history, now=now)
             if self.freeze_gc:
                 gc.collect()

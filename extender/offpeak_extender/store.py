@@ -183,12 +183,10 @@ class ClusterStore:
         settings: ForecastSettings,
         clock: Callable[[], float] = time.time,
         stale_after_seconds: float = 300.0,
-        local_history: bool = True,
     ) -> None:
         self.settings = settings
         self.clock = clock
         self.stale_after_seconds = stale_after_seconds
-        self.local_history = local_history
         self._lock = threading.Lock()
         self._nodes: dict[str, NodeInfo] = {}
         self._pods: dict[str, PodInfo] = {}

@@ -1,0 +1,125 @@
+"""Prometheus history parsing/chunking, the refresher's fallbacks, and store behaviour around forecasts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from prometheus_client import CollectorRegistry
+
+from offpeak_extender.forecast import ForecastSettings
+from offpeak_extender.history import HistoryError, LocalHistory, PrometheusHistory, Refresher, parse_matrix
+from offpeak_extender.metrics import ExtenderMetrics
+from offpeak_extender.store import ClusterStore
+
+from .k8s_objects import gpu_node, gpu_pod
+
+DAY = 600.0
+S = ForecastSettings(season_seconds=DAY, step_seconds=10.0, horizon_seconds=DAY, history_seconds=3 * DAY)
+NOW = 100 * DAY
+
+
+def matrix(series: dict[str, list[tuple[float, str]]]) -> dict[str, Any]:
+    return {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"node": n}, "values": [[t, v] for t, v in vals]} for n, vals in series.items()]}}
+
+
+def test_parse_matrix_and_errors() -> None:
+    got = parse_matrix(matrix({"a": [(1.0, "2"), (2.0, "NaN")], "b": []}))
+    assert list(got) == ["a"]
+    assert got["a"][0].tolist() == [1.0, 2.0] and np.isnan(got["a"][1][1])
+    with pytest.raises(HistoryError, match="query failed"):
+        parse_matrix({"status": "error", "error": "bad query"})
+    with pytest.raises(HistoryError, match="matrix"):
+        parse_matrix({"status": "success", "data": {"resultType": "vector", "result": []}})
+
+
+def test_prometheus_range_is_chunked_under_points_limit() -> None:
+    calls: list[dict[str, str]] = []
+
+    class Fake(PrometheusHistory):
+        def _get(self, params: dict[str, str]) -> Any:
+            calls.append(params)
+            start, end = float(params["start"]), float(params["end"])
+            return matrix({"a": [(start, "1"), (end, "1")]})
+
+    h = Fake("http://prom:9090").fetch(start=0.0, end=25_000.0, step=1.0)
+    assert len(calls) == 3 and all(float(c["end"]) - float(c["start"]) <= 10_000 for c in calls)
+    assert h["a"][0].size == 6
+    assert calls[0]["query"] == "max by (node) (offpeak_node_online_gpus)"
+
+
+def test_unreachable_prometheus_is_a_history_error() -> None:
+    with pytest.raises(HistoryError, match="unreachable"):
+        PrometheusHistory("http://127.0.0.1:9", timeout_seconds=0.5).fetch(start=0, end=10, step=5)
+
+
+class FailingSource:
+    def fetch(self, *, start: float, end: float, step: float) -> Any:
+        raise HistoryError("Prometheus at http://prom down")
+
+
+def store_with_nodes(clock: list[float]) -> ClusterStore:
+    store = ClusterStore(settings=S, clock=lambda: clock[0], stale_after_seconds=30.0)
+    store.replace_all(nodes=[gpu_node("a", gpus=4), gpu_node("sched", gpus=4, busy_hours="daily 12:00-18:00")],
+                      pods=[gpu_pod("web-0", gpus=2, node="a", workload="online")])
+    return store
+
+
+def test_refresher_failure_marks_stale_and_gauge() -> None:
+    clock = [NOW]
+    store = store_with_nodes(clock)
+    reg = CollectorRegistry()
+    r = Refresher(store=store, source=FailingSource(), metrics=ExtenderMetrics.create(reg))
+    r.refresh_once()
+    assert store.data_stale()
+    assert reg.get_sample_value("offpeak_extender_data_stale") == 1.0
+    views, _ = store.views(["a", "sched"])
+    a, sched = views
+    assert a.data_stale  # no history: fits-now
+    assert not sched.data_stale  # declared busy hours are a forecast on their own
+    assert sched.window_end == pytest.approx(NOW + 0.5 * DAY)
+
+
+def test_local_history_samples_feed_forecast_and_prometheus_gaps_fall_back() -> None:
+    clock = [NOW]
+    store = store_with_nodes(clock)
+    for i in range(5):
+        store.record_local_sample(now=NOW - 50 + 10 * i)
+
+    class PromOnlySched:
+        def fetch(self, *, start: float, end: float, step: float) -> Any:
+            return {"sched": (np.array([NOW - 20.0]), np.array([0.0]))}
+
+    Refresher(store=store, source=PromOnlySched(), metrics=None).refresh_once()
+    assert not store.data_stale()
+    (a,), _ = store.views(["a"])
+    assert not a.data_stale and a.gpus_free_now == 2  # from local samples: 2 online GPUs all along
+    assert a.window_end is None and a.window_free_gpus == 2
+    assert LocalHistory(store).fetch(start=0, end=NOW, step=10)["a"][1].tolist() == [2.0] * 5
+    clock[0] = NOW + 31  # older than stale_after_seconds
+    (a,), _ = store.views(["a"])
+    assert a.data_stale
+
+
+def test_store_tracks_pods_across_updates_and_phases() -> None:
+    clock = [NOW]
+    store = store_with_nodes(clock)
+    assert store.usage("a") == (2, 0, 0)
+    train = gpu_pod("resnet-0", gpus=1, node="a")
+    store.upsert_pod(train)
+    assert store.usage("a") == (2, 1, 0) and store.free_gpus("a") == 1
+    done = gpu_pod("resnet-0", gpus=1, node="a", phase="Succeeded")
+    store.upsert_pod(done)
+    assert store.usage("a") == (2, 0, 0)
+    store.delete_pod(done)
+    store.delete_pod(gpu_pod("web-0", gpus=2, node="a", workload="online"))
+    assert store.usage("a") == (0, 0, 0) and store.free_gpus("a") == 4
+
+
+def test_bad_busy_hours_annotation_is_ignored_not_fatal() -> None:
+    store = ClusterStore(settings=S, clock=lambda: NOW)
+    store.replace_all(nodes=[gpu_node("x", busy_hours="weekdays 9-5")], pods=[])
+    info = store.node("x")
+    assert info is not None and info.schedule is None and "bad busy-hours rule" in (info.schedule_error or "")
