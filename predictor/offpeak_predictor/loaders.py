@@ -237,7 +237,8 @@ _TF_MODELS = {"resnet50": ("resnet50", 224), "resnet152": ("resnet152", 224), "v
 
 
 def _gpu_from_machine(machine: str) -> str | None:
-    text = re.sub(r"^[^-]*-", "", machine)  # drop the CPU tag
+    start = re.search(r"(GeForce|Quadro|Tesla|RTX|A100|Radeon|V100|\d+x[A-Z])", machine)
+    text = machine[start.start():] if start else machine  # drop the CPU tag
     text = re.sub(r"^(LambdaCloud_|\d+x)", "", text)
     text = re.sub(r"_(XLA|NVLink|trt\w*|TF\w*|HP16|LambdaCloud|PCIEGen\w*|10bit).*$", "", text)
     text = re.sub(r"^(\d+x)", "", text).replace("_with_Max-Q_Design", " Max-Q").replace("_", " ")
@@ -311,7 +312,7 @@ def load_neusight_models(root: Path) -> pd.DataFrame:
     """NeuSight end-to-end transformer latencies (single GPU, eager, FP32; train = fwd+bwd, no optimizer)."""
     base = root / "neusight" / "model_level"
     raw = pd.read_csv(base / "model_latency_labels.csv")
-    raw = raw[raw["option"].isna() & (raw["model"] != "switchxl4")]
+    raw = raw[raw["option"].isna() & ~raw["model"].isin(["switchxl4", "switch4"])]
     configs = root / "neusight" / "model_configs"
     df = pd.DataFrame(
         {"gpu": _canonical(raw["device"]), "precision": "fp32",
@@ -392,6 +393,8 @@ def graph_args_of(row: pd.Series) -> dict[str, object]:
         "batch_size": int(row["batch_size"]), "precision": str(row["precision"]),
         "mode": "train" if row["mode"] == "train" else "inference", "optimizer": str(row["optimizer"]),
     }  # fmt: skip
+    if row["graph_kind"] == "graph_file":
+        return {"graph_file": str(row["graph_ref"])}
     if row["graph_kind"] == "torchvision":
         args["torchvision"] = row["graph_ref"]
         if isinstance(row["input_shape"], str):

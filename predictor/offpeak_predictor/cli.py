@@ -1,0 +1,288 @@
+"""`offpeak predict`, `predictor serve|build-db`, `train-predictor`, `eval-predictor`, `collect`.
+
+Only argument parsing and wiring here; heavy modules (torch, lightgbm, pandas) are imported inside handlers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from offpeak.errors import UserError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    _register_predict(subparsers)
+    _register_predictor(subparsers)
+    _register_train(subparsers)
+    _register_eval(subparsers)
+    _register_collect(subparsers)
+
+
+# ----------------------------------------------------------------------------------------------- predict
+
+
+def _register_predict(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("predict", help="predict training step / job time of a model on a GPU type")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--graph", help="model graph JSON (from `offpeak extract`; .gz allowed)")
+    src.add_argument("--torchvision", metavar="NAME", help="torchvision model name, e.g. resnet50")
+    src.add_argument("--hf-config", metavar="F", help="HuggingFace config.json path or name (gpt2-large)")
+    src.add_argument("--entrypoint", metavar="E", help="module:function returning an nn.Module")
+    p.add_argument("--batch-size", type=int, help="per-GPU batch size (required unless --graph)")
+    p.add_argument("--seq-len", type=int)
+    p.add_argument("--input-shape", help="per-sample input shape, e.g. 3,224,224")
+    p.add_argument("--gpu", required=True, help="GPU type (canonical name or alias, e.g. A100, H100-SXM5-80GB)")
+    p.add_argument("--mode", choices=["train", "inference"], default=None)
+    p.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default=None)
+    p.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "none"], default=None,
+                   help="none = forward+backward only")
+    p.add_argument("--num-gpus", type=int, default=1, help="data-parallel GPUs (batch size is per GPU)")
+    p.add_argument("--steps", type=int, help="steps of the job: adds job_seconds and job_seconds_p90")
+    p.add_argument("--epochs", type=float, help="with --dataset-size: derive --steps")
+    p.add_argument("--dataset-size", type=int, help="training samples per epoch (with --epochs)")
+    p.add_argument("--startup-seconds", type=float, default=None, help="job start-up overhead (default 60)")
+    p.add_argument("--model", default=os.environ.get("OFFPEAK_PREDICTOR_MODEL"),
+                   help="model file (default: the one shipped in the package; env OFFPEAK_PREDICTOR_MODEL)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=_cmd_predict)
+
+
+def _graph_from_args(args: argparse.Namespace) -> Any:
+    from offpeak_graph.schema import load_graph
+
+    if args.graph:
+        try:
+            return load_graph(args.graph)
+        except FileNotFoundError as e:
+            raise UserError(f"graph file not found: {args.graph}") from e
+        except (ValueError, KeyError) as e:
+            raise UserError(f"bad model graph {args.graph}: {e}") from e
+    if not args.batch_size or args.batch_size < 1:
+        raise UserError("--batch-size (a positive integer) is required with --torchvision/--hf-config/--entrypoint")
+    from offpeak_predictor.graphcache import get_graph
+
+    extract_args: dict[str, Any] = {
+        "batch_size": args.batch_size, "precision": args.precision or "fp32", "mode": args.mode or "train",
+        "optimizer": args.optimizer or "adam",
+    }  # fmt: skip
+    if args.torchvision:
+        extract_args["torchvision"] = args.torchvision
+    elif args.hf_config:
+        extract_args["hf_config"] = args.hf_config
+    else:
+        extract_args["entrypoint"] = args.entrypoint
+    if args.seq_len:
+        extract_args["seq_len"] = args.seq_len
+    if args.input_shape:
+        try:
+            extract_args["input_shape"] = [int(x) for x in args.input_shape.replace("x", ",").split(",")]
+        except ValueError as e:
+            raise UserError(f"--input-shape must look like 3,224,224 (got {args.input_shape!r})") from e
+    try:
+        return get_graph(extract_args)
+    except UserError:
+        raise
+    except (ValueError, KeyError, AttributeError, ImportError, OSError) as e:
+        raise UserError(f"cannot build the model graph: {e}") from e
+
+
+def _load_model(path: str | None) -> Any:
+    from offpeak_predictor.model import RuntimeModel
+
+    try:
+        return RuntimeModel.load(path)
+    except FileNotFoundError as e:
+        raise UserError(f"predictor model file not found: {path or 'package default'}") from e
+    except (ValueError, OSError) as e:
+        raise UserError(f"cannot load predictor model {path or 'package default'}: {e}") from e
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from offpeak_predictor.gpus import resolve_gpu
+    from offpeak_predictor.jobtime import DEFAULT_STARTUP_SECONDS, steps_for_epochs
+    from offpeak_predictor.predict import PredictOptions, Predictor
+
+    resolve_gpu(args.gpu)  # fail fast, before a slow graph extraction
+    steps = args.steps
+    if args.epochs is not None or args.dataset_size is not None:
+        if args.epochs is None or args.dataset_size is None:
+            raise UserError("--epochs and --dataset-size go together")
+        graph_bs = args.batch_size
+        try:
+            steps = steps_for_epochs(epochs=args.epochs, dataset_size=args.dataset_size,
+                                     batch_size=graph_bs or 0, num_gpus=args.num_gpus)  # fmt: skip
+        except ValueError as e:
+            raise UserError(str(e)) from e
+    graph = _graph_from_args(args)
+    predictor = Predictor(_load_model(args.model))
+    options = PredictOptions(
+        mode=args.mode, precision=args.precision, optimizer=args.optimizer, num_gpus=args.num_gpus, steps=steps,
+        startup_seconds=DEFAULT_STARTUP_SECONDS if args.startup_seconds is None else args.startup_seconds,
+    )  # fmt: skip
+    result = predictor.predict(graph, [args.gpu], options)[0]
+    result.update(model=graph.model_name, batch_size=graph.batch_size, graph_hash=graph.content_hash(),
+                  flops_forward=graph.total_flops_forward, params=graph.total_params)  # fmt: skip
+    if args.json:
+        print(json.dumps(result))
+    else:
+        line = (f"{result['model']} bs={result['batch_size']} on {result['gpu_type']} ({result['mode']}, "
+                f"{result['precision']}): step {result['step_seconds'] * 1e3:.1f} ms "
+                f"(p90 {result['step_seconds_p90'] * 1e3:.1f} ms)")  # fmt: skip
+        if "job_seconds" in result:
+            line += f"; job {result['job_seconds']:.0f} s (p90 {result['job_seconds_p90']:.0f} s)"
+        print(line)
+    return 0
+
+
+# --------------------------------------------------------------------------------------- predictor ...
+
+
+def _register_predictor(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("predictor", help="runtime predictor service and database")
+    sub = p.add_subparsers(dest="predictor_command", metavar="SUBCOMMAND")
+    s = sub.add_parser("serve", help="HTTP JSON API (/v1/predict, /v1/samples, /healthz, /metrics, ...)")
+    s.add_argument("--port", type=int, default=int(os.environ.get("OFFPEAK_PREDICTOR_PORT", "8080")))
+    s.add_argument("--host", default=os.environ.get("OFFPEAK_PREDICTOR_HOST", "0.0.0.0"))  # noqa: S104
+    s.add_argument("--db", default=os.environ.get("OFFPEAK_PREDICTOR_DB"), help="SQLite file for /v1/samples")
+    s.add_argument("--model", default=os.environ.get("OFFPEAK_PREDICTOR_MODEL"))
+    s.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
+    s.set_defaults(func=_cmd_serve)
+    b = sub.add_parser("build-db", help="load every dataset under shared/data/runtime into the benchmark DB")
+    b.add_argument("--db", default=None, help="SQLite path (default ~/.cache/offpeak/benchmarks.sqlite)")
+    b.add_argument("--data", default=None, help="runtime data folder (default <repo>/../shared/data/runtime)")
+    b.set_defaults(func=_cmd_build_db)
+    p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from offpeak_predictor.db import BenchmarkDB, default_db_path
+    from offpeak_predictor.server import ServerSettings, run_server
+
+    settings = ServerSettings(host=args.host, port=args.port, max_body_bytes=args.max_body_bytes)
+    db = BenchmarkDB(args.db or default_db_path())
+    run_server(model=_load_model(args.model), db=db, settings=settings)
+    return 0
+
+
+def _cmd_build_db(args: argparse.Namespace) -> int:
+    from offpeak_predictor.db import BenchmarkDB, build_db, default_db_path
+    from offpeak_predictor.loaders import runtime_dir
+
+    root = Path(args.data) if args.data else runtime_dir()
+    if not root.is_dir():
+        raise UserError(f"runtime data folder not found: {root} (set OFFPEAK_SHARED_DATA or --data)")
+    db = BenchmarkDB(args.db or default_db_path())
+    counts = build_db(db, root)
+    print(json.dumps({"db": str(db.path), "rows": counts}))
+    return 0
+
+
+# ------------------------------------------------------------------------------------- train / eval
+
+
+def _register_train(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("train-predictor", help="rebuild the runtime model from the benchmark data")
+    p.add_argument("--out", default=None, help="model file (default: the package's default model)")
+    p.add_argument("--data", default=None, help="runtime data folder (default <repo>/../shared/data/runtime)")
+    p.add_argument("--db", default=None, help="also use rows collected into this benchmark DB")
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--quick", action="store_true", help="small subsample (smoke test, ~1 min)")
+    p.set_defaults(func=_cmd_train)
+
+
+def _register_eval(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("eval-predictor", help="grouped cross-validation against baselines; JSON + PNG")
+    p.add_argument("--out-dir", default="reports/predictor")
+    p.add_argument("--data", default=None)
+    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--quick", action="store_true", help="fewer folds and rows (smoke test)")
+    p.set_defaults(func=_cmd_eval)
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from offpeak_predictor.pipeline import train_from_data
+
+    root = _data_root(args.data)
+    out = Path(args.out) if args.out else _default_model_path()
+    model = train_from_data(root=root, out=out, seed=args.seed, quick=args.quick, db_path=args.db)
+    print(json.dumps({"model": str(out), "version": model.version, "bytes": out.stat().st_size,
+                      "p90_log_margin": model.p90_log_margin,
+                      "model_rows": model.training_summary.get("model_rows")}))  # fmt: skip
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from offpeak_predictor.evaluate import run_evaluation
+
+    report = run_evaluation(root=_data_root(args.data), out_dir=Path(args.out_dir), seed=args.seed, quick=args.quick)
+    print(json.dumps(report["headline"], indent=1))
+    return 0
+
+
+def _data_root(data: str | None) -> Path:
+    from offpeak_predictor.loaders import runtime_dir
+
+    root = Path(data) if data else runtime_dir()
+    if not root.is_dir():
+        raise UserError(f"runtime data folder not found: {root} (set OFFPEAK_SHARED_DATA or --data)")
+    return root
+
+
+def _default_model_path() -> Path:
+    from offpeak_predictor.model import DEFAULT_MODEL_FILE
+
+    return Path(__file__).resolve().parent / DEFAULT_MODEL_FILE
+
+
+# --------------------------------------------------------------------------------------------- collect
+
+
+def _register_collect(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("collect", help="time sample workloads on the local device into the benchmark DB")
+    p.add_argument("--db", default=None, help="SQLite path (default ~/.cache/offpeak/benchmarks.sqlite)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--steps", type=int, default=10, help="timed steps N (step 1 is warm-up; mean of 2..N+1)")
+    p.add_argument("--torchvision", action="append", default=[], metavar="NAME", help="real model (repeatable)")
+    p.add_argument("--conv-layers", default="2", help="comma list of conv layer counts for sample CNNs")
+    p.add_argument("--filters", default="16", help="comma list of conv filter counts")
+    p.add_argument("--dense-layers", default="1", help="comma list of dense layer counts")
+    p.add_argument("--nodes", default="64", help="comma list of dense layer widths")
+    p.add_argument("--batch-size", default="8", help="comma list of batch sizes")
+    p.add_argument("--input-size", default="32", help="comma list of square input sizes")
+    p.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32")
+    p.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "none"], default="sgd")
+    p.add_argument("--gpu-type", default=None, help="catalogue name to record (default: from the device name)")
+    p.set_defaults(func=_cmd_collect)
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError as e:
+        raise UserError(f"{flag} must be a comma list of integers (got {text!r})") from e
+    if not values or min(values) < 1:
+        raise UserError(f"{flag} values must be positive integers")
+    return values
+
+
+def _cmd_collect(args: argparse.Namespace) -> int:
+    from offpeak_predictor.collect import CollectPlan, run_collect
+    from offpeak_predictor.db import BenchmarkDB, default_db_path
+
+    if args.steps < 1:
+        raise UserError("--steps must be >= 1")
+    plan = CollectPlan(
+        conv_layers=_ints(args.conv_layers, "--conv-layers"), filters=_ints(args.filters, "--filters"),
+        dense_layers=_ints(args.dense_layers, "--dense-layers"), nodes=_ints(args.nodes, "--nodes"),
+        batch_sizes=_ints(args.batch_size, "--batch-size"), input_sizes=_ints(args.input_size, "--input-size"),
+        torchvision=list(args.torchvision), steps=args.steps, precision=args.precision, optimizer=args.optimizer,
+    )  # fmt: skip
+    db = BenchmarkDB(args.db or default_db_path())
+    written = run_collect(plan=plan, db=db, device=args.device, gpu_type=args.gpu_type)
+    print(json.dumps({"db": str(db.path), "rows": written}), file=sys.stdout)
+    return 0

@@ -1,0 +1,128 @@
+"""Model-graph features: the graph's ops as an `OpTable`, and graph-level (MDOT-style) summary features.
+
+Pure functions of a `ModelGraph` (hardware independent) plus, in `step_features`, one GPU's roofline view.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from offpeak_graph.schema import ModelGraph
+from offpeak_predictor.features import BACKWARD_FACTOR, FREE, OP_CLASSES, OpTable, make_op_table, op_class
+from offpeak_predictor.gpus import GPU_FEATURES, GpuSpec
+
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4, "bool": 1}
+_PRECISION_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+OPTIMIZER_BYTES_PER_PARAM = {"none": 0.0, "sgd": 20.0, "adam": 32.0, "adamw": 32.0}  # fp32 states, grads, params
+# Eager frameworks pay a host-side cost per launched kernel, whatever the GPU.
+HOST_SECONDS_PER_OP = 8e-6
+
+
+@dataclass(slots=True)
+class GraphSummary:
+    """A graph reduced to what the predictor needs; cached per content hash (`key`)."""
+
+    key: str
+    ops: OpTable  # non-free ops only
+    params: float
+    batch_size: int
+    seq_len: int
+    precision: str
+    mode: str
+    optimizer: str
+    n_ops_total: int
+    flops_third: tuple[float, float, float]  # share of forward FLOPs in the first/middle/last third of the graph
+
+
+def summarise(graph: ModelGraph, *, key: str | None = None) -> GraphSummary:
+    """Reduce a graph; `key` defaults to its content hash."""
+    classes, flops, nbytes, out_numel, lead, dtb = [], [], [], [], [], []
+    default_bytes = _PRECISION_BYTES.get(graph.precision, 4)
+    for op in graph.ops:
+        cls = op_class(str(op.type))
+        if cls == FREE:
+            continue
+        shape = op.output_shapes[0] if op.output_shapes else []
+        numel = float(math.prod(shape)) if shape else 1.0
+        size = _DTYPE_BYTES.get(op.dtype, default_bytes)
+        moved = float(op.bytes_read + op.bytes_written)
+        if moved <= 0:
+            moved = 2.0 * numel * size
+        classes.append(cls)
+        flops.append(float(op.flops))
+        nbytes.append(moved)
+        out_numel.append(numel)
+        lead.append(float(shape[0]) if shape else 1.0)
+        dtb.append(size)
+    table = make_op_table(op_class=classes, flops=flops, bytes_=nbytes, out_numel=out_numel, lead_dim=lead,
+                          dtype_bytes=dtb)  # fmt: skip
+    total = float(table.flops.sum()) or 1.0
+    thirds = np.array_split(table.flops, 3) if len(table) >= 3 else [table.flops, np.zeros(0), np.zeros(0)]
+    return GraphSummary(
+        key=key or graph.content_hash(), ops=table, params=float(graph.total_params), batch_size=int(graph.batch_size),
+        seq_len=int(graph.seq_len or 0), precision=graph.precision, mode=graph.mode, optimizer=graph.optimizer,
+        n_ops_total=len(graph.ops), flops_third=tuple(float(t.sum()) / total for t in thirds),  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class StepContext:
+    """How a step runs, beyond the graph: overrides of the graph's own mode/optimizer/precision."""
+
+    mode: str = "train"  # train | inference
+    optimizer: str = "adam"  # sgd | adam | adamw | none
+    precision: str = "fp32"
+    num_gpus: int = 1
+    framework: str = "pytorch"  # pytorch | tensorflow | torch7 | pytorch-ngc (benchmark rows only)
+
+
+def step_composition(
+    *, summary: GraphSummary, op_seconds: np.ndarray, gpu: GpuSpec, ctx: StepContext
+) -> tuple[float, np.ndarray]:
+    """Analytic step time from predicted forward op times: forward + backward + optimizer + all-reduce.
+
+    Returns (seconds, per-class seconds). Backward costs `BACKWARD_FACTOR` x forward per class.
+    """
+    train = ctx.mode == "train"
+    factor = np.array([1.0 + (BACKWARD_FACTOR[c] if train else 0.0) for c in summary.ops.op_class])
+    per_op = op_seconds * factor
+    per_class = np.array([per_op[summary.ops.op_class == c].sum() for c in OP_CLASSES])
+    total = float(per_op.sum())
+    if train:
+        total += summary.params * OPTIMIZER_BYTES_PER_PARAM.get(ctx.optimizer, 32.0) / gpu.bandwidth_bytes
+        if ctx.num_gpus > 1:  # ring all-reduce of fp32 gradients over an assumed 50 GB/s link
+            total += 2.0 * (ctx.num_gpus - 1) / ctx.num_gpus * summary.params * 4.0 / 50e9
+    return total, per_class
+
+
+STEP_FEATURES: tuple[str, ...] = (
+    "log_base_step", "log_flops", "log_params", "log_ops", "log_batch", "log_seq", "train", "opt_sgd", "opt_adam",
+    "half", "log_gpus", "fw_tf", "fw_torch7", "fw_ngc", "log_host_ratio",
+    *(f"time_share_{c}" for c in OP_CLASSES), *(f"flop_share_{c}" for c in OP_CLASSES),
+    "flops_first_third", "flops_last_third", *GPU_FEATURES,
+)  # fmt: skip
+
+
+def step_features(
+    *, summary: GraphSummary, base_step: float, per_class: np.ndarray, gpu: GpuSpec, ctx: StepContext
+) -> list[float]:
+    """Graph-level features for the model-level correction (order: STEP_FEATURES)."""
+    flops = summary.ops.flops
+    total_flops = float(flops.sum()) or 1.0
+    flop_share = [float(flops[summary.ops.op_class == c].sum()) / total_flops for c in OP_CLASSES]
+    time_share = (per_class / max(per_class.sum(), 1e-12)).tolist()
+    n_ops = len(summary.ops)
+    train = ctx.mode == "train"
+    return [
+        math.log(base_step), math.log1p(total_flops), math.log1p(summary.params), math.log1p(n_ops),
+        math.log(max(summary.batch_size, 1)), math.log1p(summary.seq_len), float(train),
+        float(train and ctx.optimizer == "sgd"), float(train and ctx.optimizer in ("adam", "adamw")),
+        float(ctx.precision in ("fp16", "bf16")), math.log(max(ctx.num_gpus, 1)),
+        float(ctx.framework == "tensorflow"), float(ctx.framework == "torch7"), float(ctx.framework == "pytorch-ngc"),
+        math.log(n_ops * HOST_SECONDS_PER_OP * (3 if train else 1) / base_step),
+        *time_share, *flop_share, summary.flops_third[0], summary.flops_third[2],
+        *gpu.feature_vector(ctx.precision),
+    ]  # fmt: skip

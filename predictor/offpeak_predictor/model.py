@@ -1,0 +1,150 @@
+"""The trained predictor: op-level LightGBM boosters + model-level correction booster + p90 calibration.
+
+`RuntimeModel.predict_step` is the whole inference path: graph summary -> per-op forward seconds on the GPU ->
+analytic step composition (backward, optimizer) -> learned model-level correction -> p50 and p90.
+Boosters are injectable (tests build tiny ones); `load`/`save` use one gzipped JSON file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import lightgbm as lgb
+import numpy as np
+
+from offpeak_predictor.features import base_times, op_feature_matrix
+from offpeak_predictor.gpus import GpuSpec
+from offpeak_predictor.graphfeatures import GraphSummary, StepContext, step_composition, step_features
+
+# Op classes grouped into the boosters that price them (memory-bound classes share one).
+BOOSTER_OF_CLASS: dict[str, str] = {
+    "gemm": "gemm", "conv": "conv", "norm": "vector", "softmax": "vector", "elementwise": "vector",
+    "memory": "vector",
+}  # fmt: skip
+DEFAULT_MODEL_FILE = "data/default_model.json.gz"
+
+
+@dataclass(frozen=True, slots=True)
+class StepPrediction:
+    step_seconds: float
+    step_seconds_p90: float
+    base_seconds: float  # analytic composition before the model-level correction
+    forward_seconds: float
+
+
+@dataclass
+class RuntimeModel:
+    """Everything needed to price a graph on a GPU. `op_boosters` predict log(t / roofline base) per op."""
+
+    op_boosters: dict[str, lgb.Booster]
+    step_booster: lgb.Booster | None = None
+    p90_log_margin: float = math.log(1.25)  # p90 = p50 * exp(margin), from cross-validated residuals
+    correction_clip: float = math.log(4.0)  # the correction never moves the analytic estimate beyond x4
+    version: str = "untrained"
+    training_summary: dict[str, Any] = field(default_factory=dict)
+    _op_cache: OrderedDict[tuple[str, str, str], np.ndarray] = field(default_factory=OrderedDict, repr=False)
+
+    # ------------------------------------------------------------------ inference
+
+    def op_seconds(self, summary: GraphSummary, gpu: GpuSpec, precision: str) -> np.ndarray:
+        """Predicted forward seconds of each op (cached per summary object, GPU and precision)."""
+        key = (summary.key, gpu.name, precision)
+        cached = self._op_cache.get(key)
+        if cached is not None:
+            self._op_cache.move_to_end(key)
+            return cached
+        table = summary.ops
+        out = base_times(table, gpu, precision)
+        if len(table):
+            feats = op_feature_matrix(table, gpu, precision)
+            groups = np.array([BOOSTER_OF_CLASS.get(c, "vector") for c in table.op_class])
+            for name, booster in self.op_boosters.items():
+                mask = groups == name
+                if mask.any():
+                    out[mask] = out[mask] * np.exp(booster.predict(feats[mask], num_threads=1))
+        self._op_cache[key] = out
+        if len(self._op_cache) > 4096:
+            self._op_cache.popitem(last=False)
+        return out
+
+    def predict_step(self, summary: GraphSummary, gpu: GpuSpec, ctx: StepContext) -> StepPrediction:
+        fwd = self.op_seconds(summary, gpu, ctx.precision)
+        base, per_class = step_composition(summary=summary, op_seconds=fwd, gpu=gpu, ctx=ctx)
+        correction = 0.0
+        if self.step_booster is not None:
+            feats = np.asarray([step_features(summary=summary, base_step=base, per_class=per_class, gpu=gpu,
+                                              ctx=ctx)])  # fmt: skip
+            correction = float(self.step_booster.predict(feats, num_threads=1)[0])
+            correction = max(-self.correction_clip, min(self.correction_clip, correction))
+        p50 = base * math.exp(correction)
+        return StepPrediction(
+            step_seconds=p50, step_seconds_p90=p50 * math.exp(self.p90_log_margin), base_seconds=base,
+            forward_seconds=float(fwd.sum()),
+        )  # fmt: skip
+
+    def predict_steps_batch(
+        self, items: list[tuple[GraphSummary, GpuSpec, StepContext]]
+    ) -> list[StepPrediction]:
+        """Many (graph, GPU) pairs with one booster call for the model-level correction."""
+        bases, rows = [], []
+        for summary, gpu, ctx in items:
+            fwd = self.op_seconds(summary, gpu, ctx.precision)
+            base, per_class = step_composition(summary=summary, op_seconds=fwd, gpu=gpu, ctx=ctx)
+            bases.append((base, float(fwd.sum())))
+            rows.append(step_features(summary=summary, base_step=base, per_class=per_class, gpu=gpu, ctx=ctx))
+        if self.step_booster is not None and rows:
+            corr = np.clip(self.step_booster.predict(np.asarray(rows), num_threads=1), -self.correction_clip,
+                           self.correction_clip)  # fmt: skip
+        else:
+            corr = np.zeros(len(rows))
+        margin = math.exp(self.p90_log_margin)
+        return [
+            StepPrediction(step_seconds=b * math.exp(c), step_seconds_p90=b * math.exp(c) * margin, base_seconds=b,
+                           forward_seconds=f)
+            for (b, f), c in zip(bases, corr, strict=True)
+        ]  # fmt: skip
+
+    # ------------------------------------------------------------------ persistence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": "offpeak-runtime-model/v1",
+            "version": self.version,
+            "p90_log_margin": self.p90_log_margin,
+            "correction_clip": self.correction_clip,
+            "training_summary": self.training_summary,
+            "op_boosters": {k: b.model_to_string() for k, b in self.op_boosters.items()},
+            "step_booster": self.step_booster.model_to_string() if self.step_booster else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RuntimeModel:
+        if data.get("format") != "offpeak-runtime-model/v1":
+            raise ValueError(f"not an offpeak runtime model (format {data.get('format')!r})")
+        return cls(
+            op_boosters={k: lgb.Booster(model_str=s) for k, s in data["op_boosters"].items()},
+            step_booster=lgb.Booster(model_str=data["step_booster"]) if data.get("step_booster") else None,
+            p90_log_margin=float(data["p90_log_margin"]),
+            correction_clip=float(data.get("correction_clip", math.log(4.0))),
+            version=str(data["version"]),
+            training_summary=dict(data.get("training_summary", {})),
+        )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_bytes(gzip.compress(json.dumps(self.to_dict()).encode(), mtime=0))
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> RuntimeModel:
+        """Load a model file; None = the default model shipped in the package."""
+        if path is None:
+            raw = resources.files("offpeak_predictor").joinpath(DEFAULT_MODEL_FILE).read_bytes()
+        else:
+            raw = Path(path).read_bytes()
+        return cls.from_dict(json.loads(gzip.decompress(raw)))

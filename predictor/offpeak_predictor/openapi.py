@@ -1,0 +1,71 @@
+"""OpenAPI 3.0 document of the predictor HTTP API (served at /openapi.json)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+_PREDICTION = {
+    "type": "object",
+    "properties": {
+        "gpu": {"type": "string", "description": "GPU name as asked"},
+        "gpu_type": {"type": "string", "description": "canonical catalogue name (node label value)"},
+        "step_seconds": {"type": "number"}, "step_seconds_p90": {"type": "number"},
+        "job_seconds": {"type": "number"}, "job_seconds_p90": {"type": "number"},
+        "model_version": {"type": "string"},
+    },
+    "required": ["gpu", "gpu_type", "step_seconds", "step_seconds_p90", "model_version"],
+}  # fmt: skip
+_ERROR = {"type": "object", "properties": {"error": {"type": "string"}, "known_gpus": {"type": "array",
+          "items": {"type": "string"}}}, "required": ["error"]}  # fmt: skip
+
+
+def openapi_document(gpus: list[str]) -> dict[str, Any]:
+    err = {"description": "bad request", "content": {"application/json": {"schema": _ERROR}}}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "offpeak runtime predictor", "version": "v1",
+                 "description": "Training step / job runtime predictions per GPU type."},
+        "paths": {
+            "/v1/predict": {"post": {
+                "summary": "Predict step and job seconds of a model graph on GPU types",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object",
+                    "properties": {
+                        "graph": {"type": "object", "description": "model graph JSON (offpeak.io/model-graph/v1)"},
+                        "graph_url": {"type": "string", "format": "uri"},
+                        "gpus": {"type": "array", "items": {"type": "string", "enum": gpus}, "minItems": 1},
+                        "mode": {"type": "string", "enum": ["train", "inference"]},
+                        "precision": {"type": "string", "enum": ["fp32", "fp16", "bf16"]},
+                        "optimizer": {"type": "string", "enum": ["sgd", "adam", "adamw", "none"]},
+                        "steps": {"type": "integer", "minimum": 0},
+                        "num_gpus": {"type": "integer", "minimum": 1},
+                    },
+                    "required": ["gpus"],
+                }}}},
+                "responses": {
+                    "200": {"description": "predictions", "content": {"application/json": {"schema": {
+                        "type": "object",
+                        "properties": {"model_version": {"type": "string"}, "graph_hash": {"type": "string"},
+                                       "predictions": {"type": "array", "items": _PREDICTION}},
+                    }}}},
+                    "400": err, "413": {"description": "body too large"},
+                },
+            }},
+            "/v1/samples": {"post": {
+                "summary": "Store an observed runtime (feeds retraining)",
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object",
+                    "properties": {"graph": {"type": "object"}, "graph_hash": {"type": "string"},
+                                   "gpu": {"type": "string"}, "step_seconds": {"type": "number"},
+                                   "job_seconds": {"type": "number"}, "steps": {"type": "integer"},
+                                   "job": {"type": "string", "description": "namespace/name"}},
+                    "required": ["gpu", "job_seconds"],
+                }}}},
+                "responses": {"201": {"description": "stored", "content": {"application/json": {"schema": {
+                    "type": "object", "properties": {"id": {"type": "integer"}}}}}}, "400": err},
+            }},
+            "/healthz": {"get": {"responses": {"200": {"description": "alive"}}}},
+            "/readyz": {"get": {"responses": {"200": {"description": "model loaded"}}}},
+            "/metrics": {"get": {"responses": {"200": {"description": "Prometheus metrics"}}}},
+        },
+    }  # fmt: skip

@@ -1,0 +1,79 @@
+"""Wiring for `offpeak train-predictor`: load datasets (+ collected DB rows), join graphs, train, save.
+
+Shows progress with rich; all decisions live in `train.py`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+
+from offpeak_predictor.gpus import find_gpu
+from offpeak_predictor.graphcache import get_graph
+from offpeak_predictor.loaders import MODEL_LOADERS, OP_LOADERS
+from offpeak_predictor.model import RuntimeModel
+from offpeak_predictor.train import Progress, TrainSettings, attach_graphs, exclude_holdout, train_model
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def rich_progress() -> Iterator[Progress]:
+    """A `Progress` callback drawing one rich bar per stage (on stderr)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+
+    bars: dict[str, int] = {}
+    with RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=Console(stderr=True), transient=False) as prog:  # fmt: skip
+
+        def update(stage: str, done: int, total: int) -> None:
+            if stage not in bars:
+                bars[stage] = prog.add_task(stage, total=total)
+            prog.update(bars[stage], completed=done, total=total)
+
+        yield update
+
+
+def load_tables(root: Path, *, db_path: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(op rows, model rows) from the datasets plus any rows collected into the DB; hold-outs removed."""
+    ops = pd.concat([fn(root) for fn in OP_LOADERS.values()], ignore_index=True)
+    models = pd.concat([fn(root) for fn in MODEL_LOADERS.values()], ignore_index=True)
+    if db_path:
+        from offpeak_predictor.db import BenchmarkDB
+
+        db = BenchmarkDB(db_path)
+        extra_ops = db.read("op_samples")
+        extra_ops = extra_ops[~extra_ops["source"].isin(list(OP_LOADERS))]
+        extra_models = db.read("model_samples")
+        extra_models = extra_models[~extra_models["source"].isin(list(MODEL_LOADERS))]
+        ops = pd.concat([ops, extra_ops], ignore_index=True)
+        models = pd.concat([models, extra_models], ignore_index=True)
+    known = lambda frame: frame[frame["gpu"].map(lambda g: find_gpu(str(g)) is not None)]  # noqa: E731
+    return exclude_holdout(known(ops)), exclude_holdout(known(models))
+
+
+def quick_subsample(ops: pd.DataFrame, models: pd.DataFrame, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    ops = ops.groupby("source", group_keys=False).apply(lambda g: g.sample(min(len(g), 4000), random_state=seed))
+    models = models[models["graph_kind"] == "torchvision"]
+    models = models.groupby("source", group_keys=False).apply(lambda g: g.sample(min(len(g), 60), random_state=seed))
+    return ops.reset_index(drop=True), models.reset_index(drop=True)
+
+
+def train_from_data(*, root: Path, out: Path, seed: int = 7, quick: bool = False,
+                    db_path: str | None = None) -> RuntimeModel:  # fmt: skip
+    ops, models = load_tables(root, db_path=db_path)
+    settings = TrainSettings(seed=seed)
+    if quick:
+        ops, models = quick_subsample(ops, models, seed)
+        settings = TrainSettings(seed=seed, op_rounds=60, step_rounds=60)
+    with rich_progress() as progress:
+        models, summaries = attach_graphs(models, get_graph, progress)
+        model = train_model(ops, models, summaries, settings, progress)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model.save(out)
+    return model

@@ -1,0 +1,96 @@
+"""Prediction service core: graph in, per-GPU step and job predictions out (no HTTP, no CLI).
+
+Graph summaries are cached by content hash, so repeated requests for the same model (the operator asks for
+every GPU type; the scheduler re-asks) skip feature extraction.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from offpeak_graph.schema import ModelGraph
+from offpeak_predictor.gpus import resolve_gpu
+from offpeak_predictor.graphfeatures import GraphSummary, StepContext, summarise
+from offpeak_predictor.jobtime import DEFAULT_STARTUP_SECONDS, job_estimate
+from offpeak_predictor.model import RuntimeModel
+
+MODES = ("train", "inference")
+PRECISIONS = ("fp32", "fp16", "bf16")
+OPTIMIZERS = ("sgd", "adam", "adamw", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class PredictOptions:
+    """Overrides of the graph's own settings; None = take the graph's value."""
+
+    mode: str | None = None
+    precision: str | None = None
+    optimizer: str | None = None
+    num_gpus: int = 1
+    steps: int | None = None
+    startup_seconds: float = DEFAULT_STARTUP_SECONDS
+
+    def validate(self) -> None:
+        from offpeak.errors import UserError
+
+        for name, value, allowed in (("mode", self.mode, MODES), ("precision", self.precision, PRECISIONS),
+                                     ("optimizer", self.optimizer, OPTIMIZERS)):  # fmt: skip
+            if value is not None and value not in allowed:
+                raise UserError(f"{name} must be one of {', '.join(allowed)} (got {value!r})")
+        if self.num_gpus < 1:
+            raise UserError("num_gpus must be >= 1")
+        if self.steps is not None and self.steps < 0:
+            raise UserError("steps must be >= 0")
+
+
+class Predictor:
+    """Model + summary cache. Thread-compatible for the single-threaded aiohttp server."""
+
+    def __init__(self, model: RuntimeModel, *, cache_size: int = 512) -> None:
+        self.model = model
+        self._cache: OrderedDict[str, GraphSummary] = OrderedDict()
+        self._cache_size = cache_size
+
+    @property
+    def version(self) -> str:
+        return self.model.version
+
+    def summary(self, graph: ModelGraph, *, key: str | None = None) -> GraphSummary:
+        key = key or graph.content_hash()
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            return hit
+        summary = summarise(graph, key=key)
+        self._cache[key] = summary
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return summary
+
+    def predict(self, graph: ModelGraph, gpus: list[str], options: PredictOptions = PredictOptions(),
+                *, graph_hash: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
+        """One prediction dict per requested GPU (unknown GPU -> UserError listing known ones)."""
+        options.validate()
+        specs = [resolve_gpu(name) for name in gpus]
+        summary = self.summary(graph, key=graph_hash)
+        mode = options.mode or graph.mode
+        ctx = StepContext(
+            mode=mode, optimizer=(options.optimizer or graph.optimizer) if mode == "train" else "none",
+            precision=options.precision or graph.precision, num_gpus=options.num_gpus,
+        )  # fmt: skip
+        preds = self.model.predict_steps_batch([(summary, spec, ctx) for spec in specs])
+        out = []
+        for asked, spec, pred in zip(gpus, specs, preds, strict=True):
+            item: dict[str, Any] = {
+                "gpu": asked, "gpu_type": spec.name, "step_seconds": pred.step_seconds,
+                "step_seconds_p90": pred.step_seconds_p90, "model_version": self.version,
+                "mode": ctx.mode, "precision": ctx.precision, "optimizer": ctx.optimizer, "num_gpus": ctx.num_gpus,
+            }  # fmt: skip
+            if options.steps is not None:
+                job = job_estimate(step_seconds=pred.step_seconds, step_seconds_p90=pred.step_seconds_p90,
+                                   steps=options.steps, startup_seconds=options.startup_seconds)  # fmt: skip
+                item.update(steps=options.steps, job_seconds=job.job_seconds, job_seconds_p90=job.job_seconds_p90)
+            out.append(item)
+        return out

@@ -1,0 +1,244 @@
+"""HTTP JSON API of the predictor (aiohttp): thin adapter over `predict.Predictor` and `db.BenchmarkDB`.
+
+Handlers only parse, call and serialise. Bad input is a 4xx with a reason; any other failure is a JSON 500 and
+is counted, never a crash. Metrics use an injectable prometheus registry.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import ClientError, ClientSession, ClientTimeout, web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+
+from offpeak.errors import UserError
+from offpeak_graph.schema import ModelGraph
+from offpeak_predictor.db import BenchmarkDB
+from offpeak_predictor.gpus import known_gpus, resolve_gpu
+from offpeak_predictor.model import RuntimeModel
+from offpeak_predictor.openapi import openapi_document
+from offpeak_predictor.predict import PredictOptions, Predictor
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    host: str = "0.0.0.0"  # noqa: S104 - a cluster service
+    port: int = 8080
+    max_body_bytes: int = 8 * 1024 * 1024
+    graph_url_timeout_s: float = 10.0
+    max_gpus_per_request: int = 64
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.latency = Histogram(
+            "offpeak_predictor_request_seconds", "HTTP request latency", ["endpoint"], registry=registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )  # fmt: skip
+        self.predictions = Counter("offpeak_predictor_predictions_total", "Step predictions served", ["gpu_type"],
+                                   registry=registry)  # fmt: skip
+        self.errors = Counter("offpeak_predictor_errors_total", "Requests answered with an error",
+                              ["endpoint", "status"], registry=registry)  # fmt: skip
+        self.samples = Counter("offpeak_predictor_samples_total", "Observed runtime samples stored", registry=registry)
+
+
+def _error(status: int, message: str, **extra: Any) -> web.Response:
+    return web.json_response({"error": message, **extra}, status=status)
+
+
+def _number(body: dict[str, Any], key: str, *, required: bool, minimum: float = 0.0) -> float | None:
+    value = body.get(key)
+    if value is None:
+        if required:
+            raise UserError(f"{key!r} is required")
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
+        raise UserError(f"{key!r} must be a number >= {minimum:g}")
+    return float(value)
+
+
+def _int(body: dict[str, Any], key: str, *, default: int | None, minimum: int) -> int | None:
+    value = body.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(f"{key!r} must be an integer >= {minimum}")
+    return value
+
+
+def _str_choice(body: dict[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise UserError(f"{key!r} must be a string")
+    return value
+
+
+def _parse_graph(raw: Any) -> ModelGraph:
+    if not isinstance(raw, dict):
+        raise UserError("'graph' must be a model-graph JSON object")
+    try:
+        return ModelGraph.from_dict(raw)
+    except (ValueError, KeyError, TypeError) as e:
+        raise UserError(f"invalid model graph: {e}") from e
+
+
+class PredictorApp:
+    """Builds the aiohttp application; model, DB and registry are injected."""
+
+    def __init__(self, *, model: RuntimeModel, db: BenchmarkDB | None, settings: ServerSettings = ServerSettings(),
+                 registry: CollectorRegistry | None = None) -> None:  # fmt: skip
+        self.predictor = Predictor(model)
+        self.db = db
+        self.settings = settings
+        self.metrics = Metrics(registry or CollectorRegistry())
+
+    def build(self) -> web.Application:
+        app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[self._middleware])
+        app.router.add_post("/v1/predict", self.predict)
+        app.router.add_post("/v1/samples", self.samples)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.metrics_endpoint)
+        app.router.add_get("/openapi.json", self.openapi)
+        return app
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        endpoint = request.match_info.route.resource.canonical if request.match_info.route.resource else "unknown"
+        started = time.perf_counter()
+        try:
+            response = await handler(request)
+        except UserError as e:
+            response = _error(400, str(e))
+        except web.HTTPRequestEntityTooLarge:
+            response = _error(413, f"request body larger than {self.settings.max_body_bytes} bytes")
+        except web.HTTPException as e:
+            response = _error(e.status, e.reason or "error")
+        except Exception:  # noqa: BLE001 - the server must answer, not crash
+            log.exception("unhandled error on %s", endpoint)
+            response = _error(500, "internal error; see the predictor log")
+        self.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+        if response.status >= 400:
+            self.metrics.errors.labels(endpoint, str(response.status)).inc()
+        return response
+
+    async def _json_body(self, request: web.Request) -> dict[str, Any]:
+        if request.content_length is not None and request.content_length > self.settings.max_body_bytes:
+            raise web.HTTPRequestEntityTooLarge(max_size=self.settings.max_body_bytes,
+                                                actual_size=request.content_length)  # fmt: skip
+        raw = await request.read()
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise UserError(f"body is not valid JSON: {e}") from e
+        if not isinstance(body, dict):
+            raise UserError("body must be a JSON object")
+        return body
+
+    async def _fetch_graph(self, url: str) -> dict[str, Any]:
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise UserError("'graph_url' must be an http(s) URL")
+        try:
+            async with ClientSession(timeout=ClientTimeout(total=self.settings.graph_url_timeout_s)) as session:
+                async with session.get(url) as resp:
+                    if resp.status != 200:
+                        raise UserError(f"graph_url answered HTTP {resp.status}")
+                    data = await resp.content.read(self.settings.max_body_bytes + 1)
+        except (ClientError, TimeoutError) as e:
+            raise UserError(f"cannot fetch graph_url: {e}") from e
+        if len(data) > self.settings.max_body_bytes:
+            raise UserError("graph at graph_url is too large")
+        try:
+            return json.loads(data)  # type: ignore[no-any-return]
+        except json.JSONDecodeError as e:
+            raise UserError(f"graph_url did not return JSON: {e}") from e
+
+    async def predict(self, request: web.Request) -> web.Response:
+        body = await self._json_body(request)
+        if "graph" in body:
+            graph = _parse_graph(body["graph"])
+        elif "graph_url" in body:
+            graph = _parse_graph(await self._fetch_graph(body["graph_url"]))
+        else:
+            raise UserError("give 'graph' (model graph JSON) or 'graph_url'")
+        gpus = body.get("gpus")
+        if not isinstance(gpus, list) or not gpus or not all(isinstance(g, str) for g in gpus):
+            raise UserError("'gpus' must be a non-empty list of GPU names")
+        if len(gpus) > self.settings.max_gpus_per_request:
+            raise UserError(f"at most {self.settings.max_gpus_per_request} GPUs per request")
+        for name in gpus:
+            try:
+                resolve_gpu(name)
+            except UserError:
+                return _error(400, f"unknown GPU {name!r}", known_gpus=known_gpus())
+        options = PredictOptions(
+            mode=_str_choice(body, "mode"), precision=_str_choice(body, "precision"),
+            optimizer=_str_choice(body, "optimizer"), num_gpus=_int(body, "num_gpus", default=1, minimum=1) or 1,
+            steps=_int(body, "steps", default=None, minimum=0),
+        )  # fmt: skip
+        graph_hash = graph.content_hash()
+        predictions = self.predictor.predict(graph, gpus, options, graph_hash=graph_hash)
+        for item in predictions:
+            self.metrics.predictions.labels(item["gpu_type"]).inc()
+        return web.json_response(
+            {"model_version": self.predictor.version, "graph_hash": graph_hash, "predictions": predictions}
+        )
+
+    async def samples(self, request: web.Request) -> web.Response:
+        if self.db is None:
+            return _error(503, "no sample database configured (start with --db)")
+        body = await self._json_body(request)
+        graph_dict = body.get("graph")
+        graph_hash = body.get("graph_hash")
+        if graph_dict is not None:
+            graph_hash = _parse_graph(graph_dict).content_hash()
+        if not isinstance(graph_hash, str) or not graph_hash:
+            raise UserError("give 'graph_hash' (string) or 'graph'")
+        gpu = body.get("gpu")
+        if not isinstance(gpu, str):
+            raise UserError("'gpu' (string) is required")
+        try:
+            gpu_type = resolve_gpu(gpu).name
+        except UserError:
+            return _error(400, f"unknown GPU {gpu!r}", known_gpus=known_gpus())
+        job = body.get("job", "")
+        if not isinstance(job, str):
+            raise UserError("'job' must be a string like namespace/name")
+        sample_id = self.db.add_job_sample(
+            job=job, gpu=gpu_type, graph_hash=graph_hash,
+            step_seconds=_number(body, "step_seconds", required=False),
+            job_seconds=_number(body, "job_seconds", required=True),
+            steps=_int(body, "steps", default=None, minimum=0), graph=graph_dict,
+        )  # fmt: skip
+        self.metrics.samples.inc()
+        return web.json_response({"id": sample_id}, status=201)
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ready", "model_version": self.predictor.version})
+
+    async def metrics_endpoint(self, request: web.Request) -> web.Response:
+        resp = web.Response(body=generate_latest(self.metrics.registry))
+        resp.content_type = CONTENT_TYPE_LATEST.split(";")[0]
+        return resp
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        return web.json_response(openapi_document(known_gpus()))
+
+
+def run_server(*, model: RuntimeModel, db: BenchmarkDB | None, settings: ServerSettings) -> None:
+    """Serve until interrupted (the CLI entry point)."""
+    from prometheus_client import REGISTRY
+
+    app = PredictorApp(model=model, db=db, settings=settings, registry=REGISTRY).build()
+    web.run_app(app, host=settings.host, port=settings.port, print=lambda msg: log.info(msg))
