@@ -1,57 +1,51 @@
-"""Thin HTTP adapter to the predictor service (docs/contracts.md, "Predictor HTTP"). Blocking, with timeouts.
+"""The operator's door to the predictor service: `offpeak_predictor.client.PredictorClient` plus metrics.
 
-The operator's handlers run in kopf's worker threads, so plain urllib is enough and keeps this dependency-free.
+Every failure (unreachable, 5xx, a rejected request) becomes `PredictorUnavailable`, because the operator's
+answer is the same for all of them: fall back and say why. Blocking calls; kopf runs handlers in threads.
 """
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from offpeak_predictor.client import PredictorClient, PredictorRequestError
+from offpeak_predictor.client import PredictorUnavailable as ClientUnavailable
 
 from offpeak_operator.metrics import OperatorMetrics
 
+T = TypeVar("T")
+
 
 class PredictorUnavailable(RuntimeError):
-    """The predictor could not be reached or refused the request; the message says how."""
+    """No usable answer from the predictor; the message says why (shown in the job's condition)."""
 
 
 class PredictorHTTP:
-    def __init__(self, url: str, *, timeout_seconds: float, metrics: OperatorMetrics) -> None:
-        self.url = url.rstrip("/")
-        self.timeout = timeout_seconds
+    def __init__(self, url: str, *, timeout_seconds: float, metrics: OperatorMetrics,
+                 client: PredictorClient | None = None) -> None:
+        self.url = url
+        self.client = client or PredictorClient(url, timeout=timeout_seconds)
         self.metrics = metrics
 
-    def _post(self, endpoint: str, body: Mapping[str, Any]) -> dict[str, Any]:
-        request = urllib.request.Request(f"{self.url}{endpoint}", data=json.dumps(body).encode(), method="POST",
-                                         headers={"Content-Type": "application/json"})
+    def _call(self, endpoint: str, fn: Callable[[], T]) -> T:
         started = time.perf_counter()
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                payload = response.read()
-        except urllib.error.HTTPError as e:
+            return fn()
+        except (ClientUnavailable, PredictorRequestError) as e:
             self.metrics.predictor_failures_total.labels(endpoint=endpoint).inc()
-            detail = e.read()[:300].decode(errors="replace")
-            raise PredictorUnavailable(f"predictor {endpoint} answered HTTP {e.code}: {detail}") from e
-        except (urllib.error.URLError, TimeoutError, OSError) as e:
-            self.metrics.predictor_failures_total.labels(endpoint=endpoint).inc()
-            raise PredictorUnavailable(f"predictor at {self.url} unreachable: {e}") from e
+            raise PredictorUnavailable(f"predictor {endpoint}: {e}") from e
         finally:
             self.metrics.predictor_request_seconds.labels(endpoint=endpoint).observe(time.perf_counter() - started)
-        try:
-            result = json.loads(payload)
-        except json.JSONDecodeError as e:
-            self.metrics.predictor_failures_total.labels(endpoint=endpoint).inc()
-            raise PredictorUnavailable(f"predictor {endpoint} answered non-JSON") from e
-        if not isinstance(result, dict):
-            raise PredictorUnavailable(f"predictor {endpoint} answered {type(result).__name__}, not an object")
-        return result
 
-    def predict(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self._post("/v1/predict", body)
+    def predict(self, *, graph: dict[str, Any], gpus: list[str], precision: str, optimizer: str, steps: int,
+                num_gpus: int) -> dict[str, Any]:
+        return self._call("/v1/predict", lambda: self.client.predict(
+            graph, gpus, mode="train", precision=precision, optimizer=optimizer, steps=steps, num_gpus=num_gpus))
 
-    def report_sample(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        return self._post("/v1/samples", body)
+    def report_sample(self, *, gpu: str, job_seconds: float, steps: int, job: str, graph_hash: str,
+                      graph: dict[str, Any] | None) -> int:
+        return self._call("/v1/samples", lambda: self.client.add_sample(
+            gpu=gpu, job_seconds=job_seconds, steps=steps, job=job, graph=graph, graph_hash=graph_hash or None,
+            step_seconds=job_seconds / max(steps, 1)))

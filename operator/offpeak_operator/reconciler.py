@@ -306,11 +306,10 @@ class Reconciler:
         prediction: Prediction | None = None
         why = "no model graph"
         if graph is not None:
-            body = {"graph": graph.to_dict(), "gpus": asked, "mode": "train", "precision": spec.precision,
-                    "optimizer": spec.optimizer, "steps": steps}
             try:
-                prediction = from_predictor(self.ctx.predictor.predict(body), steps=steps, asked=asked,
-                                            canonical=canonical)
+                answer = self.ctx.predictor.predict(graph=graph.to_dict(), gpus=asked, precision=spec.precision,
+                                                    optimizer=spec.optimizer, steps=steps, num_gpus=spec.total_gpus)
+                prediction = from_predictor(answer, steps=steps, asked=asked, canonical=canonical)
             except (PredictorUnavailable, PredictorResponseError) as e:
                 why = str(e)
                 log.warning("prediction for %s/%s fell back: %s", job["metadata"]["namespace"],
@@ -347,15 +346,16 @@ class Reconciler:
         meta = job["metadata"]
         graph_info = status.get("graph") or {}
         prediction = status.get("prediction") or {}
-        body: dict[str, Any] = {
-            "graph_hash": graph_info.get("hash") or prediction.get("graphHash") or "",
-            "gpu": action.gpu_type, "job_seconds": action.job_seconds, "steps": action.steps,
-            "step_seconds": action.job_seconds / max(action.steps, 1), "job": f"{meta['namespace']}/{meta['name']}",
-        }  # fmt: skip
-        graph = self._read_graph(meta["namespace"], status)
-        if graph is not None:
-            body["graph"] = graph.to_dict()
+        # A reduced graph has another content hash: send the full graph's hash only, so samples join predictions.
+        graph = self._read_graph(meta["namespace"], status) if not graph_info.get("reduced") else None
+        graph_hash = graph_info.get("hash") or prediction.get("graphHash") or ""
+        if graph is None and not graph_hash:
+            log.info("no sample for %s/%s: it had no model graph to learn from", meta["namespace"], meta["name"])
+            return
         try:
-            self.ctx.predictor.report_sample(body)
+            self.ctx.predictor.report_sample(
+                gpu=action.gpu_type, job_seconds=action.job_seconds, steps=action.steps,
+                job=f"{meta['namespace']}/{meta['name']}", graph=graph.to_dict() if graph is not None else None,
+                graph_hash=graph_hash)
         except PredictorUnavailable as e:
             log.warning("sample for %s/%s not reported: %s", meta["namespace"], meta["name"], e)

@@ -98,7 +98,7 @@ class FakePredictor:
         self.requests: list[dict[str, Any]] = []
         self.samples: list[dict[str, Any]] = []
 
-    def predict(self, body: dict[str, Any]) -> dict[str, Any]:
+    def predict(self, **body: Any) -> dict[str, Any]:
         self.requests.append(body)
         if self.fail:
             raise PredictorUnavailable("predictor at http://x unreachable: connection refused")
@@ -106,11 +106,11 @@ class FakePredictor:
             {"gpu": g, "gpu_type": g, "step_seconds": 0.1, "step_seconds_p90": 0.2, "job_seconds": 100.0,
              "job_seconds_p90": 200.0, "model_version": "m1"} for g in body["gpus"]]}
 
-    def report_sample(self, body: dict[str, Any]) -> dict[str, Any]:
+    def report_sample(self, **body: Any) -> int:
         if self.fail:
             raise PredictorUnavailable("down")
         self.samples.append(body)
-        return {"id": len(self.samples)}
+        return len(self.samples)
 
 
 class Clock:
@@ -143,6 +143,7 @@ def test_configmap_source_runs_the_whole_flow_and_reports_a_sample() -> None:
     assert rec.reconcile("ns", "train-1") == "Waiting"  # Pending -> Analyzing -> Predicted -> Waiting in one pass
     assert sorted(kube.pods) == ["train-1-a1-w0", "train-1-a1-w1"]
     assert pred.requests[0]["gpus"] == ["A100-SXM4-40GB", "T4"] and pred.requests[0]["steps"] == 1000
+    assert pred.requests[0]["num_gpus"] == 2
     ann = json.loads(kube.pods["train-1-a1-w0"]["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])
     assert ann["T4"] == {"p50": 100.0, "p90": 200.0}
     assert rec.reconcile("ns", "train-1") == "Waiting" and len(kube.pods) == 2  # idempotent
@@ -160,7 +161,8 @@ def test_configmap_source_runs_the_whole_flow_and_reports_a_sample() -> None:
     assert kube.job["status"]["actualSeconds"] == 120.0
     sample = pred.samples[0]
     assert sample["gpu"] == "A100-SXM4-40GB" and sample["job_seconds"] == 120.0 and sample["steps"] == 1000
-    assert sample["graph_hash"] == small_graph().content_hash() and "graph" in sample
+    assert sample["graph_hash"] == small_graph().content_hash() and sample["graph"]["model_name"] == "tiny"
+    assert sample["job"] == "ns/train-1"
     m = rec.ctx.metrics.registry
     assert m.get_sample_value("offpeak_job_actual_seconds", {"job": "train-1", "namespace": "ns",
                                                              "gpu_type": "A100-SXM4-40GB", "model_family": "mlp"}) == 120
