@@ -11,7 +11,7 @@ import yaml
 
 from offpeak_dashboard.tools import find_helm
 
-KUBE_VERSION = "1.32.0"  # the Kubernetes version rendered objects are validated against (the e2e cluster's minor)
+KUBE_VERSION = "1.33.0"  # rendered objects are validated against this version (the e2e cluster's minor)
 WORKLOAD_KINDS = ("Deployment", "DaemonSet", "StatefulSet", "Job")
 
 

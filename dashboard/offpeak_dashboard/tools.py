@@ -10,8 +10,9 @@ import os
 import shutil
 from pathlib import Path
 
+# The versions offpeak_e2e.build pins (kept in step by tests/chart/test_images.py).
 HELM_VERSION = "v3.16.4"
-KUBE_VERSION = "v1.32.13"
+KUBE_VERSION = "v1.33.13"
 BUILD_HINT = ".venv/bin/python -m offpeak_e2e.build --only {target}   (Go from the module proxy, a few minutes)"
 
 

@@ -87,3 +87,8 @@ def test_scheduler_image_is_pinned_to_the_e2e_kubernetes_version() -> None:
     kube = re.search(r'KUBERNETES_VERSION = "([^"]+)"', build).group(1)
     assert values["scheduler"]["image"]["repository"] == "registry.k8s.io/kube-scheduler"
     assert values["scheduler"]["image"]["tag"] == kube
+    from offpeak_dashboard import chart, tools
+
+    assert tools.KUBE_VERSION == kube
+    assert tools.HELM_VERSION == re.search(r'HELM_VERSION = "([^"]+)"', build).group(1)
+    assert chart.KUBE_VERSION.rsplit(".", 1)[0] == kube.lstrip("v").rsplit(".", 1)[0]
