@@ -186,6 +186,9 @@ def build_hf(source: str, options: ExtractOptions) -> BuiltModel:
         raise UserError(f"HuggingFace config {source!r} has no model_type; add e.g. \"model_type\": \"gpt2\"")
     for key in ("_name_or_path", "transformers_version", "torch_dtype", "dtype"):
         data.pop(key, None)
+    if model_type not in transformers.CONFIG_MAPPING:
+        raise UserError(f"unknown model_type {model_type!r} in HuggingFace config {source!r}; "
+                        "use a transformers model type such as gpt2, bert, llama")  # fmt: skip
     try:
         config = transformers.AutoConfig.for_model(model_type, **data)
     except Exception as e:  # noqa: BLE001 - transformers raises ValueError/KeyError/TypeError for bad configs

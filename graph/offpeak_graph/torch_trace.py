@@ -253,6 +253,8 @@ class Recorder:
         base = base_name(func._overloadpacket.__name__)
         ins = _tensors((args, kwargs))
         outs = _tensors(out)
+        if base in ("_local_scalar_dense", "is_nonzero"):
+            return  # a host read of a value (`.item()`): no kernel worth an op
         if func.is_view or base in ALLOC_OPS or base in ("detach", "alias", "lift_fresh", "_unsafe_view"):
             source = self._producer.get(id(ins[0])) if ins and base not in ALLOC_OPS else None
             param = self._param_of.get(id(ins[0])) if ins else None

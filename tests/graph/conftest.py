@@ -1,0 +1,65 @@
+"""Fixtures for the model-graph tests: a folder of small entry-point modules, outside the repository."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ENTRYPOINTS = '''
+import torch
+from torch import nn
+
+
+class DataDependent(nn.Module):
+    """Branches on a tensor value: cannot run on meta tensors."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.a(x)
+        if h.mean().item() > 1e9:
+            return self.b(h) * 2
+        return self.b(h)
+
+
+class Exotic(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.special.bessel_j0(self.a(x)).cummax(dim=-1).values
+
+
+def data_dependent():
+    return DataDependent()
+
+
+def exotic():
+    return Exotic()
+
+
+def raises():
+    raise ValueError("cannot build: missing weights")
+
+
+def not_a_module():
+    return {"model": 1}
+
+
+def linear():
+    return nn.Linear(4, 2)
+'''
+
+
+@pytest.fixture(scope="session")
+def entrypoint_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory (to pass as --python-path) holding module `offpeak_test_models`."""
+    folder = tmp_path_factory.mktemp("entrypoints")
+    (folder / "offpeak_test_models.py").write_text(textwrap.dedent(ENTRYPOINTS))
+    return folder
