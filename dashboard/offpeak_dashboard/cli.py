@@ -42,7 +42,8 @@ def register(subparsers: Any) -> None:
     source.add_argument(
         "--from-json",
         type=Path,
-        help='JSON list (or {"jobs": [...]}) of {"job", "gpu_type", "predicted_seconds", "actual_seconds"}',
+        help='JSON list (or {"jobs": [...]}) of {"job", "gpu_type", "predicted_seconds", "actual_seconds"}, '
+        "or the output of `kubectl get trainingjobs -A -o json`",
     )
     plot.add_argument("--out", type=Path, required=True, help="PNG file to write")
     plot.add_argument("--title", default="offpeak: predicted vs actual job time")

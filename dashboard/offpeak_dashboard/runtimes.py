@@ -75,8 +75,33 @@ def record_from_mapping(record: Mapping[str, Any], *, where: str) -> JobRuntime:
     )
 
 
+def records_from_trainingjobs(items: Sequence[Mapping[str, Any]]) -> list[JobRuntime]:
+    """Finished TrainingJobs (`kubectl get tj -A -o json`): status.predictedSeconds/actualSeconds/gpuType."""
+    records: list[JobRuntime] = []
+    for item in items:
+        status = item.get("status") or {}
+        meta = item.get("metadata") or {}
+        if not status.get("predictedSeconds") or not status.get("actualSeconds"):
+            continue  # not finished (or never predicted): nothing to compare yet
+        records.append(
+            record_from_mapping(
+                {
+                    "job": meta.get("name"),
+                    "namespace": meta.get("namespace"),
+                    "gpu_type": status.get("gpuType") or "unknown",
+                    "predicted_seconds": status["predictedSeconds"],
+                    "actual_seconds": status["actualSeconds"],
+                },
+                where=f"TrainingJob {meta.get('namespace')}/{meta.get('name')}",
+            )
+        )
+    return records
+
+
 def records_from_json(document: Any, *, source: str = "input") -> list[JobRuntime]:
-    """Accept a list of records or an object with a "jobs" list."""
+    """Accept a list of records, an object with a "jobs" list, or `kubectl get trainingjobs -o json` output."""
+    if isinstance(document, Mapping) and isinstance(document.get("items"), list):
+        return records_from_trainingjobs(document["items"])
     items = document.get("jobs") if isinstance(document, Mapping) else document
     if not isinstance(items, list):
         raise UserError(f"{source}: expected a JSON list of jobs or an object with a \"jobs\" list")

@@ -35,6 +35,21 @@ def test_records_accept_snake_and_camel_case_and_namespace() -> None:
     assert records[0].ratio == pytest.approx(1.2)
 
 
+def test_records_from_kubectl_get_trainingjobs() -> None:
+    listing = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {"metadata": {"name": "done", "namespace": "ml"},
+             "status": {"phase": "Succeeded", "gpuType": "L4", "predictedSeconds": 300, "actualSeconds": 420}},
+            {"metadata": {"name": "running", "namespace": "ml"},
+             "status": {"phase": "Running", "gpuType": "L4", "predictedSeconds": 300}},
+            {"metadata": {"name": "new", "namespace": "ml"}},
+        ],
+    }
+    assert records_from_json(listing) == [JobRuntime("ml/done", "L4", 300.0, 420.0)]
+
+
 @pytest.mark.parametrize(
     ("document", "message"),
     [
