@@ -1,0 +1,152 @@
+"""Idle windows per node, the way the extender sees them, refreshed periodically and shared by every policy.
+
+Mode `seasonal`: the extender's forecaster (`offpeak_extender.forecast`) fitted on each node's online history
+(refit every `refit_seconds`, like a background refresher), with the live demand overlaid at every refresh.
+Mode `exact`: the true future demand (max per forecast step), i.e. a perfect forecaster; used to separate
+forecast error from runtime-prediction error, and by tests.
+
+Windows are computed for the online demand alone (no offline pods) and shifted per policy by the GPUs that
+policy's offline pods hold on the node, which is what `free_profile(offline_now=...)` would give.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from offpeak_extender.forecast import (
+    DemandForecast,
+    ForecastSettings,
+    SeasonalModel,
+    apply_live,
+    fit_seasonal,
+    forecast_demand,
+)
+from offpeak_extender.model import IdleWindow
+from offpeak_extender.windows import FreeProfile, free_profile, idle_windows
+
+from offpeak_sim.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class FeedSettings:
+    """How often the simulated extender refreshes its forecasts."""
+
+    mode: str = "seasonal"  # or "exact"
+    refresh_seconds: float = 600.0
+    refit_seconds: float = 86400.0
+    forecast: ForecastSettings = ForecastSettings()
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("seasonal", "exact"):
+            raise ValueError(f"forecast mode must be 'seasonal' or 'exact', got {self.mode!r}")
+        if self.refresh_seconds <= 0 or self.refit_seconds <= 0:
+            raise ValueError("refresh_seconds and refit_seconds must be > 0")
+
+
+class WindowFeed:
+    """Current forecast per node: a free-GPU matrix for quick bounds, and idle windows on demand (cached)."""
+
+    def __init__(self, scenario: Scenario, settings: FeedSettings) -> None:
+        self.sc = scenario
+        self.s = settings
+        self.step = settings.forecast.step_seconds
+        self.steps = max(1, int(np.ceil(settings.forecast.horizon_seconds / self.step)))
+        self.refreshed_at = -np.inf
+        self.refresh_index = -1
+        self._fitted_at = -np.inf
+        self._models: list[SeasonalModel] = []
+        self.free = np.zeros((scenario.fleet.size, self.steps), dtype=np.int64)
+        self.times = np.zeros(self.steps)
+        self.stale = np.zeros(scenario.fleet.size, dtype=bool)
+        self._windows: dict[int, tuple[IdleWindow, ...]] = {}
+        self._profiles: dict[int, FreeProfile] = {}
+        minutes = np.arange(scenario.demand.shape[1])
+        self._minute_times = minutes * 60.0
+
+    def maybe_refresh(self, now: float) -> bool:
+        """Refresh when `refresh_seconds` have passed; return True when it did."""
+        if now - self.refreshed_at < self.s.refresh_seconds:
+            return False
+        self.refreshed_at = now
+        self.refresh_index += 1
+        self._windows.clear()
+        self.times = now + np.arange(self.steps) * self.step
+        if self.s.mode == "exact":
+            self._exact(now)
+        else:
+            self._seasonal(now)
+        return True
+
+    def _exact(self, now: float) -> None:
+        d = self.sc.demand
+        per = max(1, int(round(self.step / 60.0)))
+        m0 = int(now // 60)
+        need = self.steps * per
+        block = d[:, m0 : m0 + need]
+        if block.shape[1] < need:  # past the end of the trace: repeat the last minute
+            pad = np.repeat(d[:, -1:], need - block.shape[1], axis=1)
+            block = np.concatenate([block, pad], axis=1)
+        online = block.reshape(d.shape[0], self.steps, per).max(axis=2)
+        self.free = np.clip(self.sc.fleet.gpus[:, None] - online, 0, None).astype(np.int64)
+        self.stale[:] = False
+
+    def _seasonal(self, now: float) -> None:
+        fs = self.s.forecast
+        m_now = int(now // 60)
+        if now - self._fitted_at >= self.s.refit_seconds:
+            self._fitted_at = now
+            lo = max(0, int((now - fs.history_seconds) // 60))
+            t = self._minute_times[lo:m_now]
+            self._models = [
+                fit_seasonal(times=t, online=self.sc.demand[n, lo:m_now].astype(float), now=now, settings=fs)
+                for n in range(self.sc.fleet.size)
+            ]
+        for n, model in enumerate(self._models):
+            fc = forecast_demand(model=model, start=now)
+            fc = apply_live(forecast=fc, live_online=float(self.sc.demand[n, m_now]), now=now, settings=fs)
+            cap = int(self.sc.fleet.gpus[n])
+            fc = DemandForecast(fc.times, np.clip(fc.online, 0, cap), fc.confidence, fc.step_seconds)
+            prof = free_profile(forecast=fc, capacity=cap)
+            self.free[n] = prof.free
+            self.stale[n] = float(prof.confidence[0]) <= 0.0
+            self._profiles[n] = prof
+
+    def base_windows(self, node: int) -> tuple[IdleWindow, ...]:
+        """The extender's idle windows for the node's online forecast alone (cached until the next refresh)."""
+        w = self._windows.get(node)
+        if w is None:
+            if self.s.mode == "exact":
+                prof = FreeProfile(self.times, self.free[node], np.ones(self.steps), self.step)
+            else:
+                prof = self._profiles[node]
+            # windows that can be open at some instant before the next refresh; later ones are never looked at
+            until = self.refreshed_at + self.s.refresh_seconds
+            w = tuple(x for x in idle_windows(profile=prof) if x.start < until)
+            self._windows[node] = w
+        return w
+
+    def windows_for(self, node: int, *, offline_gpus: int, now: float) -> tuple[IdleWindow, ...]:
+        """Windows open at `now` for GPUs beyond the `offline_gpus` already held (= free_profile(offline_now)).
+
+        Only windows containing `now` are kept: the decisions look at no others, and the lists stay short.
+        """
+        return tuple(
+            IdleWindow(w.start, w.end, w.free_gpus - offline_gpus, w.confidence)
+            for w in self.base_windows(node)
+            if w.free_gpus > offline_gpus and w.start <= now and (w.end is None or w.end > now)
+        )
+
+    def left_upper_bound(self, *, now: float, gpus_needed: np.ndarray) -> np.ndarray:
+        """Per node, an upper bound on seconds from `now` that `gpus_needed[n]` GPUs stay forecast free (inf: open).
+
+        Only used to skip nodes and jobs that cannot pass `filter_nodes`; one step of slack keeps it a bound.
+        """
+        c = int(max(0, (now - self.refreshed_at) // self.step))
+        ok = self.free[:, c:] >= gpus_needed[:, None]
+        run = np.where(ok.all(axis=1), -1, np.argmin(ok, axis=1))
+        end = self.refreshed_at + (c + run) * self.step
+        left = np.where(run < 0, np.inf, end - now + self.step)
+        left[self.stale] = np.inf
+        return left

@@ -1,0 +1,82 @@
+"""The five policies: what each one knows about runtimes and how it picks among the nodes the extender passes.
+
+All of them go through `offpeak_extender.decisions.filter_nodes`; they differ in the `PodRequest.predicted` they
+hand it (None = runtime-blind: fits-now only) and in how the final node is chosen:
+
+| policy | runtime it knows | node choice |
+|---|---|---|
+| default | none | most free GPUs (kube-scheduler's LeastAllocated spread) |
+| backfill | none | first node in order with enough free GPUs (first fit) |
+| user-estimate | user's wall-time estimate (p50 = p90) | extender `prioritize_nodes` |
+| offpeak | predictor p50, p90 = p50 × profile p90 ratio | extender `prioritize_nodes` |
+| oracle | true remaining runtime (p50 = p90) | extender `prioritize_nodes` |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from offpeak.errors import UserError
+from offpeak_extender.model import Prediction
+
+from offpeak_sim.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    knows: str  # "blind" | "user" | "predicted" | "true"
+    pick: str  # "spread" | "first" | "score"
+
+    @property
+    def windowed(self) -> bool:
+        return self.knows != "blind"
+
+
+POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy("default", "blind", "spread"),
+        Policy("backfill", "blind", "first"),
+        Policy("user-estimate", "user", "score"),
+        Policy("offpeak", "predicted", "score"),
+        Policy("oracle", "true", "score"),
+    )
+}
+
+
+def parse_policies(text: str) -> list[Policy]:
+    """Parse `a,b,...` (or `all`) into known policies, in the order given."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if names == ["all"]:
+        return list(POLICIES.values())
+    unknown = [n for n in names if n not in POLICIES]
+    if unknown or not names:
+        raise UserError(f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICIES)}")
+    return [POLICIES[n] for n in dict.fromkeys(names)]
+
+
+def believed_p50_p90(
+    policy: Policy, *, scenario: Scenario, jobs: np.ndarray, remaining_ref_s: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Believed remaining seconds [len(jobs), types] (p50, p90) on each GPU type of the fleet."""
+    slow = scenario.slowdowns()[None, :]
+    rem = remaining_ref_s[jobs][:, None]
+    if policy.knows == "true":
+        p50 = rem * slow
+        return p50, p50
+    if policy.knows == "predicted":
+        p50 = rem * slow * scenario.pred_ratio[jobs]
+        return p50, p50 * scenario.p90_ratio
+    if policy.knows == "user":
+        frac = rem / scenario.jobs.duration_s[jobs][:, None]
+        est = scenario.user_est_ref_s[jobs][:, None] * frac * slow
+        return est, est
+    raise ValueError(f"policy {policy.name} is runtime-blind")
+
+
+def predictions(types: tuple[str, ...], p50: np.ndarray, p90: np.ndarray) -> dict[str, Prediction]:
+    """The `PodRequest.predicted` mapping for one job (what the operator would annotate)."""
+    return {t: Prediction(float(a), float(b)) for t, a, b in zip(types, p50, p90)}
