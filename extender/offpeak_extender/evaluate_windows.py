@@ -298,7 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         Forecaster("seasonal p90 + live", quantile=0.9, live=True),
     ]
     started = time.time()
-    report: dict[str, object] = {"generated_by": "python -m offpeak_extender.evaluate_windows", "datasets": []}
+    datasets: list[dict[str, object]] = []
+    report: dict[str, object] = {"generated_by": "python -m offpeak_extender.evaluate_windows", "datasets": datasets}
     every = 4 if args.quick else 1
 
     helios = list(load_helios(data))
@@ -307,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     res, merged = run_dataset(name="helios-earth-vc-2020-05 (May 1-24, 16 VCs)", series=helios,
                               forecasters=forecasters, settings=hs, levels=[1, 8, 32], eval_every=3600.0 * every,
                               warmup=7 * DAY, margin=args.margin)
-    report["datasets"].append(res)  # type: ignore[union-attr]
+    datasets.append(res)
     plot(args.out / "helios_cut_short.png", "Helios Earth VCs", merged, level=8)
 
     ali = list(load_alibaba(data))
@@ -316,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     res, merged = run_dataset(name="alibaba-genai-serving-v2026 (23 h, 8-GPU groups of pods)", series=ali,
                               forecasters=forecasters, settings=as_, levels=[1, 2, 4], eval_every=900.0 * every,
                               warmup=6 * 3600.0, margin=args.margin)
-    report["datasets"].append(res)  # type: ignore[union-attr]
+    datasets.append(res)
     plot(args.out / "alibaba_cut_short.png", "Alibaba GenAI serving", merged, level=2)
 
     report["seconds"] = round(time.time() - started, 1)

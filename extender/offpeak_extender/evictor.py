@@ -167,8 +167,8 @@ class KubeEvictionActions:
         c = self.client
         uid = None
         try:
-            tj = self.custom.get_namespaced_custom_object("offpeak.io", "v1alpha1", pod.namespace, "trainingjobs",
-                                                          pod.trainingjob)
+            tj: Any = self.custom.get_namespaced_custom_object(
+                "offpeak.io", "v1alpha1", pod.namespace, "trainingjobs", pod.trainingjob)
             uid = (tj.get("metadata") or {}).get("uid")
         except c.exceptions.ApiException as e:
             log.info("TrainingJob %s/%s not readable (%s); event without uid", pod.namespace, pod.trainingjob,

@@ -45,7 +45,8 @@ class Informer:
         self.threads: list[threading.Thread] = []
 
     def _to_dict(self, obj: Any) -> dict[str, Any]:
-        return self.api_client.sanitize_for_serialization(obj)  # camelCase, as on the wire
+        data: dict[str, Any] = self.api_client.sanitize_for_serialization(obj)  # camelCase, as on the wire
+        return data
 
     def start(self) -> None:
         for kind in ("nodes", "pods"):

@@ -363,11 +363,11 @@ class ClusterStore:
             for name in names:
                 cached = cached_of(name)
                 if cached is not None:
-                    (version, forecast_version), view = cached
+                    (version, forecast_version), old = cached
                     usage = usage_of(name)
                     if (forecast_version == fv and version == (usage.version if usage else 0)
-                            and (not stale or view.data_stale)):
-                        out.append(view)
+                            and (not stale or old.data_stale)):
+                        out.append(old)
                         continue
                 view = self._build_view(name, t)
                 if view is None:
