@@ -1,0 +1,89 @@
+"""ONNX extraction: shapes from onnx.shape_inference, batch pinned, initializers as params, unknown ops kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from offpeak.errors import UserError
+from offpeak_graph.extract import extract_graph
+from offpeak_graph.schema import OpType
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _small_cnn(path: Path, *, batch: int | str = "N") -> Path:
+    """x[N,3,8,8] -> Conv(8,3x3,pad 1) -> Relu -> GlobalAveragePool -> Reshape(N,8) -> Gemm(10) -> custom op."""
+    import numpy as np
+
+    inits = [
+        numpy_helper.from_array(np.zeros((8, 3, 3, 3), np.float32), "conv.w"),
+        numpy_helper.from_array(np.zeros(8, np.float32), "conv.b"),
+        numpy_helper.from_array(np.zeros((10, 8), np.float32), "fc.w"),
+        numpy_helper.from_array(np.zeros(10, np.float32), "fc.b"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "conv.w", "conv.b"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
+        helper.make_node("Constant", [], ["shape"], value=numpy_helper.from_array(np.array([-1, 8], np.int64))),
+        helper.make_node("Reshape", ["p", "shape"], ["f"], name="flatten"),
+        helper.make_node("Gemm", ["f", "fc.w", "fc.b"], ["y"], transB=1, name="fc"),
+        helper.make_node("Mystery", ["y"], ["z"], domain="com.example", name="mystery"),
+    ]
+    graph = helper.make_graph(
+        nodes, "smallcnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [batch, 10])], initializer=inits,
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    onnx.save(model, path)
+    return path
+
+
+def test_onnx_graph_has_shapes_flops_params_and_edges(tmp_path):
+    graph = extract_graph(onnx=str(_small_cnn(tmp_path / "small.onnx")), batch_size=4)
+    types = [op.type for op in graph.ops]
+    assert types == ["input", "conv2d", "relu", "adaptive_avgpool", "reshape", "linear", "other"]
+    conv, fc = graph.ops[1], graph.ops[5]
+    assert conv.output_shapes == [[4, 8, 8, 8]] and conv.input_shapes == [[4, 3, 8, 8]]
+    assert conv.attrs["kernel"] == [3, 3] and conv.attrs["padding"] == [1, 1, 1, 1]
+    assert conv.flops == 2 * (4 * 8 * 8 * 8) * 3 * 9
+    assert fc.flops == 2 * 4 * 8 * 10 and fc.attrs["in_features"] == 8 and fc.attrs["out_features"] == 10
+    assert graph.total_params == 8 * 27 + 8 + 80 + 10
+    assert graph.ops[4].input_shapes == [[4, 8, 1, 1]]  # the Constant shape operand is data, not an input
+    assert [op.inputs for op in graph.ops[1:]] == [[0], [1], [2], [3], [4], [5]]
+    assert graph.unknown_ops == {"com.example.Mystery": 1}
+    assert graph.framework == "onnx" and graph.extraction == "onnx-shape-inference"
+    assert graph.input_shape == [3, 8, 8] and graph.model_name == "small"
+
+
+def test_onnx_fixed_batch_must_match(tmp_path):
+    path = _small_cnn(tmp_path / "fixed.onnx", batch=1)
+    assert extract_graph(onnx=str(path), batch_size=1).ops[1].output_shapes == [[1, 8, 8, 8]]
+    with pytest.raises(UserError, match="fixed batch of 1"):
+        extract_graph(onnx=str(path), batch_size=2)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the TorchScript exporter: fast and stable for this check
+def test_torch_exported_onnx_agrees_with_the_torch_extractor(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.chdir(REPO)
+    from offpeak_graph.torch_models import load_entrypoint
+
+    path = tmp_path / "tiny_cnn.onnx"
+    model = load_entrypoint("examples.models.tiny_cnn:build", [])().eval()
+    torch.onnx.export(model, (torch.randn(1, 3, 32, 32),), str(path), dynamo=False, input_names=["x"],
+                      dynamic_axes={"x": {0: "batch"}})  # fmt: skip
+    from_onnx = extract_graph(onnx=str(path), batch_size=8, mode="inference")
+    from_torch = extract_graph(entrypoint="examples.models.tiny_cnn:build", batch_size=8, input_shape=(3, 32, 32),
+                               mode="inference")  # fmt: skip
+    assert from_onnx.total_flops_forward == from_torch.total_flops_forward
+    bn_params = 2 * (16 + 32)  # the exporter folds eval-mode BatchNorm into the convolutions
+    assert from_onnx.total_params == from_torch.total_params - bn_params
+    assert from_onnx.unknown_ops == {}
