@@ -1,0 +1,124 @@
+"""`offpeak simulate`: trace-driven comparison of scheduling policies for offline jobs in idle GPU windows."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from offpeak.errors import UserError
+
+DEFAULT_POLICIES = "default,backfill,user-estimate,offpeak,oracle"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "simulate",
+        help="simulate a GPU cluster over days from real traces and compare scheduling policies",
+        description="Replay real online GPU demand and an offline job stream on a simulated cluster; run every "
+        "policy through the extender's decision code; print a table, write a JSON report and plots.",
+    )
+    p.add_argument("--online-trace", metavar="DIR", help="online demand trace folder (Alibaba GenAI, Helios or "
+                   "Philly layout; default <data>/traces/alibaba-genai-serving-v2026)")
+    p.add_argument("--jobs-trace", metavar="DIR", help="offline job trace folder in the ms-itp-elasticflow layout "
+                   "(default <data>/traces/ms-itp-elasticflow)")
+    p.add_argument("--nodes", type=int, default=200, help="GPU nodes (default 200)")
+    p.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    p.add_argument("--gpu-mix", default=None, help="node GPU types, TYPE:share,... (default V100 1/4, A100 1/2, H100 1/4)")
+    p.add_argument("--days", type=float, default=7.0, help="simulated days (default 7)")
+    p.add_argument("--history-days", type=int, default=7, help="days of online history before the run (default 7)")
+    p.add_argument("--jobs-start-day", type=float, default=0.0, help="day of the job trace to start at (default 0)")
+    p.add_argument("--load", type=float, default=0.8,
+                   help="thin the job stream to this offered load (GPU-seconds / idle GPU-seconds, default 0.8)")
+    p.add_argument("--clusters", default="", help="ITP clusters to use, e.g. 04,07 (default all)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated (default {DEFAULT_POLICIES})")
+    p.add_argument("--checkpoint-interval", type=float, default=1800.0,
+                   help="seconds between checkpoints; 0 = none (default 1800)")
+    p.add_argument("--eviction-grace", type=float, default=30.0, help="seconds online work waits per eviction (default 30)")
+    p.add_argument("--margin", type=float, default=None, help="extender filter margin on p90 (default: the extender's)")
+    p.add_argument("--forecast", choices=("seasonal", "exact"), default="seasonal",
+                   help="idle windows from the extender's seasonal forecaster or from the true future (default seasonal)")
+    p.add_argument("--refresh-seconds", type=float, default=600.0, help="forecast refresh period (default 600)")
+    p.add_argument("--predictor-reports", metavar="DIR", default=None,
+                   help="predictor evaluation JSON folder for the error profile (default <repo>/reports/predictor)")
+    p.add_argument("--busy-util", type=float, default=10.0, help="Alibaba: GPU duty %% that counts as online-busy (default 10)")
+    p.add_argument("--hold-minutes", type=int, default=5, help="Alibaba: busy minutes hold the GPU +- this (default 5)")
+    p.add_argument("--report", required=True, metavar="OUT.json", help="write the per-policy JSON report here")
+    p.add_argument("--plots", metavar="DIR", help="write harvest.png, jct_cdf.png, evictions.png here")
+    p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    p.set_defaults(func=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
+
+    from offpeak_extender.decisions import DEFAULT_MARGIN
+    from offpeak_sim import paths, report
+    from offpeak_sim.engine import EngineSettings
+    from offpeak_sim.fleet import DEFAULT_MIX
+    from offpeak_sim.forecasting import FeedSettings
+    from offpeak_sim.online import OnlineSettings
+    from offpeak_sim.policies import parse_policies
+    from offpeak_sim.runner import run
+    from offpeak_sim.scenario import ScenarioSettings
+
+    if args.nodes < 1 or args.gpus_per_node < 1:
+        raise UserError("--nodes and --gpus-per-node must be >= 1")
+    if args.days <= 0 or args.history_days < 1:
+        raise UserError("--days must be > 0 and --history-days >= 1")
+    if args.checkpoint_interval < 0 or args.eviction_grace < 0 or args.refresh_seconds <= 0:
+        raise UserError("--checkpoint-interval and --eviction-grace must be >= 0, --refresh-seconds > 0")
+    if args.margin is not None and args.margin < 0:
+        raise UserError("--margin must be >= 0")
+    policies = parse_policies(args.policies)
+    online_dir = paths.existing_dir(args.online_trace or paths.trace_dir(paths.DEFAULT_ONLINE_TRACE), what="online trace")
+    jobs_dir = paths.existing_dir(args.jobs_trace or paths.trace_dir(paths.DEFAULT_JOBS_TRACE), what="jobs trace")
+    reports_dir = Path(args.predictor_reports) if args.predictor_reports else paths.repo_root() / "reports" / "predictor"
+    sc = ScenarioSettings(
+        online_trace=online_dir,
+        jobs_trace=jobs_dir,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        gpu_mix=args.gpu_mix or DEFAULT_MIX,
+        days=args.days,
+        history_days=args.history_days,
+        jobs_start_day=args.jobs_start_day,
+        load=args.load,
+        clusters=tuple(c.strip() for c in args.clusters.split(",") if c.strip()),
+        seed=args.seed,
+        online=OnlineSettings(busy_util_pct=args.busy_util, hold_minutes=args.hold_minutes),
+        predictor_reports=reports_dir,
+    )
+    feed = FeedSettings(mode=args.forecast, refresh_seconds=args.refresh_seconds)
+    engine = EngineSettings(
+        checkpoint_seconds=args.checkpoint_interval,
+        eviction_grace_seconds=args.eviction_grace,
+        margin=DEFAULT_MARGIN if args.margin is None else args.margin,
+    )
+    console = Console(stderr=True)
+    show = not args.quiet
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), "{task.percentage:>3.0f}%",
+        TimeElapsedColumn(), TimeRemainingColumn(), console=console, disable=not show, transient=True,
+    ) as bar:
+        task = bar.add_task("simulating", total=None)
+
+        def progress(done: int, total: int) -> None:
+            if done % 60 == 0 or done == total:
+                bar.update(task, completed=done, total=total, description=f"simulating day {done / 1440:.1f}")
+
+        out = run(scenario_settings=sc, policies=policies, feed_settings=feed, engine_settings=engine, progress=progress)
+    out.meta["command"] = " ".join(["offpeak", *sys.argv[2:]]) if sys.argv[1:2] == ["simulate"] else None
+    report.write_report(Path(args.report), out.metrics, out.meta)
+    if args.plots:
+        report.write_plots(Path(args.plots), metrics=out.metrics, harvest=out.harvest, jct=out.jct)
+    if show:
+        title = (f"{sc.nodes} nodes × {sc.gpus_per_node} GPUs, {sc.days:g} days, online {out.meta['scenario']['online_layout']}"
+                 f", forecast {feed.mode}, load {out.meta['scenario']['offered_load']:.2f}")
+        report.print_table(out.metrics, title=title, console=Console(width=160))
+    return 0
