@@ -173,7 +173,7 @@ class KubeEvictionActions:
         except c.exceptions.ApiException as e:
             log.info("TrainingJob %s/%s not readable (%s); event without uid", pod.namespace, pod.trainingjob,
                      e.status)
-        now = c.V1Event(
+        now = c.CoreV1Event(
             metadata=c.V1ObjectMeta(generate_name=f"{pod.trainingjob}.evicted.", namespace=pod.namespace),
             involved_object=c.V1ObjectReference(api_version=TRAININGJOB_API_VERSION, kind="TrainingJob",
                                                 name=pod.trainingjob, namespace=pod.namespace, uid=uid),

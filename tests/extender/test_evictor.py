@@ -121,3 +121,35 @@ def test_tick_pressure_from_measured_online() -> None:
     plans = ev.tick()
     assert {p.reason for p in plans} == {"online-pod-pending", "online-demand-rising"}
     assert ("evict", "ml/gpt-0", 15) in actions.calls
+
+
+def test_kube_actions_build_valid_api_objects() -> None:
+    """Real kubernetes client models, API calls captured (no server): annotation, Event on TrainingJob, Eviction."""
+    from kubernetes import client
+
+    from offpeak_extender.evictions import EvictionPlan
+    from offpeak_extender.evictor import KubeEvictionActions
+
+    api = client.ApiClient()
+    actions = KubeEvictionActions(api)
+    calls: dict[str, tuple] = {}
+    actions.core.patch_namespaced_pod = lambda *a: calls.setdefault("patch", a)  # type: ignore[method-assign]
+    actions.core.create_namespaced_event = lambda *a: calls.setdefault("event", a)  # type: ignore[method-assign]
+    actions.core.create_namespaced_pod_eviction = lambda *a: calls.setdefault("evict", a)  # type: ignore[method-assign]
+    actions.custom.get_namespaced_custom_object = (  # type: ignore[method-assign]
+        lambda *a: {"metadata": {"uid": "tj-uid"}})
+    pod = OfflinePod("bert-0", namespace="ml", gpus=2, trainingjob="bert", uid="p-uid")
+    plan = EvictionPlan(node="n1", victims=(pod,), reason="online-pod-pending", message="make room for web/api-0")
+    actions.annotate(pod, plan.message)
+    actions.event(pod, plan)
+    actions.evict(pod, 15)
+    assert calls["patch"][:2] == ("bert-0", "ml")
+    assert calls["patch"][2]["metadata"]["annotations"]["offpeak.io/eviction-reason"] == "make room for web/api-0"
+    ns, event = calls["event"]
+    wire = api.sanitize_for_serialization(event)
+    assert ns == "ml" and wire["involvedObject"] == {
+        "apiVersion": "offpeak.io/v1alpha1", "kind": "TrainingJob", "name": "bert", "namespace": "ml", "uid": "tj-uid"}
+    assert wire["reason"] == "OfflinePodEvicted" and "bert-0" in wire["message"]
+    name, ns, eviction = calls["evict"]
+    wire = api.sanitize_for_serialization(eviction)
+    assert (name, ns) == ("bert-0", "ml") and wire["deleteOptions"]["gracePeriodSeconds"] == 15
