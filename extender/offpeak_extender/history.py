@@ -146,14 +146,17 @@ class Refresher:
     def run(self) -> None:
         step = self.store.settings.step_seconds
         next_refresh = 0.0
+        next_sample = 0.0
         while not self.stop_event.is_set():
             if self.store.synced:
-                self.store.record_local_sample()
+                if time.monotonic() >= next_sample:  # one sample per step keeps the whole history in the buffer
+                    self.store.record_local_sample()
+                    next_sample = time.monotonic() + step
                 if time.monotonic() >= next_refresh:
                     self.refresh_once()
                     next_refresh = time.monotonic() + self.refresh_seconds
-            self.stop_event.wait(min(step, self.refresh_seconds, 1.0) if not self.store.synced else
-                                 min(step, self.refresh_seconds))
+            self.stop_event.wait(max(0.05, min(next_sample, next_refresh) - time.monotonic())
+                                 if self.store.synced else 0.5)
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self.run, name="history-refresher", daemon=True)

@@ -61,6 +61,7 @@ class ExtenderService:
             return filter_result(args=args, passed=args.node_names, failed={})
         if args.prediction_error:
             log.warning("pod %s: %s; scheduling it runtime-blind", args.pod.key, args.prediction_error)
+            self.metrics.requests.labels("filter", "bad-prediction").inc()
         result = filter_nodes(pod=args.pod, nodes=self._views(args), now=self.store.clock(),
                               margin=self.settings.margin)
         kinds = Counter(reason_kind(r) for r in result.failed.values())

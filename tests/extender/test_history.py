@@ -123,3 +123,20 @@ def test_bad_busy_hours_annotation_is_ignored_not_fatal() -> None:
     store.replace_all(nodes=[gpu_node("x", busy_hours="weekdays 9-5")], pods=[])
     info = store.node("x")
     assert info is not None and info.schedule is None and "bad busy-hours rule" in (info.schedule_error or "")
+
+
+def test_refresher_thread_samples_once_per_step_and_refreshes() -> None:
+    import time as _time
+
+    store = ClusterStore(settings=ForecastSettings(season_seconds=60.0, step_seconds=0.2, horizon_seconds=60.0,
+                                                   history_seconds=600.0), stale_after_seconds=30.0)
+    store.replace_all(nodes=[gpu_node("a", gpus=4)], pods=[gpu_pod("web-0", gpus=1, node="a", workload="online")])
+    r = Refresher(store=store, source=LocalHistory(store), metrics=None, refresh_seconds=0.3)
+    r.start()
+    _time.sleep(1.1)
+    r.stop()
+    assert r.thread is not None
+    r.thread.join(timeout=2)
+    samples = store.local_history()["a"][0]
+    assert 4 <= samples.size <= 7  # ~1.1 s / 0.2 s, not one per loop iteration
+    assert not store.data_stale()
