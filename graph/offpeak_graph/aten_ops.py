@@ -199,6 +199,8 @@ _MODULE_NAME_HINTS: tuple[tuple[str, OpType], ...] = (
     ("relu", OpType.RELU),
     ("softmax", OpType.SOFTMAX),
     ("dropout", OpType.DROPOUT),
+    ("droppath", OpType.DROPOUT),
+    ("stochasticdepth", OpType.DROPOUT),
     ("embedding", OpType.EMBEDDING),
 )
 
