@@ -46,7 +46,7 @@ def prediction_for(predicted: Mapping[str, Prediction], gpu_type: str) -> tuple[
 
 def window_left(*, node: NodeView, gpus: int, now: float) -> float:
     """Seconds from `now` during which `gpus` GPUs stay free of online work on `node` (inf: beyond the horizon)."""
-    if node.windows:
+    if node.windows is not None:
         best = 0.0
         for w in node.windows:  # hot path: inlined IdleWindow.length
             if w.free_gpus >= gpus and w.start <= now:

@@ -60,8 +60,9 @@ class NodeView:
 
     `window_end`/`window_free_gpus` describe the current idle window (the one containing `now`): until
     `window_end` at least `window_free_gpus` GPUs stay free of online work. `windows` may carry nested windows
-    for every free-GPU level (as produced by `windows.idle_windows`); when given, the decisions pick the window
-    that matches the pod's GPU count. `data_stale=True` means the forecast cannot be trusted: decisions then
+    for every free-GPU level (as produced by `windows.idle_windows`); when given (not None), the decisions pick
+    the window that matches the pod's GPU count and ignore `window_end`/`window_free_gpus` — an empty tuple then
+    means "no idle window at all". `data_stale=True` means the forecast cannot be trusted: decisions then
     degrade to "fits now".
     """
 
@@ -72,7 +73,7 @@ class NodeView:
     window_end: float | None = None
     window_free_gpus: int | None = None  # None: same as gpus_free_now
     data_stale: bool = False
-    windows: tuple[IdleWindow, ...] = ()
+    windows: tuple[IdleWindow, ...] | None = None
     confidence: float = 1.0
 
 

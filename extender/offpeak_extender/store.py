@@ -327,7 +327,7 @@ class ClusterStore:
         stale = self._stale_locked(now)
         if fc is None or stale:
             if info.schedule is None:
-                return NodeView(name, info.gpu_type, info.gpus_total, free_now, None, None, True, (), 0.0)
+                return NodeView(name, info.gpu_type, info.gpus_total, free_now, None, None, True, None, 0.0)
             fc = _empty_forecast(now, self.settings)
             stale = False  # the declared schedule alone is a forecast
         fc = _shift(fc, now)

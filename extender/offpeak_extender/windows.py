@@ -86,7 +86,7 @@ def node_view(
     rebuilt before then), which keeps the request path's per-node work small.
     """
     if profile is None or profile.free.size == 0:
-        return NodeView(name, gpu_type, gpus_total, gpus_free_now, None, None, True, (), 0.0)
+        return NodeView(name, gpu_type, gpus_total, gpus_free_now, None, None, True, None, 0.0)
     windows = tuple(
         w for w in idle_windows(profile=profile)
         if (keep_ahead_seconds is None or w.start <= now + keep_ahead_seconds) and (w.end is None or w.end > now)

@@ -148,3 +148,12 @@ def test_work_at_risk() -> None:
     assert OfflinePod("x", gpus=2, checkpointing=True, elapsed_seconds=100,
                       seconds_since_checkpoint=30).work_at_risk_seconds == 60
     assert math.isinf(IdleWindow(0, None, 1).length(5))
+
+
+def test_empty_windows_tuple_means_no_window_not_open_ended() -> None:
+    p = pod(**{"A100-SXM4-40GB": (60.0, 60.0)})
+    none_given = NodeView("a", "A100-SXM4-40GB", 8, 4)  # windows=None: window_end None -> open-ended
+    no_window = NodeView("b", "A100-SXM4-40GB", 8, 4, windows=())
+    res = filter_nodes(pod=p, nodes=[none_given, no_window], now=NOW)
+    assert res.passed == ("a",)
+    assert res.failed["b"].startswith("no idle window for 1 GPU(s) now")
