@@ -108,17 +108,16 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from offpeak_predictor.predict import PredictOptions, Predictor
 
     resolve_gpu(args.gpu)  # fail fast, before a slow graph extraction
+    if (args.epochs is None) != (args.dataset_size is None):
+        raise UserError("--epochs and --dataset-size go together")
+    graph = _graph_from_args(args)
     steps = args.steps
-    if args.epochs is not None or args.dataset_size is not None:
-        if args.epochs is None or args.dataset_size is None:
-            raise UserError("--epochs and --dataset-size go together")
-        graph_bs = args.batch_size
+    if args.epochs is not None:
         try:
             steps = steps_for_epochs(epochs=args.epochs, dataset_size=args.dataset_size,
-                                     batch_size=graph_bs or 0, num_gpus=args.num_gpus)  # fmt: skip
+                                     batch_size=graph.batch_size, num_gpus=args.num_gpus)  # fmt: skip
         except ValueError as e:
             raise UserError(str(e)) from e
-    graph = _graph_from_args(args)
     predictor = Predictor(_load_model(args.model))
     options = PredictOptions(
         mode=args.mode, precision=args.precision, optimizer=args.optimizer, num_gpus=args.num_gpus, steps=steps,

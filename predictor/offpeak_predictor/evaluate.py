@@ -54,20 +54,24 @@ def metrics(actual: np.ndarray, pred: np.ndarray) -> dict[str, float]:
 
 def _fold_predictions(
     *, ops: pd.DataFrame, models: pd.DataFrame, summaries: list[GraphSummary], test: np.ndarray,
-    settings: TrainSettings, retrain_ops: bool, full_op_model: RuntimeModel, full_mlp: LayerMLP, ops_test_gpu: str | None,
+    settings: TrainSettings, retrain_ops: bool, full: tuple[RuntimeModel, LayerMLP, np.ndarray, np.ndarray],
+    ops_test_gpu: str | None,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """Train every method without the test rows; predict the test rows."""
     train_rows, test_rows = models[~test], models[test]
     train_sums = [s for s, t in zip(summaries, test, strict=True) if not t]
     test_sums = [s for s, t in zip(summaries, test, strict=True) if t]
+    full_model, full_mlp, x_all, base_all = full
     if retrain_ops:
         fold_ops = ops[ops["gpu"] != ops_test_gpu]
         op_model = RuntimeModel(op_boosters=fit_op_boosters(fold_ops, settings))
         mlp = _fit_mlp(fold_ops, settings.seed)
+        x_train, base_train = step_matrix(op_model, train_rows, train_sums)
     else:
-        op_model = RuntimeModel(op_boosters=full_op_model.op_boosters)
+        op_model = RuntimeModel(op_boosters=full_model.op_boosters)
+        op_model._op_cache = full_model._op_cache
         mlp = full_mlp
-    x_train, base_train = step_matrix(op_model, train_rows, train_sums)
+        x_train, base_train = x_all[~test], base_all[~test]
     y_train = np.log(train_rows["time_s"].to_numpy(dtype=np.float64)) - np.log(base_train)
     op_model.step_booster = fit_step_booster(x_train, y_train, settings, weights=source_weights(train_rows))
     train_ctx = [context_of(r) for _, r in train_rows.iterrows()]
@@ -91,7 +95,7 @@ def _fit_mlp(ops: pd.DataFrame, seed: int) -> LayerMLP:
 def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = False) -> dict[str, Any]:
     started = time.time()
     ops, models = load_tables(root)
-    settings = TrainSettings(seed=seed, max_op_rows_per_booster=30_000, op_rounds=100)
+    settings = TrainSettings(seed=seed, max_op_rows_per_booster=15_000, op_rounds=80)
     if quick:
         from offpeak_predictor.pipeline import quick_subsample
 
@@ -101,6 +105,8 @@ def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = Fa
         models, summaries = attach_graphs(models, get_graph, progress)
         full_op_model = RuntimeModel(op_boosters=fit_op_boosters(ops, settings))
         full_mlp = _fit_mlp(ops, seed)
+        x_all, base_all = step_matrix(full_op_model, models, summaries)
+        full = (full_op_model, full_mlp, x_all, base_all)
         op_gpus = set(ops["gpu"])
         preds: dict[str, dict[str, np.ndarray]] = {}
         for scheme, column in (("leave_one_gpu_out", "gpu"), ("leave_one_family_out", "family")):
@@ -115,8 +121,7 @@ def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = Fa
                 retrain = scheme == "leave_one_gpu_out" and group in op_gpus
                 fold = _fold_predictions(
                     ops=ops, models=models, summaries=summaries, test=test, settings=settings,
-                    retrain_ops=retrain, full_op_model=full_op_model, full_mlp=full_mlp,
-                    ops_test_gpu=group if retrain else None,
+                    retrain_ops=retrain, full=full, ops_test_gpu=group if retrain else None,
                 )  # fmt: skip
                 for m in METHODS:
                     table[m][test] = fold[m]

@@ -1,0 +1,97 @@
+"""Features, step composition and a tiny trained model predicting without HTTP."""
+
+import math
+
+import numpy as np
+import pytest
+
+from offpeak_predictor.features import base_times, conv2d_cost, gemm_cost, make_op_table, op_feature_matrix
+from offpeak_predictor.features import ALL_OP_FEATURES
+from offpeak_predictor.gpus import resolve_gpu
+from offpeak_predictor.graphfeatures import STEP_FEATURES, StepContext, step_composition, step_features, summarise
+from offpeak_predictor.model import RuntimeModel
+
+from .conftest import mlp_graph
+
+
+def test_gemm_and_conv_costs():
+    flops, nbytes = gemm_cost(batch=2, m=3, k_in=4, n_out=5, dtype_bytes=4)
+    assert flops == 2 * 2 * 3 * 4 * 5
+    assert nbytes == 4 * 2 * (3 * 4 + 4 * 5 + 3 * 5)
+    flops, _, out = conv2d_cost(batch=1, c_in=3, c_out=8, kernel=3, size=32, stride=1, padding=1, dtype_bytes=4)
+    assert out == 8 * 32 * 32 and flops == 2 * out * 3 * 9
+    _, _, out = conv2d_cost(batch=1, c_in=3, c_out=8, kernel=3, size=32, stride=2, padding=0, dtype_bytes=4)
+    assert out == 8 * 15 * 15
+
+
+def test_roofline_base_time_is_compute_or_memory_bound():
+    table = make_op_table(op_class=["gemm", "elementwise"], flops=[2e12, 1e6], bytes_=[1e6, 4e9],
+                          out_numel=[1e6, 1e6], lead_dim=[1, 1], dtype_bytes=[4, 4])  # fmt: skip
+    a100 = resolve_gpu("A100")
+    base = base_times(table, a100, "fp32")
+    assert base[0] == pytest.approx(2e12 / 19.5e12, rel=1e-3)  # compute bound on CUDA cores
+    assert base[1] == pytest.approx(4e9 / 1555e9, rel=1e-2)  # memory bound
+    fp16 = base_times(table, a100, "fp16")
+    assert fp16[0] < base[0] / 10  # tensor cores for the GEMM
+    feats = op_feature_matrix(table, a100, "fp32")
+    assert feats.shape == (2, len(ALL_OP_FEATURES)) and np.isfinite(feats).all()
+
+
+def test_summary_drops_free_ops_and_keeps_totals():
+    g = mlp_graph(batch=32, width=512, layers=3)
+    s = summarise(g)
+    assert len(s.ops) == 6  # input dropped
+    assert s.ops.flops.sum() == pytest.approx(g.total_flops_forward)
+    assert s.params == g.total_params and s.key == g.content_hash()
+
+
+def test_training_step_costs_more_than_inference_and_optimizer_adds_traffic():
+    s = summarise(mlp_graph())
+    gpu = resolve_gpu("T4")
+    fwd = np.full(len(s.ops), 1e-4)
+    infer, _ = step_composition(summary=s, op_seconds=fwd, gpu=gpu, ctx=StepContext(mode="inference"))
+    train_none, _ = step_composition(summary=s, op_seconds=fwd, gpu=gpu, ctx=StepContext(optimizer="none"))
+    train_adam, per_class = step_composition(summary=s, op_seconds=fwd, gpu=gpu, ctx=StepContext(optimizer="adam"))
+    assert infer == pytest.approx(fwd.sum())
+    assert train_none > 2 * infer
+    assert train_adam > train_none
+    feats = step_features(summary=s, base_step=train_adam, per_class=per_class, gpu=gpu, ctx=StepContext())
+    assert len(feats) == len(STEP_FEATURES) and all(math.isfinite(f) for f in feats)
+
+
+def test_tiny_model_predicts_unseen_gpu_and_orders_gpus_sensibly(tiny_model):
+    g = summarise(mlp_graph(batch=256, width=4096, layers=6))
+    preds = {name: tiny_model.predict_step(g, resolve_gpu(name), StepContext()) for name in ("P4", "A100", "H100")}
+    for p in preds.values():
+        assert p.step_seconds > 0 and p.step_seconds_p90 >= p.step_seconds
+    # A 6-layer 4096-wide MLP at batch 256 is compute bound: a P4 (5.5 TFLOPS) must be slower than an H100.
+    assert preds["P4"].step_seconds > preds["H100"].step_seconds
+
+
+def test_model_round_trips_through_its_file(tiny_model, tmp_path):
+    path = tmp_path / "m.json.gz"
+    tiny_model.save(path)
+    loaded = RuntimeModel.load(path)
+    g = summarise(mlp_graph())
+    a = tiny_model.predict_step(g, resolve_gpu("V100-PCIE-32GB"), StepContext())
+    b = loaded.predict_step(g, resolve_gpu("V100-PCIE-32GB"), StepContext())
+    assert a.step_seconds == pytest.approx(b.step_seconds, rel=1e-9)
+    assert loaded.training_summary["op_rows"] > 0
+
+
+def test_batch_prediction_matches_single(tiny_model):
+    g = summarise(mlp_graph(batch=16))
+    items = [(g, resolve_gpu(n), StepContext()) for n in ("T4", "L4", "H200")]
+    batch = tiny_model.predict_steps_batch(items)
+    single = [tiny_model.predict_step(*it) for it in items]
+    assert [round(b.step_seconds, 12) for b in batch] == [round(s.step_seconds, 12) for s in single]
+
+
+def test_shipped_default_model_loads_and_predicts():
+    model = RuntimeModel.load()
+    assert model.version.startswith("offpeak-rt-")
+    assert model.training_summary["model_rows"] > 100
+    s = summarise(mlp_graph(batch=128, width=2048))
+    t4 = model.predict_step(s, resolve_gpu("T4"), StepContext()).step_seconds
+    h100 = model.predict_step(s, resolve_gpu("H100"), StepContext()).step_seconds
+    assert 0 < h100 < t4
