@@ -86,6 +86,7 @@ class PolicyRun:
         self.first_start = np.full(n_jobs, np.nan)
         self.finish = np.full(n_jobs, np.nan)
         self.job_evictions = np.zeros(n_jobs, dtype=np.int64)
+        self.placements: list[tuple[int, int, float]] = []  # (job, node, time) of every start
         minutes = scenario.end_minute - scenario.start_minute
         self.t = Tally(occupancy=np.zeros(minutes), lost_by_minute=np.zeros(minutes))
         self._type_index = {t: i for i, t in enumerate(fl.types)}
@@ -120,6 +121,7 @@ class PolicyRun:
         self.on_node[node][job] = r
         self.used[node] += g
         heapq.heappush(self.heap, (end, job, int(self.attempt[job])))
+        self.placements.append((job, node, now))
         if math.isnan(self.first_start[job]):
             self.first_start[job] = now
 

@@ -103,7 +103,8 @@ def write_plots(
     names = list(metrics)
     ax.bar(names, [metrics[n]["evictions"] for n in names], color="tab:red")
     ax.set_ylabel("evictions")
-    ax.set_yscale("log")
+    if max((metrics[n]["evictions"] for n in names), default=0) > 0:
+        ax.set_yscale("log")
     ax.set_title("Offline pods evicted for returning online demand")
     for i, n in enumerate(names):
         ax.annotate(str(metrics[n]["evictions"]), (i, max(1, metrics[n]["evictions"])), ha="center", va="bottom")

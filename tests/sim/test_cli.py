@@ -1,0 +1,63 @@
+"""The `offpeak simulate` contract: flags, report keys, plots, one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from offpeak.cli import main
+from offpeak_sim import paths
+
+CONTRACT_KEYS = ("harvested_gpu_hours", "harvest_share", "evictions", "lost_gpu_seconds", "jct_mean_s", "jct_p95_s")
+needs_data = pytest.mark.skipif(not (paths.data_root() / "traces").is_dir(), reason="shared trace data not present")
+
+
+@needs_data
+def test_simulate_writes_report_with_contract_keys_and_plots(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "r.json"
+    rc = main(["simulate", "--nodes", "6", "--days", "0.5", "--history-days", "1", "--seed", "3",
+               "--policies", "default,backfill,user-estimate,offpeak,oracle",
+               "--report", str(out), "--plots", str(tmp_path / "plots"), "--quiet"])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert list(report) == ["default", "backfill", "user-estimate", "offpeak", "oracle"]
+    for name, m in report.items():
+        for k in CONTRACT_KEYS:
+            assert k in m, (name, k)
+        assert m["evictions"] >= 0 and 0 <= m["harvest_share"] <= 1
+    meta = json.loads((tmp_path / "r.meta.json").read_text())
+    assert meta["scenario"]["nodes"] == 6
+    for png in ("harvest.png", "jct_cdf.png", "evictions.png"):
+        assert (tmp_path / "plots" / png).stat().st_size > 1000
+
+
+@needs_data
+def test_trace_folders_are_flags_and_the_data_root_is_an_env_var(tmp_path: Path, monkeypatch, capsys) -> None:
+    root = paths.data_root()
+    monkeypatch.setenv(paths.ENV_DATA_ROOT, str(tmp_path / "nowhere"))
+    rc = main(["simulate", "--days", "0.1", "--report", str(tmp_path / "r.json"), "--quiet"])
+    assert rc == 2 and "online trace folder not found" in capsys.readouterr().err
+    rc = main(["simulate", "--nodes", "3", "--days", "0.2", "--history-days", "1", "--policies", "backfill",
+               "--online-trace", str(root / "traces" / "philly-node-sequence"),
+               "--jobs-trace", str(root / "traces" / "ms-itp-elasticflow"),
+               "--report", str(tmp_path / "r.json"), "--quiet"])
+    assert rc == 0
+    assert list(json.loads((tmp_path / "r.json").read_text())) == ["backfill"]
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["--policies", "fifo"], "unknown policy"),
+        (["--nodes", "0"], "--nodes"),
+        (["--days", "-1"], "--days"),
+        (["--online-trace", "/nonexistent/x"], "not found"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, argv: list[str], message: str) -> None:
+    rc = main(["simulate", *argv, "--report", str(tmp_path / "r.json"), "--quiet"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert message in err and err.count("\n") == 1
