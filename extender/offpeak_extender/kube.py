@@ -79,8 +79,9 @@ class Informer:
         version = listing.metadata.resource_version
         w = watch.Watch()
         try:
+            # server-side timeout plus a client-side read timeout: a silently dead watch must not go stale forever
             for event in w.stream(lister, resource_version=version, timeout_seconds=self.watch_timeout_seconds,
-                                  allow_watch_bookmarks=True):
+                                  allow_watch_bookmarks=True, _request_timeout=self.watch_timeout_seconds + 30):
                 if self.stop_event.is_set():
                     return
                 etype = event.get("type")
