@@ -95,13 +95,7 @@ def _extract_torch(
 ) -> ModelGraph:
     import torch
 
-    try:
-        with torch.device("meta"):
-            built = build()
-    except UserError:
-        if not entrypoint:
-            raise
-        built = build()  # user code that cannot build on meta (e.g. loads a checkpoint): build it for real
+    built = _build_on_meta(build, entrypoint=entrypoint)
     try:
         recorder = _trace(built, options, torch.device("meta"))
         extraction = EXTRACTION_META
@@ -138,6 +132,23 @@ def _extract_torch(
     )
 
 
+def _build_on_meta(build: Callable[[], BuiltModel], *, entrypoint: bool) -> BuiltModel:
+    """Build under a `meta` device context; a constructor that computes with tensors (or user code that loads a
+    checkpoint) is built again on the CPU with each parameter moved to `meta` as it is registered."""
+    import torch
+
+    from offpeak_graph.torch_models import parameters_on_meta
+
+    try:
+        with torch.device("meta"):
+            return build()
+    except Exception as e:  # noqa: BLE001 - classified below; genuine input errors are re-raised
+        if not (entrypoint or _is_meta_limitation(e)):
+            raise
+    with parameters_on_meta():
+        return build()
+
+
 def _trace(built: BuiltModel, options: ExtractOptions, device: Any) -> Recorder:
     import torch
 
@@ -145,7 +156,7 @@ def _trace(built: BuiltModel, options: ExtractOptions, device: Any) -> Recorder:
     from offpeak_graph.torch_trace import record_forward
 
     model = built.module
-    if any(p.device != device for p in model.parameters()):
+    if any(t.device != device for t in [*model.parameters(), *model.buffers()]):
         model = model.to(device)
     model = model.to(DTYPES[options.precision])
     model.train(options.mode == "train")

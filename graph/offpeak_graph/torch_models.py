@@ -10,7 +10,8 @@ import difflib
 import importlib
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,27 @@ def _float_input(device: torch.device, options: ExtractOptions, shape: tuple[int
 
 def _token_input(device: torch.device, options: ExtractOptions, seq_len: int) -> torch.Tensor:
     return torch.zeros(options.batch_size, seq_len, device=device, dtype=torch.long)
+
+
+@contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Build on the CPU but move each parameter to `meta` as it is registered.
+
+    For constructors that compute with tensors (e.g. torchvision's RegNet widths) and so cannot run under a
+    `meta` device context. Only one layer's weights exist on the CPU at a time.
+    """
+    original = nn.Module.register_parameter
+
+    def register(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
+        original(module, name, param)
+        if param is not None and param.device.type != "meta":
+            module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+
+    nn.Module.register_parameter = register  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module.register_parameter = original  # type: ignore[method-assign]
 
 
 # ---- torchvision ------------------------------------------------------------------------------------------
