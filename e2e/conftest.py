@@ -51,7 +51,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 def e2e_cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
     """A running local cluster (control plane + kwok GPU nodes + Prometheus + offpeak services) for the session.
 
-    Environment knobs: OFFPEAK_E2E_NODES (default 4), OFFPEAK_E2E_KEEP=1 (leave it running afterwards).
+    Environment knobs: OFFPEAK_E2E_NODES (default 4), OFFPEAK_E2E_KEEP=1 (leave it running afterwards),
+    OFFPEAK_E2E_WITHOUT=predictor,... (services not to start; tests needing them then fail).
     """
     if _BUILD_ERROR:
         pytest.fail(f"the local control plane could not be built: {_BUILD_ERROR[0]}", pytrace=False)

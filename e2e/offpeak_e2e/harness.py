@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from offpeak_e2e import kube
-from offpeak_e2e.cluster import ClusterSettings, LocalCluster
+from offpeak_e2e.cluster import ClusterSettings, LocalCluster, with_services
 from offpeak_e2e.controlplane import ClusterState, ControlPlaneSettings
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
@@ -25,11 +25,13 @@ TJ = "trainingjobs.offpeak.io"
 def e2e_settings(*, name: str = "pytest", nodes: int | None = None) -> ClusterSettings:
     """Settings for the test cluster: few nodes, manual online load (tests drive surges), a short "day"."""
     n = nodes or int(os.environ.get("OFFPEAK_E2E_NODES", "4"))
-    return ClusterSettings(
+    settings = ClusterSettings(
         control_plane=ControlPlaneSettings(name=name, nodes=n),
         day_seconds=float(os.environ.get("OFFPEAK_E2E_DAY_SECONDS", "600")),
         online_load=False,
     )
+    without = [s for s in os.environ.get("OFFPEAK_E2E_WITHOUT", "").split(",") if s]
+    return with_services(settings, without=without)
 
 
 @dataclass

@@ -73,7 +73,7 @@ class RunningOperator:
 
 
 @pytest.fixture
-def operator(e2e_cluster: E2ECluster, e2e_namespace: str) -> Iterator[RunningOperator]:
+def kopf_operator(e2e_cluster: E2ECluster, e2e_namespace: str) -> Iterator[RunningOperator]:
     had_service = "operator" in e2e_cluster.state.urls
     e2e_cluster.stop_service("operator")
     running = RunningOperator(e2e_cluster, e2e_namespace)
@@ -102,7 +102,7 @@ def _condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
 
 
 def test_job_runs_to_success_with_prediction_pods_and_metrics(e2e_cluster: E2ECluster, e2e_namespace: str,
-                                                              operator: RunningOperator) -> None:
+                                                              kopf_operator: RunningOperator) -> None:
     ns = e2e_namespace
     _apply(e2e_cluster, ns, _job("ok", sim_seconds=4))
     running = e2e_cluster.wait_phase(ns, "ok", ["Running", "Succeeded", "Failed"], timeout=120)["status"]
@@ -128,14 +128,14 @@ def test_job_runs_to_success_with_prediction_pods_and_metrics(e2e_cluster: E2ECl
     assert _condition(done, "Finished")["reason"] == "Succeeded"
     reasons = {e["reason"] for e in _events(e2e_cluster, ns, "ok")}
     assert {"Accepted", "Running", "Succeeded"} <= reasons, reasons
-    registry = operator.op.metrics.registry
+    registry = kopf_operator.op.metrics.registry
     labels = {"job": "ok", "namespace": ns, "gpu_type": done["gpuType"], "model_family": "mlp"}
     assert registry.get_sample_value("offpeak_job_actual_seconds", labels) == done["actualSeconds"]
     assert registry.get_sample_value("offpeak_jobs", {"phase": "Succeeded"}) == 1
 
 
 def test_bad_input_fails_with_condition_and_event_and_creates_nothing(e2e_cluster: E2ECluster, e2e_namespace: str,
-                                                                      operator: RunningOperator) -> None:
+                                                                      kopf_operator: RunningOperator) -> None:
     ns = e2e_namespace
     _apply(e2e_cluster, ns, _job("bad-gpu", sim_seconds=1, gpuTypes=["A100-SXM4-40GB", "Z9000"]))
     status = e2e_cluster.wait_phase(ns, "bad-gpu", ["Failed"], timeout=60)["status"]

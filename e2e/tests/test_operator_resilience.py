@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 
-from test_operator_lifecycle import RunningOperator, _apply, _job, operator  # noqa: F401 - fixture
+from test_operator_lifecycle import RunningOperator, _apply, _job, kopf_operator  # noqa: F401 - fixture
 
 from offpeak_e2e.harness import E2ECluster
 
 
 def test_eviction_requeues_and_the_next_attempt_predicts_the_remaining_work(
-        e2e_cluster: E2ECluster, e2e_namespace: str, operator: RunningOperator) -> None:  # noqa: F811
+        e2e_cluster: E2ECluster, e2e_namespace: str, kopf_operator: RunningOperator) -> None:  # noqa: F811
     ns = e2e_namespace
     _apply(e2e_cluster, ns, _job("evicted", sim_seconds=6, checkpointing=True, estimatedSeconds=600,
                                  modelSource=None, maxAttempts=3))
@@ -29,16 +29,16 @@ def test_eviction_requeues_and_the_next_attempt_predicts_the_remaining_work(
     assert done["phase"] == "Succeeded" and done["attempts"] == 2, done
     scheduled = [c for c in done["conditions"] if c["type"] == "Scheduled"][0]
     assert scheduled["status"] == "True", (requeued, done)
-    assert operator.op.metrics.registry.get_sample_value("offpeak_job_requeues_total", {"reason": "Evicted"}) == 1
+    assert kopf_operator.op.metrics.registry.get_sample_value("offpeak_job_requeues_total", {"reason": "Evicted"}) == 1
 
 
 def test_restarted_operator_resumes_without_duplicates(e2e_cluster: E2ECluster, e2e_namespace: str,
-                                                       operator: RunningOperator) -> None:  # noqa: F811
+                                                       kopf_operator: RunningOperator) -> None:  # noqa: F811
     ns = e2e_namespace
     _apply(e2e_cluster, ns, _job("restart", sim_seconds=8))
     e2e_cluster.wait_phase(ns, "restart", ["Waiting", "Running"], timeout=120)
-    operator.stop()
-    operator.start()
+    kopf_operator.stop()
+    kopf_operator.start()
     done = e2e_cluster.wait_phase(ns, "restart", ["Succeeded", "Failed"], timeout=120)["status"]
     assert done["phase"] == "Succeeded" and done["attempts"] == 1, done
     names = sorted(p["metadata"]["name"] for p in e2e_cluster.pods(ns, "offpeak.io/trainingjob=restart"))
@@ -48,13 +48,13 @@ def test_restarted_operator_resumes_without_duplicates(e2e_cluster: E2ECluster, 
 
 
 def test_deleting_the_job_removes_what_the_operator_made(e2e_cluster: E2ECluster, e2e_namespace: str,
-                                                         operator: RunningOperator) -> None:  # noqa: F811
+                                                         kopf_operator: RunningOperator) -> None:  # noqa: F811
     ns = e2e_namespace
     _apply(e2e_cluster, ns, _job("gone", sim_seconds=120, workers=2))
     e2e_cluster.wait_for("two training pods",
                          lambda: len(e2e_cluster.pods(ns, "offpeak.io/trainingjob=gone")) == 2, timeout=120)
-    operator.stop()  # deletion must not depend on the operator (no blocking finalizer)
+    kopf_operator.stop()  # deletion must not depend on the operator (no blocking finalizer)
     e2e_cluster.kubectl("-n", ns, "delete", "trainingjob", "gone", "--wait=true", timeout=60)
     e2e_cluster.wait_for("garbage collection of the job's pods",
                          lambda: e2e_cluster.pods(ns, "offpeak.io/trainingjob=gone") == [], timeout=90)
-    operator.start()
+    kopf_operator.start()
