@@ -212,17 +212,23 @@ class ClusterStore:
         pinfos = None if pods is None else {p.uid: p for p in map(pod_info, pods)}
         with self._lock:
             if infos is not None:
+                changed = {n for n, i in infos.items() if self._nodes.get(n) != i}
                 self._nodes = infos
                 self._nodes_synced = True
+            else:
+                changed = set()
             if pinfos is not None:
                 self._pods = pinfos
                 self._pods_synced = True
-            self._recount()
+            self._recount(changed)
             self.synced = self._nodes_synced and self._pods_synced
+        self.views(self.node_names())  # rebuild invalidated views here, in the informer's thread, not per request
 
     def upsert_node(self, obj: Mapping[str, Any]) -> None:
         info = node_info(obj)
         with self._lock:
+            if self._nodes.get(info.name) == info:
+                return  # status heartbeats and unrelated changes: nothing the decisions read
             self._nodes[info.name] = info
             self._bump(info.name)
 
@@ -260,13 +266,18 @@ class ClusterStore:
     def _bump(self, node: str) -> None:
         self._usage.setdefault(node, _Usage()).version += 1
 
-    def _recount(self) -> None:
-        versions = {n: u.version + 1 for n, u in self._usage.items()}
+    def _recount(self, changed_nodes: set[str]) -> None:
+        """Recount GPU usage from all pods; bump view versions only where usage or the node itself changed."""
+        old = self._usage
         self._usage = {}
         for pod in self._pods.values():
             self._account(pod, +1)
-        for n in set(self._nodes) | set(versions):
-            self._usage.setdefault(n, _Usage()).version = versions.get(n, 0) + 1
+        for n in set(self._nodes) | set(old):
+            new = self._usage.setdefault(n, _Usage())
+            prev = old.get(n)
+            same = prev is not None and (prev.online, prev.offline, prev.other) == (new.online, new.offline, new.other)
+            new.version = prev.version if (same and prev is not None and n not in changed_nodes) else (
+                (prev.version if prev else 0) + 1)
 
     # -- history / forecasts -------------------------------------------------------------------------------------
     def record_local_sample(self, now: float | None = None) -> None:

@@ -140,3 +140,18 @@ def test_refresher_thread_samples_once_per_step_and_refreshes() -> None:
     samples = store.local_history()["a"][0]
     assert 4 <= samples.size <= 7  # ~1.1 s / 0.2 s, not one per loop iteration
     assert not store.data_stale()
+
+
+def test_relist_keeps_views_of_unchanged_nodes() -> None:
+    clock = [NOW]
+    store = store_with_nodes(clock)
+    store.set_history({"a": (np.array([NOW - 20.0]), np.array([2.0]))}, now=NOW)
+    (before_a, before_s), _ = store.views(["a", "sched"])
+    store.replace_all(nodes=[gpu_node("a", gpus=4), gpu_node("sched", gpus=4, busy_hours="daily 12:00-18:00")],
+                      pods=[gpu_pod("web-0", gpus=2, node="a", workload="online"),
+                            gpu_pod("train-0", gpus=1, node="sched")])
+    (after_a, after_s), _ = store.views(["a", "sched"])
+    assert after_a is before_a  # same usage, same node: the cached view is reused
+    assert after_s is not before_s and after_s.gpus_free_now == 3
+    store.upsert_node(gpu_node("a", gpus=4))  # heartbeat-like update, nothing changed
+    assert store.views(["a"])[0][0] is before_a
