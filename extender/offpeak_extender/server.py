@@ -55,6 +55,29 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
+async def windows(request: web.Request) -> web.Response:
+    """Debug view: each node's free GPUs now and forecast idle windows (`?node=a&node=b` to narrow)."""
+    service = request.app[SERVICE_KEY]
+    names = request.query.getall("node", []) or service.store.node_names()
+    views, unknown = service.store.views(names)
+    now = service.store.clock()
+    out = {
+        "now": now,
+        "data_stale": service.store.data_stale(),
+        "unknown": unknown,
+        "nodes": [
+            {
+                "name": v.name, "gpu_type": v.gpu_type, "gpus_total": v.gpus_total, "gpus_free_now": v.gpus_free_now,
+                "data_stale": v.data_stale, "confidence": v.confidence,
+                "windows": [{"start": w.start, "end": w.end, "free_gpus": w.free_gpus, "confidence": w.confidence}
+                            for w in (v.windows or ()) if w.end is None or w.end > now],
+            }
+            for v in views
+        ],
+    }
+    return web.json_response(out)
+
+
 def make_app(*, service: ExtenderService, registry: CollectorRegistry) -> web.Application:
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app[SERVICE_KEY] = service
@@ -62,5 +85,6 @@ def make_app(*, service: ExtenderService, registry: CollectorRegistry) -> web.Ap
     app.router.add_post("/filter", _timed("filter", ExtenderService.filter))
     app.router.add_post("/prioritize", _timed("prioritize", ExtenderService.prioritize))
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/windows", windows)
     app.router.add_get("/metrics", metrics)
     return app

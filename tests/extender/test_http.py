@@ -143,3 +143,13 @@ def test_bad_json_returns_error_field() -> None:
         assert await post(client, "prioritize", {"nothing": 1}) == []
 
     run(t)
+
+
+def test_windows_debug_endpoint() -> None:
+    async def t(client: TestClient, store: ClusterStore, reg: CollectorRegistry, clock: Clock) -> None:
+        res = await (await client.get("/windows?node=short&node=nope")).json()
+        assert res["unknown"] == ["nope"] and [n["name"] for n in res["nodes"]] == ["short"]
+        [w] = [w for w in res["nodes"][0]["windows"] if w["free_gpus"] == 7]
+        assert w["end"] == NOW + 60
+
+    run(t)
