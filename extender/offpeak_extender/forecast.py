@@ -89,7 +89,9 @@ def _grouped_quantile(keys: np.ndarray, values: np.ndarray, n_keys: int, q: floa
     out = np.full(n_keys, np.nan)
     if values.size == 0:
         return out, counts
-    order = np.lexsort((values, keys))
+    # one float argsort instead of lexsort: key + value squeezed into [0, 0.5) sorts by key, then value
+    lo, span = float(values.min()), float(np.ptp(values)) or 1.0
+    order = np.argsort(keys + (values - lo) / span * 0.5, kind="stable")
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     has = counts > 0
     idx = starts[has] + np.ceil(q * (counts[has] - 1)).astype(int)

@@ -154,3 +154,20 @@ def test_settings_validation() -> None:
         ForecastSettings(step_seconds=0)
     with pytest.raises(ValueError):
         ForecastSettings(quantile=1.5)
+
+
+def test_grouped_quantile_matches_per_group_numpy() -> None:
+    from offpeak_extender.forecast import _grouped_quantile
+
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 50, 3000)
+    values = np.round(rng.gamma(2.0, 2.0, 3000), 1)
+    for q in (0.0, 0.5, 0.9, 1.0):
+        got, counts = _grouped_quantile(keys, values, 60, q)
+        for k in range(60):
+            sel = np.sort(values[keys == k])
+            assert counts[k] == sel.size
+            if sel.size:
+                assert got[k] == sel[int(np.ceil(q * (sel.size - 1)))]
+            else:
+                assert np.isnan(got[k])
