@@ -35,6 +35,9 @@ class GraphSummary:
     optimizer: str
     n_ops_total: int
     flops_third: tuple[float, float, float]  # share of forward FLOPs in the first/middle/last third of the graph
+    class_index: np.ndarray  # position of each op's class in OP_CLASSES
+    backward_factor: np.ndarray  # BACKWARD_FACTOR per op
+    flop_share: tuple[float, ...]  # share of forward FLOPs per class (OP_CLASSES order)
 
 
 def summarise(graph: ModelGraph, *, key: str | None = None) -> GraphSummary:
@@ -60,11 +63,15 @@ def summarise(graph: ModelGraph, *, key: str | None = None) -> GraphSummary:
     table = make_op_table(op_class=classes, flops=flops, bytes_=nbytes, out_numel=out_numel, lead_dim=lead,
                           dtype_bytes=dtb)  # fmt: skip
     total = float(table.flops.sum()) or 1.0
+    class_index = np.array([OP_CLASSES.index(c) for c in table.op_class], dtype=np.int64)
+    flop_share = np.bincount(class_index, weights=table.flops, minlength=len(OP_CLASSES)) / total
     thirds = np.array_split(table.flops, 3) if len(table) >= 3 else [table.flops, np.zeros(0), np.zeros(0)]
     return GraphSummary(
         key=key or graph.content_hash(), ops=table, params=float(graph.total_params), batch_size=int(graph.batch_size),
         seq_len=int(graph.seq_len or 0), precision=graph.precision, mode=graph.mode, optimizer=graph.optimizer,
         n_ops_total=len(graph.ops), flops_third=tuple(float(t.sum()) / total for t in thirds),  # type: ignore[arg-type]
+        class_index=class_index, backward_factor=np.array([BACKWARD_FACTOR[c] for c in classes]),
+        flop_share=tuple(float(x) for x in flop_share),
     )  # fmt: skip
 
 
@@ -87,9 +94,8 @@ def step_composition(
     Returns (seconds, per-class seconds). Backward costs `BACKWARD_FACTOR` x forward per class.
     """
     train = ctx.mode == "train"
-    factor = np.array([1.0 + (BACKWARD_FACTOR[c] if train else 0.0) for c in summary.ops.op_class])
-    per_op = op_seconds * factor
-    per_class = np.array([per_op[summary.ops.op_class == c].sum() for c in OP_CLASSES])
+    per_op = op_seconds * (1.0 + summary.backward_factor) if train else op_seconds
+    per_class = np.bincount(summary.class_index, weights=per_op, minlength=len(OP_CLASSES))
     total = float(per_op.sum())
     if train:
         total += summary.params * OPTIMIZER_BYTES_PER_PARAM.get(ctx.optimizer, 32.0) / gpu.bandwidth_bytes
@@ -110,9 +116,8 @@ def step_features(
     *, summary: GraphSummary, base_step: float, per_class: np.ndarray, gpu: GpuSpec, ctx: StepContext
 ) -> list[float]:
     """Graph-level features for the model-level correction (order: STEP_FEATURES)."""
-    flops = summary.ops.flops
-    total_flops = float(flops.sum()) or 1.0
-    flop_share = [float(flops[summary.ops.op_class == c].sum()) / total_flops for c in OP_CLASSES]
+    total_flops = float(summary.ops.flops.sum()) or 1.0
+    flop_share = list(summary.flop_share)
     time_share = (per_class / max(per_class.sum(), 1e-12)).tolist()
     n_ops = len(summary.ops)
     train = ctx.mode == "train"

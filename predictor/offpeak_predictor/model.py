@@ -19,7 +19,7 @@ from typing import Any
 import lightgbm as lgb
 import numpy as np
 
-from offpeak_predictor.features import base_times, op_feature_matrix
+from offpeak_predictor.features import OP_CLASSES, OpTable, base_times, op_feature_matrix
 from offpeak_predictor.gpus import GpuSpec
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, step_composition, step_features
 
@@ -29,6 +29,8 @@ BOOSTER_OF_CLASS: dict[str, str] = {
     "memory": "vector",
 }  # fmt: skip
 DEFAULT_MODEL_FILE = "data/default_model.json.gz"
+_GROUP_CODE = {"gemm": 0, "conv": 1, "vector": 2}
+_CLASS_CODE = {c: i for i, c in enumerate(OP_CLASSES)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,19 +62,30 @@ class RuntimeModel:
         if cached is not None:
             self._op_cache.move_to_end(key)
             return cached
-        table = summary.ops
-        out = base_times(table, gpu, precision)
-        if len(table):
-            feats = op_feature_matrix(table, gpu, precision)
-            groups = np.array([BOOSTER_OF_CLASS.get(c, "vector") for c in table.op_class])
-            for name, booster in self.op_boosters.items():
-                mask = groups == name
-                if mask.any():
-                    out[mask] = out[mask] * np.exp(booster.predict(feats[mask], num_threads=1))
+        out = self._price_ops(summary.ops, gpu, precision)
         self._op_cache[key] = out
         if len(self._op_cache) > 4096:
             self._op_cache.popitem(last=False)
         return out
+
+    def _price_ops(self, table: OpTable, gpu: GpuSpec, precision: str) -> np.ndarray:
+        """Forward seconds per op. Identical ops (repeated blocks) are priced once."""
+        if not len(table):
+            return np.zeros(0)
+        groups = np.array([_GROUP_CODE[BOOSTER_OF_CLASS.get(c, "vector")] for c in table.op_class])
+        keys = np.column_stack([groups, table.flops, table.bytes, table.out_numel, table.lead_dim, table.dtype_bytes,
+                                np.array([_CLASS_CODE.get(c, -1) for c in table.op_class])])  # fmt: skip
+        uniq, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        sub = OpTable(op_class=table.op_class[first], flops=table.flops[first], bytes=table.bytes[first],
+                      out_numel=table.out_numel[first], reduce_len=table.reduce_len[first],
+                      lead_dim=table.lead_dim[first], dtype_bytes=table.dtype_bytes[first])  # fmt: skip
+        out = base_times(sub, gpu, precision)
+        feats = op_feature_matrix(sub, gpu, precision)
+        for name, booster in self.op_boosters.items():
+            mask = uniq[:, 0] == _GROUP_CODE[name]
+            if mask.any():
+                out[mask] = out[mask] * np.exp(booster.predict(feats[mask], num_threads=1))
+        return out[inverse.reshape(-1)]
 
     def predict_step(self, summary: GraphSummary, gpu: GpuSpec, ctx: StepContext) -> StepPrediction:
         fwd = self.op_seconds(summary, gpu, ctx.precision)

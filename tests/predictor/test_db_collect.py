@@ -1,0 +1,69 @@
+"""Benchmark DB round trips and the sample-workload collector on the CPU (tiny configs)."""
+
+import pandas as pd
+import pytest
+
+from offpeak.cli import main
+from offpeak_predictor.collect import CollectPlan, build_sample_cnn, time_steps
+from offpeak_predictor.db import BenchmarkDB
+from offpeak_predictor.graphcache import get_graph
+from offpeak_predictor.loaders import MODEL_COLUMNS, graph_args_of
+
+
+def test_db_append_read_and_replace_source(tmp_path):
+    db = BenchmarkDB(tmp_path / "b.sqlite")
+    rows = pd.DataFrame([{"source": "a", "gpu": "T4", "time_s": 0.1}, {"source": "b", "gpu": "L4", "time_s": 0.2}])
+    assert db.append("model_samples", rows) == 2
+    assert db.replace_source("model_samples", "a", rows.iloc[:1].assign(time_s=0.5)) == 1
+    back = db.read("model_samples").sort_values("source")
+    assert list(back.columns) == list(MODEL_COLUMNS)
+    assert list(back["time_s"]) == [0.5, 0.2]
+    with pytest.raises(ValueError):
+        db.read("nope")
+
+
+def test_time_steps_drops_the_warm_up_step():
+    calls = []
+    durations = iter([0.05, 0.0, 0.0, 0.0])
+
+    def step():
+        import time
+
+        calls.append(1)
+        time.sleep(next(durations))
+
+    mean, std = time_steps(step, steps=3, sync=lambda: None)
+    assert len(calls) == 4  # steps 1..N+1
+    assert mean < 0.02  # the slow first step is not in the mean
+
+
+def test_plan_enumerates_every_combination():
+    plan = CollectPlan(conv_layers=[1, 2], filters=[4], dense_layers=[1], nodes=[8, 16], batch_sizes=[2],
+                       input_sizes=[8], torchvision=["resnet18"])  # fmt: skip
+    kinds = [w["kind"] for w in plan.workloads()]
+    assert kinds.count("sample_cnn") == 4 and kinds.count("torchvision") == 1
+
+
+def test_sample_cnn_shapes():
+    import torch
+
+    model = build_sample_cnn(conv_layers=3, filters=8, dense_layers=2, nodes=16, input_size=16)
+    assert model(torch.zeros(2, 3, 16, 16)).shape == (2, 10)
+
+
+def test_collect_cli_on_cpu_appends_rows_with_graphs(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OFFPEAK_GRAPH_CACHE", str(tmp_path / "graphs"))
+    db_path = tmp_path / "c.sqlite"
+    assert main(["collect", "--db", str(db_path), "--device", "cpu", "--steps", "2", "--conv-layers", "1,2",
+                 "--filters", "4", "--nodes", "8", "--batch-size", "2", "--input-size", "8"]) == 0  # fmt: skip
+    rows = BenchmarkDB(db_path).read("model_samples")
+    assert len(rows) == 2
+    assert (rows["gpu"] == "cpu").all() and (rows["time_s"] > 0).all()
+    assert rows["software"].str.contains("pytorch-").all()
+    graph = get_graph(graph_args_of(rows.iloc[1]))
+    assert graph.model_name == "sample_cnn_c2x4_d1x8" and graph.total_flops_forward > 0
+    assert sum(op.type == "conv2d" for op in graph.ops) == 2
+
+
+def test_collect_rejects_bad_lists(tmp_path):
+    assert main(["collect", "--db", str(tmp_path / "x.sqlite"), "--device", "cpu", "--filters", "a,b"]) == 2
