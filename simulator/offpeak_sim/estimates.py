@@ -1,9 +1,12 @@
 """What each policy believes about a job's runtime: the predictor's error profile and a noisy user estimate.
 
-Predictor profile: read from the predictor's evaluation report (`reports/predictor/*.json`) when one with
-per-sample predictions is there, otherwise a documented default: prediction = truth × exp(N(0, 0.35)) (a typical
-job-level runtime predictor: median absolute error ~21 %). The p90 the extender sees is prediction × the profile's
-p90 ratio, i.e. the 90th percentile of truth/prediction, so p90 covers the truth 90 % of the time.
+Predictor profile, from the predictor's evaluation report (`reports/predictor/*.json`), in this order:
+1. per-sample (prediction, truth) records anywhere in the JSON: bootstrap their log ratios;
+2. `offpeak eval-predictor`'s aggregate form (`schemes.<scheme>.overall.offpeak.rmse_log`, preferring
+   leave-one-model-family-out, the case of a new model on a known GPU type): log-normal with sigma = rmse_log;
+3. otherwise a documented default: log-normal sigma 0.35 (median absolute error ~24 %).
+The p90 the extender sees is prediction × the profile's p90 ratio, i.e. the 90th percentile of truth/prediction,
+so p90 covers the truth 90 % of the time.
 
 User estimate: users ask for generous round wall times; estimate = truth × exp(N(ln 2, 0.8)) on the reference GPU,
 rounded up to a whole hour, scaled to each GPU type (the user is assumed to know relative GPU speeds).
@@ -68,8 +71,26 @@ def _pairs(obj: Any) -> Iterator[tuple[float, float]]:
             yield from _pairs(v)
 
 
-def profile_from_reports(folder: Path, *, min_samples: int = 30) -> ErrorProfile | None:
-    """Build a profile from the predictor's JSON reports, or None when none has enough per-sample records."""
+SCHEMES = ("leave_one_family_out", "leave_one_gpu_out")
+
+
+def _aggregate_sigma(doc: Any) -> tuple[float, str] | None:
+    """sigma (rmse of log error) of the offpeak method from an `offpeak eval-predictor` report, if present."""
+    schemes = doc.get("schemes") if isinstance(doc, dict) else None
+    if not isinstance(schemes, dict):
+        return None
+    for name in SCHEMES:
+        try:
+            sigma = float(schemes[name]["overall"]["offpeak"]["rmse_log"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if math.isfinite(sigma) and sigma > 0:
+            return sigma, name
+    return None
+
+
+def profile_from_reports(folder: Path, *, min_samples: int = 30, seed: int = 0) -> ErrorProfile | None:
+    """Build a profile from the predictor's JSON reports, or None when none is usable."""
     if not folder.is_dir():
         return None
     for path in sorted(folder.glob("*.json")):
@@ -78,11 +99,15 @@ def profile_from_reports(folder: Path, *, min_samples: int = 30) -> ErrorProfile
         except (OSError, ValueError):
             continue
         pairs = np.array([(p, t) for p, t in _pairs(doc) if p > 0 and t > 0 and math.isfinite(p * t)])
-        if len(pairs) < min_samples:
-            continue
-        log_ratios = np.log(pairs[:, 0] / pairs[:, 1])
-        p90 = float(np.quantile(np.exp(-log_ratios), 0.9))
-        return ErrorProfile(log_ratios, max(1.0, p90), f"{path.name} ({len(pairs)} samples)")
+        if len(pairs) >= min_samples:
+            log_ratios = np.log(pairs[:, 0] / pairs[:, 1])
+            p90 = float(np.quantile(np.exp(-log_ratios), 0.9))
+            return ErrorProfile(log_ratios, max(1.0, p90), f"{path.name} ({len(pairs)} samples)")
+        agg = _aggregate_sigma(doc)
+        if agg is not None:
+            sigma, scheme = agg
+            prof = default_profile(sigma=sigma, seed=seed)
+            return ErrorProfile(prof.log_ratios, prof.p90_ratio, f"{path.name} {scheme} rmse_log={sigma:.3f}")
     return None
 
 

@@ -96,7 +96,7 @@ def build_scenario(s: ScenarioSettings) -> Scenario:
     kept = JobStream(kept.ids, kept.arrival_s + start_s, kept.duration_s, kept.gpus)
     profile = None
     if s.predictor_reports is not None:
-        profile = estimates.profile_from_reports(s.predictor_reports)
+        profile = estimates.profile_from_reports(s.predictor_reports, seed=s.seed)
     profile = profile or estimates.default_profile(seed=s.seed)
     pred_ratio = profile.sample_ratio(rng, (len(kept), len(fleet.types)))
     user = estimates.user_estimates(kept.duration_s, rng=rng)
