@@ -63,4 +63,4 @@ def find(objects: Sequence[dict[str, Any]], kind: str, name_suffix: str = "") ->
 def scheduler_config(objects: Sequence[dict[str, Any]]) -> str:
     """The KubeSchedulerConfiguration text the chart renders."""
     (configmap,) = find(objects, "ConfigMap", "-scheduler-config")
-    return configmap["data"]["config.yaml"]
+    return str(configmap["data"]["config.yaml"])
