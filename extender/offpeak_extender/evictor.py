@@ -109,9 +109,13 @@ class Evictor:
 
     def execute(self, plan: EvictionPlan, now: float) -> None:
         for pod in plan.victims:
+            for step, call in (("annotate", lambda p=pod: self.actions.annotate(p, plan.message)),
+                               ("event", lambda p=pod: self.actions.event(p, plan))):
+                try:  # best effort: telling people why must not stop online work from getting its GPUs
+                    call()
+                except Exception as e:  # noqa: BLE001
+                    log.warning("%s for %s failed: %s", step, pod.key, e)
             try:
-                self.actions.annotate(pod, plan.message)
-                self.actions.event(pod, plan)
                 self.actions.evict(pod, self.settings.grace_seconds)
             except Exception as e:  # noqa: BLE001 - one failed eviction must not stop the others
                 log.warning("evicting %s failed: %s", pod.key, e)

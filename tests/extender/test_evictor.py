@@ -60,6 +60,8 @@ class FakeActions:
         self.calls.append(("annotate", pod.key, reason))
 
     def event(self, pod: OfflinePod, plan: object) -> None:
+        if "event" in self.fail:
+            raise RuntimeError("403 events is forbidden")
         self.calls.append(("event", pod.key, pod.trainingjob))
 
     def evict(self, pod: OfflinePod, grace_seconds: int) -> None:
@@ -153,3 +155,11 @@ def test_kube_actions_build_valid_api_objects() -> None:
     name, ns, eviction = calls["evict"]
     wire = api.sanitize_for_serialization(eviction)
     assert (name, ns) == ("bert-0", "ml") and wire["deleteOptions"]["gracePeriodSeconds"] == 15
+
+
+def test_event_failure_does_not_block_eviction() -> None:
+    actions = FakeActions(fail={"event"})
+    ev, reg, store = make(actions)
+    ev.tick()
+    assert [c[0] for c in actions.calls] == ["annotate", "evict"]
+    assert reg.get_sample_value("offpeak_evictions_total", {"reason": "online-pod-pending"}) == 1.0

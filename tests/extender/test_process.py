@@ -49,7 +49,16 @@ class FakeApi:
         app.router.add_post("/api/v1/namespaces/{ns}/pods/{name}/eviction", self.record("evict"))
         app.router.add_post("/api/v1/namespaces/{ns}/events", self.record("event"))
         app.router.add_get("/apis/offpeak.io/v1alpha1/namespaces/{ns}/trainingjobs/{name}", self.trainingjob)
+        app.router.add_get("/prometheus/api/v1/query_range", self.query_range)
         return app
+
+    async def query_range(self, request: web.Request) -> web.Response:
+        """Prometheus: node n2 has had all 4 GPUs busy with online work at every step of the history."""
+        self.calls.append(("query_range", "", dict(request.query)))
+        start, end, step = (float(request.query[k]) for k in ("start", "end", "step"))
+        values = [[start + i * step, "4"] for i in range(int((end - start) // step) + 1)]
+        return web.json_response({"status": "success", "data": {"resultType": "matrix", "result": [
+            {"metric": {"node": "n2"}, "values": values}]}})
 
     def list_(self, kind: str, items: Any) -> Any:
         async def handler(request: web.Request) -> web.StreamResponse:
@@ -130,19 +139,27 @@ def post(url: str, body: Any) -> Any:
 def test_extender_process_filters_with_its_informer_cache(fake_api: tuple[FakeApi, Path]) -> None:
     api, kubeconfig = fake_api
     port = free_port()
+    server = json.loads(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
     proc = start(["extender", "--port", str(port), "--kubeconfig", str(kubeconfig), "--season-seconds", "600",
-                  "--step-seconds", "6", "--refresh-seconds", "1"], kubeconfig.with_name("extender.log"))
+                  "--step-seconds", "6", "--refresh-seconds", "1", "--prometheus-url", f"{server}/prometheus"],
+                 kubeconfig.with_name("extender.log"))
     try:
         base = f"http://127.0.0.1:{port}"
         wait_json(f"{base}/healthz", lambda h: h["synced"] and not h["data_stale"])
         body = {"Pod": gpu_pod("train-0", gpus=2, phase="Pending", predicted=PRED), "NodeNames": ["n1", "n2"]}
         res = post(f"{base}/filter", body)
-        assert res["NodeNames"] == ["n2"] and res["FailedNodes"]["n1"] == "needs 2 GPU(s), 0 of 4 free now"
+        assert res["NodeNames"] == []
+        assert res["FailedNodes"]["n1"] == "needs 2 GPU(s), 0 of 4 free now"
+        # n2 is free now (no pods) but Prometheus history says online work fills it all day: no real window
+        assert res["FailedNodes"]["n2"].startswith("window ends in "), res["FailedNodes"]["n2"]
+        q = next(c[2] for c in api.calls if c[0] == "query_range")
+        assert q["query"] == "max by (node) (offpeak_node_online_gpus)" and q["step"] == "6"
+        blind = {"Pod": gpu_pod("train-1", gpus=2, phase="Pending", predicted=None), "NodeNames": ["n1", "n2"]}
+        assert post(f"{base}/filter", blind)["NodeNames"] == ["n1", "n2"]  # unannotated: pass-through
         scores = post(f"{base}/prioritize", body)
-        assert scores == [{"Host": "n1", "Score": 0}, {"Host": "n2", "Score": scores[1]["Score"]}]
-        assert scores[1]["Score"] >= 1
+        assert scores == [{"Host": "n1", "Score": 0}, {"Host": "n2", "Score": 0}]
         with urllib.request.urlopen(f"{base}/metrics", timeout=5) as r:
-            assert b'offpeak_extender_decision_seconds_count{verb="filter"} 1.0' in r.read()
+            assert b'offpeak_extender_decision_seconds_count{verb="filter"} 2.0' in r.read()
     finally:
         proc.terminate()
         proc.wait(timeout=10)
