@@ -25,7 +25,8 @@ MAX_SCORE = 10
 def prediction_for(predicted: Mapping[str, Prediction], gpu_type: str) -> tuple[Prediction | None, bool]:
     """Return the prediction for `gpu_type` and whether it is exact.
 
-    Matching is exact, then case-insensitive, then by prefix (`A100` ~ `A100-SXM4-40GB`). With no match the
+    Matching is exact, then case-insensitive, then by dash-separated prefix (`A100` ~ `A100-SXM4-40GB`,
+    but `A10` !~ `A100-SXM4-40GB`). With no match the
     slowest known prediction is used (conservative, flagged inexact) so an unknown GPU type cannot admit a job
     that would not fit anywhere else.
     """
@@ -39,7 +40,7 @@ def prediction_for(predicted: Mapping[str, Prediction], gpu_type: str) -> tuple[
             return pred, True
     for key, pred in predicted.items():
         k = key.casefold()
-        if folded and (k.startswith(folded) or folded.startswith(k)):
+        if folded and k and (k.startswith(folded + "-") or folded.startswith(k + "-")):  # A10 is not A100
             return pred, True
     return max(predicted.values(), key=lambda p: p.p90), False
 

@@ -86,6 +86,7 @@ def test_prediction_lookup_prefix_and_unknown_type_is_conservative() -> None:
     preds = {"A100-SXM4-40GB": Prediction(10, 20), "T4": Prediction(50, 90)}
     assert prediction_for(preds, "a100") == (preds["A100-SXM4-40GB"], True)
     assert prediction_for(preds, "V100") == (preds["T4"], False)
+    assert prediction_for({"A10": Prediction(1, 2), "T4": Prediction(50, 90)}, "A100-SXM4-40GB")[1] is False
     res = filter_nodes(pod=PodRequest("p", predicted=preds), nodes=[node("v", gpu="V100", end=NOW + 60)], now=NOW)
     assert "slowest known GPU type" in res.failed["v"]
 
