@@ -76,7 +76,7 @@ def parameters_on_meta() -> Iterator[None]:
         if param is not None and param.device.type != "meta":
             module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
 
-    nn.Module.register_parameter = register  # type: ignore[method-assign]
+    nn.Module.register_parameter = register  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
@@ -124,14 +124,14 @@ def load_entrypoint(entrypoint: str, python_path: list[str]) -> Callable[[], Any
             f"cannot import entry point module {module_name!r} ({one_line(e)}); "
             "run from the directory that holds it or pass --python-path"
         ) from e
-    func = module
+    func: Any = module
     for part in attr.split("."):
         func = getattr(func, part, None)
         if func is None:
             raise UserError(f"entry point module {module_name!r} has no attribute {attr!r}")
     if not callable(func):
         raise UserError(f"entry point {entrypoint!r} is not callable")
-    return func  # type: ignore[return-value]
+    return func  # type: ignore[no-any-return]
 
 
 def build_entrypoint(entrypoint: str, options: ExtractOptions, python_path: list[str]) -> BuiltModel:

@@ -23,6 +23,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
+from torch.utils.weak import WeakTensorKeyDictionary
 
 from offpeak_graph.aten_ops import ALLOC_OPS, _MODULE_TYPES, aten_op_type, base_name, module_op_type
 from offpeak_graph.schema import Op, OpType
@@ -130,7 +131,7 @@ class _Group:
 
     op: Op
     inner_types: list[OpType] = field(default_factory=list)
-    read: dict[int, int] = field(default_factory=dict)  # id(external tensor) -> bytes
+    read: dict[int, tuple[torch.Tensor, int]] = field(default_factory=dict)  # id -> (external tensor, bytes)
     made: list[torch.Tensor] = field(default_factory=list)  # tensors produced inside
     ran: bool = False  # at least one recorded (non-view) ATen op ran inside
     class_name: str = ""
@@ -150,9 +151,11 @@ class Recorder:
     def __init__(self, model: nn.Module, *, settings: RecordSettings | None = None) -> None:
         self.settings = settings or RecordSettings()
         self.ops: list[Op] = []
-        self._producer: dict[int, int] = {}  # id(tensor) -> op id
-        self._keep: list[torch.Tensor] = []  # keeps ids unique while recording
-        self._param_of: dict[int, int] = {id(p): id(p) for p in model.parameters()}  # also views of params
+        # Keyed by tensor identity without keeping tensors alive (the CPU fallback holds real activations).
+        self._producer: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # tensor -> op id (-1: open group)
+        self._param_of: WeakTensorKeyDictionary = WeakTensorKeyDictionary()  # parameter or view of one -> id(param)
+        for p in model.parameters():
+            self._param_of[p] = id(p)
         self._param_numel: dict[int, int] = {id(p): p.numel() for p in model.parameters()}
         self._counted_params: set[int] = set()
         self._names: dict[int, str] = {id(m): n for n, m in model.named_modules()}
@@ -170,17 +173,16 @@ class Recorder:
     # ---- bookkeeping --------------------------------------------------------------------------------
     def _set_producer(self, t: torch.Tensor, op_id: int | None) -> None:
         if op_id is None:
-            self._producer.pop(id(t), None)
+            self._producer.pop(t, None)
         else:
-            self._producer[id(t)] = op_id
-        self._keep.append(t)
+            self._producer[t] = op_id
 
     def _scope(self) -> str:
         return self._names.get(id(self._stack[-1][0]), "") if self._stack else ""
 
     def _open(self, *, op_type: OpType, framework_type: str, attrs: dict[str, Any], inputs: Any,
               class_name: str = "") -> None:  # fmt: skip
-        shapes = [list(t.shape) for t in _tensors(inputs) if id(t) not in self._param_of]
+        shapes = [list(t.shape) for t in _tensors(inputs) if t not in self._param_of]
         op = Op(id=-1, type=op_type, name=self._scope(), framework_type=framework_type, attrs=attrs,
                 input_shapes=shapes)  # fmt: skip
         self._group = _Group(op=op, class_name=class_name)
@@ -199,14 +201,14 @@ class Recorder:
         op.output_shapes = [list(t.shape) for t in outs]
         if outs:
             op.dtype = dtype_name(outs[0].dtype)
-        op.bytes_read = sum(group.read.values())
+        op.bytes_read = sum(n for _, n in group.read.values())
         op.bytes_written = sum(tensor_bytes(t) for t in outs)
         self.ops.append(op)
         for t in outs:
             self._set_producer(t, op.id)
         for t in group.made:  # tensors made inside the group belong to it
-            if self._producer.get(id(t)) == -1:
-                self._producer[id(t)] = op.id
+            if self._producer.get(t) == -1:
+                self._producer[t] = op.id
 
     # ---- module hooks -------------------------------------------------------------------------------
     def _collapsible(self, module: nn.Module) -> bool:
@@ -256,11 +258,11 @@ class Recorder:
         if base in ("_local_scalar_dense", "is_nonzero"):
             return  # a host read of a value (`.item()`): no kernel worth an op
         if func.is_view or base in ALLOC_OPS or base in ("detach", "alias", "lift_fresh", "_unsafe_view"):
-            source = self._producer.get(id(ins[0])) if ins and base not in ALLOC_OPS else None
-            param = self._param_of.get(id(ins[0])) if ins else None
+            source = self._producer.get(ins[0]) if ins and base not in ALLOC_OPS else None
+            param = self._param_of.get(ins[0]) if ins else None
             for t in outs:
                 if param is not None:
-                    self._param_of[id(t)] = param
+                    self._param_of[t] = param
                 self._set_producer(t, source)
                 if source == -1 and self._group is not None:
                     self._group.made.append(t)
@@ -271,11 +273,11 @@ class Recorder:
             flops = float(flop_registry[packet](*args, **kwargs, out_val=out))
         params = 0
         for t in ins:
-            param = self._param_of.get(id(t))
+            param = self._param_of.get(t)
             if param is not None and param not in self._counted_params:
                 self._counted_params.add(param)
                 params += self._param_numel[param]
-        producers = [self._producer.get(id(t)) for t in ins]
+        producers = [self._producer.get(t) for t in ins]
         if self._group is not None:
             g = self._group
             g.ran = True
@@ -284,7 +286,7 @@ class Recorder:
             g.inner_types.append(aten_op_type(base))
             for t, p in zip(ins, producers, strict=True):
                 if p != -1:
-                    g.read.setdefault(id(t), tensor_bytes(t))
+                    g.read.setdefault(id(t), (t, tensor_bytes(t)))
                     if p is not None:
                         g.op.inputs.append(p)
             for t in outs:
@@ -299,7 +301,7 @@ class Recorder:
             framework_type=f"aten.{packet.__name__}",
             attrs=aten_attrs(base, args, kwargs),
             inputs=sorted({p for p in producers if p is not None}),
-            input_shapes=[list(t.shape) for t in ins if id(t) not in self._param_of],
+            input_shapes=[list(t.shape) for t in ins if t not in self._param_of],
             output_shapes=[list(t.shape) for t in outs],
             dtype=dtype_name(outs[0].dtype) if outs else "",
             flops=flops,
@@ -310,9 +312,6 @@ class Recorder:
         self.ops.append(op)
         for t in outs:
             self._set_producer(t, op.id)
-
-    def unused_params(self, model: nn.Module) -> int:
-        return sum(p.numel() for p in model.parameters() if id(p) not in self._counted_params)
 
 
 _SCALAR_READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default)
