@@ -7,7 +7,7 @@ its informer cache and forecasts, the simulator from traces).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from offpeak_extender.humanize import duration
@@ -80,17 +80,29 @@ _NOT_FREE = _Assessment(False, True, None, False, 0.0, 0.0)
 _BLIND_FIT = _Assessment(True, False, None, False, 0.0, math.inf)
 
 
-def _assess(pod: PodRequest, node: NodeView, now: float, margin: float) -> _Assessment:
-    if node.gpus_free_now < pod.gpus:
-        return _NOT_FREE
-    if pod.predicted is None or node.data_stale:
-        return _BLIND_FIT
-    pred, exact = prediction_for(pod.predicted, node.gpu_type)
-    if pred is None:
-        return _BLIND_FIT
-    need = pred.p90 * (1.0 + margin)
-    left = window_left(node=node, gpus=pod.gpus, now=now)
-    return _Assessment(left >= need, False, pred, exact, need, left)
+def _assessor(pod: PodRequest, now: float, margin: float) -> Callable[[NodeView], _Assessment]:
+    """Build the per-node check for one pod; GPU-type lookups are memoised for the request (hot path)."""
+    gpus = pod.gpus
+    predicted = pod.predicted
+    factor = 1.0 + margin
+    by_type: dict[str, tuple[Prediction | None, bool]] = {}
+
+    def assess(node: NodeView) -> _Assessment:
+        if node.gpus_free_now < gpus:
+            return _NOT_FREE
+        if predicted is None or node.data_stale:
+            return _BLIND_FIT
+        hit = by_type.get(node.gpu_type)
+        if hit is None:
+            hit = by_type[node.gpu_type] = prediction_for(predicted, node.gpu_type)
+        pred, exact = hit
+        if pred is None:
+            return _BLIND_FIT
+        need = pred.p90 * factor
+        left = window_left(node=node, gpus=gpus, now=now)
+        return _Assessment(left >= need, False, pred, exact, need, left)
+
+    return assess
 
 
 def _reason(pod: PodRequest, node: NodeView, a: _Assessment, margin: float) -> str:
@@ -113,8 +125,9 @@ def filter_nodes(
         raise ValueError(f"margin must be >= 0, got {margin}")
     passed: list[str] = []
     failed: dict[str, str] = {}
+    assess = _assessor(pod, now, margin)
     for node in nodes:
-        a = _assess(pod, node, now, margin)
+        a = assess(node)
         if a.fits:
             passed.append(node.name)
         else:
@@ -139,8 +152,9 @@ def prioritize_nodes(
     """
     scores: dict[str, int] = {}
     timed: list[tuple[NodeView, _Assessment]] = []
+    assess = _assessor(pod, now, margin)
     for node in nodes:
-        a = _assess(pod, node, now, margin)
+        a = assess(node)
         if not a.fits:
             scores[node.name] = 0
         elif a.pred is None:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 
 def duration(seconds: float) -> str:
     """Format seconds as `41m`, `1h12m`, `2d3h`, `45s` (rounded up to the unit shown, so reasons never undersell)."""
     if math.isinf(seconds):
         return "open-ended"
-    s = max(0, math.ceil(seconds))
+    return _whole_seconds(max(0, math.ceil(seconds)))
+
+
+@lru_cache(maxsize=8192)  # filter replies format thousands of reasons over few distinct durations
+def _whole_seconds(s: int) -> str:
     if s < 60:
         return f"{s}s"
     m = math.ceil(s / 60)
