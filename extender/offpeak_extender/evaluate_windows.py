@@ -294,7 +294,9 @@ def main(argv: list[str] | None = None) -> int:
     forecasters = [
         Forecaster("persistence (fits-now)", persistence=True),
         Forecaster("seasonal p50", quantile=0.5),
+        Forecaster("seasonal p75", quantile=0.75),
         Forecaster("seasonal p90", quantile=0.9),
+        Forecaster("seasonal p97", quantile=0.97),
         Forecaster("seasonal p90 + live", quantile=0.9, live=True),
     ]
     started = time.time()
