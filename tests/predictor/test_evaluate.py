@@ -1,0 +1,61 @@
+"""Evaluation metrics and baselines on hand-made data (the full CV runs in `offpeak eval-predictor`)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from offpeak_predictor.baselines import FlopsLinear, LayerMLP, roofline_step
+from offpeak_predictor.evaluate import METHODS, build_report, metrics
+from offpeak_predictor.gpus import resolve_gpu
+from offpeak_predictor.graphfeatures import StepContext, summarise
+
+from .conftest import mlp_graph
+
+
+def test_metrics_on_known_errors():
+    m = metrics(np.array([1.0, 2.0, 4.0, 10.0]), np.array([1.05, 2.0, 3.0, 10.5]))
+    assert m["n"] == 4
+    assert m["mape"] == pytest.approx((5 + 0 + 25 + 5) / 4)
+    assert m["median_ape"] == pytest.approx(5.0)
+    assert m["within_10pct"] == pytest.approx(0.75) and m["within_20pct"] == pytest.approx(0.75)
+    assert m["rmse_s"] == pytest.approx(math.sqrt((0.0025 + 0 + 1 + 0.25) / 4))
+
+
+def test_roofline_baseline_scales_with_gpu_and_mode():
+    s = summarise(mlp_graph(batch=256, width=4096))
+    t4 = roofline_step(s, resolve_gpu("T4"), StepContext(optimizer="none"))
+    a100 = roofline_step(s, resolve_gpu("A100"), StepContext(optimizer="none"))
+    infer = roofline_step(s, resolve_gpu("T4"), StepContext(mode="inference"))
+    assert t4 / a100 == pytest.approx(19.5 / 8.1, rel=0.05)  # compute bound: FP32 peak ratio
+    assert t4 == pytest.approx(3 * infer, rel=0.05)  # gemm-dominated: fwd + 2x backward
+
+
+def test_flops_linear_recovers_a_constant_efficiency():
+    graphs = [summarise(mlp_graph(batch=b, width=1024)) for b in (16, 64, 256)]
+    ctx = StepContext(optimizer="none")
+    rows = pd.DataFrame({"gpu": ["T4"] * 3, "time_s": [3 * s.ops.flops.sum() / (0.4 * 8.1e12) for s in graphs]})
+    model = FlopsLinear().fit(graphs, rows, [ctx] * 3)
+    assert math.exp(model.log_efficiency) == pytest.approx(0.4, rel=1e-6)
+    assert model.predict(graphs[0], resolve_gpu("T4"), ctx) == pytest.approx(rows["time_s"][0], rel=1e-6)
+
+
+def test_layer_mlp_learns_a_simple_relation():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(2000, 3))
+    y = 2 * x[:, 0] - x[:, 1]
+    mlp = LayerMLP(hidden=16, epochs=30).fit(x, y)
+    pred = mlp.predict_log(x[:100])
+    assert np.mean(np.abs(pred - y[:100])) < 0.3
+
+
+def test_report_has_every_method_and_breakdown():
+    models = pd.DataFrame({"time_s": [1.0, 2.0, 3.0], "gpu": ["T4", "T4", "L4"], "source": ["neusight-model"] * 3,
+                           "family": ["bert", "gpt2", "bert"], "mode": ["train", "train", "inference"]})  # fmt: skip
+    preds = {"leave_one_gpu_out": {m: np.array([1.1, 2.2, 2.7]) for m in METHODS}}
+    report = build_report(models, preds, started=0.0, quick=True)
+    scheme = report["schemes"]["leave_one_gpu_out"]
+    assert set(scheme["overall"]) == set(METHODS)
+    assert set(scheme["per_gpu"]) == {"T4", "L4"} and scheme["neusight_model_level_train"]["offpeak"]["n"] == 2
+    assert report["headline"]["mape_percent"]["leave_one_gpu_out"]["offpeak"] == pytest.approx(10.0)
