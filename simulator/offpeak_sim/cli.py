@@ -40,6 +40,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--margin", type=float, default=None, help="extender filter margin on p90 (default: the extender's)")
     p.add_argument("--forecast", choices=("seasonal", "exact"), default="seasonal",
                    help="idle windows from the extender's seasonal forecaster or from the true future (default seasonal)")
+    p.add_argument("--forecast-quantile", type=float, default=None,
+                   help="seasonal forecaster's demand quantile per bin (default: the extender's, p90)")
     p.add_argument("--refresh-seconds", type=float, default=600.0, help="forecast refresh period (default 600)")
     p.add_argument("--predictor-reports", metavar="DIR", default=None,
                    help="predictor evaluation JSON folder for the error profile (default <repo>/reports/predictor)")
@@ -52,12 +54,11 @@ def register(subparsers: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
     from offpeak_extender.decisions import DEFAULT_MARGIN
+    from offpeak_extender.forecast import ForecastSettings
     from offpeak_sim import paths, report
     from offpeak_sim.engine import EngineSettings
     from offpeak_sim.fleet import DEFAULT_MIX
@@ -94,7 +95,10 @@ def handle(args: argparse.Namespace) -> int:
         online=OnlineSettings(busy_util_pct=args.busy_util, hold_minutes=args.hold_minutes),
         predictor_reports=reports_dir,
     )
-    feed = FeedSettings(mode=args.forecast, refresh_seconds=args.refresh_seconds)
+    if args.forecast_quantile is not None and not 0.0 <= args.forecast_quantile <= 1.0:
+        raise UserError("--forecast-quantile must be within 0..1")
+    fs = ForecastSettings() if args.forecast_quantile is None else ForecastSettings(quantile=args.forecast_quantile)
+    feed = FeedSettings(mode=args.forecast, refresh_seconds=args.refresh_seconds, forecast=fs)
     engine = EngineSettings(
         checkpoint_seconds=args.checkpoint_interval,
         eviction_grace_seconds=args.eviction_grace,

@@ -96,7 +96,7 @@ def alibaba_daily_profiles(path: Path, *, busy_util_pct: float) -> np.ndarray:
     np.logical_or.at(busy, (pod_idx, minute), np.nan_to_num(util) >= busy_util_pct)
     # Minutes never sampled (the trace is ~23 h, samples every 57 s): take the last sampled minute before them,
     # circularly. A pod absent from the whole trace at some time counts as idle there (its GPU is not held).
-    any_seen = seen.any(axis=0)
+    any_seen: np.ndarray = np.asarray(seen.any(axis=0))
     if not any_seen.any():
         raise UserError(f"{path}: no usable samples")
     src = np.arange(MINUTES_PER_DAY)
@@ -129,7 +129,7 @@ def _alibaba(
     h = settings.hold_minutes
     if h > 0:
         padded = np.pad(busy, ((0, 0), (h, h)))
-        busy = np.lib.stride_tricks.sliding_window_view(padded, 2 * h + 1, axis=1).any(axis=2)
+        busy = np.asarray(np.lib.stride_tricks.sliding_window_view(padded, 2 * h + 1, axis=1).any(axis=2))
     node_of_slot = np.repeat(np.arange(fleet.size), fleet.gpus)
     demand = np.zeros((fleet.size, minutes), dtype=np.int16)
     np.add.at(demand, node_of_slot, busy.astype(np.int16))
