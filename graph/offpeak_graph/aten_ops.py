@@ -141,7 +141,7 @@ _ELEMENTWISE: frozenset[str] = frozenset({
 })  # fmt: skip
 
 # nn.Module class name -> type, for modules collapsed into one op (their ATen ops are summed).
-_MODULE_TYPES: dict[str, OpType] = {
+MODULE_TYPES: dict[str, OpType] = {
     "Conv1d": OpType.CONV1D,
     "Conv2d": OpType.CONV2D,
     "Conv3d": OpType.CONV3D,
@@ -209,8 +209,13 @@ _MODULE_NAME_HINTS: tuple[tuple[str, OpType], ...] = (
     ("embedding", OpType.EMBEDDING),
 )
 
-# Ops whose type says little about cost; a collapsed module is not named after them if anything better ran.
+# Ops whose type says little about cost; a module is not named after them if anything better ran.
 _WEAK_TYPES: frozenset[OpType] = frozenset({OpType.RESHAPE, OpType.FILL, OpType.OTHER, OpType.ELEMENTWISE})
+# Matmul-class ops: a module running one of these is not named by a class-name hint ("GELUMLP" is no GELU).
+_HEAVY_TYPES: frozenset[OpType] = frozenset({
+    OpType.CONV1D, OpType.CONV2D, OpType.CONV3D, OpType.CONV_TRANSPOSE2D, OpType.LINEAR, OpType.MATMUL, OpType.BMM,
+    OpType.SDPA, OpType.LSTM, OpType.GRU, OpType.RNN,
+})  # fmt: skip
 
 
 def base_name(name: str) -> str:
@@ -235,20 +240,22 @@ def aten_op_type(name: str, *, spatial_dims: int | None = None) -> OpType:
     return OpType.OTHER
 
 
-def module_op_type(class_name: str, inner_types: list[OpType]) -> OpType:
-    """Type of a module collapsed into one op: its class, else a name hint, else its dominant inner op."""
-    if class_name in _MODULE_TYPES:
-        return _MODULE_TYPES[class_name]
-    lowered = class_name.lower()
-    for fragment, op_type in _MODULE_NAME_HINTS:
-        if fragment in lowered:
-            return op_type
-    strong = [t for t in inner_types if t not in _WEAK_TYPES]
-    if len(set(strong)) == 1:
-        return strong[0]
-    if not strong and len(set(inner_types)) == 1:
+def module_op_type(class_name: str, inner_types: list[OpType]) -> OpType | None:
+    """Type of a leaf-module call whose ops are merged into one: its class, else a class-name hint (light modules
+    only), else the one meaningful op type it ran. None when the ops are a mix: they should stay separate."""
+    if class_name in MODULE_TYPES:
+        return MODULE_TYPES[class_name]
+    if not any(t in _HEAVY_TYPES for t in inner_types):
+        lowered = class_name.lower()
+        for fragment, op_type in _MODULE_NAME_HINTS:
+            if fragment in lowered:
+                return op_type
+    strong = set(inner_types) - _WEAK_TYPES
+    if len(strong) == 1:
+        return strong.pop()
+    if not strong and len(set(inner_types)) == 1 and inner_types[0] != OpType.OTHER:
         return inner_types[0]
-    return OpType.OTHER
+    return None
 
 
 def family_from_name(name: str) -> str:

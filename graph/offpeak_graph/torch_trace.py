@@ -25,7 +25,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from offpeak_graph.aten_ops import ALLOC_OPS, _MODULE_TYPES, aten_op_type, base_name, module_op_type
+from offpeak_graph.aten_ops import ALLOC_OPS, MODULE_TYPES, aten_op_type, base_name, module_op_type
 from offpeak_graph.schema import Op, OpType
 
 # Composite functions recorded as one op each (their inner ATen ops are summed into it).
@@ -127,14 +127,24 @@ def sdpa_attrs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class _Group:
-    """An op being assembled from the ATen ops run inside one module call or composite function."""
+    """A composite function call (`F.linear`, sdpa...) being assembled into one op from its ATen ops."""
 
     op: Op
-    inner_types: list[OpType] = field(default_factory=list)
-    read: dict[int, tuple[torch.Tensor, int]] = field(default_factory=dict)  # id -> (external tensor, bytes)
+    read: dict[int, tuple[torch.Tensor, int, int | None]] = field(default_factory=dict)  # id -> (t, bytes, producer)
     made: list[torch.Tensor] = field(default_factory=list)  # tensors produced inside
     ran: bool = False  # at least one recorded (non-view) ATen op ran inside
-    class_name: str = ""
+
+
+@dataclass(slots=True)
+class _Frame:
+    """A leaf-module call. Its ops are recorded normally; when it returns they are merged into one op, unless
+    they are a mix that no single type describes (then they stay, named after the module)."""
+
+    start: int  # index of this call's first op in Recorder.ops
+    op: Op  # name, class, attrs and input shapes of the merged op
+    reads: list[tuple[int | None, int, int]] = field(default_factory=list)  # (producer, id(tensor), bytes)
+    held: list[torch.Tensor] = field(default_factory=list)  # keeps the ids in `reads` unique during the call
+    made: list[torch.Tensor] = field(default_factory=list)  # tensors given a producer during the call
 
 
 @dataclass(slots=True)
@@ -159,8 +169,9 @@ class Recorder:
         self._param_numel: dict[int, int] = {id(p): p.numel() for p in model.parameters()}
         self._counted_params: set[int] = set()
         self._names: dict[int, str] = {id(m): n for n, m in model.named_modules()}
-        self._stack: list[tuple[nn.Module, bool]] = []  # (module, opened a group)
+        self._stack: list[tuple[nn.Module, bool]] = []  # (module, opened the frame)
         self._group: _Group | None = None
+        self._frame: _Frame | None = None
         self.assumed_scalars = 0  # boolean reads of meta tensors answered True (see _DispatchMode)
 
     # ---- inputs -------------------------------------------------------------------------------------
@@ -174,65 +185,83 @@ class Recorder:
     def _set_producer(self, t: torch.Tensor, op_id: int | None) -> None:
         if op_id is None:
             self._producer.pop(t, None)
-        else:
-            self._producer[t] = op_id
+            return
+        self._producer[t] = op_id
+        if self._frame is not None:
+            self._frame.made.append(t)
 
     def _scope(self) -> str:
         return self._names.get(id(self._stack[-1][0]), "") if self._stack else ""
 
-    def _open(self, *, op_type: OpType, framework_type: str, attrs: dict[str, Any], inputs: Any,
-              class_name: str = "") -> None:  # fmt: skip
-        shapes = [list(t.shape) for t in _tensors(inputs) if t not in self._param_of]
-        op = Op(id=-1, type=op_type, name=self._scope(), framework_type=framework_type, attrs=attrs,
-                input_shapes=shapes)  # fmt: skip
-        self._group = _Group(op=op, class_name=class_name)
+    def _take_params(self, tensors: list[torch.Tensor]) -> int:
+        """Parameters (or views of them) among `tensors` not counted yet; counts them."""
+        params = 0
+        for t in tensors:
+            param = self._param_of.get(t)
+            if param is not None and param not in self._counted_params:
+                self._counted_params.add(param)
+                params += self._param_numel[param]
+        return params
 
-    def _close(self, outputs: Any) -> None:
-        group, self._group = self._group, None
-        assert group is not None
-        if not group.ran:
-            return  # identity-like call (eval dropout, nn.Identity): no op
-        op = group.op
+    def _append(self, op: Op, reads: list[tuple[int | None, torch.Tensor, int]], outs: list[torch.Tensor]) -> None:
+        """Add a finished op; let an open module frame know what it read."""
         op.id = len(self.ops)
-        if group.class_name:
-            op.type = module_op_type(group.class_name, group.inner_types)
-        op.inputs = sorted(i for i in set(op.inputs) if i != -1)
-        outs = _tensors(outputs)
-        op.output_shapes = [list(t.shape) for t in outs]
-        if outs:
-            op.dtype = dtype_name(outs[0].dtype)
-        op.bytes_read = sum(n for _, n in group.read.values())
-        op.bytes_written = sum(tensor_bytes(t) for t in outs)
         self.ops.append(op)
+        if self._frame is not None:
+            self._frame.reads.extend((p, id(t), n) for p, t, n in reads)
+            self._frame.held.extend(t for _, t, _ in reads)
         for t in outs:
             self._set_producer(t, op.id)
-        for t in group.made:  # tensors made inside the group belong to it
-            if self._producer.get(t) == -1:
-                self._producer[t] = op.id
 
     # ---- module hooks -------------------------------------------------------------------------------
     def _collapsible(self, module: nn.Module) -> bool:
         if not self.settings.collapse_leaf_modules:
             return False
-        return type(module).__name__ in _MODULE_TYPES or next(module.children(), None) is None
+        return type(module).__name__ in MODULE_TYPES or next(module.children(), None) is None
 
     def pre_hook(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         opened = False
-        if self._group is None and self._collapsible(module):
-            self._stack.append((module, False))  # so the op is named after this module
+        if self._frame is None and self._group is None and self._collapsible(module):
             name = type(module).__name__
-            self._open(op_type=OpType.OTHER, framework_type=name, attrs=module_attrs(module), inputs=(args, kwargs),
-                       class_name=name)  # fmt: skip
-            self._stack.pop()
+            shapes = [list(t.shape) for t in _tensors((args, kwargs)) if t not in self._param_of]
+            op = Op(id=-1, type=OpType.OTHER, name=self._names.get(id(module), ""), framework_type=name,
+                    attrs=module_attrs(module), input_shapes=shapes)  # fmt: skip
+            self._frame = _Frame(start=len(self.ops), op=op)
             opened = True
         self._stack.append((module, opened))
 
     def post_hook(self, module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         _, opened = self._stack.pop()
         if opened:
-            self._stack.append((module, False))
-            self._close(output)
-            self._stack.pop()
+            frame, self._frame = self._frame, None
+            assert frame is not None
+            self._merge(frame, _tensors(output))
+
+    def _merge(self, frame: _Frame, outs: list[torch.Tensor]) -> None:
+        inner = self.ops[frame.start :]
+        if not inner:
+            return  # identity-like call (eval-mode dropout, nn.Identity): no op
+        op_type = module_op_type(frame.op.framework_type, [OpType(op.type) for op in inner])
+        if op_type is None:
+            return  # a mix of ops: keep them, each named after this module
+        op = frame.op
+        op.id, op.type = frame.start, op_type
+        op.flops = float(sum(o.flops for o in inner))
+        op.params = sum(o.params for o in inner)
+        external = [(p, key, n) for p, key, n in frame.reads if p is None or p < frame.start]
+        op.inputs = sorted({p for p, _, _ in external if p is not None})
+        op.bytes_read = sum({key: n for _, key, n in external}.values())
+        op.output_shapes = [list(t.shape) for t in outs]
+        op.dtype = dtype_name(outs[0].dtype) if outs else inner[-1].dtype
+        op.bytes_written = sum(tensor_bytes(t) for t in outs)
+        del self.ops[frame.start :]
+        self.ops.append(op)
+        for t in frame.made:  # everything made inside now comes from the merged op
+            producer = self._producer.get(t)
+            if producer is not None and producer >= frame.start:
+                self._producer[t] = frame.start
+        if self._frame is not None:  # cannot happen today (frames do not nest); keep the invariant explicit
+            self._frame.reads.extend(frame.reads)
 
     # ---- function grouping --------------------------------------------------------------------------
     def run_function(self, func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -245,18 +274,34 @@ class Recorder:
         elif op_type is OpType.LINEAR and len(args) > 1 and isinstance(args[1], torch.Tensor):
             attrs = {"in_features": int(args[1].shape[-1]), "out_features": int(args[1].shape[0])}
         prefix = "F" if getattr(F, func.__name__, None) is func else "torch"
-        self._open(op_type=op_type, framework_type=f"{prefix}.{func.__name__}", attrs=attrs, inputs=(args, kwargs))
-        out = func(*args, **kwargs)
-        self._close(out)
+        shapes = [list(t.shape) for t in _tensors((args, kwargs)) if t not in self._param_of]
+        op = Op(id=-1, type=op_type, name=self._scope(), framework_type=f"{prefix}.{func.__name__}", attrs=attrs,
+                input_shapes=shapes)  # fmt: skip
+        self._group = group = _Group(op=op)
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self._group = None
+        if group.ran:
+            outs = _tensors(out)
+            op.output_shapes = [list(t.shape) for t in outs]
+            op.dtype = dtype_name(outs[0].dtype) if outs else ""
+            op.inputs = sorted({p for _, _, p in group.read.values() if p is not None})
+            op.bytes_read = sum(n for _, n, _ in group.read.values())
+            op.bytes_written = sum(tensor_bytes(t) for t in outs)
+            self._append(op, [(p, t, n) for t, n, p in group.read.values()], outs)
+            for t in group.made:  # intermediate tensors of the function belong to it too
+                if self._producer.get(t) == -1:
+                    self._set_producer(t, op.id)
         return out
 
     # ---- ATen ops -----------------------------------------------------------------------------------
     def on_aten(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         base = base_name(func._overloadpacket.__name__)
-        ins = _tensors((args, kwargs))
-        outs = _tensors(out)
         if base in ("_local_scalar_dense", "is_nonzero"):
             return  # a host read of a value (`.item()`): no kernel worth an op
+        ins = _tensors((args, kwargs))
+        outs = _tensors(out)
         if func.is_view or base in ALLOC_OPS or base in ("detach", "alias", "lift_fresh", "_unsafe_view"):
             source = self._producer.get(ins[0]) if ins and base not in ALLOC_OPS else None
             param = self._param_of.get(ins[0]) if ins else None
@@ -267,35 +312,27 @@ class Recorder:
                 if source == -1 and self._group is not None:
                     self._group.made.append(t)
             return
-        flops = 0.0
         packet = func._overloadpacket
-        if packet in flop_registry:
-            flops = float(flop_registry[packet](*args, **kwargs, out_val=out))
-        params = 0
-        for t in ins:
-            param = self._param_of.get(t)
-            if param is not None and param not in self._counted_params:
-                self._counted_params.add(param)
-                params += self._param_numel[param]
+        flops = float(flop_registry[packet](*args, **kwargs, out_val=out)) if packet in flop_registry else 0.0
+        params = self._take_params(ins)
         producers = [self._producer.get(t) for t in ins]
         if self._group is not None:
             g = self._group
             g.ran = True
             g.op.flops += flops
             g.op.params += params
-            g.inner_types.append(aten_op_type(base))
             for t, p in zip(ins, producers, strict=True):
                 if p != -1:
-                    g.read.setdefault(id(t), (t, tensor_bytes(t)))
-                    if p is not None:
-                        g.op.inputs.append(p)
+                    g.read.setdefault(id(t), (t, tensor_bytes(t), p))
             for t in outs:
-                self._set_producer(t, -1)  # resolved to the group's id when it closes
+                self._producer[t] = -1  # resolved to the group's id when it closes
                 g.made.append(t)
             return
+        distinct = {id(t): (p, t) for t, p in zip(ins, producers, strict=True)}
+        reads = [(p, t, tensor_bytes(t)) for p, t in distinct.values()]
         spatial = args[1].dim() - 2 if base in ("convolution", "_convolution") else None
         op = Op(
-            id=len(self.ops),
+            id=-1,
             type=aten_op_type(base, spatial_dims=spatial),
             name=self._scope(),
             framework_type=f"aten.{packet.__name__}",
@@ -305,13 +342,11 @@ class Recorder:
             output_shapes=[list(t.shape) for t in outs],
             dtype=dtype_name(outs[0].dtype) if outs else "",
             flops=flops,
-            bytes_read=sum(tensor_bytes(t) for t in {id(t): t for t in ins}.values()),
+            bytes_read=sum(n for _, _, n in reads),
             bytes_written=sum(tensor_bytes(t) for t in outs),
             params=params,
         )
-        self.ops.append(op)
-        for t in outs:
-            self._set_producer(t, op.id)
+        self._append(op, reads, outs)
 
 
 _SCALAR_READS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default)

@@ -36,6 +36,24 @@ class Exotic(nn.Module):
         return torch.special.bessel_j0(self.a(x)).cummax(dim=-1).values
 
 
+class ManualAttention(nn.Module):
+    """Single-head self-attention written with @, torch.matmul and softmax (the path HF 'eager' attention takes)."""
+
+    def __init__(self, dim=32):
+        super().__init__()
+        self.qkv = nn.Parameter(torch.zeros(dim, 3 * dim))
+        self.dim = dim
+
+    def forward(self, x):
+        q, k, v = (x @ self.qkv).split(self.dim, dim=-1)
+        weights = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) / self.dim**0.5, dim=-1)
+        return torch.matmul(weights, v)
+
+
+def manual_attention():
+    return ManualAttention()
+
+
 def data_dependent():
     return DataDependent()
 

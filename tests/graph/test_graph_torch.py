@@ -181,3 +181,22 @@ def test_unknown_ops_are_kept_as_other_and_counted(entrypoint_dir):
     others = [op for op in graph.ops if op.type == OpType.OTHER]
     assert [op.output_shapes[0] for op in others] == [[2, 8], [2, 8]]
     assert others[1].inputs == [others[0].id]
+
+
+def test_matmul_written_by_hand_is_grouped_with_exact_flops(entrypoint_dir):
+    graph = extract_graph(entrypoint="offpeak_test_models:manual_attention", python_path=[str(entrypoint_dir)],
+                          batch_size=2, input_shape=(10, 32))  # fmt: skip
+    matmuls = [op for op in graph.ops if op.type == OpType.MATMUL]
+    assert [op.framework_type for op in matmuls] == ["torch.matmul"] * 3  # `@` and torch.matmul alike
+    b, t, d = 2, 10, 32
+    assert [op.flops for op in matmuls] == [2 * b * t * d * 3 * d, 2 * b * t * t * d, 2 * b * t * t * d]
+    assert matmuls[0].params == d * 3 * d  # a bare nn.Parameter is counted at its first reader
+    assert sum(op.type == OpType.SOFTMAX for op in graph.ops) == 1
+    assert graph.total_flops_forward == sum(op.flops for op in matmuls)
+
+
+def test_constructors_that_compute_with_tensors_build_with_parameters_on_meta():
+    graph = extract_graph(torchvision="regnet_y_400mf", batch_size=1)  # RegNet computes widths with tensors
+    assert graph.total_flops_forward == pytest.approx(2 * 0.40e9, rel=0.02)  # 0.40 GMACs (torchvision docs)
+    assert graph.total_params == pytest.approx(4.344e6, rel=0.02)
+    assert graph.extraction == EXTRACTION_META
