@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Prediction:
     """Predicted remaining job seconds on one GPU type (median and 90th percentile)."""
 
@@ -22,7 +22,7 @@ class Prediction:
             raise ValueError(f"prediction seconds must be >= 0, got p50={self.p50} p90={self.p90}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PodRequest:
     """An offline pod asking for GPUs; `predicted=None` makes the decisions runtime-blind (fits-now only)."""
 
@@ -38,7 +38,7 @@ class PodRequest:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class IdleWindow:
     """A stretch of time in which at least `free_gpus` GPUs of a node are forecast to be free of online work."""
 
@@ -54,7 +54,7 @@ class IdleWindow:
         return max(0.0, self.end - max(now, self.start))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeView:
     """What the decisions know about one GPU node at one instant.
 
@@ -77,7 +77,7 @@ class NodeView:
     confidence: float = 1.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FilterResult:
     """Nodes that may run the pod, and a human reason for every node that may not."""
 
@@ -85,7 +85,7 @@ class FilterResult:
     failed: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OfflinePod:
     """A running offline (training) pod as the eviction choice sees it.
 
