@@ -12,7 +12,7 @@ import time
 
 from offpeak_sim import paths
 from offpeak_sim.forecasting import FeedSettings
-from offpeak_sim.policies import POLICIES
+from offpeak_sim.policies import DEFAULT_SET, POLICIES
 from offpeak_sim.runner import run
 from offpeak_sim.scenario import ScenarioSettings
 
@@ -33,7 +33,7 @@ def main() -> int:
             nodes=a.nodes,
             days=a.days,
         ),
-        policies=list(POLICIES.values()),
+        policies=[POLICIES[n] for n in DEFAULT_SET],
         feed_settings=FeedSettings(mode=a.forecast),
     )
     wall = time.perf_counter() - t0

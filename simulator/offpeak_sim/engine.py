@@ -216,6 +216,9 @@ class PolicyRun:
         if self.p.windowed:
             assert self.feed is not None
             p50, p90 = believed_p50_p90(self.p, scenario=self.sc, jobs=q, remaining_ref_s=self.remaining_ref)
+            if self.p.cap_checkpoints > 0 and self.s.checkpoint_seconds > 0:
+                cap = self.p.cap_checkpoints * self.s.checkpoint_seconds
+                p50, p90 = np.minimum(p50, cap), np.minimum(p90, cap)
             need = p90 * (1.0 + self.s.margin)
             if self.s.prune:
                 fits = np.zeros(len(q), dtype=bool)

@@ -10,6 +10,10 @@ hand it (None = runtime-blind: fits-now only) and in how the final node is chose
 | user-estimate | user's wall-time estimate (p50 = p90) | extender `prioritize_nodes` |
 | offpeak | predictor p50, p90 = p50 × profile p90 ratio | extender `prioritize_nodes` |
 | oracle | true remaining runtime (p50 = p90) | extender `prioritize_nodes` |
+
+What-if, not in the default set: `offpeak-ckpt` is offpeak for checkpointing jobs with the runtime it hands the
+extender capped at `CKPT_INTERVALS` checkpoint intervals, i.e. "admit a checkpointing job into a window that
+holds a few checkpoints", which is what a checkpoint-aware filter rule in the extender would do.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class Policy:
     name: str
     knows: str  # "blind" | "user" | "predicted" | "true"
     pick: str  # "spread" | "first" | "score"
+    cap_checkpoints: int = 0  # >0: believed runtime capped at this many checkpoint intervals (what-if)
 
     @property
     def windowed(self) -> bool:
@@ -43,15 +48,17 @@ POLICIES: dict[str, Policy] = {
         Policy("user-estimate", "user", "score"),
         Policy("offpeak", "predicted", "score"),
         Policy("oracle", "true", "score"),
+        Policy("offpeak-ckpt", "predicted", "score", cap_checkpoints=4),
     )
 }
+DEFAULT_SET = ("default", "backfill", "user-estimate", "offpeak", "oracle")
 
 
 def parse_policies(text: str) -> list[Policy]:
     """Parse `a,b,...` (or `all`) into known policies, in the order given."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     if names == ["all"]:
-        return list(POLICIES.values())
+        return [POLICIES[n] for n in DEFAULT_SET]
     unknown = [n for n in names if n not in POLICIES]
     if unknown or not names:
         raise UserError(f"unknown policy {', '.join(unknown) or '(none)'}; choose from {', '.join(POLICIES)}")

@@ -104,3 +104,15 @@ def test_parse_policies() -> None:
 
     with pytest.raises(UserError, match="unknown policy"):
         parse_policies("default,fifo")
+
+
+def test_checkpoint_capped_offpeak_runs_a_long_job_across_windows() -> None:
+    # free 00:00-06:00 every day (busy the rest); a 10 h job (20 h reference on A100), checkpoints every 30 min
+    demand = daily(1, 5, [(360, 1440, 8)])
+    sc = make_scenario(demand, [(0.0, 20 * H, 1)], pred_ratio=1.0, p90_ratio=1.0)
+    runs = _run(sc, ["offpeak", "offpeak-ckpt"], checkpoint_seconds=1800)
+    assert np.isnan(runs["offpeak"].first_start[0])  # never fits a 6 h window
+    ck = runs["offpeak-ckpt"]
+    assert ck.first_start[0] == sc.start_s
+    assert np.isfinite(ck.finish[0])  # done over two nights
+    assert ck.t.lost_gpu_s == 0  # every window ends on a checkpoint boundary here
