@@ -21,8 +21,10 @@ def register(subparsers: Any) -> None:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--entrypoint", metavar="MODULE:FUNC", help="function returning a torch.nn.Module")
     source.add_argument("--torchvision", metavar="NAME", help="torchvision model name, e.g. resnet50")
-    source.add_argument("--hf-config", metavar="FILE|NAME",
-                        help="HuggingFace config.json (random weights, no download) or a built-in name, e.g. gpt2-large")  # fmt: skip
+    source.add_argument(
+        "--hf-config", metavar="FILE|NAME",
+        help="HuggingFace config.json (random weights, no download) or a built-in name, e.g. gpt2-large",
+    )  # fmt: skip
     source.add_argument("--onnx", metavar="FILE", help="ONNX model file")
     parser.add_argument("--batch-size", type=int, required=True, help="samples per step")
     parser.add_argument("--input-shape", metavar="C,H,W", help="per-sample input shape (float input)")

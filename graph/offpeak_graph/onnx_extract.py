@@ -7,6 +7,8 @@ parameters, counted at their first consumer; `Constant` nodes are data, not oper
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from math import prod
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +86,95 @@ def _attrs(node: Any) -> dict[str, Any]:
     return attrs
 
 
+_PRECISIONS: dict[int, str] = {1: "fp32", 10: "fp16", 16: "bf16"}  # TensorProto element types
+
+
+@dataclass(slots=True)
+class _Tensors:
+    """What is known about every named tensor of the model."""
+
+    shapes: dict[str, tuple[list[int] | None, int]]  # name -> (shape or None, element type)
+    params: set[str]  # initializers (and Identity aliases of them)
+    constants: set[str] = field(default_factory=set)  # Constant node outputs: data, not activations
+    alias_of: dict[str, str] = field(default_factory=dict)  # Identity output -> initializer
+    counted: set[str] = field(default_factory=set)  # initializers already attributed to an op
+
+    def shape(self, name: str) -> list[int] | None:
+        return self.shapes.get(name, (None, 0))[0]
+
+    def dtype(self, name: str) -> str:
+        import onnx
+
+        elem = self.shapes.get(name, (None, 0))[1]
+        if not elem:
+            return ""
+        try:
+            return str(onnx.helper.tensor_dtype_to_np_dtype(elem))
+        except (KeyError, ValueError, TypeError):
+            return str(onnx.TensorProto.DataType.Name(elem)).lower()
+
+    def nbytes(self, name: str) -> int:
+        import onnx
+
+        shape, elem = self.shapes.get(name, (None, 0))
+        if shape is None or any(d < 0 for d in shape) or not elem:
+            return 0
+        try:
+            size = int(onnx.helper.tensor_dtype_to_np_dtype(elem).itemsize)
+        except (KeyError, ValueError, TypeError):
+            size = 4
+        return prod(shape) * size
+
+    def take_params(self, names: list[str]) -> int:
+        """Elements of initializers among `names` not yet attributed to an op."""
+        total = 0
+        for name in names:
+            if name in self.params and name not in self.counted:
+                self.counted.add(name)
+                total += prod(self.shape(name) or [])
+        return total
+
+
+def _node_op(node: Any, index: int, tensors: _Tensors, producer: dict[str, int]) -> Op:
+    ins = [tensors.alias_of.get(n, n) for n in node.input if n]
+    outs = [n for n in node.output if n]
+    in_shapes = [tensors.shape(n) for n in ins]
+    out_shapes = [tensors.shape(n) for n in outs]
+    attrs = _attrs(node)
+    weight = in_shapes[1] if len(ins) > 1 and ins[1] in tensors.params else None
+    if node.op_type == "Conv" and "kernel" not in attrs and len(in_shapes) > 1 and in_shapes[1]:
+        attrs["kernel"] = in_shapes[1][2:]  # type: ignore[index]
+    if node.op_type in ("Gemm", "MatMul") and weight and len(weight) == 2:
+        transposed = node.op_type == "Gemm" and bool(attrs.get("transB"))
+        attrs["in_features"], attrs["out_features"] = (weight[1], weight[0]) if transposed else (weight[0], weight[1])
+    table_is_param = bool(ins) and ins[0] in tensors.params  # Gather from a constant table: an embedding
+    kernel = attrs.get("kernel")
+    op_type = onnx_op_type(
+        node.op_type,
+        kernel_rank=len(kernel) if isinstance(kernel, list) else None,
+        weight_is_param=weight is not None if node.op_type == "MatMul" else table_is_param,
+    )
+    activations = [(n, s) for n, s in zip(ins, in_shapes, strict=True)
+                   if n not in tensors.params and n not in tensors.constants]  # fmt: skip
+    return Op(
+        id=-1,
+        type=op_type,
+        name=node.name or f"{node.op_type}_{index}",
+        framework_type=node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}",
+        attrs=attrs,
+        inputs=sorted({producer[n] for n in ins if n in producer}),
+        input_shapes=[s if s is not None else [] for _, s in activations],
+        output_shapes=[s if s is not None else [] for s in out_shapes],
+        dtype=tensors.dtype(outs[0]) if outs else "",
+        flops=onnx_flops(node.op_type, inputs=in_shapes, outputs=out_shapes, attrs=attrs),
+        bytes_read=sum(tensors.nbytes(n) for n in dict.fromkeys(ins)),
+        bytes_written=sum(tensors.nbytes(n) for n in outs),
+        params=tensors.take_params(ins),
+    )
+
+
 def extract_onnx(path: str, options: ExtractOptions) -> ModelGraph:
+    """The graph of an ONNX file. `precision` is read from the file's first floating-point input."""
     import onnx
 
     model = _load(path)
@@ -94,93 +184,35 @@ def extract_onnx(path: str, options: ExtractOptions) -> ModelGraph:
         model = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception as e:  # noqa: BLE001 - InferenceError and friends
         raise UserError(f"ONNX shape inference failed for {path!r}: {' '.join(str(e).split())[:200]}") from e
-    shapes = _shape_table(model)
-
-    def dtype(name: str) -> str:
-        elem = shapes.get(name, (None, 0))[1]
-        try:
-            return str(onnx.helper.tensor_dtype_to_np_dtype(elem)) if elem else ""
-        except (KeyError, ValueError, TypeError):
-            return onnx.TensorProto.DataType.Name(elem).lower()
-
-    def nbytes(name: str) -> int:
-        shape, elem = shapes.get(name, (None, 0))
-        if shape is None or any(d < 0 for d in shape) or not elem:
-            return 0
-        try:
-            size = onnx.helper.tensor_dtype_to_np_dtype(elem).itemsize
-        except (KeyError, ValueError, TypeError):
-            size = 4
-        n = 1
-        for d in shape:
-            n *= d
-        return n * size
+    tensors = _Tensors(shapes=_shape_table(model), params=set(init_names))
 
     ops: list[Op] = []
     producer: dict[str, int] = {}
-    alias_of: dict[str, str] = {}  # Identity outputs of initializers -> the initializer
     for value in model.graph.input:
-        if value.name in init_names:
-            continue
-        producer[value.name] = len(ops)
-        ops.append(Op(id=len(ops), type=OpType.INPUT, name=value.name, framework_type="input",
-                      output_shapes=[shapes[value.name][0] or []], dtype=dtype(value.name)))  # fmt: skip
-    counted: set[str] = set()
-    constants: set[str] = set()  # outputs of Constant nodes: data, not activations
+        if value.name not in init_names:
+            producer[value.name] = len(ops)
+            shape = tensors.shape(value.name) or []
+            ops.append(Op(id=len(ops), type=OpType.INPUT, name=value.name, framework_type="input",
+                          output_shapes=[shape], dtype=tensors.dtype(value.name)))  # fmt: skip
     for index, node in enumerate(model.graph.node):
         if node.op_type in SKIPPED:
-            constants.update(node.output)
+            tensors.constants.update(node.output)
             continue
-        if node.op_type == "Identity" and node.input[0] in init_names:
-            alias_of[node.output[0]] = alias_of.get(node.input[0], node.input[0])  # exporters share weights so
-            init_names.add(node.output[0])
-            shapes[node.output[0]] = shapes[node.input[0]]
+        if node.op_type == "Identity" and node.input[0] in tensors.params:  # exporters alias shared weights
+            tensors.alias_of[node.output[0]] = tensors.alias_of.get(node.input[0], node.input[0])
+            tensors.params.add(node.output[0])
+            tensors.shapes[node.output[0]] = tensors.shapes[node.input[0]]
             continue
-        ins = [alias_of.get(n, n) for n in node.input if n]
-        outs = [n for n in node.output if n]
-        in_shapes = [shapes.get(n, (None, 0))[0] for n in ins]
-        out_shapes = [shapes.get(n, (None, 0))[0] for n in outs]
-        attrs = _attrs(node)
-        kernel = attrs.get("kernel")
-        if node.op_type == "Conv" and kernel is None and len(in_shapes) > 1 and in_shapes[1]:
-            kernel = in_shapes[1][2:]  # type: ignore[index]
-            attrs["kernel"] = kernel
-        weight_is_param = (len(ins) > 1 and ins[1] in init_names) if node.op_type == "MatMul" else bool(ins and ins[0] in init_names)
-        if node.op_type in ("Gemm", "MatMul") and len(ins) > 1 and ins[1] in init_names and in_shapes[1]:
-            w = in_shapes[1]
-            assert w is not None
-            trans = bool(attrs.get("transB")) if node.op_type == "Gemm" else False
-            attrs["in_features"], attrs["out_features"] = (w[1], w[0]) if trans else (w[0], w[1])
-        params = 0
-        for n in ins:
-            if n in init_names and n not in counted:
-                counted.add(n)
-                init_shape = shapes[n][0] or []
-                count = 1
-                for d in init_shape:
-                    count *= d
-                params += count
-        op = Op(
-            id=len(ops),
-            type=onnx_op_type(node.op_type, kernel_rank=len(kernel) if kernel else None, weight_is_param=weight_is_param),
-            name=node.name or f"{node.op_type}_{index}",
-            framework_type=node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}.{node.op_type}",
-            attrs=attrs,
-            inputs=sorted({producer[n] for n in ins if n in producer}),
-            input_shapes=[s if s is not None else [] for n, s in zip(ins, in_shapes, strict=True)
-                          if n not in init_names and n not in constants],
-            output_shapes=[s if s is not None else [] for s in out_shapes],
-            dtype=dtype(outs[0]) if outs else "",
-            flops=onnx_flops(node.op_type, inputs=in_shapes, outputs=out_shapes, attrs=attrs),
-            bytes_read=sum(nbytes(n) for n in dict.fromkeys(ins)),
-            bytes_written=sum(nbytes(n) for n in outs),
-            params=params,
-        )
+        op = _node_op(node, index, tensors, producer)
+        op.id = len(ops)
         ops.append(op)
-        for n in outs:
-            producer[n] = op.id
-    first_input = next((o for o in ops if o.type == OpType.INPUT), None)
-    per_sample = first_input.output_shapes[0][1:] if first_input and first_input.output_shapes else None
+        for name in node.output:
+            if name:
+                producer[name] = op.id
+
+    inputs = [o for o in ops if o.type == OpType.INPUT]
+    per_sample = inputs[0].output_shapes[0][1:] if inputs and inputs[0].output_shapes else None
+    float_inputs = [tensors.shapes[o.name][1] for o in inputs if tensors.shapes[o.name][1] in _PRECISIONS]
     return ModelGraph(
         framework="onnx",
         model_name=Path(path).stem,
@@ -188,7 +220,7 @@ def extract_onnx(path: str, options: ExtractOptions) -> ModelGraph:
         batch_size=options.batch_size,
         seq_len=options.seq_len,
         input_shape=per_sample or None,
-        precision=options.precision,
+        precision=_PRECISIONS[float_inputs[0]] if float_inputs else options.precision,
         mode=options.mode,
         optimizer=options.optimizer,
         extraction=EXTRACTION_ONNX,

@@ -84,7 +84,8 @@ def module_attrs(module: nn.Module) -> dict[str, Any]:
         "num_embeddings", "embedding_dim", "input_size", "hidden_size", "num_layers", "bidirectional",
         "batch_first", "proj_size", "output_size", "p", "dim", "eps", "inplace", "nf", "nx",
     )  # fmt: skip
-    attrs = {n: _plain(getattr(module, n)) for n in names if isinstance(getattr(module, n, None), (int, float, bool, tuple, list, str))}
+    scalar = (int, float, bool, tuple, list, str)
+    attrs = {n: _plain(getattr(module, n)) for n in names if isinstance(getattr(module, n, None), scalar)}
     if "kernel_size" in attrs:
         attrs["kernel"] = attrs.pop("kernel_size")
     if "nf" in attrs and "nx" in attrs:  # transformers Conv1D

@@ -44,7 +44,8 @@ def test_extract_by_torchvision_and_hf_name(tmp_path, capsys):
     assert main(["extract", "--torchvision", "resnet18", "--batch-size", "2", "--summary"]) == 0
     assert json.loads(capsys.readouterr().out)["params"] == 11_689_512
     out = tmp_path / "bert.json"
-    assert main(["extract", "--hf-config", "bert_large", "--batch-size", "1", "--seq-len", "64", "--out", str(out)]) == 0
+    argv = ["extract", "--hf-config", "bert_large", "--batch-size", "1", "--seq-len", "64", "--out", str(out)]
+    assert main(argv) == 0
     assert load_graph(out).model_family == "bert"
 
 

@@ -68,6 +68,26 @@ def test_onnx_fixed_batch_must_match(tmp_path):
         extract_graph(onnx=str(path), batch_size=2)
 
 
+def test_onnx_precision_and_sequence_axis_come_from_the_file(tmp_path):
+    import numpy as np
+
+    weight = numpy_helper.from_array(np.zeros((64, 32), np.float16), "proj.w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["h", "proj.w"], ["y"], name="proj")], "proj",
+        [helper.make_tensor_value_info("h", TensorProto.FLOAT16, ["batch", "seq", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["batch", "seq", 32])], initializer=[weight],
+    )  # fmt: skip
+    path = tmp_path / "proj.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    extracted = extract_graph(onnx=str(path), batch_size=3, seq_len=128)
+    proj = extracted.ops[1]
+    assert extracted.precision == "fp16" and proj.dtype == "float16"
+    assert proj.type == OpType.LINEAR and proj.attrs["in_features"] == 64 and proj.attrs["out_features"] == 32
+    assert proj.output_shapes == [[3, 128, 32]]
+    assert proj.flops == 2 * 3 * 128 * 64 * 32
+    assert proj.bytes_read == 2 * (3 * 128 * 64 + 64 * 32) and proj.bytes_written == 2 * 3 * 128 * 32
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the TorchScript exporter: fast and stable for this check
 def test_torch_exported_onnx_agrees_with_the_torch_extractor(tmp_path, monkeypatch):
