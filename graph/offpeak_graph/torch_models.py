@@ -134,6 +134,17 @@ def load_entrypoint(entrypoint: str, python_path: list[str]) -> Callable[[], Any
     return func  # type: ignore[no-any-return]
 
 
+def unwrap(module: nn.Module) -> nn.Module:
+    """The model inside `torch.compile` (OptimizedModule), DataParallel and DDP wrappers."""
+    while True:
+        inner = getattr(module, "_orig_mod", None)
+        if inner is None and type(module).__name__ in ("DataParallel", "DistributedDataParallel"):
+            inner = getattr(module, "module", None)
+        if not isinstance(inner, nn.Module):
+            return module
+        module = inner
+
+
 def build_entrypoint(entrypoint: str, options: ExtractOptions, python_path: list[str]) -> BuiltModel:
     func = load_entrypoint(entrypoint, python_path)
     try:
@@ -144,6 +155,7 @@ def build_entrypoint(entrypoint: str, options: ExtractOptions, python_path: list
         raise UserError(
             f"entry point {entrypoint!r} returned {type(module).__name__}, expected a torch.nn.Module"
         )
+    module = unwrap(module)
     if options.input_shape is not None:
         shape = options.input_shape
         make_call: Callable[[torch.device, ExtractOptions], ModelCall] = lambda device, opts: ModelCall(

@@ -72,6 +72,10 @@ def not_a_module():
 
 def linear():
     return nn.Linear(4, 2)
+
+
+def wrapped():
+    return nn.DataParallel(torch.compile(nn.Linear(4, 2)))
 '''
 
 

@@ -200,3 +200,11 @@ def test_constructors_that_compute_with_tensors_build_with_parameters_on_meta():
     assert graph.total_flops_forward == pytest.approx(2 * 0.40e9, rel=0.02)  # 0.40 GMACs (torchvision docs)
     assert graph.total_params == pytest.approx(4.344e6, rel=0.02)
     assert graph.extraction == EXTRACTION_META
+
+
+def test_compile_and_data_parallel_wrappers_are_unwrapped(entrypoint_dir):
+    graph = extract_graph(entrypoint="offpeak_test_models:wrapped", python_path=[str(entrypoint_dir)],
+                          batch_size=3, input_shape=(4,))  # fmt: skip
+    assert [op.type for op in graph.ops] == ["input", "linear"]
+    assert graph.ops[1].name == "" and graph.ops[1].framework_type == "Linear"
+    assert graph.total_flops_forward == 2 * 3 * 4 * 2 and graph.total_params == 10
