@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
@@ -33,7 +34,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--mode", choices=MODES, default="train")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adam")
     parser.add_argument("--python-path", metavar="DIR", action="append", default=[],
-                        help="extra directory for importing the entry point (repeatable)")  # fmt: skip
+                        help="extra directory for importing the entry point (repeatable, or DIR1:DIR2)")  # fmt: skip
     parser.add_argument("--out", metavar="FILE", help="graph file to write (.json or .json.gz)")
     parser.add_argument("--summary", action="store_true", help="print a one-object JSON summary on stdout")
     parser.set_defaults(func=run_extract)
@@ -56,7 +57,7 @@ def run_extract(args: argparse.Namespace) -> int:
         precision=args.precision,
         mode=args.mode,
         optimizer=args.optimizer,
-        python_path=args.python_path,
+        python_path=[d for entry in args.python_path for d in entry.split(os.pathsep) if d],
     )
     if args.out:
         try:

@@ -27,8 +27,8 @@ def _load(path: str) -> Any:
     if not file.is_file():
         raise UserError(f"ONNX file {path!r} not found")
     try:
-        model = onnx.load(str(file))
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(str(file))  # by path: also works past protobuf's 2 GB limit
+        model = onnx.load(str(file), load_external_data=False)  # shapes only: leave big weights on disk
     except Exception as e:  # noqa: BLE001 - protobuf DecodeError, ValidationError, ...
         first = " ".join(str(e).split())[:200] or type(e).__name__
         raise UserError(f"{path!r} is not a valid ONNX model ({first}); re-export it with torch.onnx.export") from e

@@ -171,7 +171,7 @@ def build_entrypoint(entrypoint: str, options: ExtractOptions, python_path: list
         make_call=make_call,
         name=entrypoint,
         family=family_from_name(type(module).__name__),
-        seq_len=options.seq_len if options.input_shape is None else None,
+        seq_len=options.seq_len,
         input_shape=list(options.input_shape) if options.input_shape else None,
     )
 
