@@ -108,7 +108,9 @@ def _assessor(pod: PodRequest, now: float, margin: float) -> Callable[[NodeView]
 def _reason(pod: PodRequest, node: NodeView, a: _Assessment, margin: float) -> str:
     if a.free_short:
         return f"needs {pod.gpus} GPU(s), {node.gpus_free_now} of {node.gpus_total} free now"
-    basis = f"(p90+{margin:.0%}) on {node.gpu_type}" if a.exact else f"(p90+{margin:.0%}, slowest known GPU type)"
+    # no "%" anywhere: kube-scheduler runs failure reasons through a printf-style formatter ("%!)(MISSING)")
+    factor = f"p90 x{1 + margin:g}"
+    basis = f"({factor}) on {node.gpu_type}" if a.exact else f"({factor}, slowest known GPU type)"
     if a.left <= 0:
         return f"no idle window for {pod.gpus} GPU(s) now, job needs ~{duration(a.need)} {basis}"
     return f"window ends in {duration(a.left)}, job needs ~{duration(a.need)} {basis}"

@@ -36,7 +36,7 @@ def test_filter_keeps_nodes_whose_window_outlasts_p90_with_margin() -> None:
 def test_reason_matches_human_format() -> None:
     p = pod(**{"A100-SXM4-40GB": (3000.0, 3600.0 + 120)})  # p90 62m -> x1.15 = 71.3m -> 1h12m
     res = filter_nodes(pod=p, nodes=[node("n1", end=NOW + 41 * 60)], now=NOW)
-    assert res.failed["n1"] == "window ends in 41m, job needs ~1h12m (p90+15%) on A100-SXM4-40GB"
+    assert res.failed["n1"] == "window ends in 41m, job needs ~1h12m (p90 x1.15) on A100-SXM4-40GB"
 
 
 def test_filter_rejects_when_gpus_not_free_now_even_without_prediction() -> None:
@@ -158,3 +158,11 @@ def test_empty_windows_tuple_means_no_window_not_open_ended() -> None:
     res = filter_nodes(pod=p, nodes=[none_given, no_window], now=NOW)
     assert res.passed == ("a",)
     assert res.failed["b"].startswith("no idle window for 1 GPU(s) now")
+
+
+def test_reasons_have_no_percent_sign() -> None:
+    """kube-scheduler formats reasons printf-style: a '%' would come out as '%!)(MISSING)' in kubectl describe."""
+    p = pod(gpus=2, **{"A100-SXM4-40GB": (H, H)})
+    nodes = [node("a", end=NOW + 60), node("b", free=1), node("c", gpu="V100", end=NOW + 60), node("d", wfree=1)]
+    for margin in (0.0, 0.15, 0.333):
+        assert all("%" not in r for r in filter_nodes(pod=p, nodes=nodes, now=NOW, margin=margin).failed.values())
