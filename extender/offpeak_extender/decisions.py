@@ -74,17 +74,29 @@ class _Assessment(NamedTuple):
     exact: bool
     need: float
     left: float
+    capped: bool = False  # need was capped at a few checkpoint intervals
 
 
 _NOT_FREE = _Assessment(False, True, None, False, 0.0, 0.0)
 _BLIND_FIT = _Assessment(True, False, None, False, 0.0, math.inf)
 
 
-def _assessor(pod: PodRequest, now: float, margin: float) -> Callable[[NodeView], _Assessment]:
+def _checkpoint_cap(pod: PodRequest, checkpoint_intervals: int) -> float:
+    """Longest window a checkpointing pod needs under the checkpoint-aware rule (inf when the rule is off)."""
+    interval = pod.checkpoint_interval_seconds
+    if checkpoint_intervals > 0 and pod.checkpointing and interval is not None and interval > 0:
+        return checkpoint_intervals * interval
+    return math.inf
+
+
+def _assessor(
+    pod: PodRequest, now: float, margin: float, checkpoint_intervals: int = 0
+) -> Callable[[NodeView], _Assessment]:
     """Build the per-node check for one pod; GPU-type lookups are memoised for the request (hot path)."""
     gpus = pod.gpus
     predicted = pod.predicted
     factor = 1.0 + margin
+    cap = _checkpoint_cap(pod, checkpoint_intervals)
     by_type: dict[str, tuple[Prediction | None, bool]] = {}
 
     def assess(node: NodeView) -> _Assessment:
@@ -99,8 +111,11 @@ def _assessor(pod: PodRequest, now: float, margin: float) -> Callable[[NodeView]
         if pred is None:
             return _BLIND_FIT
         need = pred.p90 * factor
+        capped = need > cap
+        if capped:
+            need = cap
         left = window_left(node=node, gpus=gpus, now=now)
-        return _Assessment(left >= need, False, pred, exact, need, left)
+        return _Assessment(left >= need, False, pred, exact, need, left, capped)
 
     return assess
 
@@ -110,6 +125,8 @@ def _reason(pod: PodRequest, node: NodeView, a: _Assessment, margin: float) -> s
         return f"needs {pod.gpus} GPU(s), {node.gpus_free_now} of {node.gpus_total} free now"
     # no "%" anywhere: kube-scheduler runs failure reasons through a printf-style formatter ("%!)(MISSING)")
     factor = f"p90 x{1 + margin:g}"
+    if a.capped:
+        factor = f"{factor} capped at a few checkpoints"
     basis = f"({factor}) on {node.gpu_type}" if a.exact else f"({factor}, slowest known GPU type)"
     if a.left <= 0:
         return f"no idle window for {pod.gpus} GPU(s) now, job needs ~{duration(a.need)} {basis}"
@@ -117,17 +134,25 @@ def _reason(pod: PodRequest, node: NodeView, a: _Assessment, margin: float) -> s
 
 
 def filter_nodes(
-    *, pod: PodRequest, nodes: Sequence[NodeView], now: float, margin: float = DEFAULT_MARGIN
+    *,
+    pod: PodRequest,
+    nodes: Sequence[NodeView],
+    now: float,
+    margin: float = DEFAULT_MARGIN,
+    checkpoint_intervals: int = 0,
 ) -> FilterResult:
     """Keep nodes with the GPUs free now whose idle window outlasts the pod's p90 runtime × (1 + margin).
 
     Runtime-blind pods (`predicted is None`) and nodes with stale forecasts only need to fit now.
+    Checkpoint-aware rule (off by default): with `checkpoint_intervals=k > 0`, a checkpointing pod with a known
+    `checkpoint_interval_seconds` only needs a window of min(p90 × (1 + margin), k × interval): it loses at most
+    one interval of work when the window closes early, and resumes elsewhere.
     """
     if margin < 0:
         raise ValueError(f"margin must be >= 0, got {margin}")
     passed: list[str] = []
     failed: dict[str, str] = {}
-    assess = _assessor(pod, now, margin)
+    assess = _assessor(pod, now, margin, checkpoint_intervals)
     for node in nodes:
         a = assess(node)
         if a.fits:
@@ -145,7 +170,12 @@ def _pack_score(pod: PodRequest, node: NodeView) -> float:
 
 
 def prioritize_nodes(
-    *, pod: PodRequest, nodes: Sequence[NodeView], now: float, margin: float = DEFAULT_MARGIN
+    *,
+    pod: PodRequest,
+    nodes: Sequence[NodeView],
+    now: float,
+    margin: float = DEFAULT_MARGIN,
+    checkpoint_intervals: int = 0,
 ) -> dict[str, int]:
     """Score nodes 0..10: fastest GPU type for the job, tightest window that still fits, fullest node.
 
@@ -154,7 +184,7 @@ def prioritize_nodes(
     """
     scores: dict[str, int] = {}
     timed: list[tuple[NodeView, _Assessment]] = []
-    assess = _assessor(pod, now, margin)
+    assess = _assessor(pod, now, margin, checkpoint_intervals)
     for node in nodes:
         a = assess(node)
         if not a.fits:

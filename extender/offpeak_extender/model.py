@@ -32,6 +32,7 @@ class PodRequest:
     predicted: Mapping[str, Prediction] | None = None
     checkpointing: bool = False
     uid: str = ""
+    checkpoint_interval_seconds: float | None = None  # for the optional checkpoint-aware filter rule
 
     @property
     def key(self) -> str:

@@ -166,3 +166,17 @@ def test_reasons_have_no_percent_sign() -> None:
     nodes = [node("a", end=NOW + 60), node("b", free=1), node("c", gpu="V100", end=NOW + 60), node("d", wfree=1)]
     for margin in (0.0, 0.15, 0.333):
         assert all("%" not in r for r in filter_nodes(pod=p, nodes=nodes, now=NOW, margin=margin).failed.values())
+
+
+def test_checkpoint_aware_rule_caps_needed_window_when_enabled() -> None:
+    preds = {"A100-SXM4-40GB": Prediction(p50=4 * H, p90=5 * H)}
+    ck = PodRequest("ck", gpus=1, predicted=preds, checkpointing=True, checkpoint_interval_seconds=600.0)
+    no_ck = PodRequest("plain", gpus=1, predicted=preds, checkpoint_interval_seconds=600.0)
+    nodes = [node("one-hour", end=NOW + H)]
+    assert filter_nodes(pod=ck, nodes=nodes, now=NOW).passed == ()  # off by default: needs 5h45m
+    assert filter_nodes(pod=ck, nodes=nodes, now=NOW, checkpoint_intervals=4).passed == ("one-hour",)  # 40m
+    tight = filter_nodes(pod=ck, nodes=nodes, now=NOW, checkpoint_intervals=9)  # 90m > 1h
+    assert tight.failed["one-hour"] == (
+        "window ends in 1h, job needs ~1h30m (p90 x1.15 capped at a few checkpoints) on A100-SXM4-40GB")
+    assert filter_nodes(pod=no_ck, nodes=nodes, now=NOW, checkpoint_intervals=4).passed == ()  # not checkpointing
+    assert prioritize_nodes(pod=ck, nodes=nodes, now=NOW, checkpoint_intervals=4)["one-hour"] >= 1
