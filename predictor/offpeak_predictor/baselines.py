@@ -6,7 +6,7 @@ Each baseline prices a whole step from the same graph summaries the offpeak mode
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -34,20 +34,25 @@ def step_flops(summary: GraphSummary, ctx: StepContext) -> float:
 
 @dataclass
 class FlopsLinear:
-    """PALEO-style: time = step FLOPs / (peak x efficiency), one efficiency fitted on the training rows."""
+    """PALEO-style: time = step FLOPs / (peak x efficiency); one efficiency per precision, fitted (median in log
+    space) on the training rows."""
 
     log_efficiency: float = math.log(0.3)
+    per_precision: dict[str, float] = field(default_factory=dict)
 
     def fit(self, summaries: list[GraphSummary], rows: pd.DataFrame, contexts: list[StepContext]) -> FlopsLinear:
-        ratios = []
+        ratios: dict[str, list[float]] = {}
         for summary, (_, row), ctx in zip(summaries, rows.iterrows(), contexts, strict=True):
             ideal = step_flops(summary, ctx) / resolve_gpu(str(row["gpu"])).peak_flops(ctx.precision)
-            ratios.append(math.log(ideal) - math.log(float(row["time_s"])))
-        self.log_efficiency = float(np.median(ratios)) if ratios else self.log_efficiency
+            ratios.setdefault(ctx.precision, []).append(math.log(ideal) - math.log(float(row["time_s"])))
+        self.per_precision = {p: float(np.median(v)) for p, v in ratios.items()}
+        everything = [x for v in ratios.values() for x in v]
+        self.log_efficiency = float(np.median(everything)) if everything else self.log_efficiency
         return self
 
     def predict(self, summary: GraphSummary, gpu: GpuSpec, ctx: StepContext) -> float:
-        return step_flops(summary, ctx) / gpu.peak_flops(ctx.precision) / math.exp(self.log_efficiency)
+        eff = self.per_precision.get(ctx.precision, self.log_efficiency)
+        return step_flops(summary, ctx) / gpu.peak_flops(ctx.precision) / math.exp(eff)
 
 
 class LayerMLP:

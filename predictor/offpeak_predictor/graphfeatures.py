@@ -17,8 +17,10 @@ from offpeak_predictor.gpus import GPU_FEATURES, GpuSpec
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4, "bool": 1}
 _PRECISION_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 OPTIMIZER_BYTES_PER_PARAM = {"none": 0.0, "sgd": 20.0, "adam": 32.0, "adamw": 32.0}  # fp32 states, grads, params
-# Eager frameworks pay a host-side cost per launched kernel, whatever the GPU.
+# Eager frameworks pay a host-side cost per launched kernel, whatever the GPU: a step can never be faster than
+# launching its kernels (forward op, ~2 backward kernels per op, optimizer kernels per parameter tensor).
 HOST_SECONDS_PER_OP = 8e-6
+HOST_SECONDS_PER_PARAM_OP = 2e-5
 
 
 @dataclass(slots=True)
@@ -34,6 +36,7 @@ class GraphSummary:
     mode: str
     optimizer: str
     n_ops_total: int
+    param_ops: int  # ops owning parameters (their tensors get optimizer kernels)
     flops_third: tuple[float, float, float]  # share of forward FLOPs in the first/middle/last third of the graph
     class_index: np.ndarray  # position of each op's class in OP_CLASSES
     backward_factor: np.ndarray  # BACKWARD_FACTOR per op
@@ -69,7 +72,7 @@ def summarise(graph: ModelGraph, *, key: str | None = None) -> GraphSummary:
     return GraphSummary(
         key=key or graph.content_hash(), ops=table, params=float(graph.total_params), batch_size=int(graph.batch_size),
         seq_len=int(graph.seq_len or 0), precision=graph.precision, mode=graph.mode, optimizer=graph.optimizer,
-        n_ops_total=len(graph.ops), flops_third=tuple(float(t.sum()) / total for t in thirds),  # type: ignore[arg-type]
+        n_ops_total=len(graph.ops), param_ops=sum(1 for op in graph.ops if op.params > 0), flops_third=tuple(float(t.sum()) / total for t in thirds),  # type: ignore[arg-type]
         class_index=class_index, backward_factor=np.array([BACKWARD_FACTOR[c] for c in classes]),
         flop_share=tuple(float(x) for x in flop_share),
     )  # fmt: skip
@@ -89,7 +92,8 @@ class StepContext:
 def step_composition(
     *, summary: GraphSummary, op_seconds: np.ndarray, gpu: GpuSpec, ctx: StepContext
 ) -> tuple[float, np.ndarray]:
-    """Analytic step time from predicted forward op times: forward + backward + optimizer + all-reduce.
+    """Analytic step time from predicted forward op times: forward + backward + optimizer + all-reduce,
+    floored by the host time needed to launch every kernel (eager execution overlaps host and GPU).
 
     Returns (seconds, per-class seconds). Backward costs `BACKWARD_FACTOR` x forward per class.
     """
@@ -101,7 +105,18 @@ def step_composition(
         total += summary.params * OPTIMIZER_BYTES_PER_PARAM.get(ctx.optimizer, 32.0) / gpu.bandwidth_bytes
         if ctx.num_gpus > 1:  # ring all-reduce of fp32 gradients over an assumed 50 GB/s link
             total += 2.0 * (ctx.num_gpus - 1) / ctx.num_gpus * summary.params * 4.0 / 50e9
-    return total, per_class
+    return max(total, host_seconds(summary, ctx)), per_class
+
+
+def host_seconds(summary: GraphSummary, ctx: StepContext) -> float:
+    """Time to launch one step's kernels from the host."""
+    if ctx.framework in ("tensorflow",):
+        return 0.0  # graph mode: launches are not on the Python critical path
+    train = ctx.mode == "train"
+    seconds = len(summary.ops) * HOST_SECONDS_PER_OP * (3 if train else 1)
+    if train and ctx.optimizer != "none":
+        seconds += summary.param_ops * HOST_SECONDS_PER_PARAM_OP
+    return seconds
 
 
 STEP_FEATURES: tuple[str, ...] = (
@@ -127,7 +142,7 @@ def step_features(
         float(train and ctx.optimizer == "sgd"), float(train and ctx.optimizer in ("adam", "adamw")),
         float(ctx.precision in ("fp16", "bf16")), math.log(max(ctx.num_gpus, 1)),
         float(ctx.framework == "tensorflow"), float(ctx.framework == "torch7"), float(ctx.framework == "pytorch-ngc"),
-        math.log(n_ops * HOST_SECONDS_PER_OP * (3 if train else 1) / base_step),
+        math.log(max(host_seconds(summary, ctx), 1e-6) / base_step),
         *time_share, *flop_share, summary.flops_third[0], summary.flops_third[2],
         *gpu.feature_vector(ctx.precision),
     ]  # fmt: skip
