@@ -1,5 +1,6 @@
 """The KubeSchedulerConfiguration the chart renders is loaded and validated by a real kube-scheduler (the binary
-the e2e build produced): `--write-config-to` parses, defaults and validates the file, writes it back, and exits."""
+the e2e build produced): `--write-config-to` parses, defaults and validates the file, writes it back, and exits
+before contacting any API server (it only needs a kubeconfig to exist, so a dummy one is used)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ import yaml
 from offpeak_dashboard.chart import chart_dir, render, scheduler_config
 from offpeak_dashboard.checks import repo_root
 from offpeak_dashboard.tools import ToolMissing, find_kube_scheduler
-from offpeak_e2e.harness import E2ECluster
+
+DUMMY_KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: unused}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+"""
 
 
 def _kube_scheduler() -> Path:
@@ -22,12 +30,13 @@ def _kube_scheduler() -> Path:
         pytest.fail(str(e), pytrace=False)
 
 
-def _load(config_text: str, tmp_path: Path, kubeconfig: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
-    config = yaml.safe_load(config_text)
-    # In the pod the scheduler uses its in-cluster service account; here point it at the local API server.
-    config["clientConnection"] = {"kubeconfig": str(kubeconfig)}
+def _load(config: dict, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], Path]:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(DUMMY_KUBECONFIG)
+    # In the pod the scheduler uses its in-cluster service account; the config file itself names no kubeconfig.
+    assert "clientConnection" not in config
     path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
+    path.write_text(yaml.safe_dump({**config, "clientConnection": {"kubeconfig": str(kubeconfig)}}))
     out = tmp_path / "written.yaml"
     result = subprocess.run(
         [str(_kube_scheduler()), f"--config={path}", f"--write-config-to={out}", "--secure-port=0"],
@@ -36,28 +45,34 @@ def _load(config_text: str, tmp_path: Path, kubeconfig: Path) -> tuple[subproces
     return result, out
 
 
-@pytest.mark.parametrize("overrides", [[], ["scheduler.schedulerName=harvest", "scheduler.extender.weight=3"]])
-def test_real_kube_scheduler_accepts_the_chart_config(
-    e2e_cluster: E2ECluster, tmp_path: Path, overrides: list[str]
-) -> None:
+@pytest.mark.parametrize(
+    "overrides",
+    [[], ["scheduler.schedulerName=harvest", "scheduler.extender.weight=3", "scheduler.leaderElection.resourceName=h"]],
+    ids=["default", "custom"],
+)
+def test_real_kube_scheduler_accepts_the_chart_config(tmp_path: Path, overrides: list[str]) -> None:
     objects = render(chart_dir(repo_root()), set_values=overrides, include_crds=False)
-    result, written = _load(scheduler_config(objects), tmp_path, e2e_cluster.kubeconfig)
+    result, written = _load(yaml.safe_load(scheduler_config(objects)), tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     config = yaml.safe_load(written.read_text())
     (profile,) = config["profiles"]
-    expected_name = "harvest" if overrides else "offpeak-scheduler"
-    assert profile["schedulerName"] == expected_name
+    assert profile["schedulerName"] == ("harvest" if overrides else "offpeak-scheduler")
     (extender,) = config["extenders"]
     assert extender["urlPrefix"] == "http://127.0.0.1:8888"
+    assert (extender["filterVerb"], extender["prioritizeVerb"]) == ("filter", "prioritize")
     assert extender["nodeCacheCapable"] is True and extender["ignorable"] is True
+    assert extender["managedResources"][0]["name"] == "nvidia.com/gpu"
     assert extender["weight"] == (3 if overrides else 5)
-    assert config["leaderElection"]["resourceName"] == ("offpeak-scheduler")
+    election = config["leaderElection"]
+    assert election["leaderElect"] is True
+    assert election["resourceName"] == ("h" if overrides else "offpeak-scheduler")
+    assert election["resourceNamespace"] == "offpeak-system"
 
 
-def test_real_kube_scheduler_rejects_a_broken_config(e2e_cluster: E2ECluster, tmp_path: Path) -> None:
+def test_real_kube_scheduler_rejects_a_broken_config(tmp_path: Path) -> None:
     objects = render(chart_dir(repo_root()), include_crds=False)
     broken = yaml.safe_load(scheduler_config(objects))
     broken["extenders"][0]["weight"] = 0  # prioritizeVerb needs a positive weight
-    result, _ = _load(yaml.safe_dump(broken), tmp_path, e2e_cluster.kubeconfig)
+    result, _ = _load(broken, tmp_path)
     assert result.returncode != 0
     assert "weight" in result.stderr
