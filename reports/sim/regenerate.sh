@@ -12,3 +12,6 @@ nice "$OP" simulate --forecast exact --report reports/sim/week-alibaba-exact.jso
 # Helios per-VC occupancy as the online side (long, diurnal idle windows)
 nice "$OP" simulate --online-trace "$DATA/traces/helios-earth-vc-2020-05" \
   --report reports/sim/week-helios.json --plots reports/sim/week-helios --quiet
+# what-if: checkpoint-aware admission (offpeak-ckpt), next to backfill and offpeak
+nice "$OP" simulate --policies backfill,offpeak,offpeak-ckpt \
+  --report reports/sim/week-alibaba-ckpt.json --plots reports/sim/week-alibaba-ckpt --quiet
