@@ -35,7 +35,8 @@ from offpeak_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
 MAX_STEPS_PER_RECONCILE = 6
-REJECTED = frozenset({400, 422})  # the object itself is invalid: retrying cannot help  # Pending -> Analyzing -> Predicted -> Waiting can happen in one pass
+REJECTED = frozenset({400, 422})
+SLOW_ACTIONS = (sm.ExtractInProcess,)  # status is written before these run (never before pod creation)  # the object itself is invalid: retrying cannot help  # Pending -> Analyzing -> Predicted -> Waiting can happen in one pass
 
 
 def utcnow() -> datetime:
@@ -141,6 +142,11 @@ class Reconciler:
         decision = sm.decide(job_name=meta["name"], spec=spec, problems=problems, status=status,
                              observed=observed, now=now, settings=self.ctx.settings)
         patch = dict(decision.status)
+        if patch and any(isinstance(a, SLOW_ACTIONS) for a in decision.actions):
+            # say "Analyzing" before a long extraction; safe because the next decision repeats the action
+            self.ctx.kube.patch_job_status(meta["namespace"], meta["name"], patch)
+            _apply(status, patch)
+            patch = {}
         for action in decision.actions:
             current = {**status, **patch}
             extra = self._act(action, job, spec, current, now)

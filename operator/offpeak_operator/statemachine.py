@@ -379,8 +379,13 @@ def _succeeded(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView]
 
 def steps_done(pods: Sequence[PodView], prediction: Prediction | None, *, status: Mapping[str, Any],
                now: datetime) -> int:
-    """Steps an interrupted attempt got through, estimated pessimistically from the p90 step time."""
-    if prediction is None:
+    """Steps an interrupted attempt got through, estimated pessimistically.
+
+    The attempt's share of its predicted p90 run time (whole-job figures, which include fixed start-up costs a
+    restart pays again), times the steps it had to do; never the per-step time alone, which would credit a job
+    dominated by start-up with work it never did.
+    """
+    if prediction is None or prediction.steps <= 0:
         return 0
     starts = [p.started_at for p in pods if p.started_at is not None and p.phase != "Pending"]
     start = min(starts) if starts else parse_time(status.get("attemptStartTime"))
@@ -389,9 +394,12 @@ def steps_done(pods: Sequence[PodView], prediction: Prediction | None, *, status
     ends = [p.finished_at for p in pods if p.finished_at is not None]
     end = min(ends) if ends else now
     gpu = prediction.for_gpu(pods[0].gpu_type if pods else None) or prediction.fastest()
-    if gpu is None or gpu.step_seconds_p90 <= 0:
+    completed = int(status.get("completedSteps") or 0)
+    todo = max(0, prediction.steps - completed)
+    budget = gpu.job_seconds_p90 * todo / prediction.steps if gpu is not None else 0.0
+    if todo == 0 or budget <= 0:
         return 0
-    return max(0, math.floor((end - start).total_seconds() / gpu.step_seconds_p90))
+    return math.floor(todo * min(1.0, max(0.0, (end - start).total_seconds()) / budget))
 
 
 def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], prediction: Prediction | None,

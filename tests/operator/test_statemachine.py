@@ -220,3 +220,15 @@ def test_prediction_status_marks_fallbacks() -> None:
     assert out["phase"] == "Predicted" and out["predictedSeconds"] == 1000
     assert cond(out, "Predicted")["status"] == "False" and cond(out, "Predicted")["reason"] == "PredictorUnavailable"
     assert FallbackSettings().p90_factor > 1
+
+
+def test_progress_credit_uses_whole_job_time_not_step_time() -> None:
+    """A predictor whose job time is mostly start-up (tiny steps) must not credit the whole job after seconds."""
+    startup_heavy = Prediction(source="predictor", steps=1000, gpus=(
+        GpuPrediction(gpu_type="T4", step_seconds=0.001, step_seconds_p90=0.002, job_seconds=61.0,
+                      job_seconds_p90=100.0),))
+    view = sm.PodView("train-1-a1-w0", phase="Running", gpu_type="T4", started_at=NOW, eviction_reason="online")
+    status = waiting(phase="Running", prediction=startup_heavy.to_status(), completedSteps=500)
+    d = decide(status, spec={"checkpointing": True}, observed=pods(view), now=NOW + timedelta(seconds=10))
+    # 500 steps left, p90 budget for them 50 s, 10 s done -> 100 more steps
+    assert d.status["completedSteps"] == 600
