@@ -1,12 +1,13 @@
 """Record a PyTorch model's forward pass as a list of `Op`s (imports torch; only the extractor loads this).
 
 How: a `TorchDispatchMode` sees every ATen op with real shapes (on the meta device, so no memory or compute is
-spent), a `TorchFunctionMode` groups a few composite functions (`F.linear`, `F.scaled_dot_product_attention`,
-`torch.matmul`, ...) into one op, and forward hooks group everything a leaf module (one with no child modules,
-or a known layer such as `nn.LSTM`) runs into one op carrying the module's attributes. Views and allocations
-launch no kernel: they are not recorded and edges pass through them. Edges come from tensor identity: each
-tensor remembers the op that produced it. FLOPs come from `torch.utils.flop_counter`'s registry (matmul-class
-ops; multiply-add = 2 FLOPs), so they match what PyTorch's own `FlopCounterMode` reports.
+spent); a `TorchFunctionMode` turns a few composite functions (`F.linear`, `F.scaled_dot_product_attention`,
+`torch.matmul`, ...) into one op each; forward hooks merge the ops of a leaf-module call (a module with no
+children, or a known layer such as `nn.LSTM`) into one op carrying the module's attributes, when one type
+describes them. Views and allocations launch no kernel: they are not recorded and edges pass through them.
+Edges come from tensor identity: each tensor remembers the op that produced it. FLOPs come from
+`torch.utils.flop_counter`'s registry (matmul-class ops; multiply-add = 2 FLOPs), so they match what PyTorch's
+own `FlopCounterMode` reports.
 """
 
 from __future__ import annotations
