@@ -117,3 +117,20 @@ def test_source_is_required_and_exclusive(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["extract", *argv])
     assert exc.value.code == 2
+
+
+def test_a_real_process_prints_one_line_and_no_traceback(tmp_path, entrypoint_dir):
+    """The same contract through `python -m offpeak` (library warnings and logging must not leak to stderr)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "offpeak", "extract", "--entrypoint", "offpeak_test_models:raises", "--python-path",
+         str(entrypoint_dir), "--batch-size", "1", "--input-shape", "4", "--out", str(tmp_path / "g.json")],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "offpeak extract: error: entry point 'offpeak_test_models:raises' raised ValueError: cannot build: missing weights"
+    ]
+    assert done.stdout == "" and not (tmp_path / "g.json").exists()
