@@ -122,7 +122,7 @@ class ControlPlane:
         if self.sup.procs():
             self.echo(f"[cluster] stopping a previous cluster {s.name!r} first")
             self.stop()
-        for sub in ("etcd-data", "pids", "config"):
+        for sub in ("etcd-data", "config"):
             shutil.rmtree(self.run_dir / sub, ignore_errors=True)
         (self.run_dir / "config").mkdir(parents=True, exist_ok=True)
         ports = {n: procs.free_port() for n in (

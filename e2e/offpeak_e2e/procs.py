@@ -77,6 +77,7 @@ class Supervisor:
     ) -> Proc:
         """Start `argv` in its own process group, logging to ``logs/<name>.log``."""
         log = self.log_dir / f"{name}.log"
+        self.pid_dir.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             popen = subprocess.Popen(
                 list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
