@@ -208,3 +208,12 @@ def test_compile_and_data_parallel_wrappers_are_unwrapped(entrypoint_dir):
     assert [op.type for op in graph.ops] == ["input", "linear"]
     assert graph.ops[1].name == "" and graph.ops[1].framework_type == "Linear"
     assert graph.total_flops_forward == 2 * 3 * 4 * 2 and graph.total_params == 10
+
+
+def test_extraction_is_deterministic_so_equal_models_share_a_hash(monkeypatch):
+    monkeypatch.chdir(REPO)
+    first = extract_graph(entrypoint="examples.models.tiny_transformer:build", batch_size=2, seq_len=16)
+    second = extract_graph(entrypoint="examples.models.tiny_transformer:build", batch_size=2, seq_len=16)
+    assert first.to_dict() == second.to_dict()
+    longer = extract_graph(entrypoint="examples.models.tiny_transformer:build", batch_size=2, seq_len=32)
+    assert longer.content_hash() != first.content_hash()
