@@ -74,19 +74,21 @@ def test_helm_install_all_components_available(e2e_cluster: E2ECluster, e2e_name
         assert json.loads(dashboard["data"]["offpeak.json"])["uid"] == "offpeak-overview"
 
         # RBAC really grants what the components need (the API server's authorizer answers, not our YAML).
+        # `kubectl auth can-i VERB TYPE/NAME` names an object; subresources go in --subresource.
         def can(sa: str, verb: str, resource: str, *extra: str) -> bool:
             out = e2e_cluster.kubectl("auth", "can-i", verb, resource, *extra,
                                       f"--as=system:serviceaccount:{ns}:{release}-offpeak-{sa}", check=False)
             return out.stdout.strip() == "yes"
 
-        assert can("evictor", "create", "pods/eviction", "-A")
+        assert can("evictor", "create", "pods", "--subresource=eviction", "-A")
         assert not can("evictor", "delete", "pods", "-A")
         assert can("agent", "list", "pods", "-A") and not can("agent", "patch", "pods", "-A")
-        assert can("operator", "patch", "trainingjobs.offpeak.io/status", "-A")
+        assert can("operator", "patch", "trainingjobs.offpeak.io", "--subresource=status", "-A")
         assert not can("operator", "get", "secrets", "-A")
-        assert can("scheduler", "create", "pods/binding", "-A")  # through system:kube-scheduler
+        assert can("scheduler", "create", "pods", "--subresource=binding", "-A")  # through system:kube-scheduler
         assert can("scheduler", "update", "leases/offpeak-scheduler", "-n", ns)
-        assert not can("scheduler", "update", "leases/kube-scheduler", "-n", ns)
+        # (system:kube-scheduler itself grants the stock "kube-scheduler" lease; nothing else is granted)
+        assert not can("scheduler", "update", "leases/some-other-controller", "-n", ns)
         assert can("scheduler", "get", "configmaps/extension-apiserver-authentication", "-n", "kube-system")
         assert not can("predictor", "list", "pods", "-n", ns)
     finally:
