@@ -72,10 +72,21 @@ class RunningOperator:
             runner.__exit__(None, None, None)
 
 
-@pytest.fixture
-def kopf_operator(e2e_cluster: E2ECluster, e2e_namespace: str) -> Iterator[RunningOperator]:
+@pytest.fixture(scope="module")
+def operator_service_paused(e2e_cluster: E2ECluster) -> Iterator[None]:
+    """Pause the cluster's own operator (it watches every namespace) for one test module."""
     had_service = "operator" in e2e_cluster.state.urls
     e2e_cluster.stop_service("operator")
+    try:
+        yield
+    finally:
+        if had_service:
+            e2e_cluster.start_service("operator")
+
+
+@pytest.fixture
+def kopf_operator(e2e_cluster: E2ECluster, e2e_namespace: str,
+                  operator_service_paused: None) -> Iterator[RunningOperator]:
     running = RunningOperator(e2e_cluster, e2e_namespace)
     running.start()
     try:
@@ -85,8 +96,6 @@ def kopf_operator(e2e_cluster: E2ECluster, e2e_namespace: str) -> Iterator[Runni
         yield running
     finally:
         running.stop()
-        if had_service:
-            e2e_cluster.start_service("operator")
 
 
 def _apply(cluster: E2ECluster, ns: str, job: dict[str, Any]) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-from test_operator_lifecycle import RunningOperator, _apply, _job, kopf_operator  # noqa: F401 - fixture
+from test_operator_lifecycle import (RunningOperator, _apply, _job, kopf_operator,  # noqa: F401 - fixtures
+                                     operator_service_paused)
 
 from offpeak_e2e.harness import E2ECluster
 
