@@ -110,9 +110,11 @@ class KubeIO:
         try:
             body = _json(self.core.read_node(node, _preload_content=False))
             gpu_type = (body.get("metadata", {}).get("labels") or {}).get(names.LABEL_GPU_TYPE, "")
-        except ApiException as e:
-            if e.status != 404:
+        except ApiException as e:  # 404: node gone; 403: no RBAC for nodes. Either way: type unknown, go on.
+            if e.status not in (403, 404):
                 raise
+            if e.status == 403:
+                log.warning("cannot read node %s (grant the operator `get nodes`): GPU type unknown", node)
             gpu_type = ""
         with self._lock:
             self._nodes[node] = (now, gpu_type)
