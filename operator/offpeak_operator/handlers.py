@@ -82,9 +82,12 @@ def build_registry(reconciler: Reconciler, settings: OperatorSettings,
     @kopf.on.event(*RESOURCE, registry=registry)
     def job_event(*, type: str, name: str, namespace: str | None, status: kopf.Status, **_: Any) -> None:
         assert namespace is not None
-        resyncer.track(namespace, name, phase=status.get("phase"), deleted=type == "DELETED")
-        if type == "DELETED":  # owned pods and ConfigMaps go with it (owner references): only forget metrics
-            metrics.set_phase(f"{namespace}/{name}", None)
+        phase = status.get("phase")
+        deleted = type == "DELETED"
+        resyncer.track(namespace, name, phase=phase, deleted=deleted)
+        # every job counts in offpeak_jobs{phase}, also finished ones seen after a restart; a deleted job's pods
+        # and ConfigMaps go with it (owner references), so only the metric needs forgetting
+        metrics.set_phase(f"{namespace}/{name}", None if deleted else (phase or "Pending"))
 
     @kopf.on.event("", "v1", "pods", labels={names.LABEL_JOB: kopf.PRESENT}, registry=registry)
     def pod_changed(*, labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
