@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from offpeak.errors import UserError
+from offpeak_graph.onnx_fold import infer_with_folding
 from offpeak_graph.onnx_ops import ATTR_NAMES, SKIPPED, onnx_flops, onnx_op_type
 from offpeak_graph.options import ExtractOptions
 from offpeak_graph.schema import ModelGraph, Op, OpType
@@ -181,7 +182,7 @@ def extract_onnx(path: str, options: ExtractOptions) -> ModelGraph:
     init_names = {i.name for i in model.graph.initializer}
     _pin_inputs(model, options, init_names)
     try:
-        model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+        model = infer_with_folding(model)
     except Exception as e:  # noqa: BLE001 - InferenceError and friends
         raise UserError(f"ONNX shape inference failed for {path!r}: {' '.join(str(e).split())[:200]}") from e
     tensors = _Tensors(shapes=_shape_table(model), params=set(init_names))

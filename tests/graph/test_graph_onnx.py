@@ -88,6 +88,40 @@ def test_onnx_precision_and_sequence_axis_come_from_the_file(tmp_path):
     assert proj.bytes_read == 2 * (3 * 128 * 64 + 64 * 32) and proj.bytes_written == 2 * 3 * 128 * 32
 
 
+def test_dynamic_reshapes_are_folded_so_flops_are_known(tmp_path):
+    """x[b,s,64] -> reshape to [b, s, 4, 64/4] computed from Shape at run time -> transpose -> matmul with itself."""
+    import numpy as np
+
+    def const(name, values):
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(values, np.int64)))
+
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        const("i0", [0]), const("i1", [1]), const("i2", [2]), const("heads", [4]),
+        helper.make_node("Gather", ["shape", "i0"], ["b"]),
+        helper.make_node("Gather", ["shape", "i1"], ["s"]),
+        helper.make_node("Gather", ["shape", "i2"], ["d"]),
+        helper.make_node("Div", ["d", "heads"], ["hd"]),  # data propagation alone does not see through Div
+        helper.make_node("Concat", ["b", "s", "heads", "hd"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["split"]),
+        helper.make_node("Transpose", ["split"], ["q"], perm=[0, 2, 1, 3]),
+        helper.make_node("Transpose", ["split"], ["kt"], perm=[0, 2, 3, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["scores"], name="qk"),
+    ]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "attn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 64])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["batch", 4, "seq", "seq"])],
+    )  # fmt: skip
+    path = tmp_path / "attn.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    extracted = extract_graph(onnx=str(path), batch_size=2, seq_len=10)
+    (qk,) = [op for op in extracted.ops if op.name == "qk"]
+    assert qk.output_shapes == [[2, 4, 10, 10]]
+    assert qk.flops == 2 * (2 * 4 * 10 * 10) * 16
+    # the shape arithmetic is folded away: only real tensor ops remain
+    assert [op.framework_type for op in extracted.ops] == ["input", "Reshape", "Transpose", "Transpose", "MatMul"]
+
+
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # the TorchScript exporter: fast and stable for this check
 def test_torch_exported_onnx_agrees_with_the_torch_extractor(tmp_path, monkeypatch):
@@ -107,3 +141,23 @@ def test_torch_exported_onnx_agrees_with_the_torch_extractor(tmp_path, monkeypat
     bn_params = 2 * (16 + 32)  # the exporter folds eval-mode BatchNorm into the convolutions
     assert from_onnx.total_params == from_torch.total_params - bn_params
     assert from_onnx.unknown_ops == {}
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_exported_transformer_with_dynamic_axes_has_the_torch_flops(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.chdir(REPO)
+    from offpeak_graph.torch_models import load_entrypoint
+
+    path = tmp_path / "tiny_transformer.onnx"
+    model = load_entrypoint("examples.models.tiny_transformer:build", [])().eval()
+    torch.onnx.export(model, (torch.zeros(2, 16, dtype=torch.long),), str(path), dynamo=False, input_names=["ids"],
+                      dynamic_axes={"ids": {0: "batch", 1: "seq"}}, opset_version=17)  # fmt: skip
+    from_onnx = extract_graph(onnx=str(path), batch_size=4, seq_len=64, mode="inference")
+    from_torch = extract_graph(entrypoint="examples.models.tiny_transformer:build", batch_size=4, seq_len=64,
+                               mode="inference")  # fmt: skip
+    assert from_onnx.total_flops_forward == from_torch.total_flops_forward
+    assert all(d >= 0 for op in from_onnx.ops for shape in op.output_shapes for d in shape)
+    assert sum(op.type == OpType.EMBEDDING for op in from_onnx.ops) == 2  # token and position lookups survive
