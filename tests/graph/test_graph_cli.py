@@ -130,7 +130,6 @@ def test_a_real_process_prints_one_line_and_no_traceback(tmp_path, entrypoint_di
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 2
-    assert done.stderr.splitlines() == [
-        "offpeak extract: error: entry point 'offpeak_test_models:raises' raised ValueError: cannot build: missing weights"
-    ]
+    message = "entry point 'offpeak_test_models:raises' raised ValueError: cannot build: missing weights"
+    assert done.stderr.splitlines() == [f"offpeak extract: error: {message}"]
     assert done.stdout == "" and not (tmp_path / "g.json").exists()
