@@ -123,6 +123,8 @@ def test_predictor_volume_is_emptydir_or_pvc(default_objects, custom_objects) ->
     assert "emptyDir" in data_volume(default_objects)
     assert find(default_objects, "PersistentVolumeClaim") == []
     assert data_volume(custom_objects)["persistentVolumeClaim"]["claimName"] == "gpu-harvest-predictor"
+    (deployment,) = find(custom_objects, "Deployment", "-predictor")
+    assert "--model=/var/lib/offpeak/model.json.gz" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     (claim,) = find(custom_objects, "PersistentVolumeClaim")
     assert claim["spec"]["storageClassName"] == "fast-ssd"
     assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi"
