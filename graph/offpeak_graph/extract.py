@@ -10,6 +10,7 @@ torch/onnx are imported only inside these functions.
 from __future__ import annotations
 
 import contextlib
+import sys
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -58,13 +59,32 @@ def extract_graph(
     options = ExtractOptions(batch_size=batch_size, input_shape=shape, seq_len=seq_len, precision=precision,
                              mode=mode, optimizer=optimizer)  # fmt: skip
     settings = settings or ExtractSettings()
-    with _quiet():
+    with _quiet(), _needs_libraries():
         if onnx:
             from offpeak_graph.onnx_extract import extract_onnx
 
             return extract_onnx(onnx, options)
         build = _builder(sources, options, list(python_path))
         return _extract_torch(build=build, entrypoint=bool(entrypoint), options=options, settings=settings)
+
+
+_LIBRARIES = ("torch", "torchvision", "transformers", "onnx", "numpy")
+
+
+@contextlib.contextmanager
+def _needs_libraries() -> Iterator[None]:
+    """A missing extractor library (e.g. an image without torchvision) is the user's to fix, not a crash.
+    User code's own import errors are reported where they happen (entry-point import, forward)."""
+    try:
+        yield
+    except ImportError as e:
+        missing = (e.name or "").split(".")[0]
+        if missing not in _LIBRARIES:
+            raise
+        raise UserError(
+            f"{missing} is not importable in this Python ({sys.executable}): {e}; "
+            "install offpeak[extract] or run the extraction in an image that has it"
+        ) from e
 
 
 @contextlib.contextmanager

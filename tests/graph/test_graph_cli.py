@@ -133,3 +133,11 @@ def test_a_real_process_prints_one_line_and_no_traceback(tmp_path, entrypoint_di
     message = "entry point 'offpeak_test_models:raises' raised ValueError: cannot build: missing weights"
     assert done.stderr.splitlines() == [f"offpeak extract: error: {message}"]
     assert done.stdout == "" and not (tmp_path / "g.json").exists()
+
+
+def test_a_missing_extractor_library_is_a_clear_error(capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "torchvision", None)  # import torchvision now raises ImportError
+    line = _fail(capsys, ["--torchvision", "resnet18", "--batch-size", "1"])
+    assert "torchvision is not importable in this Python" in line and "offpeak[extract]" in line
