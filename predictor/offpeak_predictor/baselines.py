@@ -6,6 +6,7 @@ Each baseline prices a whole step from the same graph summaries the offpeak mode
 from __future__ import annotations
 
 import math
+from typing import Any
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,7 +62,7 @@ class LayerMLP:
 
     def __init__(self, *, hidden: int = 64, epochs: int = 25, seed: int = 7, max_rows: int = 30_000) -> None:
         self.hidden, self.epochs, self.seed, self.max_rows = hidden, epochs, seed, max_rows
-        self.net = None
+        self.net: Any = None
         self.mean: np.ndarray | None = None
         self.std: np.ndarray | None = None
 

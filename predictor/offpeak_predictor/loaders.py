@@ -301,7 +301,7 @@ def load_lambda_pytorch(root: Path) -> pd.DataFrame:
         {"gpu": _canonical(raw["name"]), "precision": raw["precision"], "mode": "train", "optimizer": raw["opt"],
          "model_name": raw["model"], "family": raw["model"].map(_family), "graph_kind": raw["kind"],
          "graph_ref": raw["ref"], "batch_size": raw["batch"], "seq_len": raw["seq"],
-         "input_shape": np.where(raw["kind"] == "torchvision", "[3, 224, 224]", None), "num_gpus": 1,
+         "input_shape": raw["kind"].map({"torchvision": "[3, 224, 224]"}), "num_gpus": 1,
          "time_s": raw["t"], "time_std": np.nan}
     )  # fmt: skip
     df = df.assign(source="lambda-pytorch", software="pytorch-ngc")

@@ -187,7 +187,7 @@ def _hf_model(ref: str, batch_size: int, seq_len: int | None) -> tuple[Any, tupl
     model_type = data.get("model_type", "gpt2")
     config = AutoConfig.for_model(model_type, **{k: v for k, v in data.items() if k != "model_type"})
     config._attn_implementation = "sdpa"
-    max_len = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", 512)
+    max_len = int(getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 512)
     seq = int(seq_len or min(max_len, 512))
     cls = AutoModelForMaskedLM if model_type == "bert" else AutoModelForCausalLM
     model = cls.from_config(config)

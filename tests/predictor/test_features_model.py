@@ -95,3 +95,19 @@ def test_shipped_default_model_loads_and_predicts():
     t4 = model.predict_step(s, resolve_gpu("T4"), StepContext()).step_seconds
     h100 = model.predict_step(s, resolve_gpu("H100"), StepContext()).step_seconds
     assert 0 < h100 < t4
+
+
+def test_many_tiny_ops_are_floored_by_host_launch_time():
+    from offpeak_predictor.graphfeatures import host_seconds
+
+    s = summarise(mlp_graph(batch=1, width=8, layers=200))
+    gpu = resolve_gpu("H100")
+    tiny = np.full(len(s.ops), 1e-7)  # GPU work far below launch cost
+    total, _ = step_composition(summary=s, op_seconds=tiny, gpu=gpu, ctx=StepContext(optimizer="sgd"))
+    host = host_seconds(s, StepContext(optimizer="sgd"))
+    assert total == pytest.approx(host)
+    assert host == pytest.approx(400 * 8e-6 * 3 + 200 * 2e-5)
+    # Graph-mode frameworks (TensorFlow rows) have no per-op host floor.
+    tf_total, _ = step_composition(summary=s, op_seconds=tiny, gpu=gpu,
+                                   ctx=StepContext(optimizer="sgd", framework="tensorflow"))  # fmt: skip
+    assert tf_total < host / 10
