@@ -44,6 +44,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     "gpt2-xl": _gpt2(1600, 48, 25),
     "bert-base-uncased": _bert(768, 12, 12, 3072),
     "bert-large-uncased": _bert(1024, 24, 16, 4096),
+    # NVIDIA DeepLearningExamples BERT fine-tuning on SQuAD (Lambda benchmark columns bert_*_squad): QA head.
+    "bert-base-squad": _bert(768, 12, 12, 3072, "BertForQuestionAnswering"),
+    "bert-large-squad": _bert(1024, 24, 16, 4096, "BertForQuestionAnswering"),
     "opt-125m": _opt(768, 12, 12, 3072, 768),
     "opt-350m": _opt(1024, 24, 16, 4096, 512, ln_before=False),
     "opt-1.3b": _opt(2048, 24, 32, 8192, 2048),

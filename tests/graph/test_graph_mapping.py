@@ -55,6 +55,7 @@ def test_presets_accept_benchmark_spellings():
     assert preset("opt_13")["hidden_size"] == 2048
     assert preset("gpt2_med")["n_layer"] == 24
     assert preset("bert_large")["num_hidden_layers"] == 24
+    assert preset("bert_large_squad")["architectures"] == ["BertForQuestionAnswering"]
     assert preset("no-such-model") is None
     a = preset("gpt2")
     a["n_layer"] = 1
