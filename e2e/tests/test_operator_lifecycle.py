@@ -50,8 +50,9 @@ def _job(name: str, *, sim_seconds: float, **spec: Any) -> dict[str, Any]:
 class RunningOperator:
     """Start/stop the in-process operator for one namespace (restartable, to test resuming)."""
 
-    def __init__(self, cluster: E2ECluster, namespace: str) -> None:
-        self.cluster, self.namespace = cluster, namespace
+    def __init__(self, cluster: E2ECluster, namespace: str, *, kopf_args: tuple[str, ...] = ("--standalone",)) -> None:
+        self.cluster, self.namespace, self.kopf_args = cluster, namespace, kopf_args
+        self.output = ""
         self.op: Operator | None = None
         self.runner: KopfRunner | None = None
 
@@ -61,7 +62,7 @@ class RunningOperator:
                                     requeue=RequeueSettings(base_seconds=2), resync_seconds=1.0)
         self.op = build_operator(settings, kubeconfig=str(self.cluster.kubeconfig),
                                  metrics_registry=CollectorRegistry())
-        self.runner = KopfRunner(["run", "--standalone", "--namespace", self.namespace], registry=self.op.registry,
+        self.runner = KopfRunner(["run", *self.kopf_args, "--namespace", self.namespace], registry=self.op.registry,
                                  settings=self.op.kopf_settings, timeout=60)
         self.runner.__enter__()
         return self.op
@@ -70,6 +71,7 @@ class RunningOperator:
         if self.runner is not None:
             runner, self.runner = self.runner, None
             runner.__exit__(None, None, None)
+            self.output += runner.output
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +131,9 @@ def test_job_runs_to_success_with_prediction_pods_and_metrics(e2e_cluster: E2ECl
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     node = e2e_cluster.get("node", pod["spec"]["nodeName"])
     assert node["metadata"]["labels"]["offpeak.io/gpu-type"] in GPU_TYPES
+
+    job_meta = e2e_cluster.trainingjob(ns, "ok")["metadata"]
+    assert not job_meta.get("finalizers"), job_meta  # deletion never waits for the operator
 
     done = e2e_cluster.wait_phase(ns, "ok", ["Succeeded", "Failed"], timeout=90)["status"]
     assert done["phase"] == "Succeeded", done
