@@ -96,3 +96,44 @@ def test_helm_install_all_components_available(e2e_cluster: E2ECluster, e2e_name
         assert removed.returncode == 0, removed.stderr
     leftovers = e2e_cluster.get("clusterrolebindings", "-l", f"app.kubernetes.io/instance={release}")["items"]
     assert leftovers == []
+
+
+def test_chart_passes_the_restricted_pod_security_standard(e2e_cluster: E2ECluster, e2e_namespace: str) -> None:
+    """The API server's PodSecurity admission, enforcing "restricted", admits every offpeak pod (the node agent is
+    left out: its hostPID is documented as the one exception)."""
+    ns = e2e_namespace
+    release = f"r-{ns}"[:20]
+    e2e_cluster.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted",
+                        "pod-security.kubernetes.io/enforce-version=latest", "--overwrite")
+    installed = _helm(e2e_cluster, "install", release, str(CHART), "--namespace", ns, "--set", "agent.enabled=false",
+                      "--wait", "--timeout", "3m")
+    try:
+        assert installed.returncode == 0, installed.stderr
+        assert "violate PodSecurity" not in installed.stderr
+        ready, state = _available(e2e_cluster, ns)
+        assert ready, state
+        assert len(state) == 4  # operator, predictor, scheduler, evictor
+        events = e2e_cluster.get("events", "-n", ns)["items"]
+        assert not [e for e in events if "forbidden" in e.get("message", "") and "PodSecurity" in e["message"]]
+    finally:
+        _helm(e2e_cluster, "uninstall", release, "--namespace", ns, "--wait", "--timeout", "2m")
+
+
+def test_restricted_namespace_rejects_the_agent_as_documented(e2e_cluster: E2ECluster, e2e_namespace: str) -> None:
+    """Proves the check above can fail: the agent's hostPID is refused under "restricted"."""
+    ns = e2e_namespace
+    release = f"a-{ns}"[:20]
+    e2e_cluster.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted", "--overwrite")
+    only_agent = [f"{c}.enabled=false" for c in ("operator", "predictor", "scheduler", "evictor", "dashboard")]
+    installed = _helm(e2e_cluster, "install", release, str(CHART), "--namespace", ns,
+                      *[a for item in only_agent for a in ("--set", item)])
+    try:
+        assert installed.returncode == 0, installed.stderr
+        def refused() -> bool:
+            events = e2e_cluster.get("events", "-n", ns)["items"]
+            return any("hostPID" in e.get("message", "") for e in events)
+        e2e_cluster.wait_for("the agent's pods are refused for hostPID", refused, timeout=60)
+        (daemonset,) = e2e_cluster.get("daemonsets", "-n", ns)["items"]
+        assert daemonset["status"].get("numberAvailable", 0) == 0
+    finally:
+        _helm(e2e_cluster, "uninstall", release, "--namespace", ns, "--wait", "--timeout", "2m")
