@@ -45,6 +45,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--refresh-seconds", type=float, default=600.0, help="forecast refresh period (default 600)")
     p.add_argument("--predictor-reports", metavar="DIR", default=None,
                    help="predictor evaluation JSON folder for the error profile (default <repo>/reports/predictor)")
+    p.add_argument("--predictor-sigma", type=float, default=None,
+                   help="use a log-normal predictor error with this sigma instead of the predictor's report")
     p.add_argument("--busy-util", type=float, default=10.0, help="Alibaba: GPU duty %% that counts as online-busy (default 10)")
     p.add_argument("--hold-minutes", type=int, default=5, help="Alibaba: busy minutes hold the GPU +- this (default 5)")
     p.add_argument("--report", required=True, metavar="OUT.json", help="write the per-policy JSON report here")
@@ -74,6 +76,8 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError("--days must be > 0 and --history-days >= 1")
     if args.checkpoint_interval < 0 or args.eviction_grace < 0 or args.refresh_seconds <= 0:
         raise UserError("--checkpoint-interval and --eviction-grace must be >= 0, --refresh-seconds > 0")
+    if args.predictor_sigma is not None and args.predictor_sigma < 0:
+        raise UserError("--predictor-sigma must be >= 0")
     if args.margin is not None and args.margin < 0:
         raise UserError("--margin must be >= 0")
     policies = parse_policies(args.policies)
@@ -94,6 +98,7 @@ def handle(args: argparse.Namespace) -> int:
         seed=args.seed,
         online=OnlineSettings(busy_util_pct=args.busy_util, hold_minutes=args.hold_minutes),
         predictor_reports=reports_dir,
+        predictor_sigma=args.predictor_sigma,
     )
     if args.forecast_quantile is not None and not 0.0 <= args.forecast_quantile <= 1.0:
         raise UserError("--forecast-quantile must be within 0..1")

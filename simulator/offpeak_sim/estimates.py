@@ -52,9 +52,11 @@ class ErrorProfile:
 
 
 def default_profile(*, sigma: float = DEFAULT_SIGMA, seed: int = 0) -> ErrorProfile:
-    """Log-normal errors with `sigma`; p90 ratio exp(z90 · sigma)."""
+    """Log-normal errors with `sigma` (0: a perfect predictor); p90 ratio exp(z90 · sigma)."""
+    if sigma < 0:
+        raise ValueError(f"sigma must be >= 0, got {sigma}")
     rng = np.random.default_rng(seed)
-    return ErrorProfile(rng.normal(0.0, sigma, 20_000), math.exp(Z90 * sigma), f"default log-normal sigma={sigma}")
+    return ErrorProfile(rng.normal(0.0, sigma, 20_000), math.exp(Z90 * sigma), f"log-normal sigma={sigma}")
 
 
 def _pairs(obj: Any) -> Iterator[tuple[float, float]]:

@@ -37,6 +37,7 @@ class ScenarioSettings:
     seed: int = 0
     online: online.OnlineSettings = field(default_factory=online.OnlineSettings)
     predictor_reports: Path | None = None  # folder with the predictor's evaluation JSON
+    predictor_sigma: float | None = None  # set: log-normal error with this sigma instead of any report
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,9 @@ def build_scenario(s: ScenarioSettings) -> Scenario:
     kept = jobs_mod.thin_to_load(period, target_gpu_seconds=s.load * idle / mean_slowdown, rng=rng)
     kept = JobStream(kept.ids, kept.arrival_s + start_s, kept.duration_s, kept.gpus)
     profile = None
-    if s.predictor_reports is not None:
+    if s.predictor_sigma is not None:
+        profile = estimates.default_profile(sigma=s.predictor_sigma, seed=s.seed)
+    elif s.predictor_reports is not None:
         profile = estimates.profile_from_reports(s.predictor_reports, seed=s.seed)
     profile = profile or estimates.default_profile(seed=s.seed)
     pred_ratio = profile.sample_ratio(rng, (len(kept), len(fleet.types)))

@@ -54,6 +54,8 @@ def test_trace_folders_are_flags_and_the_data_root_is_an_env_var(tmp_path: Path,
         (["--nodes", "0"], "--nodes"),
         (["--days", "-1"], "--days"),
         (["--online-trace", "/nonexistent/x"], "not found"),
+        (["--predictor-sigma", "-0.1"], "--predictor-sigma"),
+        (["--forecast-quantile", "1.5"], "--forecast-quantile"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, argv: list[str], message: str) -> None:

@@ -49,3 +49,11 @@ def test_user_estimates_are_whole_hours_and_mostly_generous() -> None:
     est = estimates.user_estimates(true, rng=np.random.default_rng(0))
     assert np.all(est % 3600 == 0) and np.all(est >= 3600)
     assert (est >= true).mean() > 0.75
+
+
+def test_zero_sigma_is_a_perfect_predictor() -> None:
+    prof = estimates.default_profile(sigma=0.0)
+    assert prof.p90_ratio == 1.0
+    assert np.all(prof.sample_ratio(np.random.default_rng(0), 100) == 1.0)
+    with pytest.raises(ValueError):
+        estimates.default_profile(sigma=-1)
