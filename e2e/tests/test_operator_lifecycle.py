@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from offpeak_e2e.harness import E2ECluster
 from offpeak_operator.graphstore import encode_graph
-from offpeak_operator.settings import OperatorSettings, PredictorSettings, RequeueSettings
+from offpeak_operator.settings import AnalysisSettings, OperatorSettings, PredictorSettings, RequeueSettings
 from offpeak_operator.wiring import Operator, build_operator
 
 GPU_TYPES = ["A100-SXM4-40GB", "L4"]  # both present among the e2e cluster's kwok nodes
@@ -50,8 +50,10 @@ def _job(name: str, *, sim_seconds: float, **spec: Any) -> dict[str, Any]:
 class RunningOperator:
     """Start/stop the in-process operator for one namespace (restartable, to test resuming)."""
 
-    def __init__(self, cluster: E2ECluster, namespace: str, *, kopf_args: tuple[str, ...] = ("--standalone",)) -> None:
+    def __init__(self, cluster: E2ECluster, namespace: str, *, kopf_args: tuple[str, ...] = ("--standalone",),
+                 analysis: AnalysisSettings | None = None) -> None:
         self.cluster, self.namespace, self.kopf_args = cluster, namespace, kopf_args
+        self.analysis = analysis or AnalysisSettings()
         self.output = ""
         self.op: Operator | None = None
         self.runner: KopfRunner | None = None
@@ -59,7 +61,8 @@ class RunningOperator:
     def start(self) -> Operator:
         predictor = self.cluster.state.urls.get("predictor", "http://127.0.0.1:9")
         settings = OperatorSettings(predictor=PredictorSettings(url=predictor, timeout_seconds=5),
-                                    requeue=RequeueSettings(base_seconds=2), resync_seconds=1.0)
+                                    requeue=RequeueSettings(base_seconds=2), resync_seconds=1.0,
+                                    analysis=self.analysis)
         self.op = build_operator(settings, kubeconfig=str(self.cluster.kubeconfig),
                                  metrics_registry=CollectorRegistry())
         self.runner = KopfRunner(["run", *self.kopf_args, "--namespace", self.namespace], registry=self.op.registry,

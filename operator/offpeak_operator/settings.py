@@ -15,6 +15,7 @@ class AnalysisSettings:
     bundle_path: str = "/opt/offpeak/offpeak.pyz"  # the zipapp inside the offpeak image
     python: str = "python"  # interpreter in the user's image
     timeout_seconds: int = 600  # activeDeadlineSeconds of the pod; also the operator's wait before falling back
+    grace_seconds: int = 30  # beyond the deadline, for the kubelet to enforce it, before the operator gives up
     in_process_timeout_seconds: int = 180  # torchvision/hfConfig extraction in the operator's own process
     cpu_request: str = "500m"
     cpu_limit: str = "2"

@@ -22,7 +22,6 @@ from offpeak_operator.jobspec import JobSpec, Problem
 from offpeak_operator.predictions import Prediction, remaining_seconds
 from offpeak_operator.settings import OperatorSettings
 
-ANALYSIS_GRACE_SECONDS = 30  # beyond activeDeadlineSeconds before the operator gives up on an analysis pod
 EVICTION_REASONS = frozenset({"Evicted", "Preempted", "Preempting", "Terminated", "NodeLost", "Shutdown",
                               "NodeShutdown", "DeletionByTaintManager", "DeletionByPodGC"})
 
@@ -242,7 +241,7 @@ def _analyzing(spec: JobSpec, status: Mapping[str, Any], observed: Observed, now
     if source.in_process:
         return Decision(actions=[ExtractInProcess()])
     started = parse_time(status.get("analysisStartTime")) or now
-    deadline = started + timedelta(seconds=settings.analysis.timeout_seconds + ANALYSIS_GRACE_SECONDS)
+    deadline = started + timedelta(seconds=settings.analysis.timeout_seconds + settings.analysis.grace_seconds)
     pod = observed.analysis_pod
     if pod is not None and pod.phase == "Succeeded":
         return Decision(actions=[CollectGraph()])

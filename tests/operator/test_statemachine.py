@@ -100,7 +100,7 @@ def test_failed_analysis_falls_back_to_prediction_without_graph() -> None:
 
 
 def test_analysis_deadline_is_enforced_even_if_the_pod_hangs() -> None:
-    late = NOW + timedelta(seconds=300 + sm.ANALYSIS_GRACE_SECONDS + 1)
+    late = NOW + timedelta(seconds=300 + SETTINGS.analysis.grace_seconds + 1)
     d = decide(ANALYZING, spec=ENTRY, observed=sm.Observed(analysis_pod=sm.PodView("a", phase="Pending")), now=late)
     assert cond(d.status, "GraphReady")["reason"] == "AnalysisTimeout"
     assert kinds(d) == ["DeleteAnalysisPod", "EmitEvent", "Predict"]

@@ -1,0 +1,50 @@
+"""The analysis pod on the real API server. kwok never runs containers, so the pod never finishes: this proves the
+server accepts the pod as built, and that a hung analysis times out into a stated fallback, not a stall."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from test_operator_lifecycle import RunningOperator, _apply, _condition, _job, operator_service_paused  # noqa: F401
+
+from offpeak_e2e.harness import E2ECluster
+from offpeak_operator.settings import AnalysisSettings
+
+
+@pytest.fixture
+def short_analysis_operator(e2e_cluster: E2ECluster, e2e_namespace: str,
+                            operator_service_paused: None) -> Iterator[RunningOperator]:  # noqa: F811
+    running = RunningOperator(e2e_cluster, e2e_namespace,
+                              analysis=AnalysisSettings(image="offpeak:e2e", timeout_seconds=10, grace_seconds=2))
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def test_hung_analysis_pod_times_out_into_a_fallback(e2e_cluster: E2ECluster, e2e_namespace: str,
+                                                     short_analysis_operator: RunningOperator) -> None:
+    ns = e2e_namespace
+    _apply(e2e_cluster, ns, _job("user-model", sim_seconds=3, estimatedSeconds=120, inputShape=[3, 64, 64],
+                                 modelSource={"entrypoint": "mypkg.model:build"}))
+    e2e_cluster.wait_for("the analysis pod", lambda: bool(e2e_cluster.pods(ns, "offpeak.io/role=analysis")),
+                         timeout=60)
+    (pod,) = e2e_cluster.pods(ns, "offpeak.io/role=analysis")
+    spec = pod["spec"]
+    assert pod["metadata"]["name"] == "user-model-analysis" and spec["activeDeadlineSeconds"] == 10
+    assert [c["name"] for c in spec["initContainers"]] == ["bundle", "extract"]
+    assert spec["initContainers"][1]["image"] == "registry.local/offpeak-e2e/train:1"
+    assert "--entrypoint" in spec["initContainers"][1]["command"]
+    assert "nvidia.com/gpu" not in str(spec)
+    assert e2e_cluster.phase(ns, "user-model") == "Analyzing"
+
+    done = e2e_cluster.wait_phase(ns, "user-model", ["Succeeded", "Failed"], timeout=120)["status"]
+    assert done["phase"] == "Succeeded", done
+    graph = _condition(done, "GraphReady")
+    assert graph["status"] == "False" and graph["reason"] == "AnalysisTimeout", graph
+    assert done["prediction"]["source"] == "user-estimate"
+    e2e_cluster.wait_for("the hung analysis pod removed",
+                         lambda: not [p for p in e2e_cluster.pods(ns, "offpeak.io/role=analysis")
+                                      if not p["metadata"].get("deletionTimestamp")], timeout=30)
