@@ -2,6 +2,8 @@
 
 Mode `seasonal`: the extender's forecaster (`offpeak_extender.forecast`) fitted on each node's online history
 (refit every `refit_seconds`, like a background refresher), with the live demand overlaid at every refresh.
+This is `forecast_node` split in two so the fit can be reused between refreshes; a test checks that the two
+agree whenever the fit is fresh.
 Mode `exact`: the true future demand (max per forecast step), i.e. a perfect forecaster; used to separate
 forecast error from runtime-prediction error, and by tests.
 
@@ -105,8 +107,9 @@ class WindowFeed:
             ]
         for n, model in enumerate(self._models):
             fc = forecast_demand(model=model, start=now)
-            fc = apply_live(forecast=fc, live_online=float(self.sc.demand[n, m_now]), now=now, settings=fs)
             cap = int(self.sc.fleet.gpus[n])
+            live = float(self.sc.demand[n, m_now])
+            fc = apply_live(forecast=fc, live_online=live, now=now, settings=fs, capacity=cap)
             fc = DemandForecast(fc.times, np.clip(fc.online, 0, cap), fc.confidence, fc.step_seconds)
             prof = free_profile(forecast=fc, capacity=cap)
             self.free[n] = prof.free

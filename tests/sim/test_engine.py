@@ -69,3 +69,23 @@ def test_summary_keys_and_jct_over_common_jobs(random_scenario) -> None:
             assert k in v
         assert 0 <= v["harvest_share"] <= 1
         assert v["jct_p95_s"] >= v["jct_p50_s"]
+
+
+def test_feed_matches_the_extenders_forecast_node(random_scenario) -> None:
+    from offpeak_extender.forecast import ForecastSettings, forecast_node
+    from offpeak_extender.windows import free_profile
+
+    sc = random_scenario
+    fs = ForecastSettings()
+    feed = WindowFeed(sc, FeedSettings(refresh_seconds=600, refit_seconds=600, forecast=fs))
+    surprises = 0
+    for now in sc.start_s + np.arange(0, 36 * 3600, 1200.0):
+        feed.maybe_refresh(now)
+        m = int(now // 60)
+        for n in range(sc.fleet.size):
+            times = np.arange(m) * 60.0
+            fc = forecast_node(times=times, online=sc.demand[n, :m].astype(float), capacity=int(sc.fleet.gpus[n]),
+                               now=now, settings=fs, live_online=float(sc.demand[n, m]))
+            assert np.array_equal(feed.free[n], free_profile(forecast=fc, capacity=int(sc.fleet.gpus[n])).free)
+            surprises += int(fc.online[1] == sc.fleet.gpus[n] and sc.demand[n, m] < sc.fleet.gpus[n])
+    assert surprises > 0  # the live override's "online is back" case was exercised
