@@ -122,7 +122,8 @@ def handle(args: argparse.Namespace) -> int:
                 bar.update(task, completed=done, total=total, description=f"simulating day {done / 1440:.1f}")
 
         out = run(scenario_settings=sc, policies=policies, feed_settings=feed, engine_settings=engine, progress=progress)
-    out.meta["command"] = " ".join(["offpeak", *sys.argv[2:]]) if sys.argv[1:2] == ["simulate"] else None
+    out.meta["command"] = " ".join(["offpeak", *sys.argv[1:]]) if sys.argv[1:2] == ["simulate"] else None
+    out.meta["code"] = _code_version(paths.repo_root())
     report.write_report(Path(args.report), out.metrics, out.meta)
     if args.plots:
         report.write_plots(Path(args.plots), metrics=out.metrics, harvest=out.harvest, jct=out.jct)
@@ -131,3 +132,19 @@ def handle(args: argparse.Namespace) -> int:
                  f", forecast {feed.mode}, load {out.meta['scenario']['offered_load']:.2f}")
         report.print_table(out.metrics, title=title, console=Console(width=160))
     return 0
+
+
+def _code_version(root: Path) -> dict[str, object]:
+    """Commit of the checkout and whether the decision code (extender/) or simulator/ had local changes."""
+    import subprocess
+
+    def git(*a: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True, timeout=10).stdout
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    return {
+        "commit": git("rev-parse", "HEAD").strip() or None,
+        "uncommitted": [ln[3:] for ln in git("status", "--porcelain", "--", "extender", "simulator").splitlines() if ln],
+    }
