@@ -193,10 +193,11 @@ def read_hf_config(source: str) -> tuple[str, dict[str, Any]]:
         return name, data
     found = preset(source)
     if found is None:
-        if source.endswith(".json") or "/" in source and not source.startswith(("facebook/", "openai", "google")):
+        if source.endswith(".json"):
             raise UserError(f"HuggingFace config file {source!r} not found")
         raise UserError(
-            f"unknown HuggingFace model {source!r}: pass a config.json path or one of {', '.join(preset_names())}"
+            f"unknown HuggingFace model {source!r} (nothing is downloaded): pass the path of its config.json "
+            f"or one of {', '.join(preset_names())}"
         )
     return source, found
 
