@@ -156,6 +156,9 @@ def build_entrypoint(entrypoint: str, options: ExtractOptions, python_path: list
             f"entry point {entrypoint!r} returned {type(module).__name__}, expected a torch.nn.Module"
         )
     module = unwrap(module)
+    config = getattr(module, "config", None)  # a transformers model built by user code
+    if config is not None and hasattr(config, "use_cache"):
+        config.use_cache = False  # a training step keeps no KV cache
     if options.input_shape is not None:
         shape = options.input_shape
         make_call: Callable[[torch.device, ExtractOptions], ModelCall] = lambda device, opts: ModelCall(
@@ -170,7 +173,7 @@ def build_entrypoint(entrypoint: str, options: ExtractOptions, python_path: list
         module=module,
         make_call=make_call,
         name=entrypoint,
-        family=family_from_name(type(module).__name__),
+        family=str(getattr(config, "model_type", "") or family_from_name(type(module).__name__)),
         seq_len=options.seq_len,
         input_shape=list(options.input_shape) if options.input_shape else None,
     )

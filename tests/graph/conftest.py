@@ -74,6 +74,12 @@ def linear():
     return nn.Linear(4, 2)
 
 
+def tiny_gpt2():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    return GPT2LMHeadModel(GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=1000, n_positions=256))
+
+
 def wrapped():
     return nn.DataParallel(torch.compile(nn.Linear(4, 2)))
 '''

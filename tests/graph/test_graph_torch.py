@@ -217,3 +217,12 @@ def test_extraction_is_deterministic_so_equal_models_share_a_hash(monkeypatch):
     assert first.to_dict() == second.to_dict()
     longer = extract_graph(entrypoint="examples.models.tiny_transformer:build", batch_size=2, seq_len=32)
     assert longer.content_hash() != first.content_hash()
+
+
+def test_entry_point_returning_a_transformers_model(entrypoint_dir):
+    graph = extract_graph(entrypoint="offpeak_test_models:tiny_gpt2", python_path=[str(entrypoint_dir)],
+                          batch_size=3, seq_len=32)  # fmt: skip
+    assert graph.model_family == "gpt2"  # from the model's config, not its class name
+    expected = _gpt2_forward_flops(batch=3, seq=32, d=64, layers=2, vocab=1000)
+    assert graph.total_flops_forward == pytest.approx(expected, rel=1e-9)
+    assert sum(op.type == OpType.SDPA for op in graph.ops) == 2
