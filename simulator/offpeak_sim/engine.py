@@ -198,7 +198,9 @@ class PolicyRun:
         ok = [v for v in views if v.name in keep]
         if self.p.pick == "spread":
             return max(ok, key=lambda v: v.gpus_free_now).name
-        scores = prioritize_nodes(pod=pod, nodes=ok, now=now, margin=self.s.margin)
+        scores = prioritize_nodes(
+            pod=pod, nodes=ok, now=now, margin=self.s.margin, checkpoint_intervals=self.p.checkpoint_intervals
+        )
         return max(ok, key=lambda v: scores.get(v.name, 0)).name
 
     def schedule(self, minute: int, now: float) -> None:
@@ -216,10 +218,10 @@ class PolicyRun:
         if self.p.windowed:
             assert self.feed is not None
             p50, p90 = believed_p50_p90(self.p, scenario=self.sc, jobs=q, remaining_ref_s=self.remaining_ref)
-            if self.p.cap_checkpoints > 0 and self.s.checkpoint_seconds > 0:
-                cap = self.p.cap_checkpoints * self.s.checkpoint_seconds
-                p50, p90 = np.minimum(p50, cap), np.minimum(p90, cap)
             need = p90 * (1.0 + self.s.margin)
+            if self.p.checkpoint_intervals > 0 and self.s.checkpoint_seconds > 0:
+                # the extender's checkpoint-aware rule caps the window a checkpointing pod needs; the bound must too
+                need = np.minimum(need, self.p.checkpoint_intervals * self.s.checkpoint_seconds)
             if self.s.prune:
                 fits = np.zeros(len(q), dtype=bool)
                 for gv in np.unique(g[cand_mask]):
@@ -247,9 +249,17 @@ class PolicyRun:
             if self.p.windowed:
                 assert p50 is not None and p90 is not None
                 predicted = predictions(fl.types, p50[k], p90[k])
-            pod = PodRequest(name=str(j), gpus=gj, predicted=predicted, checkpointing=self.s.checkpoint_seconds > 0)
+            pod = PodRequest(
+                name=str(j),
+                gpus=gj,
+                predicted=predicted,
+                checkpointing=self.s.checkpoint_seconds > 0,
+                checkpoint_interval_seconds=self.s.checkpoint_seconds or None,
+            )
             t0 = time.perf_counter()
-            res = filter_nodes(pod=pod, nodes=views, now=now, margin=self.s.margin)
+            res = filter_nodes(
+                pod=pod, nodes=views, now=now, margin=self.s.margin, checkpoint_intervals=self.p.checkpoint_intervals
+            )
             chosen = self._pick(pod, views, res.passed, now) if res.passed else None
             self.t.decision_s.append(time.perf_counter() - t0)
             self.t.decisions += 1

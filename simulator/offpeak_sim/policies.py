@@ -11,9 +11,9 @@ hand it (None = runtime-blind: fits-now only) and in how the final node is chose
 | offpeak | predictor p50, p90 = p50 × profile p90 ratio | extender `prioritize_nodes` |
 | oracle | true remaining runtime (p50 = p90) | extender `prioritize_nodes` |
 
-What-if, not in the default set: `offpeak-ckpt` is offpeak for checkpointing jobs with the runtime it hands the
-extender capped at `CKPT_INTERVALS` checkpoint intervals, i.e. "admit a checkpointing job into a window that
-holds a few checkpoints", which is what a checkpoint-aware filter rule in the extender would do.
+What-if, not in the default set: `offpeak-ckpt` is offpeak with the extender's optional checkpoint-aware rule on
+(`checkpoint_intervals=4`: a checkpointing job only needs a window of min(p90 × (1 + margin), 4 checkpoint
+intervals)).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Policy:
     name: str
     knows: str  # "blind" | "user" | "predicted" | "true"
     pick: str  # "spread" | "first" | "score"
-    cap_checkpoints: int = 0  # >0: believed runtime capped at this many checkpoint intervals (what-if)
+    checkpoint_intervals: int = 0  # >0: the extender's checkpoint-aware rule with this k
 
     @property
     def windowed(self) -> bool:
@@ -48,7 +48,7 @@ POLICIES: dict[str, Policy] = {
         Policy("user-estimate", "user", "score"),
         Policy("offpeak", "predicted", "score"),
         Policy("oracle", "true", "score"),
-        Policy("offpeak-ckpt", "predicted", "score", cap_checkpoints=4),
+        Policy("offpeak-ckpt", "predicted", "score", checkpoint_intervals=4),
     )
 }
 DEFAULT_SET = ("default", "backfill", "user-estimate", "offpeak", "oracle")

@@ -48,9 +48,9 @@ def test_online_demand_gets_its_gpus_back_at_once(random_scenario) -> None:
 
 def test_pruning_gives_the_same_decisions(random_scenario) -> None:
     sc = random_scenario
-    pols = [POLICIES[n] for n in ("user-estimate", "offpeak", "oracle")]
-    a = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(prune=True))
-    b = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(prune=False))
+    pols = [POLICIES[n] for n in ("user-estimate", "offpeak", "oracle", "offpeak-ckpt")]
+    a = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(prune=True, checkpoint_seconds=600))
+    b = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(prune=False, checkpoint_seconds=600))
     ma, mb = summarise(sc, a), summarise(sc, b)
     for name in ma:
         assert np.array_equal(a[name].first_start, b[name].first_start, equal_nan=True), name
