@@ -258,6 +258,15 @@ def module_op_type(class_name: str, inner_types: list[OpType]) -> OpType | None:
     return None
 
 
+def bytes_read_of(op_type: OpType | str, reads: list[tuple[int, bool]], *, written: int) -> int:
+    """Bytes an op reads, from (bytes, is a parameter) per distinct input tensor. An embedding lookup reads only
+    the rows it gathers (about its output), not the whole table."""
+    if op_type == OpType.EMBEDDING:
+        table = sum(n for n, is_param in reads if is_param)
+        return sum(n for n, is_param in reads if not is_param) + min(table, written)
+    return sum(n for n, _ in reads)
+
+
 def family_from_name(name: str) -> str:
     """Model family from a constructor name: resnet50 -> resnet, vgg16_bn -> vgg, wide_resnet50_2 -> wide_resnet."""
     lowered = name.lower()

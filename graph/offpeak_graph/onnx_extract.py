@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from offpeak.errors import UserError
+from offpeak_graph.aten_ops import bytes_read_of
 from offpeak_graph.onnx_fold import infer_with_folding
 from offpeak_graph.onnx_ops import ATTR_NAMES, SKIPPED, onnx_flops, onnx_op_type
 from offpeak_graph.options import ExtractOptions
@@ -168,7 +169,8 @@ def _node_op(node: Any, index: int, tensors: _Tensors, producer: dict[str, int])
         output_shapes=[s if s is not None else [] for s in out_shapes],
         dtype=tensors.dtype(outs[0]) if outs else "",
         flops=onnx_flops(node.op_type, inputs=in_shapes, outputs=out_shapes, attrs=attrs),
-        bytes_read=sum(tensors.nbytes(n) for n in dict.fromkeys(ins)),
+        bytes_read=bytes_read_of(op_type, [(tensors.nbytes(n), n in tensors.params) for n in dict.fromkeys(ins)],
+                                 written=sum(tensors.nbytes(n) for n in outs)),
         bytes_written=sum(tensors.nbytes(n) for n in outs),
         params=tensors.take_params(ins),
     )

@@ -26,7 +26,14 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 from torch.utils.weak import WeakTensorKeyDictionary
 
-from offpeak_graph.aten_ops import ALLOC_OPS, MODULE_TYPES, aten_op_type, base_name, module_op_type
+from offpeak_graph.aten_ops import (
+    ALLOC_OPS,
+    MODULE_TYPES,
+    aten_op_type,
+    base_name,
+    bytes_read_of,
+    module_op_type,
+)
 from offpeak_graph.schema import Op, OpType
 
 # Composite functions recorded as one op each (their inner ATen ops are summed into it).
@@ -144,7 +151,7 @@ class _Frame:
 
     start: int  # index of this call's first op in Recorder.ops
     op: Op  # name, class, attrs and input shapes of the merged op
-    reads: list[tuple[int | None, int, int]] = field(default_factory=list)  # (producer, id(tensor), bytes)
+    reads: list[tuple[int | None, int, int, bool]] = field(default_factory=list)  # (producer, id, bytes, param?)
     held: list[torch.Tensor] = field(default_factory=list)  # keeps the ids in `reads` unique during the call
     made: list[torch.Tensor] = field(default_factory=list)  # tensors given a producer during the call
 
@@ -210,7 +217,7 @@ class Recorder:
         op.id = len(self.ops)
         self.ops.append(op)
         if self._frame is not None:
-            self._frame.reads.extend((p, id(t), n) for p, t, n in reads)
+            self._frame.reads.extend((p, id(t), n, t in self._param_of) for p, t, n in reads)
             self._frame.held.extend(t for _, t, _ in reads)
         for t in outs:
             self._set_producer(t, op.id)
@@ -250,12 +257,13 @@ class Recorder:
         op.id, op.type = frame.start, op_type
         op.flops = float(sum(o.flops for o in inner))
         op.params = sum(o.params for o in inner)
-        external = [(p, key, n) for p, key, n in frame.reads if p is None or p < frame.start]
-        op.inputs = sorted({p for p, _, _ in external if p is not None})
-        op.bytes_read = sum({key: n for _, key, n in external}.values())
+        external = [(p, key, n, param) for p, key, n, param in frame.reads if p is None or p < frame.start]
+        op.inputs = sorted({p for p, _, _, _ in external if p is not None})
         op.output_shapes = [list(t.shape) for t in outs]
         op.dtype = dtype_name(outs[0].dtype) if outs else inner[-1].dtype
         op.bytes_written = sum(tensor_bytes(t) for t in outs)
+        distinct = {key: (n, param) for _, key, n, param in external}
+        op.bytes_read = bytes_read_of(op_type, list(distinct.values()), written=op.bytes_written)
         del self.ops[frame.start :]
         self.ops.append(op)
         for t in frame.made:  # everything made inside now comes from the merged op
@@ -289,8 +297,9 @@ class Recorder:
             op.output_shapes = [list(t.shape) for t in outs]
             op.dtype = dtype_name(outs[0].dtype) if outs else ""
             op.inputs = sorted({p for _, _, p in group.read.values() if p is not None})
-            op.bytes_read = sum(n for _, n, _ in group.read.values())
             op.bytes_written = sum(tensor_bytes(t) for t in outs)
+            op.bytes_read = bytes_read_of(op_type, [(n, t in self._param_of) for t, n, _ in group.read.values()],
+                                          written=op.bytes_written)  # fmt: skip
             self._append(op, [(p, t, n) for t, n, p in group.read.values()], outs)
             for t in group.made:  # intermediate tensors of the function belong to it too
                 if self._producer.get(t) == -1:
@@ -333,9 +342,11 @@ class Recorder:
         distinct = {id(t): (p, t) for t, p in zip(ins, producers, strict=True)}
         reads = [(p, t, tensor_bytes(t)) for p, t in distinct.values()]
         spatial = args[1].dim() - 2 if base in ("convolution", "_convolution") else None
+        op_type = aten_op_type(base, spatial_dims=spatial)
+        written = sum(tensor_bytes(t) for t in outs)
         op = Op(
             id=-1,
-            type=aten_op_type(base, spatial_dims=spatial),
+            type=op_type,
             name=self._scope(),
             framework_type=f"aten.{packet.__name__}",
             attrs=aten_attrs(base, args, kwargs),
@@ -344,8 +355,8 @@ class Recorder:
             output_shapes=[list(t.shape) for t in outs],
             dtype=dtype_name(outs[0].dtype) if outs else "",
             flops=flops,
-            bytes_read=sum(n for _, _, n in reads),
-            bytes_written=sum(tensor_bytes(t) for t in outs),
+            bytes_read=bytes_read_of(op_type, [(n, t in self._param_of) for _, t, n in reads], written=written),
+            bytes_written=written,
             params=params,
         )
         self._append(op, reads, outs)

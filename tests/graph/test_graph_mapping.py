@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from offpeak_graph.aten_ops import aten_op_type, base_name, family_from_name, module_op_type
+from offpeak_graph.aten_ops import aten_op_type, base_name, bytes_read_of, family_from_name, module_op_type
 from offpeak_graph.hf_presets import preset
 from offpeak_graph.onnx_ops import onnx_flops, onnx_op_type
 from offpeak_graph.options import ExtractOptions, parse_shape
@@ -89,3 +89,10 @@ def test_options_validate_with_clear_messages():
         ExtractOptions(batch_size=0)
     with pytest.raises(UserError, match="precision"):
         ExtractOptions(batch_size=1, precision="fp8")
+
+
+def test_bytes_read_counts_gathered_rows_for_embeddings_only():
+    reads = [(1000, False), (10_000_000, True)]  # indices, table
+    assert bytes_read_of(OpType.EMBEDDING, reads, written=4096) == 1000 + 4096
+    assert bytes_read_of(OpType.LINEAR, reads, written=4096) == 10_001_000
+    assert bytes_read_of("embedding", [(8, False), (100, True)], written=4096) == 8 + 100  # tiny table: all of it

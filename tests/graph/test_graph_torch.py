@@ -95,6 +95,10 @@ def test_gpt2_flops_match_the_analytic_count_and_ops_are_named():
     sdpa = [op for op in graph.ops if op.type == OpType.SDPA]
     assert len(sdpa) == 12
     assert sdpa[0].attrs == {"heads": 12, "head_dim": 64, "seq_q": 128, "seq_k": 128, "causal": True}
+    wte = next(op for op in graph.ops if op.name == "transformer.wte")
+    assert wte.type == OpType.EMBEDDING and wte.params == 50257 * 768
+    assert wte.bytes_written == 2 * 128 * 768 * 4
+    assert wte.bytes_read == 2 * 128 * 8 + wte.bytes_written  # token ids + the gathered rows, not the table
     c_attn = next(op for op in graph.ops if op.name == "transformer.h.0.attn.c_attn")
     assert c_attn.type == OpType.LINEAR and c_attn.attrs["out_features"] == 3 * 768
     assert graph.unknown_ops == {}
