@@ -182,7 +182,7 @@ def _trace(built: BuiltModel, options: ExtractOptions, device: Any) -> Recorder:
     model.train(options.mode == "train")
     call = built.make_call(device, options)
     grad = torch.enable_grad() if options.mode == "train" else torch.no_grad()
-    with grad:
+    with grad, torch.device(device):  # tensors the forward creates without a device land on the same device
         return record_forward(model, call)
 
 

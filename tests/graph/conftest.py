@@ -54,6 +54,21 @@ def manual_attention():
     return ManualAttention()
 
 
+class PositionsWithoutDevice(nn.Module):
+    """Creates a tensor in forward without naming a device (common in user code)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pos = nn.Embedding(64, 8)
+
+    def forward(self, x):
+        return x + self.pos(torch.arange(x.shape[1]))
+
+
+def positions_without_device():
+    return PositionsWithoutDevice()
+
+
 def data_dependent():
     return DataDependent()
 

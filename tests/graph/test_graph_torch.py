@@ -230,3 +230,10 @@ def test_entry_point_returning_a_transformers_model(entrypoint_dir):
     expected = _gpt2_forward_flops(batch=3, seq=32, d=64, layers=2, vocab=1000)
     assert graph.total_flops_forward == pytest.approx(expected, rel=1e-9)
     assert sum(op.type == OpType.SDPA for op in graph.ops) == 2
+
+
+def test_tensors_created_without_a_device_stay_on_meta(entrypoint_dir):
+    graph = extract_graph(entrypoint="offpeak_test_models:positions_without_device", python_path=[str(entrypoint_dir)],
+                          batch_size=2, input_shape=(16, 8))  # fmt: skip
+    assert graph.extraction == EXTRACTION_META
+    assert [op.type for op in graph.ops] == ["input", "fill", "embedding", "add"]
