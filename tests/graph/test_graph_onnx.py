@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 from offpeak.errors import UserError
 from offpeak_graph.extract import extract_graph
 from offpeak_graph.schema import OpType
-
-onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,6 @@ import pytest
 from offpeak_graph.extract import EXTRACTION_CPU, EXTRACTION_META, extract_graph
 from offpeak_graph.schema import ModelGraph, OpType
 
-pytest.importorskip("torchvision")  # the [extract] extra; CI installs it
 REPO = Path(__file__).resolve().parents[2]
 
 
