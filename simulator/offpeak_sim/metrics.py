@@ -25,6 +25,17 @@ def _stats(x: np.ndarray, prefix: str) -> dict[str, float | None]:
     }
 
 
+def work_done_ref_gpu_s(scenario: Scenario, r: PolicyRun) -> float:
+    """Useful offline work in reference-GPU (V100) GPU-seconds: kept work plus work still running at the end.
+
+    Harvested GPU-hours count occupancy, so a job on a slow GPU "harvests" more for the same work; this does not.
+    """
+    g = scenario.jobs.gpus
+    kept = float((r.useful_ref * g).sum())
+    running = sum((scenario.end_s - x.start) / x.slowdown * x.gpus for x in r.runs.values())
+    return kept + running
+
+
 def summarise(scenario: Scenario, runs: Mapping[str, PolicyRun]) -> dict[str, dict[str, float | int | None]]:
     """Return {policy: metrics}; keys are part of the `offpeak simulate` report contract."""
     idle = scenario.idle_gpu_seconds()
@@ -41,6 +52,7 @@ def summarise(scenario: Scenario, runs: Mapping[str, PolicyRun]) -> dict[str, di
             "harvest_share": harvested / idle if idle > 0 else 0.0,
             "idle_gpu_hours": idle / 3600.0,
             "ran_gpu_hours": t.ran_gpu_s / 3600.0,
+            "work_done_ref_gpu_hours": work_done_ref_gpu_s(scenario, r) / 3600.0,
             "evictions": int(t.evictions),
             "lost_gpu_seconds": float(t.lost_gpu_s),
             "online_delayed_gpu_seconds": float(t.online_delay_gpu_s),

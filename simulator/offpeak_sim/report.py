@@ -19,7 +19,7 @@ def _h(x: float | None) -> str:
 
 def table(metrics: Mapping[str, Mapping[str, Any]], *, title: str) -> Table:
     t = Table(title=title)
-    for col in ("policy", "harvested GPU-h", "share of idle", "evictions", "lost GPU-h", "online delay GPU-s",
+    for col in ("policy", "harvested GPU-h", "share of idle", "work V100-GPU-h", "evictions", "lost GPU-h", "online delay GPU-s",
                 "done", "JCT mean", "JCT p95", "queue mean", "decision µs"):
         t.add_column(col, justify="left" if col == "policy" else "right")
     for name, m in metrics.items():
@@ -27,6 +27,7 @@ def table(metrics: Mapping[str, Mapping[str, Any]], *, title: str) -> Table:
             name,
             f"{m['harvested_gpu_hours']:.0f}",
             f"{m['harvest_share']:.1%}",
+            f"{m['work_done_ref_gpu_hours']:.0f}",
             str(m["evictions"]),
             f"{m['lost_gpu_seconds'] / 3600:.0f}",
             f"{m['online_delayed_gpu_seconds']:.0f}",

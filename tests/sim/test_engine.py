@@ -31,6 +31,9 @@ def test_capacity_and_conservation_hold_for_every_policy(random_scenario, mode: 
         assert np.allclose(r.useful_ref[done], sc.jobs.duration_s[done]), name  # finished = all work kept
         assert (r.useful_ref <= sc.jobs.duration_s + 1e-6).all()
         assert r.t.occupancy.sum() * 60 <= idle  # never more offline GPU-time than idle GPU-time
+        m = summarise(sc, {name: r})[name]
+        # all nodes are A100 (0.5 x reference time): kept work in reference GPU-hours is twice the kept GPU-hours
+        assert m["work_done_ref_gpu_hours"] * slow == pytest.approx(m["harvested_gpu_hours"], rel=1e-9)
         assert (r.finish[done] >= sc.jobs.arrival_s[done] + sc.jobs.duration_s[done] * slow - 1e-6).all()
     blind = runs["backfill"].t.evictions
     assert blind > 0  # the scenario does exercise evictions
