@@ -29,7 +29,8 @@ def test_eviction_requeues_and_the_next_attempt_predicts_the_remaining_work(
     (second,) = e2e_cluster.pods(ns, "offpeak.io/trainingjob=evicted,offpeak.io/attempt=2")
     after = json.loads(second["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])
     assert all(after[t]["p50"] < before[t]["p50"] for t in before), (before, after)
-    assert requeued.get("completedSteps", 0) > 0 or e2e_cluster.trainingjob(ns, "evicted")["status"]["completedSteps"] > 0
+    credited = requeued.get("completedSteps") or e2e_cluster.trainingjob(ns, "evicted")["status"]["completedSteps"]
+    assert credited > 0
     done = e2e_cluster.wait_phase(ns, "evicted", ["Succeeded", "Failed"], timeout=120)["status"]
     assert done["phase"] == "Succeeded" and done["attempts"] == 2, done
     scheduled = [c for c in done["conditions"] if c["type"] == "Scheduled"][0]

@@ -143,7 +143,8 @@ def _model_source(raw: Any) -> ModelSource:
     given = [k for k in SOURCE_KINDS if raw.get(k) is not None]
     unknown = sorted(set(raw) - set(SOURCE_KINDS))
     if unknown:
-        raise SpecError(f"spec.modelSource has unknown field(s) {', '.join(unknown)}; use one of {', '.join(SOURCE_KINDS)}")
+        raise SpecError(f"spec.modelSource has unknown field(s) {', '.join(unknown)}; "
+                        f"use one of {', '.join(SOURCE_KINDS)}")
     if len(given) > 1:
         raise SpecError(f"spec.modelSource must name one source, got {', '.join(given)}")
     kind = given[0]
@@ -229,7 +230,8 @@ def validate(spec: JobSpec, *, job_name: str, resolve_gpu: GpuResolver | None) -
     if spec.steps is not None and (spec.epochs is not None or spec.dataset_size is not None):
         problems.append(Problem("InvalidSpec", "give either spec.steps or spec.epochs with spec.datasetSize, not both"))
     elif spec.steps is None and (spec.epochs is None or spec.dataset_size is None):
-        problems.append(Problem("InvalidSpec", "give the amount of work: spec.steps, or spec.epochs with spec.datasetSize"))
+        problems.append(Problem("InvalidSpec",
+                                "give the amount of work: spec.steps, or spec.epochs with spec.datasetSize"))
     elif spec.total_steps < 1:
         problems.append(Problem("InvalidSpec", "the amount of work must be at least one step"))
     for field_name, value, lo in (("workers", spec.workers, 1), ("gpusPerWorker", spec.gpus_per_worker, 1),
@@ -249,7 +251,8 @@ def validate(spec: JobSpec, *, job_name: str, resolve_gpu: GpuResolver | None) -
                                                       "e.g. [3, 224, 224]) or spec.seqLen (token ids)"))
     if spec.model_source.kind == "graphConfigMap" and not _DNS_LABEL.match(spec.model_source.value):
         problems.append(Problem("InvalidModelSource",
-                                f"spec.modelSource.graphConfigMap.name {spec.model_source.value!r} is not a valid name"))
+                                f"spec.modelSource.graphConfigMap.name {spec.model_source.value!r} "
+                                "is not a valid name"))
     for section in ("requests", "limits"):
         if names.GPU_RESOURCE in spec.resources.get(section, {}):
             problems.append(Problem("InvalidSpec", f"spec.resources.{section} must not set {names.GPU_RESOURCE}; "

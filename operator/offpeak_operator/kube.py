@@ -154,6 +154,7 @@ class KubeIO:
             "source": {"component": "offpeak-operator"}, "reportingComponent": "offpeak-operator",
         }  # fmt: skip
         try:
-            self.core.create_namespaced_event(meta["namespace"], cast(Any, body), _headers=JSON_BODY, _preload_content=False)
+            self.core.create_namespaced_event(meta["namespace"], cast(Any, body), _headers=JSON_BODY,
+                                              _preload_content=False)
         except ApiException as e:
             log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], e.reason)

@@ -21,7 +21,8 @@ class OperatorMetrics:
         self.job_predicted_seconds = Gauge("offpeak_job_predicted_seconds",
                                            "Predicted seconds of a finished job's last attempt (p50)",
                                            job_labels, registry=self.registry)
-        self.job_actual_seconds = Gauge("offpeak_job_actual_seconds", "Measured seconds of a finished job's last attempt",
+        self.job_actual_seconds = Gauge("offpeak_job_actual_seconds",
+                                        "Measured seconds of a finished job's last attempt",
                                         job_labels, registry=self.registry)
         self.prediction_error_ratio = Histogram("offpeak_prediction_error_ratio", "actual / predicted job seconds",
                                                 ("gpu_type", "model_family"), buckets=RATIO_BUCKETS,
@@ -38,7 +39,7 @@ class OperatorMetrics:
                                                    "Predictor HTTP request latency", ("endpoint",),
                                                    buckets=SECONDS_BUCKETS, registry=self.registry)
         self.predictor_failures_total = Counter("offpeak_predictor_failures_total",
-                                                "Predictor requests that failed (operator fell back or dropped a sample)",
+                                                "Predictor requests that failed (fell back or dropped a sample)",
                                                 ("endpoint",), registry=self.registry)
         self._phases: dict[str, str] = {}
         self._lock = threading.Lock()

@@ -34,9 +34,9 @@ from offpeak_operator.predictor_http import PredictorHTTP, PredictorUnavailable
 from offpeak_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
-MAX_STEPS_PER_RECONCILE = 6
-REJECTED = frozenset({400, 422})
-SLOW_ACTIONS = (sm.ExtractInProcess,)  # status is written before these run (never before pod creation)  # the object itself is invalid: retrying cannot help  # Pending -> Analyzing -> Predicted -> Waiting can happen in one pass
+MAX_STEPS_PER_RECONCILE = 6  # Pending -> Analyzing -> Predicted -> Waiting can happen in one pass
+REJECTED = frozenset({400, 422})  # the object itself is invalid: retrying cannot help
+SLOW_ACTIONS = (sm.ExtractInProcess,)  # status is written before these run (never before pod creation)
 
 
 def utcnow() -> datetime:

@@ -273,7 +273,8 @@ def _launch(job_name: str, spec: JobSpec, status: Mapping[str, Any], now: dateti
     completed = int(status.get("completedSteps") or 0)
     pods = expected_pods(job_name, attempt=attempt, workers=spec.workers)
     resumed = f", resuming after step {completed}" if completed else ""
-    message = f"attempt {attempt}/{spec.max_attempts}: {len(pods)} training pod(s) waiting for an idle GPU window{resumed}"
+    message = (f"attempt {attempt}/{spec.max_attempts}: {len(pods)} training pod(s) waiting for an idle GPU "
+               f"window{resumed}")
     conds = cond.set_condition(_conditions(status), type=cond.SCHEDULED, ok=False, reason="WaitingForWindow",
                                message=message, now=now)
     return Decision(

@@ -24,7 +24,8 @@ def small_graph(blocks: int = 4, *, name: str = "tiny") -> ModelGraph:
     for _ in range(blocks):
         for kind in ("linear", "relu"):
             ops.append(Op(id=len(ops), type=kind, framework_type=f"aten.{kind}", inputs=[len(ops) - 1],
-                          input_shapes=[[8, 64]], output_shapes=[[8, 64]], flops=2 * 8 * 64 * 64 if kind == "linear" else 512,
+                          input_shapes=[[8, 64]], output_shapes=[[8, 64]],
+                          flops=2 * 8 * 64 * 64 if kind == "linear" else 512,
                           bytes_read=2048, bytes_written=2048, params=64 * 64 + 64 if kind == "linear" else 0))
     ops.append(Op(id=len(ops), type="loss", framework_type="aten.cross_entropy", inputs=[len(ops) - 1],
                   input_shapes=[[8, 64]], output_shapes=[[]], flops=1024))

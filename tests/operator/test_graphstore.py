@@ -11,7 +11,8 @@ from offpeak_operator import graphstore as gs
 
 
 def totals(g: ModelGraph) -> tuple[float, int, int, int]:
-    return (g.total_flops_forward, g.total_params, sum(o.bytes_read for o in g.ops), sum(o.bytes_written for o in g.ops))
+    return (g.total_flops_forward, g.total_params, sum(o.bytes_read for o in g.ops),
+            sum(o.bytes_written for o in g.ops))
 
 
 def test_small_graph_is_stored_whole(graph: ModelGraph) -> None:
