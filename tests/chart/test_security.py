@@ -74,35 +74,66 @@ def test_no_wildcards_and_no_secrets_anywhere(objects: list[dict[str, Any]]) -> 
 
 
 def test_evictor_rbac_is_exactly_what_it_needs(default_objects) -> None:
+    # extender/offpeak_extender/kube.py (Informer: list+watch nodes and pods) and evictor.py (KubeEvictionActions)
     assert _grants(_rules(default_objects, "offpeak-evictor")) == {
-        ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"),
+        ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"),
         ("", "pods/eviction", "create"),
-        ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
-        ("", "events", "create"), ("", "events", "patch"),
-        ("events.k8s.io", "events", "create"), ("events.k8s.io", "events", "patch"),
+        ("", "nodes", "list"), ("", "nodes", "watch"),
+        ("", "events", "create"),
         ("offpeak.io", "trainingjobs", "get"),
     }
 
 
-def test_agent_rbac_is_read_only(default_objects) -> None:
+def test_agent_rbac_is_only_listing_pods(default_objects) -> None:
+    # agent/offpeak_agent/pods.py: list_pod_for_all_namespaces(field_selector=spec.nodeName=...)
     grants = _grants(_rules(default_objects, "offpeak-agent"))
     assert {v for _, _, v in grants} & WRITE_VERBS == set()
-    assert {r for _, r, _ in grants} == {"pods", "nodes"}
+    assert grants == {("", "pods", "list")}
 
 
-def test_operator_rbac_covers_its_objects_and_is_namespaced_when_asked(default_objects, custom_objects) -> None:
-    grants = _grants(_rules(default_objects, "offpeak-operator"))
-    for needed in [
-        ("offpeak.io", "trainingjobs/status", "patch"),
-        ("", "pods", "create"), ("", "pods", "delete"), ("", "pods/log", "get"),
-        ("", "configmaps", "create"), ("", "events", "create"),
-    ]:
-        assert needed in grants
-    assert ("offpeak.io", "trainingjobs", "delete") not in grants
-    assert ("", "nodes", "get") not in grants
+# operator/offpeak_operator/kube.py plus kopf's own watches (TrainingJobs, labelled pods) and progress annotations
+OPERATOR_NAMESPACED = {
+    ("offpeak.io", "trainingjobs", "get"), ("offpeak.io", "trainingjobs", "list"),
+    ("offpeak.io", "trainingjobs", "watch"), ("offpeak.io", "trainingjobs", "patch"),
+    ("offpeak.io", "trainingjobs/status", "patch"),
+    ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "create"), ("", "pods", "delete"),
+    ("", "pods/log", "get"),
+    ("", "configmaps", "get"), ("", "configmaps", "create"),
+    ("", "events", "create"),
+}
+# nodes get: a running job's GPU type is its node's offpeak.io/gpu-type label; kopf watches CRDs
+OPERATOR_CLUSTER = {
+    ("", "nodes", "get"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+    ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+}
+
+
+def _bound_to(objects: list[dict[str, Any]], role_kind: str, role_name: str, sa: str) -> bool:
+    return any(
+        b["kind"] in ("ClusterRoleBinding", "RoleBinding") and b["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role_name}
+        and any(s["kind"] == "ServiceAccount" and s["name"] == sa for s in b["subjects"])
+        for b in objects
+    )
+
+
+def test_operator_rbac_is_exactly_what_it_calls_cluster_wide(default_objects) -> None:
+    assert _grants(_rules(default_objects, "offpeak-operator")) == OPERATOR_NAMESPACED
+    assert _grants(_rules(default_objects, "offpeak-operator-cluster")) == OPERATOR_CLUSTER
+    assert _bound_to(default_objects, "ClusterRole", "offpeak-operator", "offpeak-operator")
+    assert _bound_to(default_objects, "ClusterRole", "offpeak-operator-cluster", "offpeak-operator")
+
+
+def test_operator_rbac_is_namespaced_when_asked_but_still_reads_nodes(custom_objects) -> None:
     (role,) = [o for o in custom_objects if o["kind"] == "Role" and o["metadata"]["name"] == "gpu-harvest-operator"]
     assert role["metadata"]["namespace"] == "ml-team"
+    assert _grants(role["rules"]) == OPERATOR_NAMESPACED
     assert not [o for o in custom_objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-operator")]
+    # a namespaced kopf also lists/watches namespaces (which of its namespaces exist)
+    assert _grants(_rules(custom_objects, "gpu-harvest-operator-cluster")) == OPERATOR_CLUSTER | {
+        ("", "namespaces", "list"), ("", "namespaces", "watch")}
+    assert _bound_to(custom_objects, "ClusterRole", "gpu-harvest-operator-cluster", "gpu-harvest-operator")
     (deployment,) = find(custom_objects, "Deployment", "-operator")
     assert "--namespace=ml-team" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
 
@@ -120,8 +151,9 @@ def test_scheduler_bindings_and_own_lease(default_objects) -> None:
     lease_rules = _rules(default_objects, "offpeak-scheduler-lease")
     named = [r for r in lease_rules if r.get("resourceNames")]
     assert named and named[0]["resourceNames"] == ["offpeak-scheduler"]
+    # the extender's Informer (extender/offpeak_extender/kube.py) only lists and watches
     assert _grants(_rules(default_objects, "offpeak-scheduler-extender")) == {
-        ("", r, v) for r in ("nodes", "pods") for v in ("get", "list", "watch")
+        ("", r, v) for r in ("nodes", "pods") for v in ("list", "watch")
     }
 
 
