@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import random
 from typing import Any
 
 from offpeak.errors import UserError
@@ -32,7 +33,15 @@ def register(subparsers: Any) -> None:
                    help="kopf liveness /healthz port, 0 to disable")
     p.add_argument("--image", default=_env("OFFPEAK_IMAGE", "ghcr.io/offpeak/offpeak:0.1.0"),
                    help="offpeak image for the analysis pod's bundle and emit steps (env OFFPEAK_IMAGE)")
-    p.add_argument("--standalone", action="store_true", help="no peering (single operator, tests)")
+    peer = p.add_mutually_exclusive_group()
+    peer.add_argument("--standalone", action="store_true", help="no peering (single operator, tests)")
+    peer.add_argument("--peering", action="store_true",
+                      help="HA: require kopf peering (object `offpeak-operator`); wait, paused, until it shows this "
+                           "operator is the highest-priority live one (without either flag kopf uses peering only if "
+                           "its CRDs exist)")
+    p.add_argument("--priority", type=int, default=os.environ.get("OFFPEAK_PEERING_PRIORITY") or None,
+                   help="peering priority; the highest live operator works (default with --peering: random, since "
+                        "kopf pauses every operator when two share a priority; env OFFPEAK_PEERING_PRIORITY)")
     p.add_argument("--analysis-timeout-seconds", type=int,
                    default=_env("OFFPEAK_ANALYSIS_TIMEOUT_SECONDS", "600"),
                    help="deadline of the analysis pod before falling back to a prediction without graph")
@@ -72,6 +81,19 @@ def namespaces(args: argparse.Namespace) -> list[str]:
     return given
 
 
+def peering_kwargs(args: argparse.Namespace, *, rng: random.Random | None = None) -> dict[str, Any]:
+    """kopf.run arguments for the peering mode. Replicas of one Deployment share their flags, so with `--peering`
+    and no `--priority` each draws a random one: kopf pauses *all* operators that tie on priority."""
+    from offpeak_operator.handlers import PEERING_NAME
+
+    if args.standalone:
+        return {"standalone": True}
+    if not args.peering:
+        return {"priority": args.priority} if args.priority is not None else {}
+    priority = args.priority if args.priority is not None else (rng or random.SystemRandom()).randint(1, 2**31 - 1)
+    return {"peering_name": PEERING_NAME, "priority": priority}  # a peering name makes kopf's peering mandatory
+
+
 def run_operator(args: argparse.Namespace) -> int:
     import kopf
     from kubernetes.config import ConfigException
@@ -90,7 +112,7 @@ def run_operator(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=operator.metrics.registry)
     kopf.run(
-        registry=operator.registry, settings=operator.kopf_settings, standalone=args.standalone or None,
+        registry=operator.registry, settings=operator.kopf_settings, **peering_kwargs(args),
         clusterwide=not watched, namespaces=watched,
         liveness_endpoint=f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None,
     )  # fmt: skip

@@ -46,3 +46,27 @@ def test_no_scope_is_a_user_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OFFPEAK_NAMESPACE", raising=False)
     with pytest.raises(UserError, match="--all-namespaces"):
         cli.namespaces(parse([]))
+
+
+def test_peering_modes() -> None:
+    assert cli.peering_kwargs(parse(["-A", "--standalone"])) == {"standalone": True}
+    assert cli.peering_kwargs(parse(["-A"])) == {}  # kopf decides: peering only if its CRDs exist
+    assert cli.peering_kwargs(parse(["-A", "--priority", "7"])) == {"priority": 7}
+    assert cli.peering_kwargs(parse(["-A", "--peering", "--priority", "20"])) == {
+        "peering_name": "offpeak-operator", "priority": 20}
+    with pytest.raises(SystemExit):
+        parse(["-A", "--peering", "--standalone"])
+
+
+def test_peered_replicas_draw_distinct_priorities() -> None:
+    """Replicas share flags; equal priorities would make kopf pause every one of them."""
+    import random
+
+    args = parse(["-A", "--peering"])
+    drawn = {cli.peering_kwargs(args, rng=random.Random(seed))["priority"] for seed in range(20)}
+    assert len(drawn) == 20 and all(p > 0 for p in drawn)
+
+
+def test_priority_env_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OFFPEAK_PEERING_PRIORITY", "42")
+    assert cli.peering_kwargs(parse(["-A", "--peering"]))["priority"] == 42
