@@ -101,12 +101,13 @@ def _plot_runtimes(args: argparse.Namespace) -> int:
             raise UserError(f"{args.from_json}: not valid JSON ({e})") from e
         records = records_from_json(document, source=str(args.from_json))
     else:
-        from offpeak_dashboard.dashboard import JOB_ACTUAL, JOB_PREDICTED
+        from offpeak_dashboard.dashboard import JOB_ACTUAL, JOB_LABELS, JOB_PREDICTED
         from offpeak_dashboard.prometheus import instant_query
 
+        # the same grouping as the dashboard's table: one series per job, whatever targets exported it
         records = join_prometheus_vectors(
-            predicted=instant_query(args.prometheus_url, JOB_PREDICTED),
-            actual=instant_query(args.prometheus_url, JOB_ACTUAL),
+            predicted=instant_query(args.prometheus_url, f"max by ({JOB_LABELS}) ({JOB_PREDICTED})"),
+            actual=instant_query(args.prometheus_url, f"max by ({JOB_LABELS}) ({JOB_ACTUAL})"),
         )
     if not records:
         print("warning: no finished jobs with both predicted and actual runtimes; writing an empty plot",

@@ -36,10 +36,9 @@ NODE_GPUS = "offpeak_node_gpus"
 NODE_ONLINE_GPUS = "offpeak_node_online_gpus"
 NODE_OFFLINE_GPUS = "offpeak_node_offline_gpus"
 
-# Per-job gauges are labelled job/namespace/gpu_type/model_family by the operator. Prometheus renames a scraped
-# `job`/`namespace` to `exported_job`/`exported_namespace` when the target has its own, so aggregate *without* the
-# per-target labels instead of *by* names that depend on the scrape configuration.
-PER_TARGET = "instance, pod, container, endpoint, service"
+# Per-job gauges are labelled trainingjob/job_namespace/gpu_type/model_family by the operator (names no scrape
+# target carries, so Prometheus keeps them as they are); group by exactly those, whatever the scrape adds.
+JOB_LABELS = "job_namespace, trainingjob, gpu_type, model_family"
 
 
 def _quantiles(metric: str, *, by: str = "", where: str = "") -> tuple[Query, ...]:
@@ -70,10 +69,10 @@ PREDICTIONS = Row(
             "Predicted vs actual runtime per job",
             "table",
             (
-                Query(f"max without ({PER_TARGET}) ({JOB_PREDICTED})", instant=True, table=True),
-                Query(f"max without ({PER_TARGET}) ({JOB_ACTUAL})", instant=True, table=True),
+                Query(f"max by ({JOB_LABELS}) ({JOB_PREDICTED})", instant=True, table=True),
+                Query(f"max by ({JOB_LABELS}) ({JOB_ACTUAL})", instant=True, table=True),
                 Query(
-                    f"max without ({PER_TARGET}) ({JOB_ACTUAL}) / max without ({PER_TARGET}) ({JOB_PREDICTED})",
+                    f"max by ({JOB_LABELS}) ({JOB_ACTUAL}) / max by ({JOB_LABELS}) ({JOB_PREDICTED})",
                     instant=True,
                     table=True,
                 ),

@@ -108,26 +108,25 @@ def records_from_json(document: Any, *, source: str = "input") -> list[JobRuntim
     return [record_from_mapping(item, where=f"{source}: jobs[{i}]") for i, item in enumerate(items)]
 
 
-# Labels that differ per scrape target (an operator restart changes them), so never join on them. `job` stays: it
-# is either the operator's TrainingJob label (honor_labels) or the scrape job, equal on both gauges.
-_TARGET_LABELS = frozenset({"__name__", "instance", "pod", "container", "endpoint", "service"})
+# The operator's per-job gauge labels (offpeak_operator.metrics.JOB_LABELS); whatever else the scrape adds
+# (job, instance, pod, ...) differs per target, so join on exactly these.
+_KEY_LABELS = ("job_namespace", "trainingjob", "gpu_type", "model_family")
 
 
 def _job_name(labels: Mapping[str, str]) -> str:
-    """The TrainingJob's name: the operator labels it `job`, which Prometheus renames `exported_job` by default."""
-    name = labels.get("trainingjob") or labels.get("exported_job") or labels.get("job") or labels.get("name") or "?"
-    namespace = labels.get("exported_namespace") or labels.get("namespace")
+    name = labels.get("trainingjob") or "?"
+    namespace = labels.get("job_namespace")
     return f"{namespace}/{name}" if namespace else name
 
 
 def join_prometheus_vectors(
     *, predicted: Iterable[Mapping[str, Any]], actual: Iterable[Mapping[str, Any]]
 ) -> list[JobRuntime]:
-    """Join two instant vectors (Prometheus API `result` items) on their labels, minus per-target labels."""
+    """Join two instant vectors (Prometheus API `result` items) on the operator's per-job labels."""
 
     def key(item: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
         labels = item.get("metric", {})
-        return tuple(sorted((k, v) for k, v in labels.items() if k not in _TARGET_LABELS))
+        return tuple((k, labels[k]) for k in _KEY_LABELS if k in labels)
 
     def value(item: Mapping[str, Any]) -> float:
         return float(item["value"][1])

@@ -9,15 +9,18 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from offpeak_operator.statemachine import Phase
 
 RATIO_BUCKETS = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
+# Labels of the per-job gauges (the dashboard groups by them).
+JOB_LABELS = ("trainingjob", "job_namespace", "gpu_type", "model_family")
 SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
 class OperatorMetrics:
-    """All operator metrics. Per-job gauges carry `job` so Grafana can plot predicted vs actual per job."""
+    """All operator metrics. Per-job gauges carry `trainingjob` so Grafana can plot predicted vs actual per job."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
-        job_labels = ("job", "namespace", "gpu_type", "model_family")
+        # not `job`/`namespace`: Prometheus would rename them `exported_job`/`exported_namespace` on scrape
+        job_labels = JOB_LABELS
         self.job_predicted_seconds = Gauge("offpeak_job_predicted_seconds",
                                            "Predicted seconds of a finished job's last attempt (p50)",
                                            job_labels, registry=self.registry)
@@ -61,7 +64,8 @@ class OperatorMetrics:
 
     def job_finished(self, *, job: str, namespace: str, gpu_type: str, model_family: str,
                      predicted_seconds: float, actual_seconds: float) -> None:
-        labels = {"job": job, "namespace": namespace, "gpu_type": gpu_type, "model_family": model_family or "unknown"}
+        labels = {"trainingjob": job, "job_namespace": namespace, "gpu_type": gpu_type,
+                  "model_family": model_family or "unknown"}
         self.job_predicted_seconds.labels(**labels).set(predicted_seconds)
         self.job_actual_seconds.labels(**labels).set(actual_seconds)
         if predicted_seconds > 0:

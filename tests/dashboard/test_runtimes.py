@@ -72,27 +72,44 @@ def _item(value: float, **labels: str) -> dict:
 
 
 def test_join_ignores_target_labels_and_unmatched_series() -> None:
-    # As scraped with Prometheus' defaults: the operator's `job` label became `exported_job`.
+    # As scraped: the target's own job/instance/pod labels sit beside the operator's per-job labels.
     predicted = [
-        _item(100, __name__="p", instance="op-1:9090", job="offpeak-operator", exported_job="a", namespace="ml",
-              gpu_type="L4"),
-        _item(10, __name__="p", instance="op-1:9090", job="offpeak-operator", exported_job="lonely", namespace="ml",
+        _item(100, __name__="p", instance="op-1:9090", job="offpeak-operator", namespace="offpeak-system",
+              trainingjob="a", job_namespace="ml", gpu_type="L4"),
+        _item(10, __name__="p", instance="op-1:9090", job="offpeak-operator", trainingjob="lonely", job_namespace="ml",
               gpu_type="L4"),
     ]
     actual = [
-        _item(150, __name__="q", instance="op-2:9090", job="offpeak-operator", exported_job="a", namespace="ml",
-              gpu_type="L4"),
-        _item(5, job="offpeak-operator", exported_job="a", namespace="ml", gpu_type="H100-SXM5-80GB"),
-        _item(float("nan"), job="offpeak-operator", exported_job="lonely", namespace="ml", gpu_type="L4"),
+        _item(150, __name__="q", instance="op-2:9090", job="offpeak-operator", namespace="other", trainingjob="a",
+              job_namespace="ml", gpu_type="L4"),
+        _item(5, job="offpeak-operator", trainingjob="a", job_namespace="ml", gpu_type="H100-SXM5-80GB"),
+        _item(float("nan"), job="offpeak-operator", trainingjob="lonely", job_namespace="ml", gpu_type="L4"),
     ]
     assert join_prometheus_vectors(predicted=predicted, actual=actual) == [JobRuntime("ml/a", "L4", 100.0, 150.0)]
 
 
-def test_join_with_honor_labels_keeps_jobs_apart() -> None:
-    predicted = [_item(100, job="a", namespace="ml", gpu_type="L4"), _item(200, job="b", namespace="ml", gpu_type="L4")]
-    actual = [_item(110, job="a", namespace="ml", gpu_type="L4"), _item(190, job="b", namespace="ml", gpu_type="L4")]
+def test_join_keeps_jobs_and_namespaces_apart() -> None:
+    predicted = [_item(100, trainingjob="a", job_namespace="ml", gpu_type="L4"),
+                 _item(200, trainingjob="b", job_namespace="ml", gpu_type="L4"),
+                 _item(300, trainingjob="a", job_namespace="cv", gpu_type="L4")]
+    actual = [_item(110, trainingjob="a", job_namespace="ml", gpu_type="L4"),
+              _item(190, trainingjob="b", job_namespace="ml", gpu_type="L4"),
+              _item(330, trainingjob="a", job_namespace="cv", gpu_type="L4")]
     joined = join_prometheus_vectors(predicted=predicted, actual=actual)
-    assert [(r.job, r.predicted_seconds, r.actual_seconds) for r in joined] == [("ml/a", 100, 110), ("ml/b", 200, 190)]
+    assert [(r.job, r.predicted_seconds, r.actual_seconds) for r in joined] == [
+        ("cv/a", 300, 330), ("ml/a", 100, 110), ("ml/b", 200, 190)]
+
+
+def test_dashboard_and_plot_group_by_the_operators_job_labels() -> None:
+    from offpeak_dashboard.dashboard import JOB_LABELS
+    from offpeak_operator.metrics import JOB_LABELS as OPERATOR_JOB_LABELS
+
+    assert sorted(label.strip() for label in JOB_LABELS.split(",")) == sorted(OPERATOR_JOB_LABELS)
+    from offpeak_dashboard.dashboard import JOB_ACTUAL, JOB_PREDICTED, build_dashboard
+    from offpeak_dashboard.checks import iter_queries
+
+    per_job = [q for _, q in iter_queries(build_dashboard()) if JOB_PREDICTED in q or JOB_ACTUAL in q]
+    assert per_job and all(f"max by ({JOB_LABELS})" in q and "exported_" not in q for q in per_job)
 
 
 def test_summary_is_scale_free() -> None:

@@ -24,9 +24,13 @@ def test_phase_gauge_counts_jobs_and_forgets_deleted_ones() -> None:
 def test_job_finished_gives_grafana_predicted_vs_actual() -> None:
     m = OperatorMetrics(CollectorRegistry())
     m.job_finished(job="j", namespace="ns", gpu_type="T4", model_family="", predicted_seconds=100, actual_seconds=150)
-    labels = {"job": "j", "namespace": "ns", "gpu_type": "T4", "model_family": "unknown"}
+    labels = {"trainingjob": "j", "job_namespace": "ns", "gpu_type": "T4", "model_family": "unknown"}
     assert value(m.registry, "offpeak_job_predicted_seconds", **labels) == 100
     assert value(m.registry, "offpeak_job_actual_seconds", **labels) == 150
+    # `job`/`namespace` would be renamed exported_* by Prometheus (the scrape target has its own)
+    for metric in m.registry.collect():
+        for sample in metric.samples:
+            assert not {"job", "namespace", "instance"} & set(sample.labels), sample
     assert value(m.registry, "offpeak_prediction_error_ratio_bucket", gpu_type="T4", model_family="unknown",
                  le="1.5") == 1
     assert value(m.registry, "offpeak_prediction_error_ratio_bucket", gpu_type="T4", model_family="unknown",

@@ -164,7 +164,7 @@ def test_configmap_source_runs_the_whole_flow_and_reports_a_sample() -> None:
     assert sample["graph_hash"] == small_graph().content_hash() and sample["graph"]["model_name"] == "tiny"
     assert sample["job"] == "ns/train-1"
     m = rec.ctx.metrics.registry
-    labels = {"job": "train-1", "namespace": "ns", "gpu_type": "A100-SXM4-40GB", "model_family": "mlp"}
+    labels = {"trainingjob": "train-1", "job_namespace": "ns", "gpu_type": "A100-SXM4-40GB", "model_family": "mlp"}
     assert m.get_sample_value("offpeak_job_actual_seconds", labels) == 120
     assert m.get_sample_value("offpeak_jobs", {"phase": "Succeeded"}) == 1
 
