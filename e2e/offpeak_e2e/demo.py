@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 import subprocess
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,7 @@ NAMESPACE = "demo"
 DEMO_GPU_TYPES = ("A100-SXM4-40GB",)
 
 
-def _row(tj: dict[str, Any], sim: dict[str, float]) -> dict[str, Any]:
+def _row(tj: dict[str, Any], sim: dict[str, float], window: Any = None) -> dict[str, Any]:
     status = tj.get("status") or {}
     name = tj["metadata"]["name"]
     return {
@@ -31,19 +33,35 @@ def _row(tj: dict[str, Any], sim: dict[str, float]) -> dict[str, Any]:
         "measured_seconds": sim.get(name),
         "node": status.get("node") or "",
         "attempts": status.get("attempts") or 0,
-        "window": _window(status),
+        "window": window(status) if window else "",
     }
 
 
-def _window(status: dict[str, Any]) -> str:
-    """The idle window the job was placed in, when the operator/extender reported one."""
-    for key in ("window", "idleWindow"):
-        w = status.get(key)
-        if isinstance(w, dict):
-            return f"{w.get('seconds', w.get('length', '?'))}s"
-        if w:
-            return str(w)
-    return ""
+def window_reader(cluster: Any, *, day_seconds: float, gpus: int) -> Any:
+    """A function status -> "idle window" text: how long the node's replayed online load left the job's GPUs
+    free from the attempt's start (what the window really was, to compare with the predicted time)."""
+    from offpeak_e2e import onlineload  # noqa: PLC0415
+
+    if "reference" not in cluster.state.urls:
+        return None
+    reference = float(cluster.state.urls["reference"])
+    demand = onlineload.load_plan(onlineload.LoadSettings(nodes=tuple(cluster.nodes), gpus=gpus,
+                                                          day_seconds=day_seconds))
+    cache: dict[tuple[str, str], str] = {}
+
+    def read(status: dict[str, Any]) -> str:
+        node, start = status.get("node"), status.get("attemptStartTime")
+        if not node or not start or node not in demand:
+            return ""
+        key = (node, start)
+        if key not in cache:
+            t0 = datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp()
+            secs = onlineload.idle_window(demand, node, start=t0, reference=reference, day_seconds=day_seconds,
+                                          gpus=gpus, need=int(status.get("gpus") or 1))
+            cache[key] = f"{secs:.0f}s"
+        return cache[key]
+
+    return read
 
 
 def _fmt(x: Any) -> str:
@@ -55,7 +73,7 @@ def render_table(rows: list[dict[str, Any]], *, elapsed: float, online: dict[str
 
     table = Table(title=f"offpeak demo — {elapsed:.0f}s — online GPUs per node: "
                         + ", ".join(f"{n}={v}" for n, v in sorted(online.items())))
-    for col in ("job", "phase", "predicted", "actual", "measured", "node", "window", "attempts"):
+    for col in ("job", "phase", "predicted", "actual", "measured", "node", "idle window", "attempts"):
         table.add_column(col)
     for r in rows:
         table.add_row(r["job"], r["phase"], _fmt(r["predicted_seconds"]), _fmt(r["actual_seconds"]),
@@ -120,7 +138,7 @@ def run_demo(args: argparse.Namespace) -> int:
         args.gpu_types = ",".join(DEMO_GPU_TYPES)
     if DEMO_GPU_TYPES[0] not in args.gpu_types.split(","):
         raise UserError(f"the demo's jobs run on {DEMO_GPU_TYPES[0]} (measured runtimes); include it in --gpu-types")
-    console = Console()
+    console = Console() if sys.stdout.isatty() else Console(width=150)  # logs and CI: keep the table whole
     try:
         jobs = demojobs.plan_jobs(count=args.jobs, step_seconds=demojobs.measured_step_seconds())
     except (OSError, ValueError) as e:
@@ -146,6 +164,7 @@ def run_demo(args: argparse.Namespace) -> int:
             cluster.kubectl("-n", NAMESPACE, "apply", "-f", "-", stdin=json.dumps(demojobs.manifest(job)))
         console.print(f"submitted {len(jobs)} TrainingJobs to namespace {NAMESPACE!r}; "
                       f"KUBECONFIG={state.kubeconfig}  (Ctrl-C to stop)")
+        window = window_reader(cluster, day_seconds=args.day_seconds, gpus=args.gpus_per_node)
         start = time.monotonic()
         with Live(console=console, refresh_per_second=1, transient=False) as live:
             while not stop["now"]:
@@ -153,7 +172,7 @@ def run_demo(args: argparse.Namespace) -> int:
                     items = cluster.get("trainingjobs.offpeak.io", "-n", NAMESPACE)["items"]
                 except Exception:  # noqa: BLE001
                     items = []
-                rows = sorted((_row(tj, sim) for tj in items), key=lambda r: r["job"])
+                rows = sorted((_row(tj, sim, window) for tj in items), key=lambda r: r["job"])
                 elapsed = time.monotonic() - start
                 live.update(render_table(rows, elapsed=elapsed, online=_online_replicas(cluster)))
                 if rows and all(r["phase"] in ("Succeeded", "Failed") for r in rows):

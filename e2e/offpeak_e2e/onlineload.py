@@ -136,6 +136,18 @@ def demand_at(demand: dict[str, list[int]], node: str, *, t: float, reference: f
     return series[traceshape.minute_at(elapsed_s=t - reference, day_seconds=day_seconds, minutes=len(series))]
 
 
+def idle_window(demand: dict[str, list[int]], node: str, *, start: float, reference: float, day_seconds: float,
+                gpus: int, need: int, step: float = 1.0) -> float:
+    """Seconds from `start` until the replayed online demand on `node` leaves fewer than `need` GPUs free
+    (at most one day): the idle window a job started at `start` actually had."""
+    t = start
+    while t < start + day_seconds:
+        if demand_at(demand, node, t=t, reference=reference, day_seconds=day_seconds) + need > gpus:
+            break
+        t += step
+    return t - start
+
+
 def history_openmetrics(
     demand: dict[str, list[int]], *, gpus: int, reference: float, day_seconds: float, start: float, end: float,
     step: float, labels: dict[str, str],

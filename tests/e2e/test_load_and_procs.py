@@ -130,3 +130,11 @@ def test_history_matches_the_live_replay() -> None:
     # the live driver asks the same function, so history and replay agree
     assert onlineload.demand_at(demand, "n1", t=1025.0, reference=1000.0, day_seconds=40.0) == 5
     assert onlineload.demand_at(demand, "n1", t=1045.0, reference=1000.0, day_seconds=40.0) == 0  # next day
+
+
+def test_idle_window_runs_until_online_needs_the_gpus() -> None:
+    demand = {"n": [0, 0, 6, 8]}  # 10 s per trace "minute" with a 40 s day
+    assert onlineload.idle_window(demand, "n", start=0.0, reference=0.0, day_seconds=40.0, gpus=8, need=2) == 30.0
+    assert onlineload.idle_window(demand, "n", start=0.0, reference=0.0, day_seconds=40.0, gpus=8, need=3) == 20.0
+    assert onlineload.idle_window({"n": [0]}, "n", start=0.0, reference=0.0, day_seconds=40.0, gpus=8,
+                                  need=1) == 40.0  # never closes: one day
