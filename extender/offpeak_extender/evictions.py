@@ -14,6 +14,8 @@ from offpeak_extender.model import NodeView, OfflinePod
 
 REASON_PENDING = "online-pod-pending"
 REASON_PRESSURE = "online-demand-rising"
+# Every reason a plan can carry (offpeak_evictions_total{reason}, the offpeak.io/eviction-reason annotation's cause).
+EVICTION_REASONS = (REASON_PENDING, REASON_PRESSURE)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from offpeak_extender.evictions import EVICTION_REASONS
+
 _REASON_KINDS = (
     ("needs ", "gpus_not_free_now"),
     ("window ends in", "window_too_short"),
@@ -14,12 +16,21 @@ _REASON_KINDS = (
 )
 
 
+REASON_KIND_OTHER = "other"
+# Every value offpeak_extender_filtered_out_total{reason} can take.
+FILTER_REASON_KINDS = (*(kind for _, kind in _REASON_KINDS), REASON_KIND_OTHER)
+# Every (verb, outcome) of offpeak_extender_requests_total (offpeak_extender.service).
+FILTER, PRIORITIZE = "filter", "prioritize"
+MANAGED, PASSTHROUGH, ERROR, BAD_PREDICTION = "managed", "passthrough", "error", "bad-prediction"
+REQUEST_OUTCOMES = {FILTER: (MANAGED, PASSTHROUGH, ERROR, BAD_PREDICTION), PRIORITIZE: (MANAGED, PASSTHROUGH, ERROR)}
+
+
 def reason_kind(reason: str) -> str:
     """Collapse a human reason (which carries numbers) to a low-cardinality metric label."""
     for prefix, kind in _REASON_KINDS:
         if reason.startswith(prefix):
             return kind
-    return "other"
+    return REASON_KIND_OTHER
 
 
 @dataclass(frozen=True)
@@ -33,7 +44,7 @@ class ExtenderMetrics:
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> ExtenderMetrics:
-        return cls(
+        metrics = cls(
             decision_seconds=Histogram(
                 "offpeak_extender_decision_seconds", "Time to parse, decide and serialise one extender call.",
                 ["verb"], registry=registry,
@@ -57,6 +68,14 @@ class ExtenderMetrics:
             ),
             nodes_known=Gauge("offpeak_extender_nodes", "GPU nodes in the extender's cache.", registry=registry),
         )
+        # Known label values exported at 0 from the start, so increase()/rate() see the first event.
+        for kind in FILTER_REASON_KINDS:
+            metrics.filtered_out.labels(kind)
+        for verb, outcomes in REQUEST_OUTCOMES.items():
+            metrics.decision_seconds.labels(verb)
+            for outcome in outcomes:
+                metrics.requests.labels(verb, outcome)
+        return metrics
 
 
 @dataclass(frozen=True)
@@ -67,7 +86,7 @@ class EvictorMetrics:
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> EvictorMetrics:
-        return cls(
+        metrics = cls(
             evictions=Counter("offpeak_evictions", "Offline pods evicted for online work, by reason.", ["reason"],
                               registry=registry),
             gpu_seconds_lost=Counter("offpeak_evicted_gpu_seconds_lost",
@@ -76,3 +95,7 @@ class EvictorMetrics:
             failures=Counter("offpeak_eviction_failures", "Evictions that the API refused or that failed.",
                              ["reason"], registry=registry),
         )
+        for reason in EVICTION_REASONS:  # exported at 0 from the start, so increase() sees the first eviction
+            metrics.evictions.labels(reason)
+            metrics.failures.labels(reason)
+        return metrics

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from offpeak_extender.decisions import DEFAULT_MARGIN, filter_nodes, prioritize_nodes
-from offpeak_extender.metrics import ExtenderMetrics, reason_kind
+from offpeak_extender.metrics import (
+    BAD_PREDICTION,
+    ERROR,
+    FILTER,
+    MANAGED,
+    PASSTHROUGH,
+    PRIORITIZE,
+    ExtenderMetrics,
+    reason_kind,
+)
 from offpeak_extender.model import NodeView
 from offpeak_extender.store import ClusterStore, node_info
 from offpeak_extender.wire import (
@@ -54,20 +63,20 @@ class ExtenderService:
         try:
             args = parse_extender_args(body)
         except WireError as e:
-            self.metrics.requests.labels("filter", "error").inc()
+            self.metrics.requests.labels(FILTER, ERROR).inc()
             return error_filter_result(f"offpeak extender: {e}")
         if not args.managed:
-            self.metrics.requests.labels("filter", "passthrough").inc()
+            self.metrics.requests.labels(FILTER, PASSTHROUGH).inc()
             return filter_result(args=args, passed=args.node_names, failed={})
         if args.prediction_error:
             log.warning("pod %s: %s; scheduling it runtime-blind", args.pod.key, args.prediction_error)
-            self.metrics.requests.labels("filter", "bad-prediction").inc()
+            self.metrics.requests.labels(FILTER, BAD_PREDICTION).inc()
         result = filter_nodes(pod=args.pod, nodes=self._views(args), now=self.store.clock(),
                               margin=self.settings.margin)
         kinds = Counter(reason_kind(r) for r in result.failed.values())
         for kind, n in kinds.items():
             self.metrics.filtered_out.labels(kind).inc(n)
-        self.metrics.requests.labels("filter", "managed").inc()
+        self.metrics.requests.labels(FILTER, MANAGED).inc()
         passed = set(result.passed)
         ordered = [n for n in args.node_names if n in passed]  # a subset of the names sent, in their order
         return filter_result(args=args, passed=ordered, failed=result.failed)
@@ -76,12 +85,12 @@ class ExtenderService:
         try:
             args = parse_extender_args(body)
         except WireError:
-            self.metrics.requests.labels("prioritize", "error").inc()
+            self.metrics.requests.labels(PRIORITIZE, ERROR).inc()
             return []
         if not args.managed:
-            self.metrics.requests.labels("prioritize", "passthrough").inc()
+            self.metrics.requests.labels(PRIORITIZE, PASSTHROUGH).inc()
             return priority_list({}, args.node_names)
         scores = prioritize_nodes(pod=args.pod, nodes=self._views(args), now=self.store.clock(),
                                   margin=self.settings.margin)
-        self.metrics.requests.labels("prioritize", "managed").inc()
+        self.metrics.requests.labels(PRIORITIZE, MANAGED).inc()
         return priority_list(scores, args.node_names)

@@ -6,11 +6,13 @@ import threading
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from offpeak_operator.statemachine import Phase
+from offpeak_operator.statemachine import REQUEUE_REASONS, Phase
 
 RATIO_BUCKETS = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
 # Labels of the per-job gauges (the dashboard groups by them).
 JOB_LABELS = ("trainingjob", "job_namespace", "gpu_type", "model_family")
+# The predictor endpoints the operator calls (offpeak_operator.predictor_http).
+PREDICTOR_ENDPOINTS = ("/v1/predict", "/v1/samples")
 SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
 
@@ -48,6 +50,12 @@ class OperatorMetrics:
         self._lock = threading.Lock()
         for phase in Phase:
             self.jobs.labels(phase=phase).set(0)
+        # Known label values exported at 0 from the start, so increase()/rate() see the first event.
+        for reason in REQUEUE_REASONS:
+            self.job_requeues_total.labels(reason=reason)
+        for endpoint in PREDICTOR_ENDPOINTS:
+            self.predictor_failures_total.labels(endpoint=endpoint)
+            self.predictor_request_seconds.labels(endpoint=endpoint)
 
     def set_phase(self, job: str, phase: str | None) -> None:
         """Record `job`'s phase (None: forget the job) and refresh `offpeak_jobs{phase}`."""

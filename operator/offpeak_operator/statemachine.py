@@ -22,6 +22,10 @@ from offpeak_operator.jobspec import JobSpec, Problem
 from offpeak_operator.predictions import Prediction, remaining_seconds
 from offpeak_operator.settings import OperatorSettings
 
+# Reasons of a requeued attempt (offpeak_job_requeues_total{reason}): evicted, or failed any other way.
+REQUEUE_EVICTED = "Evicted"
+REQUEUE_POD_FAILED = "PodFailed"
+REQUEUE_REASONS = (REQUEUE_EVICTED, REQUEUE_POD_FAILED)
 EVICTION_REASONS = frozenset({"Evicted", "Preempted", "Preempting", "Terminated", "NodeLost", "Shutdown",
                               "NodeShutdown", "DeletionByTaintManager", "DeletionByPodGC"})
 
@@ -299,10 +303,10 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
             what = f"pod {evicted[0].name} evicted ({evicted[0].eviction_reason or evicted[0].reason or 'deleted'})"
         else:
             what = f"pod {gone[0]} disappeared"
-        return _requeue(spec, status, present, prediction, "Evicted", what, now, settings)
+        return _requeue(spec, status, present, prediction, REQUEUE_EVICTED, what, now, settings)
     if failed:
         what = f"pod {failed[0].name} failed: {failed[0].reason or 'see its logs'} {failed[0].message}".strip()
-        return _requeue(spec, status, present, prediction, "PodFailed", what, now, settings)
+        return _requeue(spec, status, present, prediction, REQUEUE_POD_FAILED, what, now, settings)
     if all(v.phase == "Succeeded" for v in present):
         return _succeeded(spec, status, present, prediction, now)
     running = [v for v in present if v.phase in ("Running", "Succeeded")]

@@ -39,3 +39,16 @@ def test_job_finished_gives_grafana_predicted_vs_actual() -> None:
     for name in ("offpeak_job_requeues_total", "offpeak_analysis_duration_seconds",
                  "offpeak_predictor_request_seconds", "offpeak_predictor_failures_total"):
         assert f"# TYPE {name.removesuffix('_total')}" in text
+
+
+def test_labelled_counters_export_zero_before_the_first_event() -> None:
+    """increase()/rate() need a 0 sample before the first increment, or the first event is never seen."""
+    m = OperatorMetrics(CollectorRegistry())
+    for reason in ("Evicted", "PodFailed"):
+        assert value(m.registry, "offpeak_job_requeues_total", reason=reason) == 0
+    for endpoint in ("/v1/predict", "/v1/samples"):
+        assert value(m.registry, "offpeak_predictor_failures_total", endpoint=endpoint) == 0
+        assert value(m.registry, "offpeak_predictor_request_seconds_count", endpoint=endpoint) == 0
+    m.job_requeues_total.labels(reason="Evicted").inc()
+    assert value(m.registry, "offpeak_job_requeues_total", reason="Evicted") == 1
+    assert value(m.registry, "offpeak_job_requeues_total", reason="PodFailed") == 0

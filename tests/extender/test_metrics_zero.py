@@ -1,0 +1,37 @@
+"""Labelled counters export every known label value at 0 before the first event, so increase()/rate() see it."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from offpeak_extender.evictions import REASON_PENDING, REASON_PRESSURE
+from offpeak_extender.metrics import FILTER_REASON_KINDS, EvictorMetrics, ExtenderMetrics, reason_kind
+
+
+def test_evictor_counters_start_at_zero_for_every_reason() -> None:
+    registry = CollectorRegistry()
+    metrics = EvictorMetrics.create(registry)
+    for reason in (REASON_PENDING, REASON_PRESSURE):
+        assert registry.get_sample_value("offpeak_evictions_total", {"reason": reason}) == 0
+        assert registry.get_sample_value("offpeak_eviction_failures_total", {"reason": reason}) == 0
+    metrics.evictions.labels(REASON_PRESSURE).inc()
+    assert registry.get_sample_value("offpeak_evictions_total", {"reason": REASON_PRESSURE}) == 1
+    assert registry.get_sample_value("offpeak_evictions_total", {"reason": REASON_PENDING}) == 0
+
+
+def test_extender_counters_start_at_zero_for_every_reason_and_outcome() -> None:
+    registry = CollectorRegistry()
+    ExtenderMetrics.create(registry)
+    for kind in ("gpus_not_free_now", "window_too_short", "no_window", "unknown_node", "other"):
+        assert registry.get_sample_value("offpeak_extender_filtered_out_total", {"reason": kind}) == 0
+    for verb, outcome in [("filter", "managed"), ("filter", "passthrough"), ("filter", "error"),
+                          ("filter", "bad-prediction"), ("prioritize", "managed"), ("prioritize", "passthrough"),
+                          ("prioritize", "error")]:
+        assert registry.get_sample_value("offpeak_extender_requests_total", {"verb": verb, "outcome": outcome}) == 0
+    for verb in ("filter", "prioritize"):
+        assert registry.get_sample_value("offpeak_extender_decision_seconds_count", {"verb": verb}) == 0
+
+
+def test_every_reason_kind_is_pre_initialised() -> None:
+    for reason in ("needs 2 GPUs, 1 free", "window ends in 3m", "no idle window", "unknown node x", "anything"):
+        assert reason_kind(reason) in FILTER_REASON_KINDS
