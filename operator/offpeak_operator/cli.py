@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import random
+import socket
 from typing import Any
 
 from offpeak.errors import UserError
@@ -83,15 +85,30 @@ def namespaces(args: argparse.Namespace) -> list[str]:
 
 def peering_kwargs(args: argparse.Namespace, *, rng: random.Random | None = None) -> dict[str, Any]:
     """kopf.run arguments for the peering mode. Replicas of one Deployment share their flags, so with `--peering`
-    and no `--priority` each draws a random one: kopf pauses *all* operators that tie on priority."""
+    and no `--priority` each draws a random one: kopf pauses *all* operators that tie on priority. The identity
+    is ours (kopf's convention: $POD_ID, else host/pid/random) so the resync loop can find itself on the object."""
     from offpeak_operator.handlers import PEERING_NAME
 
     if args.standalone:
         return {"standalone": True}
     if not args.peering:
         return {"priority": args.priority} if args.priority is not None else {}
-    priority = args.priority if args.priority is not None else (rng or random.SystemRandom()).randint(1, 2**31 - 1)
-    return {"peering_name": PEERING_NAME, "priority": priority}  # a peering name makes kopf's peering mandatory
+    rng = rng or random.SystemRandom()
+    priority = args.priority if args.priority is not None else rng.randint(1, 2**31 - 1)
+    identity = os.environ.get("POD_ID") or f"{socket.gethostname()}/{os.getpid()}/{rng.randrange(16**6):06x}"
+    # a peering name makes kopf's peering mandatory: paused until the peering object says this one leads
+    return {"peering_name": PEERING_NAME, "priority": priority, "identity": identity}
+
+
+def with_peering(settings: Any, kopf_kwargs: dict[str, Any], *, clusterwide: bool) -> Any:
+    """Settings whose resync loop pauses with kopf when `kopf_kwargs` ask for mandatory peering."""
+    from offpeak_operator.settings import PeeringSettings
+
+    if "peering_name" not in kopf_kwargs:
+        return settings
+    peering = PeeringSettings(identity=kopf_kwargs["identity"], priority=kopf_kwargs["priority"],
+                              clusterwide=clusterwide, name=kopf_kwargs["peering_name"])
+    return dataclasses.replace(settings, peering=peering)
 
 
 def run_operator(args: argparse.Namespace) -> int:
@@ -101,8 +118,9 @@ def run_operator(args: argparse.Namespace) -> int:
 
     from offpeak_operator.wiring import build_operator
 
-    settings = build_settings(args)
     watched = namespaces(args)
+    kopf_kwargs = peering_kwargs(args)
+    settings = with_peering(build_settings(args), kopf_kwargs, clusterwide=not watched)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -112,7 +130,7 @@ def run_operator(args: argparse.Namespace) -> int:
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=operator.metrics.registry)
     kopf.run(
-        registry=operator.registry, settings=operator.kopf_settings, **peering_kwargs(args),
+        registry=operator.registry, settings=operator.kopf_settings, **kopf_kwargs,
         clusterwide=not watched, namespaces=watched,
         liveness_endpoint=f"http://0.0.0.0:{args.liveness_port}/healthz" if args.liveness_port else None,
     )  # fmt: skip

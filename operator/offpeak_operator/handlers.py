@@ -18,6 +18,7 @@ import kopf
 from kubernetes import client
 
 from offpeak_operator import names
+from offpeak_operator.peering import PeeringGate
 from offpeak_operator.reconciler import Reconciler
 from offpeak_operator.resync import Resyncer
 from offpeak_operator.settings import OperatorSettings
@@ -61,7 +62,8 @@ def build_registry(reconciler: Reconciler, settings: OperatorSettings,
     def login(**_: Any) -> kopf.ConnectionInfo:
         return connection_info(api_client)
 
-    resyncer = Resyncer(reconciler, interval_seconds=settings.resync_seconds)
+    gate = PeeringGate(reconciler.ctx.kube, settings.peering) if settings.peering is not None else None
+    resyncer = Resyncer(reconciler, interval_seconds=settings.resync_seconds, gate=gate)
     tasks: list[asyncio.Task[None]] = []
 
     @kopf.on.startup(registry=registry)

@@ -120,6 +120,22 @@ class KubeIO:
             self._nodes[node] = (now, gpu_type)
         return gpu_type
 
+    # -- kopf peering
+    def peering_status(self, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """`status` of the ClusterKopfPeering (namespace None) or KopfPeering `name`; None if it does not exist."""
+        try:
+            if namespace is None:
+                response = self.custom.get_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings", name,
+                                                                 _preload_content=False)
+            else:
+                response = self.custom.get_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings",
+                                                                    name, _preload_content=False)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return dict(_json(response).get("status") or {})
+
     # -- ConfigMaps
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:

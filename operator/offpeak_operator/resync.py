@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Callable
 
 from offpeak_operator.reconciler import Reconciler
 from offpeak_operator.statemachine import TERMINAL
@@ -19,9 +20,11 @@ log = logging.getLogger(__name__)
 
 
 class Resyncer:
-    def __init__(self, reconciler: Reconciler, *, interval_seconds: float) -> None:
+    def __init__(self, reconciler: Reconciler, *, interval_seconds: float,
+                 gate: Callable[[str], bool] | None = None) -> None:
         self.reconciler = reconciler
         self.interval = interval_seconds
+        self.gate = gate  # namespace -> is this operator the active peer there (peering.PeeringGate); None: always
         self._live: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
@@ -42,7 +45,13 @@ class Resyncer:
         """Until cancelled: every interval, reconcile each live job in a worker thread."""
         while True:
             await asyncio.sleep(self.interval)
+            active: dict[str, bool] = {}
             for namespace, name in self.live():
+                if self.gate is not None:
+                    if namespace not in active:
+                        active[namespace] = await asyncio.to_thread(self.gate, namespace)
+                    if not active[namespace]:
+                        continue  # a higher-priority peer works these jobs; kopf has paused us too
                 try:
                     phase = await asyncio.to_thread(self.reconciler.reconcile, namespace, name, wait=False)
                 except Exception:  # noqa: BLE001 - one job's API error must not stop the loop for the others

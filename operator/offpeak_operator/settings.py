@@ -42,11 +42,21 @@ class PredictorSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class PeeringSettings:
+    """kopf peering (HA): this operator's identity and priority on the peering object `name`."""
+    identity: str
+    priority: int
+    clusterwide: bool
+    name: str = "offpeak-operator"
+
+
+@dataclass(frozen=True, slots=True)
 class OperatorSettings:
     predictor: PredictorSettings = field(default_factory=PredictorSettings)
     analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
     requeue: RequeueSettings = field(default_factory=RequeueSettings)
     fallback: FallbackSettings = field(default_factory=FallbackSettings)
     resync_seconds: float = 5.0  # level-triggered re-check of every TrainingJob
+    peering: PeeringSettings | None = None  # None: standalone (or kopf's own choice); the resync loop never pauses
     watch_server_timeout_seconds: int = 300
     watch_client_timeout_seconds: int = 330

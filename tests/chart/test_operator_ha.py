@@ -54,6 +54,8 @@ def test_replicas_peer_cluster_wide(ha_cluster_wide) -> None:
     args = _args(ha_cluster_wide)
     assert "--peering" in args and "--standalone" not in args and "--all-namespaces" in args
     assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"  # the peer's identity
     (peering,) = [o for o in ha_cluster_wide if o["apiVersion"] == "kopf.dev/v1"]
     assert (peering["kind"], peering["metadata"]["name"]) == ("ClusterKopfPeering", PEERING_NAME)
     assert "namespace" not in peering["metadata"]
@@ -61,6 +63,7 @@ def test_replicas_peer_cluster_wide(ha_cluster_wide) -> None:
                       if g[0] == "kopf.dev"}
     assert peering_grants == {("kopf.dev", "clusterkopfpeerings", "list", ()),
                               ("kopf.dev", "clusterkopfpeerings", "watch", ()),
+                              ("kopf.dev", "clusterkopfpeerings", "get", (PEERING_NAME,)),
                               ("kopf.dev", "clusterkopfpeerings", "patch", (PEERING_NAME,))}
     (pdb,) = [p for p in find(ha_cluster_wide, "PodDisruptionBudget") if p["metadata"]["name"] == "offpeak-operator"]
     assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
@@ -86,6 +89,7 @@ def test_replicas_peer_per_namespace_when_namespaced(ha_namespaced) -> None:
         "KopfPeering", PEERING_NAME, "ml-team")
     role_peering = {g for g in _grants(ha_namespaced, "Role", "offpeak-operator") if g[0] == "kopf.dev"}
     assert role_peering == {("kopf.dev", "kopfpeerings", "list", ()), ("kopf.dev", "kopfpeerings", "watch", ()),
+                            ("kopf.dev", "kopfpeerings", "get", (PEERING_NAME,)),
                             ("kopf.dev", "kopfpeerings", "patch", (PEERING_NAME,))}
     assert not {g for g in _grants(ha_namespaced, "ClusterRole", "offpeak-operator-cluster") if g[0] == "kopf.dev"}
     assert [p["metadata"]["name"] for p in find(ha_namespaced, "PodDisruptionBudget")] == ["offpeak-operator"]

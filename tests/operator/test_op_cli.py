@@ -52,8 +52,8 @@ def test_peering_modes() -> None:
     assert cli.peering_kwargs(parse(["-A", "--standalone"])) == {"standalone": True}
     assert cli.peering_kwargs(parse(["-A"])) == {}  # kopf decides: peering only if its CRDs exist
     assert cli.peering_kwargs(parse(["-A", "--priority", "7"])) == {"priority": 7}
-    assert cli.peering_kwargs(parse(["-A", "--peering", "--priority", "20"])) == {
-        "peering_name": "offpeak-operator", "priority": 20}
+    peered = cli.peering_kwargs(parse(["-A", "--peering", "--priority", "20"]))
+    assert (peered["peering_name"], peered["priority"]) == ("offpeak-operator", 20) and peered["identity"]
     with pytest.raises(SystemExit):
         parse(["-A", "--peering", "--standalone"])
 
@@ -70,3 +70,15 @@ def test_peered_replicas_draw_distinct_priorities() -> None:
 def test_priority_env_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OFFPEAK_PEERING_PRIORITY", "42")
     assert cli.peering_kwargs(parse(["-A", "--peering"]))["priority"] == 42
+
+
+def test_peering_puts_identity_and_priority_into_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("POD_ID", "offpeak-operator-7d9f-abcde")
+    args = parse(["-n", "ml", "--peering", "--priority", "5"])
+    settings = cli.with_peering(cli.build_settings(args), cli.peering_kwargs(args), clusterwide=False)
+    assert settings.peering is not None
+    assert (settings.peering.identity, settings.peering.priority, settings.peering.clusterwide,
+            settings.peering.name) == ("offpeak-operator-7d9f-abcde", 5, False, "offpeak-operator")
+    standalone = parse(["-A", "--standalone"])
+    assert cli.with_peering(cli.build_settings(standalone), cli.peering_kwargs(standalone),
+                            clusterwide=True).peering is None

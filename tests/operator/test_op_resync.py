@@ -45,3 +45,27 @@ def test_loop_reconciles_in_threads_drops_finished_jobs_and_survives_errors() ->
     assert rec.calls.count(("ns", "a", False)) == 1  # terminal after the first round: not polled again
     assert rec.calls.count(("ns", "b", False)) >= 2
     assert threading.get_ident() not in rec.thread_ids
+
+
+def test_loop_skips_namespaces_where_another_peer_leads() -> None:
+    rec = Recorder({})
+    asked: list[str] = []
+
+    def gate(namespace: str) -> bool:
+        asked.append(namespace)
+        return namespace == "mine"
+
+    r = Resyncer(rec, interval_seconds=0.01, gate=gate)  # type: ignore[arg-type]
+    for ns in ("mine", "theirs"):
+        r.track(ns, "a", phase="Waiting")
+        r.track(ns, "b", phase="Waiting")
+
+    async def run_a_while() -> None:
+        task = asyncio.create_task(r.run())
+        await asyncio.sleep(0.15)
+        task.cancel()
+
+    asyncio.run(run_a_while())
+    assert {ns for ns, _, _ in rec.calls} == {"mine"}
+    rounds = rec.calls.count(("mine", "a", False))
+    assert rounds >= 2 and asked.count("theirs") == rounds  # asked once per namespace per round, not per job
