@@ -38,6 +38,7 @@ class GpuSpec:
     tf32_tflops: float  # pre-Ampere cards: their FP32 figure
     l2_mb: float
     year: int
+    tdp_watts: float  # board power limit (catalogue data; tried as a model feature, it made CV worse)
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s for a precision (fp32 = plain CUDA cores; fp16/bf16 = tensor cores)."""
