@@ -146,7 +146,7 @@ def test_job_runs_to_success_with_prediction_pods_and_metrics(e2e_cluster: E2ECl
     reasons = {e["reason"] for e in _events(e2e_cluster, ns, "ok")}
     assert {"Accepted", "Running", "Succeeded"} <= reasons, reasons
     registry = kopf_operator.op.metrics.registry
-    labels = {"job": "ok", "namespace": ns, "gpu_type": done["gpuType"], "model_family": "mlp"}
+    labels = {"trainingjob": "ok", "job_namespace": ns, "gpu_type": done["gpuType"], "model_family": "mlp"}
     assert registry.get_sample_value("offpeak_job_actual_seconds", labels) == done["actualSeconds"]
     assert registry.get_sample_value("offpeak_jobs", {"phase": "Succeeded"}) == 1
 
