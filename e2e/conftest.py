@@ -16,7 +16,7 @@ import pytest
 
 from offpeak_e2e import build
 from offpeak_e2e.controlplane import StartError
-from offpeak_e2e.harness import E2ECluster, e2e_settings
+from offpeak_e2e.harness import E2ECluster, e2e_settings, reap_stale_sessions, session_cluster_name
 
 _BUILD_ERROR: list[str] = []
 
@@ -56,8 +56,10 @@ def e2e_cluster(request: pytest.FixtureRequest) -> Iterator[E2ECluster]:
     """
     if _BUILD_ERROR:
         pytest.fail(f"the local control plane could not be built: {_BUILD_ERROR[0]}", pytrace=False)
+    reap_stale_sessions(echo=lambda m: print(m, flush=True))
     try:
-        cluster = E2ECluster.start(e2e_settings(name="pytest"), echo=lambda m: print(m, flush=True))
+        cluster = E2ECluster.start(e2e_settings(name=session_cluster_name("pytest")),
+                                   echo=lambda m: print(m, flush=True))
     except StartError as e:
         pytest.fail(f"the local cluster did not start: {e}", pytrace=False)
     try:

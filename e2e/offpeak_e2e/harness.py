@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -20,6 +21,41 @@ from offpeak_e2e.controlplane import ClusterState, ControlPlaneSettings
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 TJ = "trainingjobs.offpeak.io"
+
+
+def session_cluster_name(prefix: str) -> str:
+    """A cluster name unique to this process: two pytest sessions on one machine must not share a run dir
+    (starting a cluster of the same name stops the previous one)."""
+    return f"{prefix}-{os.getpid()}"
+
+
+def reap_stale_sessions(prefixes: Iterable[str] = ("pytest", "pytest-packing", "pytest-load", "pytest-demo"),
+                        *, echo: Callable[[str], None] = print) -> list[str]:
+    """Stop and remove test clusters left by pytest processes that no longer run (killed sessions)."""
+    from offpeak_e2e.build import cache_dir  # noqa: PLC0415
+    from offpeak_e2e.controlplane import ControlPlane  # noqa: PLC0415
+
+    reaped = []
+    for run in sorted((cache_dir() / "run").glob("*-*")):
+        prefix, _, pid = run.name.rpartition("-")
+        if prefix not in prefixes or not pid.isdigit() or Path(f"/proc/{pid}").exists():
+            continue
+        ControlPlane(ControlPlaneSettings(name=run.name), echo=echo).stop()
+        shutil.rmtree(run, ignore_errors=True)
+        reaped.append(run.name)
+    if reaped:
+        echo(f"[e2e] removed clusters of dead test sessions: {', '.join(reaped)}")
+    return reaped
+
+
+def results_file(cluster_name: str, scenario: str) -> Path:
+    """Where a scenario writes its figures: ``<cache>/results/<scenario>-<time>-<cluster>.json`` (outlives the
+    test cluster's run dir)."""
+    from offpeak_e2e.build import cache_dir  # noqa: PLC0415
+
+    d = cache_dir() / "results"
+    d.mkdir(parents=True, exist_ok=True)
+    return d / f"{scenario}-{time.strftime('%Y%m%dT%H%M%S')}-{cluster_name}.json"
 
 
 def e2e_settings(*, name: str = "pytest", nodes: int | None = None) -> ClusterSettings:
@@ -47,8 +83,13 @@ class E2ECluster:
         state = cluster.up()
         return cls(cluster=cluster, state=state)
 
-    def stop(self) -> None:
+    def stop(self, *, keep_logs: bool | None = None) -> None:
+        """Tear down; drop the run dir too (set OFFPEAK_E2E_KEEP_LOGS=1 to keep logs for debugging)."""
         self.cluster.down()
+        if keep_logs is None:
+            keep_logs = os.environ.get("OFFPEAK_E2E_KEEP_LOGS") == "1"
+        if not keep_logs:
+            shutil.rmtree(self.state.run_dir, ignore_errors=True)
 
     # -- plumbing -------------------------------------------------------------------------------------------
     @property

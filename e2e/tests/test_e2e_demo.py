@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from offpeak_e2e import build, procs
 from offpeak_e2e.cluster import offpeak_argv, status
 from offpeak_e2e.controlplane import run_dir_for
+from offpeak_e2e.harness import session_cluster_name
 
 
 @pytest.mark.slow
@@ -19,9 +21,10 @@ from offpeak_e2e.controlplane import run_dir_for
 def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     assert not build.missing(), f"control-plane binaries missing: {build.missing()}"
     out = tmp_path / "demo"
+    name = session_cluster_name("pytest-demo")
     t = time.monotonic()
     proc = subprocess.run(
-        [*offpeak_argv(), "demo", "--name", "pytest-demo", "--jobs", "3", "--duration", "240", "--out", str(out)],
+        [*offpeak_argv(), "demo", "--name", name, "--jobs", "3", "--duration", "240", "--out", str(out)],
         capture_output=True, text=True, timeout=840, check=False,
     )
     print(f"[e2e] demo: {time.monotonic() - t:.1f}s")
@@ -35,6 +38,7 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     assert (out / "predicted_vs_actual.png").stat().st_size > 1000
     assert "jobs succeeded" in proc.stdout
     # torn down: no process of the demo cluster left
-    info = status("pytest-demo")
+    info = status(name)
     assert info["processes"] == {}, info
-    assert not procs.Supervisor(run_dir_for("pytest-demo")).procs()
+    assert not procs.Supervisor(run_dir_for(name)).procs()
+    shutil.rmtree(run_dir_for(name), ignore_errors=True)

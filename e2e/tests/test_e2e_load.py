@@ -1,5 +1,5 @@
 """Scenario 6: load. 500 TrainingJobs over 200 fake GPU nodes all reach a terminal phase; pods scheduled per second
-with and without the extender are printed and written to ``<run dir>/load-result.json`` (no timing assertion)."""
+with and without the extender are printed and written to ``~/.cache/offpeak/results/`` (no timing assertion)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from offpeak_e2e.cluster import ClusterSettings
 from offpeak_e2e.controlplane import ControlPlaneSettings, StartError
-from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
+from offpeak_e2e.harness import E2ECluster, results_file, session_cluster_name, trainingjob_manifest
 from offpeak_e2e.loadbench import GPU_TYPES, bulk_create, raw_gpu_pods, scheduling_rate
 
 NODES = int(os.environ.get("OFFPEAK_E2E_LOAD_NODES", "200"))
@@ -25,7 +25,8 @@ PODS = int(os.environ.get("OFFPEAK_E2E_LOAD_PODS", "500"))
 @pytest.fixture(scope="module")
 def load_cluster() -> Iterator[E2ECluster]:
     settings = ClusterSettings(
-        control_plane=ControlPlaneSettings(name="pytest-load", nodes=NODES, start_timeout_s=300),
+        control_plane=ControlPlaneSettings(name=session_cluster_name("pytest-load"), nodes=NODES,
+                                           start_timeout_s=300),
         online_load=False, day_seconds=600,
     )
     try:
@@ -80,7 +81,7 @@ def test_load_500_jobs_over_200_nodes(load_cluster: E2ECluster) -> None:
         "jobs_per_second": round(JOBS / took, 2),
     }
     print(f"[e2e] load result: {json.dumps(result)}")
-    Path(c.state.run_dir, "load-result.json").write_text(json.dumps(result, indent=2))
+    results_file(c.state.name, "load").write_text(json.dumps(result, indent=2))
     out = os.environ.get("OFFPEAK_E2E_BENCH_OUT")
     if out:
         Path(out).write_text(json.dumps(result, indent=2))

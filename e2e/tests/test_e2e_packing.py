@@ -5,7 +5,7 @@ days backfilled into Prometheus, so the extender's forecaster sees the daily cyc
 different lengths (offpeak-scheduler) and a twin batch of plain pods with the same GPUs, runtimes and annotations
 (default-scheduler) run side by side. Offpeak's placements must never sit in a window shorter than the job's p90
 (checked against the replay plan, which is exactly what the forecaster learnt); both batches' harvested and
-wasted GPU-seconds are printed and written to the run dir.
+wasted GPU-seconds are printed and written to ``~/.cache/offpeak/results/``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import json
 import time
 from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ import pytest
 from offpeak_e2e import onlineload
 from offpeak_e2e.cluster import ClusterSettings
 from offpeak_e2e.controlplane import ControlPlaneSettings, StartError
-from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
+from offpeak_e2e.harness import E2ECluster, results_file, session_cluster_name, trainingjob_manifest
 
 DAY = 300.0
 GPUS_PER_JOB = 2
@@ -32,7 +31,8 @@ RUNTIMES = (15, 25, 35, 45, 60, 75, 20, 40)
 @pytest.fixture(scope="module")
 def packing_cluster() -> Iterator[E2ECluster]:
     settings = ClusterSettings(
-        control_plane=ControlPlaneSettings(name="pytest-packing", nodes=4), day_seconds=DAY, online_load=True,
+        control_plane=ControlPlaneSettings(name=session_cluster_name("pytest-packing"), nodes=4),
+        day_seconds=DAY, online_load=True,
         online_start_minute=0, history_days=4,
     )
     try:
@@ -147,7 +147,7 @@ def test_packing_fits_windows_and_compares_with_default_scheduler(packing_cluste
                               "evictions": twin_evicted},
     }
     print("[e2e] packing result:", json.dumps(result))
-    Path(c.state.run_dir, "packing-result.json").write_text(json.dumps(result, indent=2))
+    results_file(c.state.name, "packing").write_text(json.dumps(result, indent=2))
 
     violations = _window_violations(list(placements.values()), demand=demand, reference=reference, gpus=8)
     placed_twins = [t for t in twins.values() if "node" in t]

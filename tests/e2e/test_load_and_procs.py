@@ -138,3 +138,16 @@ def test_idle_window_runs_until_online_needs_the_gpus() -> None:
     assert onlineload.idle_window(demand, "n", start=0.0, reference=0.0, day_seconds=40.0, gpus=8, need=3) == 20.0
     assert onlineload.idle_window({"n": [0]}, "n", start=0.0, reference=0.0, day_seconds=40.0, gpus=8,
                                   need=1) == 40.0  # never closes: one day
+
+
+def test_reap_removes_only_clusters_of_dead_sessions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from offpeak_e2e.harness import reap_stale_sessions
+
+    monkeypatch.setenv("OFFPEAK_CACHE", str(tmp_path))
+    dead, alive, other = (tmp_path / "run" / n for n in ("pytest-999999999", f"pytest-{os.getpid()}", "demo-1"))
+    for d in (dead, alive, other):
+        (d / "pids").mkdir(parents=True)
+    assert reap_stale_sessions(echo=lambda m: None) == ["pytest-999999999"]
+    assert not dead.exists() and alive.exists() and other.exists()
