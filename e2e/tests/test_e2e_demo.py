@@ -12,7 +12,7 @@ import pytest
 
 from offpeak_e2e import build, procs
 from offpeak_e2e.cluster import offpeak_argv, status
-from offpeak_e2e.controlplane import run_dir_for
+from offpeak_e2e.controlplane import ControlPlane, ControlPlaneSettings, run_dir_for
 from offpeak_e2e.harness import session_cluster_name
 
 
@@ -23,10 +23,14 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     out = tmp_path / "demo"
     name = session_cluster_name("pytest-demo")
     t = time.monotonic()
-    proc = subprocess.run(
-        [*offpeak_argv(), "demo", "--name", name, "--jobs", "3", "--duration", "240", "--out", str(out)],
-        capture_output=True, text=True, timeout=840, check=False,
-    )
+    try:
+        proc = subprocess.run(
+            [*offpeak_argv(), "demo", "--name", name, "--jobs", "3", "--duration", "240", "--out", str(out)],
+            capture_output=True, text=True, timeout=840, check=False,
+        )
+    finally:  # a killed demo cannot tear down itself: never leave its cluster running
+        leftover = procs.Supervisor(run_dir_for(name)).procs()
+        ControlPlane(ControlPlaneSettings(name=name), echo=lambda m: None).stop()
     print(f"[e2e] demo: {time.monotonic() - t:.1f}s")
     print(proc.stdout[-3000:])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -40,5 +44,5 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     # torn down: no process of the demo cluster left
     info = status(name)
     assert info["processes"] == {}, info
-    assert not procs.Supervisor(run_dir_for(name)).procs()
+    assert leftover == [], leftover
     shutil.rmtree(run_dir_for(name), ignore_errors=True)
