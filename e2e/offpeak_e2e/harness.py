@@ -62,7 +62,7 @@ def e2e_settings(*, name: str = "pytest", nodes: int | None = None) -> ClusterSe
     """Settings for the test cluster: few nodes, manual online load (tests drive surges), a short "day"."""
     n = nodes or int(os.environ.get("OFFPEAK_E2E_NODES", "4"))
     settings = ClusterSettings(
-        control_plane=ControlPlaneSettings(name=name, nodes=n),
+        control_plane=ControlPlaneSettings(name=name, nodes=n, build_missing=False),  # conftest builds first
         day_seconds=float(os.environ.get("OFFPEAK_E2E_DAY_SECONDS", "600")),
         online_load=False,
     )

@@ -26,7 +26,7 @@ PODS = int(os.environ.get("OFFPEAK_E2E_LOAD_PODS", "500"))
 def load_cluster() -> Iterator[E2ECluster]:
     settings = ClusterSettings(
         control_plane=ControlPlaneSettings(name=session_cluster_name("pytest-load"), nodes=NODES,
-                                           start_timeout_s=300),
+                                           start_timeout_s=300, build_missing=False),
         online_load=False, day_seconds=600,
     )
     try:

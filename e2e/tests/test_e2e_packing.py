@@ -31,7 +31,9 @@ RUNTIMES = (15, 25, 35, 45, 60, 75, 20, 40)
 @pytest.fixture(scope="module")
 def packing_cluster() -> Iterator[E2ECluster]:
     settings = ClusterSettings(
-        control_plane=ControlPlaneSettings(name=session_cluster_name("pytest-packing"), nodes=4),
+        control_plane=ControlPlaneSettings(
+            name=session_cluster_name("pytest-packing"), nodes=4, build_missing=False,
+        ),
         day_seconds=DAY, online_load=True,
         online_start_minute=0, history_days=4,
     )
