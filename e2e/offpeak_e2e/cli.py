@@ -141,6 +141,7 @@ def register(subparsers: Any) -> None:
     demo.add_argument("--jobs", type=_positive_int, default=8, help="TrainingJobs to submit (default 8)")
     demo.add_argument("--duration", type=_positive_float, default=None,
                       help="stop after this many seconds (default: run until all jobs finish or Ctrl-C)")
-    demo.add_argument("--out", default="offpeak-demo", help="folder for the plot PNG and results (default ./offpeak-demo)")
+    demo.add_argument("--out", default="offpeak-demo",
+                      help="folder for the plot PNG and results (default ./offpeak-demo)")
     demo.add_argument("--keep", action="store_true", help="leave the cluster running at the end")
     demo.set_defaults(func=_demo)
