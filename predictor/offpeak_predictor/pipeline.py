@@ -59,10 +59,13 @@ def load_tables(root: Path, *, db_path: str | None = None) -> tuple[pd.DataFrame
 
 
 def quick_subsample(ops: pd.DataFrame, models: pd.DataFrame, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    ops = ops.groupby("source", group_keys=False).apply(lambda g: g.sample(min(len(g), 4000), random_state=seed))
-    models = models[models["graph_kind"] == "torchvision"]
-    models = models.groupby("source", group_keys=False).apply(lambda g: g.sample(min(len(g), 60), random_state=seed))
-    return ops.reset_index(drop=True), models.reset_index(drop=True)
+    """At most 4,000 op rows and 60 torchvision model rows per source (smoke tests)."""
+
+    def per_source(frame: pd.DataFrame, n: int) -> pd.DataFrame:
+        parts = [part.sample(min(len(part), n), random_state=seed) for _, part in frame.groupby("source", sort=True)]
+        return pd.concat(parts, ignore_index=True) if parts else frame.iloc[:0]
+
+    return per_source(ops, 4000), per_source(models[models["graph_kind"] == "torchvision"], 60)
 
 
 def train_from_data(*, root: Path, out: Path, seed: int = 7, quick: bool = False,
