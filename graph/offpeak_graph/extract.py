@@ -1,4 +1,5 @@
-"""`extract_graph`: the one call that turns a model source into a `ModelGraph` (used by the CLI, operator, predictor).
+"""`extract_graph`: the one call that turns a model source into a `ModelGraph` (used by the CLI, operator, predictor);
+`extract_module` does the same for an `nn.Module` already in memory (e.g. `offpeak collect`'s sample models).
 
 Exactly one source is given: a PyTorch entry point, a torchvision name, a HuggingFace config, or an ONNX file.
 PyTorch models are traced on the `meta` device first (no weights in memory, so billion-parameter models extract on a
@@ -65,7 +66,55 @@ def extract_graph(
 
             return extract_onnx(onnx, options)
         build = _builder(sources, options, list(python_path))
-        return _extract_torch(build=build, entrypoint=bool(entrypoint), options=options, settings=settings)
+        is_entrypoint = bool(entrypoint)
+
+        def on_cpu() -> BuiltModel:
+            import torch
+
+            with torch.device("cpu"):
+                return build()
+
+        return _extract_torch(on_meta=lambda: _build_on_meta(build, entrypoint=is_entrypoint), on_cpu=on_cpu,
+                              options=options, settings=settings)  # fmt: skip
+
+
+def extract_module(
+    module: Any,
+    *,
+    batch_size: int,
+    input_shape: Sequence[int] | str | None = None,
+    seq_len: int | None = None,
+    precision: str = "fp32",
+    mode: str = "train",
+    optimizer: str = "adam",
+    model_name: str = "",
+    model_family: str = "",
+    settings: ExtractSettings | None = None,
+) -> ModelGraph:
+    """Graph of an `nn.Module` that already exists in memory (e.g. a model a benchmark is about to time).
+
+    The input is a float tensor of `input_shape` per sample, else token ids of `seq_len`. The module is traced on a
+    data-free `meta` copy (on a CPU copy when it cannot run on meta), so the caller's weights, device, dtype and
+    train/eval state are left as they were. `model_name` defaults to the class name, `model_family` to one read
+    from it (or from a transformers config).
+    """
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise UserError(f"extract_module needs a torch.nn.Module, got {type(module).__name__}")
+    shape = parse_shape(input_shape) if isinstance(input_shape, str) else (tuple(input_shape) if input_shape else None)
+    options = ExtractOptions(batch_size=batch_size, input_shape=shape, seq_len=seq_len, precision=precision,
+                             mode=mode, optimizer=optimizer)  # fmt: skip
+    name = model_name or type(module).__name__
+
+    def built_on(device: str) -> BuiltModel:
+        from offpeak_graph.torch_models import build_module, copy_to
+
+        return build_module(copy_to(module, torch.device(device)), options, name=name, family=model_family)
+
+    with _quiet(), _needs_libraries():
+        return _extract_torch(on_meta=lambda: built_on("meta"), on_cpu=lambda: built_on("cpu"), options=options,
+                              settings=settings or ExtractSettings())  # fmt: skip
 
 
 _LIBRARIES = ("torch", "torchvision", "transformers", "onnx", "numpy")
@@ -111,11 +160,17 @@ def _is_meta_limitation(e: BaseException) -> bool:
 
 
 def _extract_torch(
-    *, build: Callable[[], BuiltModel], entrypoint: bool, options: ExtractOptions, settings: ExtractSettings
+    *,
+    on_meta: Callable[[], BuiltModel],
+    on_cpu: Callable[[], BuiltModel],
+    options: ExtractOptions,
+    settings: ExtractSettings,
 ) -> ModelGraph:
+    """Trace the model built by `on_meta`; when the meta device cannot run it, trace the one `on_cpu` builds
+    (if small enough). Both ways share this code, whatever the model source."""
     import torch
 
-    built = _build_on_meta(build, entrypoint=entrypoint)
+    built = on_meta()
     try:
         recorder = _trace(built, options, torch.device("meta"))
         extraction = EXTRACTION_META
@@ -130,8 +185,7 @@ def _extract_torch(
                 f"model cannot be traced on the meta device ({one_line(e)}) and is too large "
                 f"({param_bytes / 2**30:.1f} GiB) to trace on the CPU; export it to ONNX and use --onnx"
             ) from e
-        with torch.device("cpu"):
-            built = build()
+        built = on_cpu()
         try:
             recorder = _trace(built, options, torch.device("cpu"))
         except Exception as e2:  # noqa: BLE001

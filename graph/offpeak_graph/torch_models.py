@@ -6,6 +6,7 @@ cost no memory. Failures that are the user's to fix become `UserError`s that say
 
 from __future__ import annotations
 
+import copy
 import difflib
 import importlib
 import json
@@ -155,6 +156,12 @@ def build_entrypoint(entrypoint: str, options: ExtractOptions, python_path: list
         raise UserError(
             f"entry point {entrypoint!r} returned {type(module).__name__}, expected a torch.nn.Module"
         )
+    return build_module(module, options, name=entrypoint)
+
+
+def build_module(module: nn.Module, options: ExtractOptions, *, name: str, family: str = "") -> BuiltModel:
+    """Wrap a module that already exists (from an entry point or a caller): the input comes from
+    `options.input_shape` (float tensor) or `options.seq_len` (token ids)."""
     module = unwrap(module)
     config = getattr(module, "config", None)  # a transformers model built by user code
     if config is not None and hasattr(config, "use_cache"):
@@ -168,15 +175,27 @@ def build_entrypoint(entrypoint: str, options: ExtractOptions, python_path: list
         seq_len = options.seq_len
         make_call = lambda device, opts: ModelCall(args=(_token_input(device, opts, seq_len),))  # noqa: E731
     else:
-        raise UserError("entry-point models need --input-shape (float input) or --seq-len (token ids)")
+        raise UserError(f"model {name!r} needs an input shape (--input-shape, float input) or a sequence length "
+                        "(--seq-len, token ids)")
     return BuiltModel(
         module=module,
         make_call=make_call,
-        name=entrypoint,
-        family=str(getattr(config, "model_type", "") or family_from_name(type(module).__name__)),
+        name=name,
+        family=family or str(getattr(config, "model_type", "") or family_from_name(type(module).__name__)),
         seq_len=options.seq_len,
         input_shape=list(options.input_shape) if options.input_shape else None,
     )
+
+
+def copy_to(module: nn.Module, device: torch.device) -> nn.Module:
+    """A copy of `module` on `device` that shares nothing with it, so tracing (dtype casts, batch-norm statistics)
+    never touches the caller's model. On `meta` the copy holds no data, whatever the model's size."""
+    module = unwrap(module)
+    memo: dict[int, Any] = {}
+    for t in [*module.parameters(), *module.buffers()]:
+        moved = t.detach().to(device, copy=device.type != "meta")
+        memo[id(t)] = nn.Parameter(moved, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else moved
+    return copy.deepcopy(module, memo)
 
 
 # ---- HuggingFace transformers -----------------------------------------------------------------------------
