@@ -20,6 +20,7 @@ from offpeak.errors import UserError
 from offpeak_predictor.db import BenchmarkDB
 from offpeak_predictor.graphcache import cache_dir
 from offpeak_predictor.gpus import find_gpu
+from offpeak_predictor.loaders import _family
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +99,8 @@ def run_collect(*, plan: CollectPlan, db: BenchmarkDB, device: str = "auto", gpu
     import torch
     from rich.progress import Progress
 
+    from offpeak_graph.extract import extract_module
     from offpeak_graph.schema import save_graph
-    from offpeak_predictor.stopgap_graphs import record_module
 
     dev = _device(device)
     if dev.type == "cuda":
@@ -125,7 +126,7 @@ def run_collect(*, plan: CollectPlan, db: BenchmarkDB, device: str = "auto", gpu
                 model = build_sample_cnn(conv_layers=w["conv_layers"], filters=w["filters"],
                                          dense_layers=w["dense_layers"], nodes=w["nodes"], input_size=size)  # fmt: skip
                 name = "sample_cnn_c{conv_layers}x{filters}_d{dense_layers}x{nodes}".format(**w)
-                classes = 10
+                family, classes = "synthetic", 10
             else:
                 import torchvision.models as tvm
 
@@ -133,12 +134,13 @@ def run_collect(*, plan: CollectPlan, db: BenchmarkDB, device: str = "auto", gpu
                     model = tvm.get_model(w["name"], weights=None)
                 except ValueError as e:
                     raise UserError(f"unknown torchvision model {w['name']!r}") from e
-                name, classes = w["name"], 1000
+                name, family, classes = w["name"], _family(w["name"]), 1000  # resnet18 -> resnet (hold-outs)
             model = model.to(dev, dtype).train()
             x = torch.randn(bs, 3, size, size, device=dev, dtype=dtype)
             y = torch.randint(0, classes, (bs,), device=dev)
-            graph = record_module(model, (x,), name=name, batch_size=bs, precision=plan.precision,
-                                  optimizer=plan.optimizer, input_shape=[3, size, size])  # fmt: skip
+            graph = extract_module(model, batch_size=bs, input_shape=(3, size, size), precision=plan.precision,
+                                   mode="train", optimizer=plan.optimizer, model_name=name,
+                                   model_family=family)  # fmt: skip
             opt = _optimizer(plan.optimizer, model)
             loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -155,8 +157,8 @@ def run_collect(*, plan: CollectPlan, db: BenchmarkDB, device: str = "auto", gpu
             save_graph(graph, path)
             rows.append({
                 "source": "collect", "gpu": gpu_label, "precision": plan.precision, "mode": "train",
-                "optimizer": plan.optimizer, "model_name": name, "family": "synthetic" if w["kind"] == "sample_cnn"
-                else name, "graph_kind": "graph_file", "graph_ref": str(path), "batch_size": bs, "seq_len": None,
+                "optimizer": plan.optimizer, "model_name": name, "family": family, "graph_kind": "graph_file",
+                "graph_ref": str(path), "batch_size": bs, "seq_len": None,
                 "input_shape": f"[3, {size}, {size}]", "num_gpus": 1, "time_s": mean, "time_std": std,
                 "software": software,
             })  # fmt: skip

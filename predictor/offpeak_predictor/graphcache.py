@@ -1,21 +1,22 @@
 """Model graphs for benchmark rows and CLI requests, cached on disk (extraction costs seconds).
 
-Prefers the real extractor `offpeak_graph.extract.extract_graph`; falls back to the predictor's stop-gap
-recorder while that module is absent. The cache key includes which extractor produced the graph.
+Graphs come from the one extractor, `offpeak_graph.extract.extract_graph`; when it refuses a model its error is
+the answer (no second recorder). The cache key holds the extraction arguments and a fingerprint of the extractor's
+source, so a changed extractor never serves graphs an older one cached (re-extracting the whole training set
+takes about a minute).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+import offpeak_graph
 from offpeak_graph.schema import ModelGraph, load_graph, save_graph
-
-
-_STOPGAP_ARGS = {"torchvision", "hf_config", "batch_size", "input_shape", "seq_len", "precision", "mode", "optimizer"}
 
 
 def cache_dir() -> Path:
@@ -23,43 +24,30 @@ def cache_dir() -> Path:
     return Path(os.environ.get("OFFPEAK_GRAPH_CACHE") or Path.home() / ".cache" / "offpeak" / "graphs")
 
 
-def extractor_name() -> str:
-    try:
-        from offpeak_graph import extract  # noqa: F401
-    except ImportError:
-        return "stopgap"
-    return "offpeak_graph"
+def source_fingerprint(package_dir: Path) -> str:
+    """Hash of the Python files of one package folder (names and contents)."""
+    digest = hashlib.sha256()
+    for path in sorted(package_dir.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+@functools.cache
+def extractor_fingerprint() -> str:
+    """Fingerprint of the installed `offpeak_graph`: changes whenever the extractor's code does."""
+    return source_fingerprint(Path(offpeak_graph.__file__).parent)
 
 
 def cache_key(args: dict[str, Any]) -> str:
-    body = json.dumps({"extractor": extractor_name(), **args}, sort_keys=True, default=str)
+    body = json.dumps({"extractor": f"offpeak_graph:{extractor_fingerprint()}", **args}, sort_keys=True, default=str)
     return hashlib.sha256(body.encode()).hexdigest()[:24]
 
 
 def extract(**args: Any) -> ModelGraph:
-    """Extract a graph with whichever extractor is installed (no cache)."""
-    try:
-        from offpeak_graph.extract import extract_graph
-    except ImportError:
-        from offpeak_predictor.stopgap_graphs import record_graph
+    """Extract a graph (no cache); `extract_graph`'s UserError when it cannot."""
+    from offpeak_graph.extract import extract_graph
 
-        unsupported = set(args) - _STOPGAP_ARGS
-        if unsupported:
-            raise ValueError(f"graph extraction of {sorted(unsupported)} needs offpeak_graph.extract")
-        return record_graph(**args)
-    try:
-        return extract_graph(**args)
-    except Exception as first:
-        # The extractor refuses some models (e.g. data-dependent ops on the meta device); the meta recorder
-        # often still manages. Keep the extractor's error when both fail.
-        if not (args.keys() <= _STOPGAP_ARGS and ("torchvision" in args or "hf_config" in args)):
-            raise
-        from offpeak_predictor.stopgap_graphs import record_graph
-
-        try:
-            return record_graph(**args)
-        except Exception:
-            raise first from None
+    return extract_graph(**args)
 
 
 def get_graph(args: dict[str, Any], *, directory: Path | None = None) -> ModelGraph:

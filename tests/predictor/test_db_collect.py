@@ -61,9 +61,31 @@ def test_collect_cli_on_cpu_appends_rows_with_graphs(tmp_path, monkeypatch, caps
     assert (rows["gpu"] == "cpu").all() and (rows["time_s"] > 0).all()
     assert rows["software"].str.contains("pytorch-").all()
     graph = get_graph(graph_args_of(rows.iloc[1]))
-    assert graph.model_name == "sample_cnn_c2x4_d1x8" and graph.total_flops_forward > 0
+    assert graph.model_name == "sample_cnn_c2x4_d1x8" and graph.model_family == "synthetic"
+    assert graph.extraction == "torch-dispatch-meta"  # the extractor's own tracing (offpeak_graph.extract_module)
+    assert (graph.batch_size, graph.input_shape, graph.optimizer) == (2, [3, 8, 8], "sgd")
     assert sum(op.type == "conv2d" for op in graph.ops) == 2
+    # conv 3->4 and 4->4 (3x3, same padding) at 8x8, 2x2 max-pool, dense 64->8, classifier 8->10; batch 2
+    b = 2
+    expected = 2 * b * 64 * 4 * 3 * 9 + 2 * b * 64 * 4 * 4 * 9 + 2 * b * 64 * 8 + 2 * b * 8 * 10
+    assert graph.total_flops_forward == expected
+    assert graph.total_params == (3 * 9 * 4 + 4) + (4 * 9 * 4 + 4) + (64 * 8 + 8) + (8 * 10 + 10)
 
 
 def test_collect_rejects_bad_lists(tmp_path):
     assert main(["collect", "--db", str(tmp_path / "x.sqlite"), "--device", "cpu", "--filters", "a,b"]) == 2
+
+
+def test_collected_torchvision_row_has_the_family_used_for_hold_outs(tmp_path, monkeypatch):
+    from offpeak_predictor.collect import run_collect
+    from offpeak_predictor.train import exclude_holdout
+
+    monkeypatch.setenv("OFFPEAK_GRAPH_CACHE", str(tmp_path / "graphs"))
+    db = BenchmarkDB(tmp_path / "t.sqlite")
+    plan = CollectPlan(conv_layers=[], torchvision=["mnasnet0_5"], batch_sizes=[2], input_sizes=[32], steps=1)
+    assert run_collect(plan=plan, db=db, device="cpu", gpu_type="T4") == 1
+    row = db.read("model_samples").iloc[0]
+    assert row["model_name"] == "mnasnet0_5" and row["family"] == "mnasnet"
+    assert exclude_holdout(db.read("model_samples")).empty  # held-out family: never trains the predictor
+    graph = get_graph(graph_args_of(row))
+    assert graph.model_name == "mnasnet0_5" and graph.extraction == "torch-dispatch-meta"
