@@ -134,7 +134,7 @@ def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = Fa
     report = build_report(models, preds, started=started, quick=quick, p90_log_margin=margin)
     out_dir.mkdir(parents=True, exist_ok=True)
     _predictions_frame(models, preds).to_csv(out_dir / "predictions.csv.gz", index=False)
-    (out_dir / "predictor_eval.json").write_text(json.dumps(report, indent=1, sort_keys=False))
+    write_report(report, out_dir / "predictor_eval.json")
     scatter_png(models, preds, out_dir / "predicted_vs_actual.png")
     return report
 
@@ -195,7 +195,23 @@ def build_report(models: pd.DataFrame, preds: dict[str, dict[str, np.ndarray]], 
             m: round(neusight_train[m].get("mape", math.nan), 1) for m in METHODS
         }
     report["headline"] = {"mape_percent": headline}
-    return report
+    return json_safe(report)
+
+
+def json_safe(value: Any) -> Any:
+    """The report with every NaN/inf (a slice with no rows has no MAPE) as None, so it is valid JSON (null)."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
+def write_report(report: dict[str, Any], path: Path) -> None:
+    """Strict JSON: a NaN left in the report is a bug, so it raises rather than writing `NaN`."""
+    path.write_text(json.dumps(json_safe(report), indent=1, sort_keys=False, allow_nan=False))
 
 
 def scatter_png(models: pd.DataFrame, preds: dict[str, dict[str, np.ndarray]], path: Path) -> None:

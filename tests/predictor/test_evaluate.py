@@ -1,5 +1,6 @@
 """Evaluation metrics and baselines on hand-made data (the full CV runs in `offpeak eval-predictor`)."""
 
+import json
 import math
 
 import numpy as np
@@ -59,3 +60,28 @@ def test_report_has_every_method_and_breakdown():
     assert set(scheme["overall"]) == set(METHODS)
     assert set(scheme["per_gpu"]) == {"T4", "L4"} and scheme["neusight_model_level_train"]["offpeak"]["n"] == 2
     assert report["headline"]["mape_percent"]["leave_one_gpu_out"]["offpeak"] == pytest.approx(10.0)
+
+
+def test_slices_without_rows_are_null_in_valid_json(tmp_path):
+    from offpeak_predictor.evaluate import write_report
+
+    # No NeuSight train rows, and one scheme where no fold ran (every prediction NaN): empty slices.
+    models = pd.DataFrame({"time_s": [1.0, 2.0], "gpu": ["T4", "L4"], "source": ["ryujaehun"] * 2,
+                           "family": ["resnet", "vgg"], "mode": ["train", "train"]})  # fmt: skip
+    preds = {"leave_one_gpu_out": {m: np.array([1.1, 1.8]) for m in METHODS},
+             "leave_one_family_out": {m: np.full(2, np.nan) for m in METHODS}}  # fmt: skip
+    report = build_report(models, preds, started=0.0, quick=True)
+    headline = report["headline"]["mape_percent"]
+    assert headline["leave_one_gpu_out"]["offpeak"] == pytest.approx(10.0)
+    assert headline["leave_one_gpu_out_neusight_train_rows"]["offpeak"] is None
+    assert headline["leave_one_family_out"]["roofline"] is None
+    assert report["schemes"]["leave_one_family_out"]["offpeak_p90_coverage"] is None
+    path = tmp_path / "predictor_eval.json"
+    write_report(report, path)
+
+    def reject(name):
+        raise ValueError(f"{name} is not JSON")
+
+    back = json.loads(path.read_text(), parse_constant=reject)  # NaN/Infinity would raise here
+    assert back["headline"]["mape_percent"]["leave_one_family_out"]["offpeak"] is None
+    assert "NaN" not in path.read_text()
