@@ -16,10 +16,18 @@ from offpeak_graph.schema import ModelGraph
 from offpeak_operator.graphstore import decode_bytes
 from offpeak_operator.jobspec import JobSpec
 from offpeak_operator.podspecs import extract_args
+from offpeak_operator.statemachine import USER_ERROR_EXIT
 
 
 class ExtractionFailed(RuntimeError):
-    """Extraction did not produce a graph; the message is shown in the job's GraphReady condition."""
+    """Extraction did not produce a graph; the message is shown in the job's GraphReady condition.
+
+    `exit_code` is the extractor's exit status (None: it never finished); 2 means the model source is invalid.
+    """
+
+    def __init__(self, message: str, *, exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def extract_in_process(spec: JobSpec, *, timeout_seconds: float, python: str = sys.executable) -> ModelGraph:
@@ -34,7 +42,9 @@ def extract_in_process(spec: JobSpec, *, timeout_seconds: float, python: str = s
         except subprocess.TimeoutExpired as e:
             raise ExtractionFailed(f"extraction of {spec.model_source.value} ran past {timeout_seconds:.0f}s") from e
         if done.returncode != 0 or not out.exists():
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
+            if done.returncode == USER_ERROR_EXIT and lines:
+                raise ExtractionFailed(lines[-1], exit_code=done.returncode)  # the CLI's one-line UserError
             raise ExtractionFailed(f"extraction of {spec.model_source.value} failed (exit {done.returncode}): "
-                                   + " | ".join(tail))
+                                   + " | ".join(lines[-3:]), exit_code=done.returncode)
         return decode_bytes(out.read_bytes())

@@ -31,6 +31,7 @@ RESERVED_POD_LABELS = frozenset({LABEL_WORKLOAD, LABEL_JOB, LABEL_ROLE, LABEL_AT
 SCHEDULER_NAME = "offpeak-scheduler"
 GPU_RESOURCE = "nvidia.com/gpu"
 GRAPH_KEY = "graph.json.gz"
+EXTRACT_CONTAINER = "extract"  # the analysis pod's init container that runs `offpeak extract` in the user's image
 
 # `<job>-a<attempt>-w<worker>` must stay a valid label value (<= 63 chars) for the job-name label.
 MAX_JOB_NAME = 50

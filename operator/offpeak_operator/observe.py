@@ -9,6 +9,8 @@ from typing import Any
 from offpeak_operator import names
 from offpeak_operator.statemachine import Observed, PodView, parse_time
 
+MAX_MESSAGE = 500  # characters of the extractor's message kept for a condition
+
 
 def _container_times(pod: Mapping[str, Any]) -> tuple[datetime | None, datetime | None]:
     started: list[datetime] = []
@@ -32,6 +34,22 @@ def _condition_time(pod: Mapping[str, Any], type_: str) -> datetime | None:
     return None
 
 
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:MAX_MESSAGE] if lines else ""
+
+
+def _extract_result(pod: Mapping[str, Any]) -> tuple[int | None, str]:
+    """Exit status and last log line of the analysis pod's `extract` init container, once it has ended."""
+    for cs in pod.get("status", {}).get("initContainerStatuses") or []:
+        if cs.get("name") != names.EXTRACT_CONTAINER:
+            continue
+        terminated = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if terminated and terminated.get("exitCode") is not None:
+            return int(terminated["exitCode"]), _last_line(terminated.get("message") or "")
+    return None, ""
+
+
 def pod_view(pod: Mapping[str, Any], *, node_gpu_types: Mapping[str, str]) -> PodView:
     """The PodView of one pod; `node_gpu_types` maps node name -> offpeak.io/gpu-type label."""
     meta = pod.get("metadata", {})
@@ -42,6 +60,7 @@ def pod_view(pod: Mapping[str, Any], *, node_gpu_types: Mapping[str, str]) -> Po
     if started is None and phase in ("Running", "Succeeded", "Failed"):
         started = _condition_time(pod, "Ready") or parse_time(status.get("startTime"))
     node = spec.get("nodeName") or ""
+    exit_code, exit_message = _extract_result(pod)
     return PodView(
         name=meta.get("name", ""),
         phase=phase,
@@ -53,6 +72,8 @@ def pod_view(pod: Mapping[str, Any], *, node_gpu_types: Mapping[str, str]) -> Po
         deleting=bool(meta.get("deletionTimestamp")),
         started_at=started,
         finished_at=finished,
+        extract_exit_code=exit_code,
+        extract_message=exit_message,
     )
 
 

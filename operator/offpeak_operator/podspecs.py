@@ -53,7 +53,7 @@ def analysis_pod(job: Mapping[str, Any], spec: JobSpec, settings: AnalysisSettin
     """CPU-only pod: copy the offpeak bundle, extract the graph in the user's image, print it to the log.
 
     Init 1 (offpeak image) copies the zipapp into an emptyDir; init 2 (user's image) runs the extractor from
-    the zipapp against the user's entrypoint; the main container (offpeak image) reduces the graph to fit a
+    the zipapp against the user's entrypoint (exit status 2 = the model source is invalid, see statemachine); the main container (offpeak image) reduces the graph to fit a
     ConfigMap and prints it between markers, and the operator stores it in the `<job>-graph` ConfigMap.
     """
     job_name = job["metadata"]["name"]
@@ -75,8 +75,10 @@ def analysis_pod(job: Mapping[str, Any], spec: JobSpec, settings: AnalysisSettin
             "initContainers": [
                 {"name": "bundle", "image": settings.image, "command": ["cp", settings.bundle_path, bundle],
                  "volumeMounts": mounts[:1], "resources": small},
-                {"name": "extract", "image": spec.image, "imagePullPolicy": spec.image_pull_policy,
+                {"name": names.EXTRACT_CONTAINER, "image": spec.image, "imagePullPolicy": spec.image_pull_policy,
                  "command": [settings.python, bundle, *extract_args(spec, out=GRAPH_OUT)],
+                 # the extractor's one-line error (stderr) becomes the termination message the operator reads
+                 "terminationMessagePolicy": "FallbackToLogsOnError",
                  "env": [*spec.env, *cpu_only_env], "volumeMounts": mounts, "resources": resources,
                  **({"workingDir": spec.working_dir} if spec.working_dir else {})},
             ],

@@ -271,8 +271,8 @@ class Reconciler:
             graph = self.ctx.extract(spec, float(self.ctx.settings.analysis.in_process_timeout_seconds))
             encoded = encode_graph(graph, limit_bytes=self.ctx.settings.analysis.configmap_limit_bytes)
         except (ExtractionFailed, GraphTooLarge, GraphDecodeError) as e:
-            return self._graph_done(status, now, source=source.kind, ok=False, reason="ExtractionFailed",
-                                    message=str(e))
+            reason = sm.graph_failure_reason(exit_code=getattr(e, "exit_code", None), default="ExtractionFailed")
+            return self._graph_done(status, now, source=source.kind, ok=False, reason=reason, message=str(e))
         info = self._store_graph(job, encoded, source=source.kind)
         end = self.ctx.clock()
         return self._graph_done(status, end, source=source.kind, ok=True, reason="Extracted",

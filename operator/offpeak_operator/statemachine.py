@@ -26,6 +26,11 @@ from offpeak_operator.settings import OperatorSettings
 REQUEUE_EVICTED = "Evicted"
 REQUEUE_POD_FAILED = "PodFailed"
 REQUEUE_REASONS = (REQUEUE_EVICTED, REQUEUE_POD_FAILED)
+# The extractor's exit status for a UserError (offpeak.cli): the model source itself cannot be built (entry point
+# not importable or raising, not an nn.Module, unknown torchvision name, bad HF config, impossible input shape).
+# Classified by exit status, never by message text; every other failure is not the user's and falls back.
+USER_ERROR_EXIT = 2
+INVALID_MODEL_SOURCE = "InvalidModelSource"
 EVICTION_REASONS = frozenset({"Evicted", "Preempted", "Preempting", "Terminated", "NodeLost", "Shutdown",
                               "NodeShutdown", "DeletionByTaintManager", "DeletionByPodGC"})
 
@@ -58,6 +63,8 @@ class PodView:
     deleting: bool = False  # deletionTimestamp set
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    extract_exit_code: int | None = None  # analysis pod: the `extract` init container's exit status, once ended
+    extract_message: str = ""  # its termination message (last line of its log)
 
     @property
     def evicted(self) -> bool:
@@ -168,6 +175,11 @@ def _conditions(status: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [dict(c) for c in status.get("conditions") or []]
 
 
+def graph_failure_reason(*, exit_code: int | None, default: str) -> str:
+    """Condition reason of a failed extraction: InvalidModelSource when the extractor said the input is wrong."""
+    return INVALID_MODEL_SOURCE if exit_code == USER_ERROR_EXIT else default
+
+
 def expected_pods(job_name: str, *, attempt: int, workers: int) -> tuple[str, ...]:
     return tuple(names.training_pod_name(job_name, attempt=attempt, worker=w) for w in range(workers))
 
@@ -236,6 +248,9 @@ def _start(spec: JobSpec, status: Mapping[str, Any], now: datetime) -> Decision:
 
 def _analyzing(spec: JobSpec, status: Mapping[str, Any], observed: Observed, now: datetime,
                settings: OperatorSettings) -> Decision:
+    graph = cond.get_condition(status.get("conditions"), cond.GRAPH_READY) or {}
+    if graph.get("status") == "False" and graph.get("reason") == INVALID_MODEL_SOURCE:
+        return _invalid_source(status, str(graph.get("message") or "the model source cannot be built"), now)
     graph_ready = cond.is_true(status.get("conditions"), cond.GRAPH_READY)
     if graph_ready is not None:  # decided either way: predict (with or without the graph)
         return Decision(actions=[Predict()])
@@ -247,13 +262,19 @@ def _analyzing(spec: JobSpec, status: Mapping[str, Any], observed: Observed, now
     started = parse_time(status.get("analysisStartTime")) or now
     deadline = started + timedelta(seconds=settings.analysis.timeout_seconds + settings.analysis.grace_seconds)
     pod = observed.analysis_pod
+    if pod is not None and pod.extract_exit_code == USER_ERROR_EXIT:
+        return _invalid_source(status, pod.extract_message or f"the extractor rejected {source.value}", now)
     if pod is not None and pod.phase == "Succeeded":
         return Decision(actions=[CollectGraph()])
     if pod is not None and pod.phase == "Failed":
         timed_out = pod.reason == "DeadlineExceeded"
         reason = "AnalysisTimeout" if timed_out else "AnalysisFailed"
-        message = (f"analysis pod ran past {settings.analysis.timeout_seconds}s" if timed_out
-                   else f"analysis pod failed: {pod.reason or 'see its logs'} {pod.message}".strip())
+        if timed_out:
+            message = f"analysis pod ran past {settings.analysis.timeout_seconds}s"
+        elif pod.extract_exit_code:
+            message = f"extractor exited {pod.extract_exit_code}: {pod.extract_message or 'see its logs'}"
+        else:
+            message = f"analysis pod failed: {pod.reason or 'see its logs'} {pod.message}".strip()
         return _graph_failed(status, reason, message, now)
     if now >= deadline:
         decision = _graph_failed(status, "AnalysisTimeout",
@@ -263,6 +284,19 @@ def _analyzing(spec: JobSpec, status: Mapping[str, Any], observed: Observed, now
     if pod is None:
         return Decision(actions=[CreateAnalysisPod()])  # gone (or never made): make it again, by the same name
     return Decision()
+
+
+def _invalid_source(status: Mapping[str, Any], detail: str, now: datetime) -> Decision:
+    """The model source cannot be built: the training would fail the same way in the same image, so stop here."""
+    message = f"invalid model source: {detail}"
+    conds = cond.set_condition(_conditions(status), type=cond.GRAPH_READY, ok=False, reason=INVALID_MODEL_SOURCE,
+                               message=detail, now=now)
+    conds = cond.set_condition(conds, type=cond.FINISHED, ok=False, reason=INVALID_MODEL_SOURCE, message=message,
+                               now=now)
+    return Decision(
+        status={"phase": Phase.FAILED, "message": message, "conditions": conds, "finishTime": rfc3339(now)},
+        actions=[EmitEvent("Warning", INVALID_MODEL_SOURCE, message)],
+    )
 
 
 def _graph_failed(status: Mapping[str, Any], reason: str, message: str, now: datetime) -> Decision:

@@ -76,3 +76,45 @@ def test_analysis_pod_steps_end_to_end_with_a_user_entrypoint(tmp_path: Path) ->
     graph = decode_bytes(data)
     assert graph.batch_size == 4 and header["hash"] == graph.content_hash()
     assert sum(op.type == "linear" for op in graph.ops) == 2
+
+
+def _fake_python(tmp_path: Path, code: int) -> str:
+    """A stand-in interpreter that writes noise then the CLI's one-line error and exits `code`."""
+    script = tmp_path / f"python{code}"
+    script.write_text("#!/bin/sh\necho 'UserWarning: noise' >&2\n"
+                      f"echo \"offpeak extract: error: unknown torchvision model 'zz'\" >&2\nexit {code}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_in_process_extraction_keeps_the_exit_status_and_one_line(tmp_path: Path) -> None:
+    from offpeak_operator.extraction import ExtractionFailed, extract_in_process
+    from offpeak_operator.jobspec import parse_spec
+    from optestkit import job_body
+
+    spec = parse_spec(job_body(modelSource={"torchvision": "zz"})["spec"])
+    with pytest.raises(ExtractionFailed) as bad:
+        extract_in_process(spec, timeout_seconds=30, python=_fake_python(tmp_path, 2))
+    assert bad.value.exit_code == 2 and str(bad.value) == "offpeak extract: error: unknown torchvision model 'zz'"
+    with pytest.raises(ExtractionFailed) as crash:
+        extract_in_process(spec, timeout_seconds=30, python=_fake_python(tmp_path, 1))
+    assert crash.value.exit_code == 1 and "exit 1" in str(crash.value)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_bundled_extractor_exits_2_with_one_line_on_a_bad_entrypoint(tmp_path: Path) -> None:
+    """The analysis pod's extract step, as a process: a missing entry point module is a UserError -> exit 2."""
+    from offpeak_operator.jobspec import parse_spec
+    from offpeak_operator.podspecs import extract_args
+    from optestkit import job_body
+
+    pyz = build_bundle(tmp_path / "offpeak.pyz")
+    spec = parse_spec(job_body(modelSource={"entrypoint": "no_such_pkg_xyz.model:build"}, inputShape=[16])["spec"])
+    done = subprocess.run([sys.executable, str(pyz), *extract_args(spec, out=str(tmp_path / "g.json.gz"))],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("offpeak extract: error:") and "no_such_pkg_xyz" in lines[-1]
+    assert "Traceback" not in done.stderr

@@ -42,3 +42,20 @@ def test_observe_splits_roles() -> None:
     obs = observe([pod("j-analysis", "analysis", phase="Succeeded"), pod("j-a1-w0"), pod("j-graph", "graph")],
                   node_gpu_types={})
     assert obs.analysis_pod.name == "j-analysis" and list(obs.training_pods) == ["j-a1-w0"]
+
+
+def test_analysis_pod_extract_exit_status_and_last_log_line() -> None:
+    terminated = {"exitCode": 2, "reason": "Error",
+                  "message": "UserWarning: noise\noffpeak extract: error: unknown torchvision model 'x'\n\n"}
+    body = pod("j-analysis", "analysis", phase="Failed", initContainerStatuses=[
+        {"name": "bundle", "state": {"terminated": {"exitCode": 0}}},
+        {"name": "extract", "state": {"terminated": terminated}}])
+    view = pod_view(body, node_gpu_types={})
+    assert view.extract_exit_code == 2
+    assert view.extract_message == "offpeak extract: error: unknown torchvision model 'x'"
+    running = pod("j-analysis", "analysis", phase="Pending", initContainerStatuses=[
+        {"name": "extract", "state": {"running": {"startedAt": "2026-11-21T06:00:00Z"}}}])
+    assert pod_view(running, node_gpu_types={}).extract_exit_code is None
+    oom = pod("j-analysis", "analysis", phase="Failed", initContainerStatuses=[
+        {"name": "extract", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}])
+    assert pod_view(oom, node_gpu_types={}).extract_exit_code == 137

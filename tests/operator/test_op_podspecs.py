@@ -76,6 +76,7 @@ def test_analysis_pod_runs_extractor_in_users_image_cpu_only() -> None:
     assert args[args.index("--entrypoint") + 1] == "pkg.model:build"
     assert args[args.index("--seq-len") + 1] == "128" and args[args.index("--out") + 1] == "/graph/graph.json.gz"
     assert {"name": "CUDA_VISIBLE_DEVICES", "value": ""} in extract["env"]
+    assert extract["terminationMessagePolicy"] == "FallbackToLogsOnError"  # its one-line error reaches the status
     assert "nvidia.com/gpu" not in json.dumps(spec)
     assert extract["resources"]["limits"] == {"cpu": "2", "memory": "6Gi"}
     assert spec["containers"][0]["command"][:3] == ["python", "-m", "offpeak_operator.emit"]

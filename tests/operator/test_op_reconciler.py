@@ -217,6 +217,54 @@ def test_in_process_extraction_failure_is_a_condition_not_a_crash() -> None:
     assert cond["reason"] == "ExtractionFailed" and "180s" in cond["message"]
 
 
+def test_in_process_invalid_model_source_fails_the_job_without_pods_or_prediction() -> None:
+    line = "offpeak extract: error: unknown torchvision model 'no_such_model'"
+
+    def extract(spec, timeout):
+        raise ExtractionFailed(line, exit_code=2)
+
+    rec, kube, pred, _ = make(job_body(modelSource={"torchvision": "no_such_model"}), extract=extract)
+    assert rec.reconcile("ns", "train-1") == "Failed"
+    status = kube.job["status"]
+    conds = {c["type"]: c for c in status["conditions"]}
+    assert conds["GraphReady"]["reason"] == "InvalidModelSource" and conds["GraphReady"]["message"] == line
+    assert conds["Finished"]["reason"] == "InvalidModelSource" and line in status["message"]
+    assert kube.pods == {} and kube.configmaps == {} and pred.requests == [] and "prediction" not in status
+    assert ("Warning", "InvalidModelSource") in [(t, r) for t, r, _ in kube.events]
+    assert rec.reconcile("ns", "train-1") == "Failed" and kube.pods == {}  # terminal: stays put
+
+
+def test_in_process_extractor_crash_still_falls_back() -> None:
+    def extract(spec, timeout):
+        raise ExtractionFailed("extraction of resnet18 failed (exit 1): Traceback | RuntimeError: boom", exit_code=1)
+
+    rec, kube, _, _ = make(job_body(modelSource={"torchvision": "resnet18"}, estimatedSeconds=60), extract=extract)
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    cond = next(c for c in kube.job["status"]["conditions"] if c["type"] == "GraphReady")
+    assert cond["reason"] == "ExtractionFailed"
+    assert kube.job["status"]["prediction"]["source"] == "user-estimate" and "train-1-a1-w0" in kube.pods
+
+
+def test_analysis_pod_exit_2_fails_the_job_and_exit_137_falls_back() -> None:
+    line = "offpeak extract: error: cannot import entry point module 'pkg' (ModuleNotFoundError: No module named 'pkg')"
+    for code, reason, expected in ((2, "Error", "Failed"), (137, "OOMKilled", "Waiting")):
+        rec, kube, pred, _ = make(job_body(modelSource={"entrypoint": "pkg.m:build"}, inputShape=[64]))
+        assert rec.reconcile("ns", "train-1") == "Analyzing"
+        kube.pods["train-1-analysis"]["status"] = {"phase": "Failed", "initContainerStatuses": [
+            {"name": "extract", "state": {"terminated": {"exitCode": code, "reason": reason,
+                                                         "message": f"some warning\n{line}\n"}}}]}
+        assert rec.reconcile("ns", "train-1") == expected
+        graph = next(c for c in kube.job["status"]["conditions"] if c["type"] == "GraphReady")
+        training = [n for n in kube.pods if n != "train-1-analysis"]
+        if code == 2:
+            assert graph["reason"] == "InvalidModelSource" and graph["message"] == line
+            assert training == [] and kube.configmaps == {} and pred.requests == []
+            assert ("Warning", "InvalidModelSource") in [(t, r) for t, r, _ in kube.events]
+        else:
+            assert graph["reason"] == "AnalysisFailed" and "exited 137" in graph["message"]
+            assert training == ["train-1-a1-w0"]
+
+
 def test_analysis_pod_graph_is_collected_from_its_log() -> None:
     rec, kube, pred, _ = make(job_body(modelSource={"entrypoint": "pkg.m:build"}, inputShape=[64]))
     assert rec.reconcile("ns", "train-1") == "Analyzing"

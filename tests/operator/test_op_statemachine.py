@@ -232,3 +232,49 @@ def test_progress_credit_uses_whole_job_time_not_step_time() -> None:
     d = decide(status, spec={"checkpointing": True}, observed=pods(view), now=NOW + timedelta(seconds=10))
     # 500 steps left, p90 budget for them 50 s, 10 s done -> 100 more steps
     assert d.status["completedSteps"] == 600
+
+
+# ---- Analyzing: the user's model source is invalid (extractor exit 2) vs any other failure ------------------
+
+
+def test_extractor_exit_status_is_what_classifies_a_failure() -> None:
+    assert sm.graph_failure_reason(exit_code=2, default="ExtractionFailed") == "InvalidModelSource"
+    for code in (None, 1, 137, 139):
+        assert sm.graph_failure_reason(exit_code=code, default="ExtractionFailed") == "ExtractionFailed"
+
+
+def test_invalid_entrypoint_fails_the_job_and_creates_no_training_pod() -> None:
+    line = "offpeak extract: error: cannot import entry point module 'nosuchmod'"
+    for phase in ("Failed", "Pending"):  # the init container has ended; the pod phase may lag behind
+        pod = sm.PodView("a", phase=phase, reason="", extract_exit_code=2, extract_message=line)
+        d = decide(ANALYZING, spec=ENTRY, observed=sm.Observed(analysis_pod=pod))
+        assert d.phase == "Failed" and d.status["finishTime"]
+        graph, finished = cond(d.status, "GraphReady"), cond(d.status, "Finished")
+        assert graph["status"] == "False" and graph["reason"] == "InvalidModelSource" and graph["message"] == line
+        assert finished["status"] == "False" and finished["reason"] == "InvalidModelSource"
+        assert kinds(d) == ["EmitEvent"]  # no Predict, no training pods
+        assert d.actions[0].type == "Warning" and d.actions[0].reason == "InvalidModelSource"
+        assert line in d.actions[0].message and line in d.status["message"]
+
+
+def test_other_extractor_failures_fall_back_and_say_the_exit_status() -> None:
+    for code, reason in ((1, "Error"), (137, "OOMKilled")):
+        pod = sm.PodView("a", phase="Failed", reason=reason, extract_exit_code=code, extract_message="Traceback")
+        d = decide(ANALYZING, spec=ENTRY, observed=sm.Observed(analysis_pod=pod))
+        assert d.phase is None  # still Analyzing -> Predicted by the Predict action, never Failed
+        graph = cond(d.status, "GraphReady")
+        assert graph["reason"] == "AnalysisFailed" and f"exited {code}" in graph["message"]
+        assert kinds(d) == ["EmitEvent", "Predict"]
+
+
+def test_in_process_invalid_source_condition_fails_the_job() -> None:
+    torchvision = {"modelSource": {"torchvision": "no_such_model"}}
+    graph = {"type": "GraphReady", "status": "False", "reason": "InvalidModelSource",
+             "message": "offpeak extract: error: unknown torchvision model 'no_such_model'",
+             "lastTransitionTime": "2026-11-21T06:00:00Z"}
+    d = decide({**ANALYZING, "conditions": [graph]}, spec=torchvision)
+    assert d.phase == "Failed" and cond(d.status, "Finished")["reason"] == "InvalidModelSource"
+    assert kinds(d) == ["EmitEvent"] and "no_such_model" in d.actions[0].message
+    other = {**graph, "reason": "ExtractionFailed", "message": "extraction of x ran past 180s"}
+    d = decide({**ANALYZING, "conditions": [other]}, spec=torchvision)
+    assert d.phase is None and kinds(d) == ["Predict"]
