@@ -29,6 +29,7 @@ from prometheus_client.core import GaugeMetricFamily
 from offpeak_e2e import traceshape
 
 NAMESPACE = "online"
+GPU_RESOURCE = "nvidia.com/gpu"
 MANUAL_ANNOTATION = "offpeak.io/load-driver"
 log = logging.getLogger("offpeak_e2e.onlineload")
 
@@ -83,11 +84,12 @@ class Snapshot:
 
     gpus: dict[str, int] = field(default_factory=dict)
     online: dict[str, int] = field(default_factory=dict)
+    offline: dict[str, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def update(self, *, gpus: dict[str, int], online: dict[str, int]) -> None:
+    def update(self, *, gpus: dict[str, int], online: dict[str, int], offline: dict[str, int]) -> None:
         with self.lock:
-            self.gpus, self.online = dict(gpus), dict(online)
+            self.gpus, self.online, self.offline = dict(gpus), dict(online), dict(offline)
 
 
 class NodeMetricsCollector:
@@ -99,13 +101,31 @@ class NodeMetricsCollector:
     def collect(self) -> Iterable[GaugeMetricFamily]:
         with self.snapshot.lock:
             gpus, online = dict(self.snapshot.gpus), dict(self.snapshot.online)
+            offline = dict(self.snapshot.offline)
         g = GaugeMetricFamily("offpeak_node_gpus", "GPUs on the node.", labels=["node"])
         o = GaugeMetricFamily("offpeak_node_online_gpus", "GPUs wanted by online workloads.", labels=["node"])
+        b = GaugeMetricFamily("offpeak_node_offline_gpus", "GPUs held by running offline pods.", labels=["node"])
         for node in sorted(gpus):
             g.add_metric([node], gpus[node])
             o.add_metric([node], online.get(node, 0))
+            b.add_metric([node], offline.get(node, 0))
         yield g
         yield o
+        yield b
+
+
+def offline_gpus_by_node(pods: Iterable[Any]) -> dict[str, int]:
+    """GPUs requested by running offline pods per node: what the real agent sees as GPUs with an offline process."""
+    held: dict[str, int] = {}
+    for pod in pods:
+        if pod.status is None or pod.status.phase != "Running" or not pod.spec.node_name:
+            continue
+        gpus = 0
+        for c in pod.spec.containers or []:
+            requests = (c.resources.requests or {}) if c.resources else {}
+            gpus += int(requests.get(GPU_RESOURCE, 0))
+        held[pod.spec.node_name] = held.get(pod.spec.node_name, 0) + gpus
+    return held
 
 
 @dataclass(frozen=True)
@@ -187,6 +207,7 @@ def run(settings: LoadSettings, *, kubeconfig: str, port: int, stop: threading.E
 
     config.load_kube_config(config_file=kubeconfig)
     apps = client.AppsV1Api()
+    core = client.CoreV1Api()
     demand = load_plan(settings)
     snapshot = Snapshot()
     registry = CollectorRegistry()
@@ -222,7 +243,13 @@ def run(settings: LoadSettings, *, kubeconfig: str, port: int, stop: threading.E
             except Exception as e:  # noqa: BLE001
                 log.warning("cannot scale %s: %s", deployment_name(node), e)
                 online[node] = int(d.spec.replicas or 0)
-        snapshot.update(gpus={n: settings.gpus for n in settings.nodes}, online=online)
+        try:
+            offline_pods = core.list_pod_for_all_namespaces(label_selector="offpeak.io/workload=offline").items
+            offline = offline_gpus_by_node(offline_pods)
+        except Exception as e:  # noqa: BLE001 - keep the last figures while the API is unreachable
+            log.warning("cannot list offline pods: %s", e)
+            offline = dict(snapshot.offline)
+        snapshot.update(gpus={n: settings.gpus for n in settings.nodes}, online=online, offline=offline)
         stop.wait(settings.interval_s)
 
 

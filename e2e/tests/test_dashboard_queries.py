@@ -57,7 +57,7 @@ def dashboard_results(e2e_cluster: E2ECluster) -> Iterator[list[QueryResult]]:
 
         def all_have_data() -> bool:
             results[:] = run_queries(prometheus, range_seconds=900, interval_seconds=2)
-            return not _missing([r for r in results if not _needs_offline_gpus(r)])
+            return not _missing(results)
 
         try:
             cluster.wait_for("dashboard queries return data", all_have_data, timeout=DATA_TIMEOUT_S, interval=2)
@@ -75,15 +75,10 @@ def dashboard_results(e2e_cluster: E2ECluster) -> Iterator[list[QueryResult]]:
 
 def test_every_dashboard_query_returns_data(dashboard_results: list[QueryResult]) -> None:
     assert len(dashboard_results) >= 20
-    empty = _missing([r for r in dashboard_results if not _needs_offline_gpus(r)])
+    empty = _missing(dashboard_results)
     assert empty == [], "dashboard queries without data:\n" + "\n".join(empty)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the e2e stand-in for the node agent (offpeak_e2e.onlineload) exports offpeak_node_gpus and "
-    "offpeak_node_online_gpus but not offpeak_node_offline_gpus (the real agent does); remove this mark once it does",
-)
 def test_harvest_queries_return_data(dashboard_results: list[QueryResult]) -> None:
     harvest = [r for r in dashboard_results if _needs_offline_gpus(r)]
     assert harvest, "the dashboard has no harvest queries"

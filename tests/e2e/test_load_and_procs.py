@@ -69,12 +69,27 @@ def test_metrics_collector_serves_snapshot() -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
     snap = onlineload.Snapshot()
-    snap.update(gpus={"n1": 8}, online={"n1": 3})
+    snap.update(gpus={"n1": 8}, online={"n1": 3}, offline={"n1": 4})
     reg = CollectorRegistry()
     reg.register(onlineload.NodeMetricsCollector(snap))
     text = generate_latest(reg).decode()
     assert 'offpeak_node_gpus{node="n1"} 8.0' in text
     assert 'offpeak_node_online_gpus{node="n1"} 3.0' in text
+    assert 'offpeak_node_offline_gpus{node="n1"} 4.0' in text
+
+
+def test_offline_gpus_count_running_offline_pods_per_node() -> None:
+    from kubernetes.client import (V1Container, V1ObjectMeta, V1Pod, V1PodSpec, V1PodStatus,
+                                   V1ResourceRequirements)
+
+    def pod(node: str | None, phase: str, gpus: int) -> V1Pod:
+        res = V1ResourceRequirements(requests={"nvidia.com/gpu": str(gpus)})
+        return V1Pod(metadata=V1ObjectMeta(name="p"), spec=V1PodSpec(node_name=node, containers=[
+            V1Container(name="c", resources=res), V1Container(name="sidecar")]), status=V1PodStatus(phase=phase))
+
+    pods = [pod("n1", "Running", 2), pod("n1", "Running", 1), pod("n2", "Pending", 4), pod(None, "Pending", 1),
+            pod("n2", "Succeeded", 8), pod("n3", "Running", 8)]
+    assert onlineload.offline_gpus_by_node(pods) == {"n1": 3, "n3": 8}
 
 
 def _running(pid: int) -> bool:
