@@ -10,11 +10,19 @@ STAMP  := $(VENV)/.installed
 demo: venv
 	$(VENV)/bin/offpeak demo
 
+# Unit tests first (fast feedback), then the end-to-end scenarios on the real control plane (the first run
+# builds the Kubernetes binaries from Go modules into ~/.cache/offpeak). Each stage prints how long it took.
 test: venv
-	$(PY) -m pytest --durations=15 tests e2e
+	@t=$$(date +%s); $(PY) -m pytest -p no:cacheprovider --durations=10 tests; rc=$$?; \
+	  echo "[stage] unit tests: $$(( $$(date +%s) - t ))s"; exit $$rc
+	@t=$$(date +%s); $(PY) -m pytest -p no:cacheprovider --durations=25 e2e; rc=$$?; \
+	  echo "[stage] end-to-end (incl. any Go builds): $$(( $$(date +%s) - t ))s"; exit $$rc
 
 unit: venv
-	$(PY) -m pytest tests -m "not e2e"
+	$(PY) -m pytest tests
+
+cluster-binaries: venv
+	$(PY) -m offpeak_e2e.build
 
 e2e: venv
 	$(PY) -m pytest e2e
@@ -22,9 +30,11 @@ e2e: venv
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check uv
-	$(VENV)/bin/uv pip install -q --python $(PY) -e '.[extract,dev]'
+	@t=$$(date +%s); \
+	  { test -x $(PY) || $(PYTHON) -m venv $(VENV); } && \
+	  $(PY) -m pip install -q --disable-pip-version-check uv && \
+	  $(VENV)/bin/uv pip install -q --python $(PY) -e '.[extract,dev]' && \
+	  echo "[stage] python environment: $$(( $$(date +%s) - t ))s"
 	@touch $(STAMP)
 
 bench: venv
