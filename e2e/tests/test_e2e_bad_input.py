@@ -1,5 +1,7 @@
-"""Scenario 4: bad input. Schema-invalid TrainingJobs are rejected by the API server; semantically bad ones end with
-a clear condition; deleting them leaves nothing behind."""
+"""Scenario 4: bad input. Schema-invalid TrainingJobs are rejected by the API server; semantically bad ones (unknown
+GPU type, a model source the extractor rejects) end Failed with a clear condition; nothing is left behind.
+
+Failures that are not the user's (a hung analysis pod) fall back instead: e2e/tests/test_operator_analysis.py."""
 
 from __future__ import annotations
 
@@ -53,28 +55,26 @@ def test_unknown_gpu_type_fails_with_a_clear_condition(e2e_cluster: E2ECluster, 
     assert _owned(e2e_cluster, ns, "unknown-gpu") == []  # never made a pod
 
 
-def test_unextractable_model_reports_graph_condition_and_cleans_up(
-    e2e_cluster: E2ECluster, e2e_namespace: str
-) -> None:
+def test_unknown_torchvision_model_fails_with_invalid_model_source(e2e_cluster: E2ECluster, e2e_namespace: str) -> None:
+    """The extractor rejects the model source (exit 2): the job ends Failed, says why, and makes no training pod."""
     ns = e2e_namespace
     job = trainingjob_manifest("no-such-model", sim_seconds=5, torchvision="no_such_model_xyz",
                                gpu_types=["L4"], estimated_seconds=30)
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
-
-    def graph_condition() -> bool:
-        st = e2e_cluster.trainingjob(ns, "no-such-model").get("status") or {}
-        return _conditions(st).get("GraphReady", {}).get("status") == "False"
-
-    e2e_cluster.wait_for("GraphReady=False on no-such-model", graph_condition, timeout=180)
-    status = e2e_cluster.trainingjob(ns, "no-such-model")["status"]
-    graph = _conditions(status)["GraphReady"]
-    assert graph["reason"] == "ExtractionFailed" and "no_such_model_xyz" in graph["message"], graph
-    # the job does not guess silently: its prediction says it is a fallback
-    e2e_cluster.wait_for("a fallback prediction", lambda: bool(
-        (e2e_cluster.trainingjob(ns, "no-such-model").get("status") or {}).get("prediction")), timeout=60)
-    prediction = e2e_cluster.trainingjob(ns, "no-such-model")["status"]["prediction"]
-    assert prediction["source"] in ("user-estimate", "default"), prediction
+    status = e2e_cluster.wait_phase(ns, "no-such-model", ["Failed", "Succeeded", "Waiting", "Running"],
+                                    timeout=180)["status"]
+    assert status["phase"] == "Failed", status
+    conds = _conditions(status)
+    graph, finished = conds["GraphReady"], conds["Finished"]
+    assert graph["status"] == "False" and graph["reason"] == "InvalidModelSource", graph
+    assert "no_such_model_xyz" in graph["message"] and "\n" not in graph["message"], graph  # the extractor's line
+    assert finished["status"] == "False" and finished["reason"] == "InvalidModelSource", finished
+    assert "prediction" not in status and not status.get("attempts"), status  # never predicted, never launched
+    events = e2e_cluster.get("events", "-n", ns, "--field-selector", "involvedObject.name=no-such-model")["items"]
+    warnings = [e for e in events if e["type"] == "Warning" and e["reason"] == "InvalidModelSource"]
+    assert warnings and "no_such_model_xyz" in warnings[0]["message"], events
+    assert _owned(e2e_cluster, ns, "no-such-model") == []  # no training pod, no graph ConfigMap
 
     e2e_cluster.kubectl("-n", ns, "delete", "trainingjob", "no-such-model", "--wait=true", timeout=90)
-    e2e_cluster.wait_for("no pods/ConfigMaps left for no-such-model",
-                         lambda: _owned(e2e_cluster, ns, "no-such-model") == [], timeout=60)
+    assert _owned(e2e_cluster, ns, "no-such-model") == []
+    assert e2e_cluster.get("trainingjobs.offpeak.io", "-n", ns)["items"] == []

@@ -37,6 +37,7 @@ def test_hung_analysis_pod_times_out_into_a_fallback(e2e_cluster: E2ECluster, e2
     assert [c["name"] for c in spec["initContainers"]] == ["bundle", "extract"]
     assert spec["initContainers"][1]["image"] == "registry.local/offpeak-e2e/train:1"
     assert "--entrypoint" in spec["initContainers"][1]["command"]
+    assert spec["initContainers"][1]["terminationMessagePolicy"] == "FallbackToLogsOnError"  # exit message kept
     assert "nvidia.com/gpu" not in str(spec)
     assert e2e_cluster.phase(ns, "user-model") == "Analyzing"
 
