@@ -53,7 +53,8 @@ def analysis_pod(job: Mapping[str, Any], spec: JobSpec, settings: AnalysisSettin
     """CPU-only pod: copy the offpeak bundle, extract the graph in the user's image, print it to the log.
 
     Init 1 (offpeak image) copies the zipapp into an emptyDir; init 2 (user's image) runs the extractor from
-    the zipapp against the user's entrypoint (exit status 2 = the model source is invalid, see statemachine); the main container (offpeak image) reduces the graph to fit a
+    the zipapp against the user's entrypoint (exit status 2: the model source is invalid, see the state
+    machine); the main container (offpeak image) reduces the graph to fit a
     ConfigMap and prints it between markers, and the operator stores it in the `<job>-graph` ConfigMap.
     """
     job_name = job["metadata"]["name"]
