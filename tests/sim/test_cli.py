@@ -11,10 +11,8 @@ from offpeak.cli import main
 from offpeak_sim import paths
 
 CONTRACT_KEYS = ("harvested_gpu_hours", "harvest_share", "evictions", "lost_gpu_seconds", "jct_mean_s", "jct_p95_s")
-needs_data = pytest.mark.skipif(not (paths.data_root() / "traces").is_dir(), reason="shared trace data not present")
 
 
-@needs_data
 def test_simulate_writes_report_with_contract_keys_and_plots(tmp_path: Path, capsys) -> None:
     out = tmp_path / "r.json"
     rc = main(["simulate", "--nodes", "6", "--days", "0.5", "--history-days", "1", "--seed", "3",
@@ -33,7 +31,6 @@ def test_simulate_writes_report_with_contract_keys_and_plots(tmp_path: Path, cap
         assert (tmp_path / "plots" / png).stat().st_size > 1000
 
 
-@needs_data
 def test_trace_folders_are_flags_and_the_data_root_is_an_env_var(tmp_path: Path, monkeypatch, capsys) -> None:
     root = paths.data_root()
     monkeypatch.setenv(paths.ENV_DATA_ROOT, str(tmp_path / "nowhere"))

@@ -13,10 +13,8 @@ from offpeak_sim import jobs, online, paths
 from offpeak_sim.fleet import build_fleet, parse_mix
 
 TRACES = paths.data_root() / "traces"
-needs_data = pytest.mark.skipif(not TRACES.is_dir(), reason="shared trace data not present")
 
 
-@needs_data
 def test_itp_cluster_loads_rebased_and_sorted() -> None:
     js = jobs.load_jobs(TRACES / "ms-itp-elasticflow", clusters=("10",))
     raw = pd.read_csv(TRACES / "ms-itp-elasticflow" / "raw" / "cluster10.csv")
@@ -59,7 +57,6 @@ def test_bad_folders_raise_user_errors(tmp_path: Path) -> None:
         paths.existing_dir(tmp_path / "nope", what="online trace")
 
 
-@needs_data
 @pytest.mark.parametrize(
     "folder,layout",
     [("alibaba-genai-serving-v2026", "alibaba"), ("helios-earth-vc-2020-05", "helios"), ("philly-node-sequence", "philly")],
@@ -74,7 +71,6 @@ def test_online_demand_from_real_traces(folder: str, layout: str) -> None:
     assert (np.diff(d, axis=1) != 0).any()  # demand moves over time
 
 
-@needs_data
 def test_alibaba_profile_counts_busy_minutes() -> None:
     f = TRACES / "alibaba-genai-serving-v2026" / online.ALIBABA_FILE
     prof = online.alibaba_daily_profiles(f, busy_util_pct=10.0)
