@@ -21,11 +21,8 @@ ERROR_RATIO = "offpeak_prediction_error_ratio"
 JOBS = "offpeak_jobs"
 REQUEUES = "offpeak_job_requeues_total"
 PREDICTOR_CLIENT_LATENCY = "offpeak_predictor_request_seconds"
-# Exported by the predictor service (offpeak_predictor.server) under the same name, so the two histograms are told
-# apart by their scrape job: "offpeak-operator"/"offpeak-predictor" locally, the Service name under a ServiceMonitor.
-PREDICTOR_SERVICE_LATENCY = "offpeak_predictor_request_seconds"
-OPERATOR_TARGET = 'job=~".*operator.*"'
-PREDICTOR_TARGET = 'job=~".*predictor.*"'
+# Exported by the predictor service (offpeak_predictor.server): its own time per HTTP request.
+PREDICTOR_SERVICE_LATENCY = "offpeak_predictor_http_request_seconds"
 # Exported by the extender and the eviction controller (offpeak_extender).
 EXTENDER_LATENCY = "offpeak_extender_decision_seconds"
 EXTENDER_STALE = "offpeak_extender_data_stale"
@@ -41,13 +38,12 @@ NODE_OFFLINE_GPUS = "offpeak_node_offline_gpus"
 JOB_LABELS = "job_namespace, trainingjob, gpu_type, model_family"
 
 
-def _quantiles(metric: str, *, by: str = "", where: str = "") -> tuple[Query, ...]:
+def _quantiles(metric: str, *, by: str = "") -> tuple[Query, ...]:
     group = f"le, {by}" if by else "le"
     suffix = f" {{{{{by}}}}}" if by else ""
-    selector = f"{metric}_bucket{{{where}}}" if where else f"{metric}_bucket"
     return tuple(
         Query(
-            f"histogram_quantile({q}, sum by ({group}) (rate({selector}[$__rate_interval])))",
+            f"histogram_quantile({q}, sum by ({group}) (rate({metric}_bucket[$__rate_interval])))",
             legend=f"p{int(q * 100)}{suffix}",
         )
         for q in (0.5, 0.9, 0.99)
@@ -216,7 +212,7 @@ LATENCY = Row(
         Panel(
             "Predictor latency seen by the operator",
             "timeseries",
-            _quantiles(PREDICTOR_CLIENT_LATENCY, where=OPERATOR_TARGET),
+            _quantiles(PREDICTOR_CLIENT_LATENCY),
             description="Round trip of the operator's calls to the predictor service.",
             unit="s",
             width=8,
@@ -224,7 +220,7 @@ LATENCY = Row(
         Panel(
             "Predictor service latency",
             "timeseries",
-            _quantiles(PREDICTOR_SERVICE_LATENCY, where=PREDICTOR_TARGET),
+            _quantiles(PREDICTOR_SERVICE_LATENCY),
             description="Time the predictor service spends per HTTP request (all endpoints).",
             unit="s",
             width=8,

@@ -40,7 +40,7 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
         self.latency = Histogram(
-            "offpeak_predictor_request_seconds", "HTTP request latency", ["endpoint"], registry=registry,
+            "offpeak_predictor_http_request_seconds", "HTTP request latency", ["endpoint"], registry=registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
         )  # fmt: skip
         self.predictions = Counter("offpeak_predictor_predictions_total", "Step predictions served", ["gpu_type"],

@@ -37,6 +37,7 @@ def test_required_panels_and_metrics_are_present() -> None:
         "offpeak_evictions_total",
         "offpeak_evicted_gpu_seconds_lost_total",
         "offpeak_predictor_request_seconds_bucket",
+        "offpeak_predictor_http_request_seconds_bucket",
         "offpeak_extender_decision_seconds_bucket",
         "offpeak_node_gpus",
         "offpeak_node_online_gpus",

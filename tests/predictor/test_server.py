@@ -79,7 +79,7 @@ def test_bad_requests_get_4xx_with_reasons(tiny_model, tmp_path):
     status, text = out["metrics"]
     assert status == 200
     assert 'offpeak_predictor_errors_total{endpoint="/v1/predict",status="400"} 5.0' in text
-    assert "offpeak_predictor_request_seconds_bucket" in text
+    assert "offpeak_predictor_http_request_seconds_bucket" in text
 
 
 def test_samples_are_stored_and_counted(tiny_model, tmp_path):
