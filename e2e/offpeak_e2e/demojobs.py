@@ -62,7 +62,10 @@ def plan_jobs(*, count: int, step_seconds: dict[str, float], seed: int = 7,
 
 
 def manifest(job: DemoJob) -> dict[str, Any]:
+    # startupSeconds 0: the fake kwok pods run exactly steps x step time, with no pod start or data loading,
+    # so the predictor's default 60 s start-up would over-predict every demo job by a minute.
     return trainingjob_manifest(
         job.name, sim_seconds=job.sim_seconds, gpu_types=[GPU], torchvision=job.model, steps=job.steps,
-        batch_size=BATCH, extra_spec={"precision": "fp32", "optimizer": "sgd", "checkpointing": True},
+        batch_size=BATCH,
+        extra_spec={"precision": "fp32", "optimizer": "sgd", "checkpointing": True, "startupSeconds": 0},
     )

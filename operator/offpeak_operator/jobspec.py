@@ -71,6 +71,7 @@ class JobSpec:
     workers: int = 1
     gpus_per_worker: int = 1
     estimated_seconds: float | None = None
+    startup_seconds: float | None = None  # None: the predictor's default start-up
     preemptible: bool = True
     checkpointing: bool = False
     max_attempts: int = 3
@@ -176,6 +177,10 @@ def parse_spec(raw: Mapping[str, Any]) -> JobSpec:
     estimate = raw.get("estimatedSeconds")
     if estimate is not None and (isinstance(estimate, bool) or not isinstance(estimate, int | float)):
         raise SpecError(f"spec.estimatedSeconds must be a number, got {estimate!r}")
+    startup = raw.get("startupSeconds")
+    if startup is not None and (isinstance(startup, bool) or not isinstance(startup, int | float)
+                                or not math.isfinite(startup) or startup < 0):  # fmt: skip
+        raise SpecError(f"spec.startupSeconds must be a number >= 0, got {startup!r}")
     return JobSpec(
         image=_str(raw, "image"),
         batch_size=_int(raw, "batchSize", 0) or 0,
@@ -201,6 +206,7 @@ def parse_spec(raw: Mapping[str, Any]) -> JobSpec:
         workers=_int(raw, "workers", 1) or 1,
         gpus_per_worker=_int(raw, "gpusPerWorker", 1) or 1,
         estimated_seconds=float(estimate) if estimate is not None else None,
+        startup_seconds=float(startup) if startup is not None else None,
         preemptible=_bool(raw, "preemptible", True),
         checkpointing=_bool(raw, "checkpointing", False),
         max_attempts=_int(raw, "maxAttempts", 3) or 3,

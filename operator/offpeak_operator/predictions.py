@@ -115,14 +115,17 @@ def from_predictor(response: Mapping[str, Any], *, steps: int, asked: Sequence[s
 
 
 def fallback(*, asked: Sequence[str], canonical: Sequence[str], steps: int, estimated_seconds: float | None,
-             settings: FallbackSettings) -> Prediction:
-    """The same estimate for every allowed GPU type: the user's, else `default_step_seconds` per step."""
+             settings: FallbackSettings, startup_seconds: float | None = None) -> Prediction:
+    """The same estimate for every allowed GPU type: the user's, else `default_step_seconds` per step.
+
+    The user's estimate is the whole job already; the per-step default adds the job's own start-up if given.
+    """
     if estimated_seconds is not None and estimated_seconds > 0:
         source: PredictionSource = "user-estimate"
         job = float(estimated_seconds)
     else:
         source = "default"
-        job = settings.default_step_seconds * max(steps, 1)
+        job = settings.default_step_seconds * max(steps, 1) + (startup_seconds or 0.0)
     step = job / max(steps, 1)
     gpus = tuple(
         GpuPrediction(gpu=name, gpu_type=canon, step_seconds=step, step_seconds_p90=step * settings.p90_factor,

@@ -314,7 +314,8 @@ class Reconciler:
         if graph is not None:
             try:
                 answer = self.ctx.predictor.predict(graph=graph.to_dict(), gpus=asked, precision=spec.precision,
-                                                    optimizer=spec.optimizer, steps=steps, num_gpus=spec.total_gpus)
+                                                    optimizer=spec.optimizer, steps=steps, num_gpus=spec.total_gpus,
+                                                    startup_seconds=spec.startup_seconds)
                 prediction = from_predictor(answer, steps=steps, asked=asked, canonical=canonical)
             except (PredictorUnavailable, PredictorResponseError) as e:
                 why = str(e)
@@ -327,7 +328,7 @@ class Reconciler:
             return sm.prediction_status(status=status, prediction=prediction, reason="Predicted", message=message,
                                         now=now)
         prediction = fallback(asked=asked, canonical=canonical, steps=steps, estimated_seconds=spec.estimated_seconds,
-                              settings=self.ctx.settings.fallback)
+                              startup_seconds=spec.startup_seconds, settings=self.ctx.settings.fallback)
         used = ("the user's estimate (spec.estimatedSeconds)" if prediction.source == "user-estimate"
                 else f"a conservative default ({self.ctx.settings.fallback.default_step_seconds}s per step)")
         reason = "NoGraph" if graph is None else "PredictorUnavailable"
@@ -341,7 +342,8 @@ class Reconciler:
         _, canonical = self._gpu_names(spec)
         if prediction is None:  # cannot happen through Predicted, but never launch without an annotation
             prediction = fallback(asked=canonical, canonical=canonical, steps=spec.total_steps,
-                                  estimated_seconds=spec.estimated_seconds, settings=self.ctx.settings.fallback)
+                                  estimated_seconds=spec.estimated_seconds, startup_seconds=spec.startup_seconds,
+                                  settings=self.ctx.settings.fallback)
         remaining = remaining_seconds(prediction, completed_steps=completed)
         for worker in range(spec.workers):
             self.ctx.kube.create_pod(podspecs.training_pod(job, spec, attempt=attempt, worker=worker,

@@ -38,6 +38,9 @@ def openapi_document(gpus: list[str]) -> dict[str, Any]:
                         "precision": {"type": "string", "enum": ["fp32", "fp16", "bf16"]},
                         "optimizer": {"type": "string", "enum": ["sgd", "adam", "adamw", "none"]},
                         "steps": {"type": "integer", "minimum": 0},
+                        "startup_seconds": {"type": "number", "minimum": 0,
+                                            "description": "seconds before the first step (pod start, data "
+                                                           "loading) added to job_seconds; default 60"},
                         "num_gpus": {"type": "integer", "minimum": 1},
                     },
                     "required": ["gpus"],

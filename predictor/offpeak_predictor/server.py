@@ -10,7 +10,7 @@ import json
 import logging
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
@@ -184,6 +184,8 @@ class PredictorApp:
             optimizer=_str_choice(body, "optimizer"), num_gpus=_int(body, "num_gpus", default=1, minimum=1) or 1,
             steps=_int(body, "steps", default=None, minimum=0),
         )  # fmt: skip
+        if (startup := _number(body, "startup_seconds", required=False)) is not None:
+            options = replace(options, startup_seconds=startup)  # absent: the default start-up
         graph_hash = graph.content_hash()
         predictions = self.predictor.predict(graph, gpus, options, graph_hash=graph_hash)
         for item in predictions:

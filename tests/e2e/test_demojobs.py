@@ -32,3 +32,8 @@ def test_manifest_carries_the_measured_runtime() -> None:
     assert m["spec"]["modelSource"] == {"torchvision": "resnet18"}
     assert m["spec"]["gpuTypes"] == ["A100-SXM4-40GB"] and m["spec"]["batchSize"] == 12
     assert m["spec"]["podAnnotations"]["offpeak.io/sim-runtime"] == "16000ms"
+
+
+def test_manifest_says_the_fake_pods_have_no_startup() -> None:
+    job = demojobs.DemoJob(name="demo-00-resnet18", model="resnet18", steps=1000, step_seconds=0.016)
+    assert demojobs.manifest(job)["spec"]["startupSeconds"] == 0

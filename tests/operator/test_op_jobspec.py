@@ -53,6 +53,15 @@ def test_wrong_types_name_the_field() -> None:
         parse_spec(job_body(batchSize="big")["spec"])
 
 
+def test_startup_seconds_is_optional_and_non_negative() -> None:
+    assert parse_spec(job_body()["spec"]).startup_seconds is None
+    assert parse_spec(job_body(startupSeconds=0)["spec"]).startup_seconds == 0.0
+    assert parse_spec(job_body(startupSeconds=12.5)["spec"]).startup_seconds == 12.5
+    for bad in (-1, "60", True):
+        with pytest.raises(SpecError, match="spec.startupSeconds"):
+            parse_spec(job_body(startupSeconds=bad)["spec"])
+
+
 def test_valid_spec_has_no_problems() -> None:
     assert validate(parse_spec(job_body()["spec"]), job_name="ok", resolve_gpu=_resolver) == []
 

@@ -41,6 +41,16 @@ def test_fallback_default_is_per_step() -> None:
     assert p.gpus[1].job_seconds_p90 == 2000.0
 
 
+def test_fallback_adds_startup_to_the_per_step_default_only() -> None:
+    settings = FallbackSettings(default_step_seconds=2.0, p90_factor=2.0)
+    p = fallback(asked=["T4"], canonical=["T4"], steps=500, estimated_seconds=None, startup_seconds=30,
+                 settings=settings)
+    assert p.gpus[0].job_seconds == 1030.0 and p.gpus[0].job_seconds_p90 == 2060.0
+    p = fallback(asked=["T4"], canonical=["T4"], steps=500, estimated_seconds=900, startup_seconds=30,
+                 settings=settings)
+    assert p.gpus[0].job_seconds == 900.0  # the user's estimate already is the whole job
+
+
 def test_remaining_seconds_scale_with_work_left() -> None:
     p = from_predictor(RESPONSE, steps=1000, asked=["A100", "T4"], canonical=["A100-SXM4-40GB", "T4"])
     assert remaining_seconds(p, completed_steps=0)["T4"] == {"p50": 400.0, "p90": 500.0}

@@ -169,6 +169,28 @@ def test_configmap_source_runs_the_whole_flow_and_reports_a_sample() -> None:
     assert m.get_sample_value("offpeak_jobs", {"phase": "Succeeded"}) == 1
 
 
+def test_startup_seconds_reach_the_predictor_request_only_when_set() -> None:
+    rec, kube, pred, _ = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}, startupSeconds=0))
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    rec.reconcile("ns", "train-1")
+    assert pred.requests[0]["startup_seconds"] == 0.0
+    rec, kube, pred, _ = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}))
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    rec.reconcile("ns", "train-1")
+    assert pred.requests[0]["startup_seconds"] is None  # the client then leaves it out: the predictor's default
+
+
+def test_predictor_down_default_fallback_adds_the_jobs_startup() -> None:
+    rec, kube, _, _ = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}, steps=10,
+                                    startupSeconds=45), predictor=FakePredictor(fail=True))
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    rec.reconcile("ns", "train-1")
+    prediction = kube.job["status"]["prediction"]
+    step = rec.ctx.settings.fallback.default_step_seconds
+    assert prediction["source"] == "default"
+    assert {g["jobSeconds"] for g in prediction["gpus"]} == {10 * step + 45}
+
+
 def test_predictor_down_falls_back_to_user_estimate_and_never_stalls() -> None:
     rec, kube, pred, _ = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}},
                                        estimatedSeconds=900), predictor=FakePredictor(fail=True))

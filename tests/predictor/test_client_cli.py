@@ -54,6 +54,9 @@ def test_client_predicts_and_adds_samples(live_server):
     resp = client.predict(graph, ["A100", "L40S"], steps=10, optimizer="sgd")
     assert [p["gpu_type"] for p in resp["predictions"]] == ["A100-SXM4-40GB", "L40S"]
     assert all(p["optimizer"] == "sgd" and "job_seconds_p90" in p for p in resp["predictions"])
+    no_startup = client.predict(graph, ["A100"], steps=10, optimizer="sgd", startup_seconds=0)["predictions"][0]
+    assert abs(no_startup["job_seconds"] - 10 * no_startup["step_seconds"]) < 1e-6
+    assert abs(resp["predictions"][0]["job_seconds"] - (no_startup["job_seconds"] + 60)) < 1e-6
     first = client.add_sample(gpu="A100", job_seconds=50.0, steps=10, job="ns/a", graph_hash=resp["graph_hash"])
     assert client.add_sample(gpu="A100", job_seconds=51.0, graph=graph) == first + 1
     with pytest.raises(PredictorRequestError) as err:

@@ -41,6 +41,44 @@ def test_predict_returns_one_prediction_per_gpu(tiny_model, tmp_path):
         assert p["job_seconds"] > 100 * p["step_seconds"]
 
 
+def test_startup_seconds_is_honoured_and_defaults_to_60(tiny_model, tmp_path):
+    graph = mlp_graph().to_dict()
+
+    async def scenario(client):
+        out = {}
+        for label, extra in (("default", {}), ("none", {"startup_seconds": 0}), ("slow", {"startup_seconds": 300.5})):
+            r = await client.post("/v1/predict", json={"graph": graph, "gpus": ["T4"], "steps": 100, **extra})
+            assert r.status == 200, await r.text()
+            out[label] = (await r.json())["predictions"][0]
+        return out
+
+    out = _run(tiny_model, tmp_path, scenario)
+    base = 100 * out["none"]["step_seconds"]
+    base_p90 = 100 * out["none"]["step_seconds_p90"]
+    assert abs(out["none"]["job_seconds"] - base) < 1e-6 and abs(out["none"]["job_seconds_p90"] - base_p90) < 1e-6
+    assert abs(out["default"]["job_seconds"] - (base + 60)) < 1e-6
+    assert abs(out["slow"]["job_seconds"] - (base + 300.5)) < 1e-6
+    assert out["slow"]["job_seconds_p90"] > out["slow"]["job_seconds"] and out["slow"]["job_seconds_p90"] > base_p90
+
+
+def test_bad_startup_seconds_is_a_400_naming_the_field(tiny_model, tmp_path):
+    graph = mlp_graph().to_dict()
+
+    async def scenario(client):
+        out = []
+        for bad in (-1, "60", True, None):
+            body = {"graph": graph, "gpus": ["T4"], "steps": 10, "startup_seconds": bad}
+            r = await client.post("/v1/predict", json=body)
+            out.append((bad, r.status, await r.json()))
+        return out
+
+    for bad, status, body in _run(tiny_model, tmp_path, scenario):
+        if bad is None:  # JSON null = absent: the default start-up
+            assert status == 200
+        else:
+            assert status == 400 and "startup_seconds" in body["error"], (bad, body)
+
+
 def test_bad_requests_get_4xx_with_reasons(tiny_model, tmp_path):
     graph = mlp_graph().to_dict()
 
@@ -110,5 +148,6 @@ def test_readyz_and_openapi(tiny_model, tmp_path):
     ready, doc = _run(tiny_model, tmp_path, scenario)
     assert ready["model_version"] == tiny_model.version
     assert doc["openapi"].startswith("3.") and {"/v1/predict", "/v1/samples"} <= set(doc["paths"])
-    assert "H100-SXM5-80GB" in doc["paths"]["/v1/predict"]["post"]["requestBody"]["content"]["application/json"][
-        "schema"]["properties"]["gpus"]["items"]["enum"]
+    props = doc["paths"]["/v1/predict"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    assert "H100-SXM5-80GB" in props["gpus"]["items"]["enum"]
+    assert props["startup_seconds"]["type"] == "number" and props["startup_seconds"]["minimum"] == 0
