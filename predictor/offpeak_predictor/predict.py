@@ -43,6 +43,8 @@ class PredictOptions:
             raise UserError("num_gpus must be >= 1")
         if self.steps is not None and self.steps < 0:
             raise UserError("steps must be >= 0")
+        if self.startup_seconds < 0:
+            raise UserError("startup seconds must be >= 0")
 
 
 class Predictor:

@@ -93,6 +93,9 @@ def test_predict_cli_bad_input_exits_2(tmp_path, capsys):
     assert main(["predict", "--graph", str(tmp_path / "missing.json"), "--gpu", "T4", "--json"]) == 2
     assert main(["predict", "--torchvision", "resnet50", "--gpu", "T4", "--json"]) == 2  # no --batch-size
     assert "--batch-size" in capsys.readouterr().err
+    assert main(["predict", "--graph", str(path), "--gpu", "T4", "--steps", "10", "--startup-seconds", "-5",
+                 "--json"]) == 2
+    assert "startup seconds must be >= 0" in capsys.readouterr().err
 
 
 @pytest.mark.slow
