@@ -78,14 +78,7 @@ class KubeIO:
 
     def create_pod(self, body: Mapping[str, Any]) -> bool:
         """Create; False when a pod of that name already exists."""
-        try:
-            self.core.create_namespaced_pod(body["metadata"]["namespace"], cast(Any, body), _headers=JSON_BODY,
-                                            _preload_content=False)
-            return True
-        except ApiException as e:
-            if e.status == 409:
-                return False
-            raise
+        return _create_if_absent(self.core.create_namespaced_pod, body)
 
     def delete_pod(self, namespace: str, name: str) -> None:
         try:
@@ -146,14 +139,8 @@ class KubeIO:
             raise
 
     def create_configmap(self, body: Mapping[str, Any]) -> bool:
-        try:
-            self.core.create_namespaced_config_map(body["metadata"]["namespace"], cast(Any, body), _headers=JSON_BODY,
-                                                   _preload_content=False)
-            return True
-        except ApiException as e:
-            if e.status == 409:
-                return False
-            raise
+        """Create; False when a ConfigMap of that name already exists."""
+        return _create_if_absent(self.core.create_namespaced_config_map, body)
 
     # -- Events
     def emit_event(self, job: Mapping[str, Any], *, type: str, reason: str, message: str,
@@ -174,3 +161,14 @@ class KubeIO:
                                               _preload_content=False)
         except ApiException as e:
             log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], e.reason)
+
+
+def _create_if_absent(create: Any, body: Mapping[str, Any]) -> bool:
+    """Create a namespaced object; False when one of that name already exists (handlers are idempotent)."""
+    try:
+        create(body["metadata"]["namespace"], cast(Any, body), _headers=JSON_BODY, _preload_content=False)
+        return True
+    except ApiException as e:
+        if e.status == 409:
+            return False
+        raise
