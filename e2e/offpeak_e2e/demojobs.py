@@ -15,8 +15,8 @@ from typing import Any
 
 import pandas as pd
 
+from offpeak_core.datapaths import data_root
 from offpeak_e2e.harness import trainingjob_manifest
-from offpeak_e2e.traceshape import shared_data_dir
 
 MEASURED_FILE = "runtime/ryujaehun_pytorch_gpu_benchmark/summary_by_config.csv"
 GPU = "A100-SXM4-40GB"
@@ -37,7 +37,7 @@ class DemoJob:
 
 def measured_step_seconds(path: Path | None = None) -> dict[str, float]:
     """Median measured training-step seconds per torchvision model (A100-SXM4-40GB, 1 GPU, fp32, bs 12)."""
-    path = path or shared_data_dir() / MEASURED_FILE
+    path = path or data_root() / MEASURED_FILE
     df = pd.read_csv(path)
     sel = df[(df["gpu"] == GPU) & (df["num_gpus"] == 1) & (df["mode"] == "train") & (df["precision"] == "float")
              & (df["global_batch_size"] == BATCH)]

@@ -9,23 +9,16 @@ GPU; a GPU counts as used by online work while its pod's duty cycle was at least
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from offpeak_core.datapaths import data_root
+
 TRACE_DIR = "traces/alibaba-genai-serving-v2026"
 DUTY_FILE = "pod_gpu_duty_cycle_anon.csv"
-
-
-def shared_data_dir() -> Path:
-    """``$OFFPEAK_SHARED_DATA`` or ``<repo>/../shared/data``."""
-    env = os.environ.get("OFFPEAK_SHARED_DATA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 @dataclass(frozen=True)
@@ -45,7 +38,7 @@ class TraceShape:
 
 def load_duty_cycle(path: Path | None = None) -> pd.DataFrame:
     """The duty-cycle trace pivoted to minutes × pods (percent, NaN where a pod has no sample)."""
-    path = path or shared_data_dir() / TRACE_DIR / DUTY_FILE
+    path = path or data_root() / TRACE_DIR / DUTY_FILE
     if not path.is_file():
         raise FileNotFoundError(f"serving trace not found: {path} (set OFFPEAK_SHARED_DATA to the shared data dir)")
     df = pd.read_csv(path)

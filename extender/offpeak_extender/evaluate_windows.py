@@ -10,7 +10,7 @@ is the share of usable (>= 30 min) true windows that the forecast did not offer:
 
     python -m offpeak_extender.evaluate_windows --out reports/windows/
 
-Data: `$OFFPEAK_SHARED_DATA` or `<repo>/../shared/data` (read in place, never copied).
+Data: the data root of `offpeak_core.datapaths` (`$OFFPEAK_SHARED_DATA`, `<repo>/../shared/data`, or the sample).
 - Helios Earth (`traces/helios-earth-vc-2020-05`): 16 virtual clusters, GPUs allocated per minute, 24 days.
   Demand = running GPUs, capacity = VC GPUs.
 - Alibaba GenAI serving (`traces/alibaba-genai-serving-v2026`): per-pod GPU utilisation for ~23 h. Pods are grouped
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -32,17 +31,11 @@ from pathlib import Path
 
 import numpy as np
 
+from offpeak_core.datapaths import data_root
 from offpeak_extender.forecast import ForecastSettings, apply_live, fit_seasonal, forecast_demand
 
 MINUTE = 60.0
 DAY = 86400.0
-
-
-def shared_data_dir() -> Path:
-    env = os.environ.get("OFFPEAK_SHARED_DATA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
 
 
 @dataclass(frozen=True)
@@ -286,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--margin", type=float, default=0.15)
     ap.add_argument("--quick", action="store_true", help="fewer evaluation points (smoke test)")
     args = ap.parse_args(argv)
-    data = args.data or shared_data_dir()
+    data = args.data or data_root()
     if not (data / "traces").is_dir():
         print(f"error: no traces under {data} (set OFFPEAK_SHARED_DATA)", file=sys.stderr)
         return 2

@@ -8,7 +8,6 @@ catalogue, e.g. CPUs and phones, are dropped). Rows on H100 never appear here: t
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from offpeak_core.datapaths import runtime_dir
 from offpeak_predictor.features import DTYPE_BYTES, conv2d_cost, gemm_cost
 from offpeak_predictor.gpus import find_gpu
 
@@ -29,16 +29,6 @@ MODEL_COLUMNS: tuple[str, ...] = (
 )  # fmt: skip
 
 
-def shared_data_dir() -> Path:
-    """`$OFFPEAK_SHARED_DATA`, else `<repo>/../shared/data` relative to this checkout."""
-    env = os.environ.get("OFFPEAK_SHARED_DATA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / "shared" / "data"
-
-
-def runtime_dir() -> Path:
-    return shared_data_dir() / "runtime"
 
 
 def _canonical(names: pd.Series) -> pd.Series:

@@ -1,31 +1,24 @@
-"""Where the shared trace data lives: `<repo>/../shared/data`, or `$OFFPEAK_SHARED_DATA`."""
+"""Where the simulator's traces live: the shared data root (`offpeak_core.datapaths`), and folder checks."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from offpeak.errors import UserError
+from offpeak_core.datapaths import ENV_DATA_ROOT, data_root, trace_dir
 
-ENV_DATA_ROOT = "OFFPEAK_SHARED_DATA"
+__all__ = [
+    "DEFAULT_JOBS_TRACE", "DEFAULT_ONLINE_TRACE", "ENV_DATA_ROOT", "data_root", "existing_dir", "repo_root", "trace_dir",
+]
+
 DEFAULT_ONLINE_TRACE = "alibaba-genai-serving-v2026"
 DEFAULT_JOBS_TRACE = "ms-itp-elasticflow"
 
 
 def repo_root() -> Path:
-    """Return the repository root (three levels above this file: simulator/offpeak_sim/paths.py)."""
+    """The source checkout this package runs from (its committed predictor reports calibrate the simulated
+    prediction error; outside a checkout they are absent and the simulator uses its default error profile)."""
     return Path(__file__).resolve().parents[2]
-
-
-def data_root() -> Path:
-    """Return the shared data root, honouring `$OFFPEAK_SHARED_DATA`."""
-    env = os.environ.get(ENV_DATA_ROOT)
-    return Path(env) if env else repo_root().parent / "shared" / "data"
-
-
-def trace_dir(name: str) -> Path:
-    """Return `<data root>/traces/<name>`."""
-    return data_root() / "traces" / name
 
 
 def existing_dir(path: str | Path, *, what: str) -> Path:

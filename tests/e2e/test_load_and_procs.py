@@ -49,7 +49,7 @@ def test_minute_at_compresses_the_day() -> None:
 
 def test_real_trace_gives_a_daily_cycle() -> None:
     shape = traceshape.shape_from_duty_cycle(traceshape.load_duty_cycle(), busy_percent=10, hold_minutes=3)
-    assert shape.minutes > 1000 and shape.pods >= 100
+    assert shape.minutes > 1000 and shape.pods >= 8  # most of a day; at least one 8-GPU node
     demand = traceshape.binned(traceshape.node_demand(shape, node_index=0, gpus=8))
     half = len(demand) // 2
     assert 0 <= demand.min() and demand.max() <= 8
