@@ -10,6 +10,8 @@ import os
 import shutil
 from pathlib import Path
 
+from offpeak_core.datapaths import cache_dir
+
 # The versions offpeak_e2e.build pins (kept in step by tests/chart/test_images.py).
 HELM_VERSION = "v3.16.4"
 KUBE_VERSION = "v1.33.13"
@@ -18,11 +20,6 @@ BUILD_HINT = ".venv/bin/python -m offpeak_e2e.build --only {target}   (Go from t
 
 class ToolMissing(RuntimeError):
     """A binary a chart check needs is not built; the message says how to build it."""
-
-
-def cache_dir() -> Path:
-    """`$OFFPEAK_CACHE` or ~/.cache/offpeak: the same cache offpeak_e2e.build fills."""
-    return Path(os.environ.get("OFFPEAK_CACHE") or Path.home() / ".cache" / "offpeak").expanduser()
 
 
 def _find(name: str, *, env: str, version: str, target: str) -> Path:

@@ -15,15 +15,16 @@ from typing import Any
 
 import pandas as pd
 
+from offpeak_core.datapaths import cache_dir
 from offpeak_predictor.loaders import MODEL_COLUMNS, OP_COLUMNS
 
 TABLES = {"op_samples": OP_COLUMNS, "model_samples": MODEL_COLUMNS}
 
 
 def default_db_path() -> Path:
-    """`$OFFPEAK_PREDICTOR_DB`, else `~/.cache/offpeak/benchmarks.sqlite`."""
+    """`$OFFPEAK_PREDICTOR_DB`, else `benchmarks.sqlite` in offpeak's cache (`$OFFPEAK_CACHE`, ~/.cache/offpeak)."""
     env = os.environ.get("OFFPEAK_PREDICTOR_DB")
-    return Path(env) if env else Path.home() / ".cache" / "offpeak" / "benchmarks.sqlite"
+    return Path(env) if env else cache_dir() / "benchmarks.sqlite"
 
 
 class BenchmarkDB:

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import offpeak_graph
+from offpeak_core.datapaths import cache_dir as offpeak_cache_dir
 from offpeak_graph.schema import ModelGraph, load_graph, save_graph
 
 
 def cache_dir() -> Path:
-    """`$OFFPEAK_GRAPH_CACHE`, else `~/.cache/offpeak/graphs`."""
-    return Path(os.environ.get("OFFPEAK_GRAPH_CACHE") or Path.home() / ".cache" / "offpeak" / "graphs")
+    """`$OFFPEAK_GRAPH_CACHE`, else `graphs/` in offpeak's cache (`$OFFPEAK_CACHE` or `~/.cache/offpeak`)."""
+    return Path(os.environ.get("OFFPEAK_GRAPH_CACHE") or offpeak_cache_dir() / "graphs")
 
 
 def source_fingerprint(package_dir: Path) -> str:
