@@ -5,24 +5,26 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test unit e2e venv cluster-binaries bench clean
+.PHONY: demo test unit e2e venv cluster-binaries image bench clean
 
-demo: venv
+demo: venv cluster-binaries
 	$(VENV)/bin/offpeak demo
 
-# Unit tests first (fast feedback), then the end-to-end scenarios on the real control plane (the first run
-# builds the Kubernetes binaries from Go modules into ~/.cache/offpeak). Each stage prints how long it took.
-test: venv
+# The Kubernetes binaries first (built from Go modules into ${OFFPEAK_CACHE:-~/.cache/offpeak} on the first run;
+# the chart tests of the unit stage need helm), then the unit tests, then the end-to-end scenarios on the real
+# control plane. Each stage prints how long it took.
+test: venv cluster-binaries
 	@t=$$(date +%s); $(PY) -m pytest -p no:cacheprovider --durations=10 tests; rc=$$?; \
 	  echo "[stage] unit tests: $$(( $$(date +%s) - t ))s"; exit $$rc
 	@t=$$(date +%s); $(PY) -m pytest -p no:cacheprovider --durations=25 e2e; rc=$$?; \
-	  echo "[stage] end-to-end (incl. any Go builds): $$(( $$(date +%s) - t ))s"; exit $$rc
+	  echo "[stage] end-to-end: $$(( $$(date +%s) - t ))s"; exit $$rc
 
 unit: venv
 	$(PY) -m pytest tests
 
 cluster-binaries: venv
-	$(PY) -m offpeak_e2e.build
+	@t=$$(date +%s); $(PY) -m offpeak_e2e.build; rc=$$?; \
+	  echo "[stage] cluster binaries: $$(( $$(date +%s) - t ))s"; exit $$rc
 
 e2e: venv
 	$(PY) -m pytest e2e
@@ -36,6 +38,10 @@ $(STAMP): pyproject.toml
 	  $(VENV)/bin/uv pip install -q --python $(PY) -e '.[extract,dev]' && \
 	  echo "[stage] python environment: $$(( $$(date +%s) - t ))s"
 	@touch $(STAMP)
+
+# The container image, built daemonlessly (buildah; no Docker engine needed) and smoke-run: docs/images.md.
+image: venv
+	bash docker/build-image.sh
 
 bench: venv
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
