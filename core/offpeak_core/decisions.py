@@ -1,0 +1,242 @@
+"""Scheduling and eviction decisions: pure, keyword-only, shared by the extender and the simulator.
+
+Nothing here does I/O or reads a clock: callers pass `now` and views built from their own data (the extender from
+its informer cache and forecasts, the simulator from traces).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
+
+from offpeak_core.humanize import duration
+from offpeak_core.model import FilterResult, NodeView, OfflinePod, PodRequest, Prediction
+
+DEFAULT_MARGIN = 0.15
+
+# Prioritize weights: finishing soonest matters most, then best fit of the window, then GPU bin-packing.
+SPEED_WEIGHT = 0.40
+FIT_WEIGHT = 0.35
+PACK_WEIGHT = 0.25
+MAX_SCORE = 10
+
+
+def prediction_for(predicted: Mapping[str, Prediction], gpu_type: str) -> tuple[Prediction | None, bool]:
+    """Return the prediction for `gpu_type` and whether it is exact.
+
+    Matching is exact, then case-insensitive, then by dash-separated prefix (`A100` ~ `A100-SXM4-40GB`,
+    but `A10` !~ `A100-SXM4-40GB`). With no match the
+    slowest known prediction is used (conservative, flagged inexact) so an unknown GPU type cannot admit a job
+    that would not fit anywhere else.
+    """
+    if not predicted:
+        return None, False
+    if gpu_type in predicted:
+        return predicted[gpu_type], True
+    folded = gpu_type.casefold()
+    for key, pred in predicted.items():
+        if key.casefold() == folded:
+            return pred, True
+    for key, pred in predicted.items():
+        k = key.casefold()
+        if folded and k and (k.startswith(folded + "-") or folded.startswith(k + "-")):  # A10 is not A100
+            return pred, True
+    return max(predicted.values(), key=lambda p: p.p90), False
+
+
+def window_left(*, node: NodeView, gpus: int, now: float) -> float:
+    """Seconds from `now` during which `gpus` GPUs stay free of online work on `node` (inf: beyond the horizon)."""
+    if node.windows is not None:
+        best = 0.0
+        for w in node.windows:  # hot path: inlined IdleWindow.length
+            if w.free_gpus >= gpus and w.start <= now:
+                end = w.end
+                if end is None:
+                    return math.inf
+                if end - now > best:
+                    best = end - now
+        return best
+    free = node.gpus_free_now if node.window_free_gpus is None else node.window_free_gpus
+    if free < gpus:
+        return 0.0
+    if node.window_end is None:
+        return math.inf
+    return max(0.0, node.window_end - now)
+
+
+class _Assessment(NamedTuple):
+    """One pod on one node: does it fit, and the numbers behind the answer (reasons are formatted on demand)."""
+
+    fits: bool
+    free_short: bool  # not enough GPUs free now
+    pred: Prediction | None  # None: runtime-blind (no prediction, or stale node)
+    exact: bool
+    need: float
+    left: float
+    capped: bool = False  # need was capped at a few checkpoint intervals
+
+
+_NOT_FREE = _Assessment(False, True, None, False, 0.0, 0.0)
+_BLIND_FIT = _Assessment(True, False, None, False, 0.0, math.inf)
+
+
+def _checkpoint_cap(pod: PodRequest, checkpoint_intervals: int) -> float:
+    """Longest window a checkpointing pod needs under the checkpoint-aware rule (inf when the rule is off)."""
+    interval = pod.checkpoint_interval_seconds
+    if checkpoint_intervals > 0 and pod.checkpointing and interval is not None and interval > 0:
+        return checkpoint_intervals * interval
+    return math.inf
+
+
+def _assessor(
+    pod: PodRequest, now: float, margin: float, checkpoint_intervals: int = 0
+) -> Callable[[NodeView], _Assessment]:
+    """Build the per-node check for one pod; GPU-type lookups are memoised for the request (hot path)."""
+    gpus = pod.gpus
+    predicted = pod.predicted
+    factor = 1.0 + margin
+    cap = _checkpoint_cap(pod, checkpoint_intervals)
+    by_type: dict[str, tuple[Prediction | None, bool]] = {}
+
+    def assess(node: NodeView) -> _Assessment:
+        if node.gpus_free_now < gpus:
+            return _NOT_FREE
+        if predicted is None or node.data_stale:
+            return _BLIND_FIT
+        hit = by_type.get(node.gpu_type)
+        if hit is None:
+            hit = by_type[node.gpu_type] = prediction_for(predicted, node.gpu_type)
+        pred, exact = hit
+        if pred is None:
+            return _BLIND_FIT
+        need = pred.p90 * factor
+        capped = need > cap
+        if capped:
+            need = cap
+        left = window_left(node=node, gpus=gpus, now=now)
+        return _Assessment(left >= need, False, pred, exact, need, left, capped)
+
+    return assess
+
+
+def _reason(pod: PodRequest, node: NodeView, a: _Assessment, margin: float) -> str:
+    if a.free_short:
+        return f"needs {pod.gpus} GPU(s), {node.gpus_free_now} of {node.gpus_total} free now"
+    # no "%" anywhere: kube-scheduler runs failure reasons through a printf-style formatter ("%!)(MISSING)")
+    factor = f"p90 x{1 + margin:g}"
+    if a.capped:
+        factor = f"{factor} capped at a few checkpoints"
+    basis = f"({factor}) on {node.gpu_type}" if a.exact else f"({factor}, slowest known GPU type)"
+    if a.left <= 0:
+        return f"no idle window for {pod.gpus} GPU(s) now, job needs ~{duration(a.need)} {basis}"
+    return f"window ends in {duration(a.left)}, job needs ~{duration(a.need)} {basis}"
+
+
+def filter_nodes(
+    *,
+    pod: PodRequest,
+    nodes: Sequence[NodeView],
+    now: float,
+    margin: float = DEFAULT_MARGIN,
+    checkpoint_intervals: int = 0,
+) -> FilterResult:
+    """Keep nodes with the GPUs free now whose idle window outlasts the pod's p90 runtime × (1 + margin).
+
+    Runtime-blind pods (`predicted is None`) and nodes with stale forecasts only need to fit now.
+    Checkpoint-aware rule (off by default): with `checkpoint_intervals=k > 0`, a checkpointing pod with a known
+    `checkpoint_interval_seconds` only needs a window of min(p90 × (1 + margin), k × interval): it loses at most
+    one interval of work when the window closes early, and resumes elsewhere.
+    """
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
+    passed: list[str] = []
+    failed: dict[str, str] = {}
+    assess = _assessor(pod, now, margin, checkpoint_intervals)
+    for node in nodes:
+        a = assess(node)
+        if a.fits:
+            passed.append(node.name)
+        else:
+            failed[node.name] = _reason(pod, node, a, margin)
+    return FilterResult(passed=tuple(passed), failed=failed)
+
+
+def _pack_score(pod: PodRequest, node: NodeView) -> float:
+    """1.0 when the pod takes every free GPU (no fragment left), smaller as it leaves more behind."""
+    if node.gpus_free_now <= 0:
+        return 0.0
+    return min(1.0, pod.gpus / node.gpus_free_now)
+
+
+def prioritize_nodes(
+    *,
+    pod: PodRequest,
+    nodes: Sequence[NodeView],
+    now: float,
+    margin: float = DEFAULT_MARGIN,
+    checkpoint_intervals: int = 0,
+) -> dict[str, int]:
+    """Score nodes 0..10: fastest GPU type for the job, tightest window that still fits, fullest node.
+
+    Nodes that cannot take the pod score 0; nodes that can score at least 1. Runtime-blind pods and stale nodes
+    are scored by bin-packing alone.
+    """
+    scores: dict[str, int] = {}
+    timed: list[tuple[NodeView, _Assessment]] = []
+    assess = _assessor(pod, now, margin, checkpoint_intervals)
+    for node in nodes:
+        a = assess(node)
+        if not a.fits:
+            scores[node.name] = 0
+        elif a.pred is None:
+            scores[node.name] = _scale(_pack_score(pod, node))
+        else:
+            timed.append((node, a))
+    if timed:
+        fastest = min(a.pred.p50 for _, a in timed if a.pred is not None)
+        for node, a in timed:
+            assert a.pred is not None
+            speed = 1.0 if a.pred.p50 <= 0 else fastest / a.pred.p50
+            fit = 0.0 if math.isinf(a.left) or a.left <= 0 else min(1.0, a.need / a.left)
+            total = SPEED_WEIGHT * speed + FIT_WEIGHT * fit + PACK_WEIGHT * _pack_score(pod, node)
+            scores[node.name] = _scale(total)
+    return scores
+
+
+def _scale(x: float) -> int:
+    return max(1, min(MAX_SCORE, round(x * MAX_SCORE)))
+
+
+def _victim_order(pod: OfflinePod) -> tuple[bool, float, int, str]:
+    return (not pod.checkpointing, pod.work_at_risk_seconds, -pod.gpus, pod.key)
+
+
+def choose_victims(
+    *, node: NodeView, online_gpus_needed: int, offline_pods: Sequence[OfflinePod]
+) -> list[OfflinePod]:
+    """Pick the offline pods to evict so online work can have `online_gpus_needed` more GPUs on `node`.
+
+    GPUs already free on the node count first. Preference: checkpointing pods, then the least work at risk
+    (GPU-seconds since the last checkpoint, or since start). Victims that turn out unnecessary are dropped
+    again, most expensive first. If the offline pods cannot free enough, all of them are returned (best effort;
+    the caller compares the GPU sum with its need).
+    """
+    shortfall = online_gpus_needed - max(0, node.gpus_free_now)
+    if shortfall <= 0:
+        return []
+    candidates = sorted((p for p in offline_pods if p.gpus > 0), key=_victim_order)
+    chosen: list[OfflinePod] = []
+    freed = 0
+    for pod in candidates:
+        if freed >= shortfall:
+            break
+        chosen.append(pod)
+        freed += pod.gpus
+    if freed < shortfall:
+        return chosen
+    for pod in sorted(chosen, key=_victim_order, reverse=True):
+        if freed - pod.gpus >= shortfall:
+            chosen.remove(pod)
+            freed -= pod.gpus
+    return chosen

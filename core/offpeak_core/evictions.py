@@ -1,0 +1,92 @@
+"""Eviction planning: which offline pods to evict, on which node, for which online demand. Pure.
+
+Two triggers: an online pod that cannot be scheduled because offline pods hold the GPUs on the nodes it may run
+on, and measured online demand on a node (from the node agent) outgrowing what the node has left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from offpeak_core.decisions import choose_victims
+from offpeak_core.model import NodeView, OfflinePod
+
+REASON_PENDING = "online-pod-pending"
+REASON_PRESSURE = "online-demand-rising"
+# Every reason a plan can carry (offpeak_evictions_total{reason}, the offpeak.io/eviction-reason annotation's cause).
+EVICTION_REASONS = (REASON_PENDING, REASON_PRESSURE)
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """A node as eviction planning sees it; `releasing_gpus` are held by pods already being evicted/deleted."""
+
+    view: NodeView
+    offline_pods: tuple[OfflinePod, ...]
+    releasing_gpus: int = 0
+
+
+@dataclass(frozen=True)
+class EvictionPlan:
+    node: str
+    victims: tuple[OfflinePod, ...]
+    reason: str  # low-cardinality kind, used as the metric label
+    message: str  # human text for the pod annotation and the TrainingJob event
+
+    @property
+    def gpu_seconds_lost(self) -> float:
+        return sum(v.work_at_risk_seconds for v in self.victims)
+
+
+def plan_for_pending(
+    *, pod_key: str, gpus: int, candidates: Sequence[str], nodes: Mapping[str, NodeState]
+) -> EvictionPlan | None:
+    """Evict on the candidate node that loses the least work, unless a candidate already has (or soon has) room.
+
+    Returns None when nothing needs evicting or no candidate can make room even by evicting all its offline pods.
+    """
+    best: tuple[float, int, str, list[OfflinePod]] | None = None
+    for name in candidates:
+        state = nodes.get(name)
+        if state is None or state.view.gpus_total < gpus:
+            continue
+        free = state.view.gpus_free_now + state.releasing_gpus
+        if free >= gpus:
+            return None  # room exists or is on its way: the scheduler will place it
+        node = NodeView(name, state.view.gpu_type, state.view.gpus_total, free)
+        victims = choose_victims(node=node, online_gpus_needed=gpus, offline_pods=state.offline_pods)
+        if free + sum(v.gpus for v in victims) < gpus:
+            continue
+        cost = sum(v.work_at_risk_seconds for v in victims)
+        key = (cost, len(victims), name, victims)
+        if best is None or key[:3] < best[:3]:
+            best = key
+    if best is None:
+        return None
+    _, _, name, victims = best
+    msg = f"evicted from {name} to make room for online pod {pod_key} ({gpus} GPU(s))"
+    return EvictionPlan(node=name, victims=tuple(victims), reason=REASON_PENDING, message=msg)
+
+
+def plan_for_pressure(
+    *, state: NodeState, measured_online: float, requested_online: int, other_gpus: int = 0
+) -> EvictionPlan | None:
+    """Evict when measured online GPU use exceeds what the node has left after offline and other pods.
+
+    Online processes can outgrow their pods' requests (shared GPUs, MPS, bursts); when
+    max(measured, requested) + offline + other exceeds the node's GPUs, offline work yields.
+    """
+    view = state.view
+    online = max(float(requested_online), measured_online)
+    offline = sum(p.gpus for p in state.offline_pods)
+    over = int(-(-(online + offline + other_gpus - view.gpus_total) // 1))  # ceil
+    if over <= 0:
+        return None
+    node = NodeView(view.name, view.gpu_type, view.gpus_total, 0)
+    victims = choose_victims(node=node, online_gpus_needed=over, offline_pods=state.offline_pods)
+    if not victims:
+        return None
+    msg = (f"online GPU demand on {view.name} rose to {online:g} of {view.gpus_total} GPUs; "
+           f"evicting to free {over} GPU(s)")
+    return EvictionPlan(node=view.name, victims=tuple(victims), reason=REASON_PRESSURE, message=msg)

@@ -1,0 +1,199 @@
+"""Forecast online GPU demand per node: seasonal quantiles, a live override and declared busy hours.
+
+Seasonal: the history is binned by time-of-day × day-of-week (one "day" is `season_seconds`, configurable so tests
+and the e2e demo can compress a day into minutes); each bin's high quantile (default p90) is the forecast demand.
+Missing data is normal (agents restart, Prometheus drops scrapes): NaN samples are ignored, a day-of-week bin
+with too few samples falls back to the same time of day on any weekday, then to the node's overall quantile,
+and the confidence drops with each fallback. No history at all gives confidence 0 (callers treat it as stale).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from offpeak_core.schedules import EPOCH_WEEKDAY, BusySchedule
+
+DAYS_PER_WEEK = 7
+CONFIDENCE_WEEKDAY_BIN = 1.0
+CONFIDENCE_TIME_OF_DAY = 0.7
+CONFIDENCE_OVERALL = 0.4
+
+
+@dataclass(frozen=True)
+class ForecastSettings:
+    """How demand is forecast. Seconds throughout."""
+
+    season_seconds: float = 86400.0  # length of one "day"
+    step_seconds: float = 300.0  # forecast and binning resolution
+    horizon_seconds: float = 86400.0  # how far ahead windows are forecast
+    history_seconds: float = 28 * 86400.0  # how much history the seasonal model uses
+    quantile: float = 0.9  # demand quantile per bin (higher = more cautious windows)
+    weekly: bool = True  # bin by day-of-week as well as time-of-day
+    min_samples: int = 3  # samples a bin needs before it is trusted
+    live_tolerance: float = 0.5  # GPUs above the forecast that count as "online demand rising now"
+    live_hold_seconds: float | None = None  # how long a live surprise holds (default: season/24, one "hour")
+
+    def __post_init__(self) -> None:
+        if self.season_seconds <= 0 or self.step_seconds <= 0 or self.horizon_seconds <= 0:
+            raise ValueError("season_seconds, step_seconds and horizon_seconds must be > 0")
+        if self.step_seconds > self.season_seconds:
+            raise ValueError("step_seconds must not exceed season_seconds")
+        if not 0.0 <= self.quantile <= 1.0:
+            raise ValueError(f"quantile must be in [0, 1], got {self.quantile}")
+
+    @property
+    def bins_per_day(self) -> int:
+        return max(1, int(round(self.season_seconds / self.step_seconds)))
+
+    @property
+    def hold_seconds(self) -> float:
+        return self.live_hold_seconds if self.live_hold_seconds is not None else self.season_seconds / 24.0
+
+
+@dataclass(frozen=True)
+class SeasonalModel:
+    """Per-bin demand quantiles with sample counts; built by `fit_seasonal`."""
+
+    settings: ForecastSettings
+    week_q: np.ndarray  # (7 * bins_per_day,) demand quantile per day-of-week bin (NaN: no data)
+    week_n: np.ndarray  # samples per day-of-week bin
+    day_q: np.ndarray  # (bins_per_day,) pooled over weekdays
+    day_n: np.ndarray
+    overall_q: float  # NaN when there is no data at all
+    n_samples: int
+
+
+@dataclass(frozen=True)
+class DemandForecast:
+    """Forecast online GPUs in use from `times[i]` for one step each, with a confidence per step."""
+
+    times: np.ndarray
+    online: np.ndarray
+    confidence: np.ndarray
+    step_seconds: float
+
+
+def _bins(times: np.ndarray, s: ForecastSettings) -> tuple[np.ndarray, np.ndarray]:
+    """Return (time-of-day bin, day-of-week × time-of-day bin) for each time."""
+    day_index = np.floor(times / s.season_seconds)
+    tod = np.clip(((times - day_index * s.season_seconds) / s.step_seconds).astype(int), 0, s.bins_per_day - 1)
+    weekday = ((day_index + EPOCH_WEEKDAY) % DAYS_PER_WEEK).astype(int) if s.weekly else np.zeros_like(tod)
+    return tod, weekday * s.bins_per_day + tod
+
+
+def _grouped_quantile(keys: np.ndarray, values: np.ndarray, n_keys: int, q: float) -> tuple[np.ndarray, np.ndarray]:
+    """Quantile (lower, no interpolation) of `values` per integer key, vectorised; NaN for empty keys."""
+    counts = np.bincount(keys, minlength=n_keys)
+    out = np.full(n_keys, np.nan)
+    if values.size == 0:
+        return out, counts
+    # one float argsort instead of lexsort: key + value squeezed into [0, 0.5) sorts by key, then value
+    lo, span = float(values.min()), float(np.ptp(values)) or 1.0
+    order = np.argsort(keys + (values - lo) / span * 0.5, kind="stable")
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    has = counts > 0
+    idx = starts[has] + np.ceil(q * (counts[has] - 1)).astype(int)
+    out[has] = values[order][idx]
+    return out, counts
+
+
+def fit_seasonal(*, times: np.ndarray, online: np.ndarray, now: float, settings: ForecastSettings) -> SeasonalModel:
+    """Fit per-bin demand quantiles from samples in (now - history, now]; NaN and future samples are ignored."""
+    t = np.asarray(times, dtype=float)
+    v = np.asarray(online, dtype=float)
+    if t.shape != v.shape:
+        raise ValueError(f"times and online must have the same shape, got {t.shape} and {v.shape}")
+    keep = np.isfinite(t) & np.isfinite(v) & (t <= now) & (t > now - settings.history_seconds)
+    t, v = t[keep], np.maximum(v[keep], 0.0)
+    bpd = settings.bins_per_day
+    tod, week = _bins(t, settings)
+    week_q, week_n = _grouped_quantile(week, v, DAYS_PER_WEEK * bpd, settings.quantile)
+    day_q, day_n = _grouped_quantile(tod, v, bpd, settings.quantile)
+    overall = float(np.quantile(v, settings.quantile, method="higher")) if v.size else float("nan")
+    return SeasonalModel(settings, week_q, week_n, day_q, day_n, overall, int(v.size))
+
+
+def forecast_demand(*, model: SeasonalModel, start: float) -> DemandForecast:
+    """Forecast demand for each step of the horizon from `start`, with per-step confidence."""
+    s = model.settings
+    n = max(1, int(np.ceil(s.horizon_seconds / s.step_seconds)))
+    times = start + np.arange(n) * s.step_seconds
+    tod, week = _bins(times, s)
+    online = np.full(n, np.nan)
+    conf = np.zeros(n)
+    use_week = model.week_n[week] >= s.min_samples
+    online[use_week] = model.week_q[week][use_week]
+    conf[use_week] = CONFIDENCE_WEEKDAY_BIN
+    use_day = ~use_week & (model.day_n[tod] >= s.min_samples)
+    online[use_day] = model.day_q[tod][use_day]
+    conf[use_day] = CONFIDENCE_TIME_OF_DAY
+    rest = ~use_week & ~use_day
+    if np.isfinite(model.overall_q):
+        online[rest] = model.overall_q
+        conf[rest] = CONFIDENCE_OVERALL
+    return DemandForecast(times=times, online=online, confidence=conf, step_seconds=s.step_seconds)
+
+
+def apply_live(
+    *,
+    forecast: DemandForecast,
+    live_online: float | None,
+    now: float,
+    settings: ForecastSettings,
+    capacity: int | None = None,
+) -> DemandForecast:
+    """Overlay what is known now: the current step is the live demand; online demand rising closes the window.
+
+    When online demand now exceeds the forecast by more than `live_tolerance`, the forecast was wrong and online
+    work is growing: for `hold_seconds` the node is treated as fully taken by online work (`capacity`), which
+    closes its idle window now (with no capacity given, the live level is held instead). The current step keeps
+    the live value when there is no surprise.
+    """
+    if live_online is None or not np.isfinite(live_online) or forecast.times.size == 0:
+        return forecast
+    online = forecast.online.copy()
+    conf = forecast.confidence.copy()
+    predicted_now = online[0]
+    online[0] = live_online
+    conf[0] = 1.0
+    hold = forecast.times < now + settings.hold_seconds
+    if np.isfinite(predicted_now) and live_online > predicted_now + settings.live_tolerance:
+        online[hold] = np.fmax(online[hold], live_online if capacity is None else float(capacity))
+    else:  # no surprise (or nothing forecast): online work already running is assumed to keep running a while
+        online[hold] = np.fmax(online[hold], live_online)
+    return DemandForecast(times=forecast.times, online=online, confidence=conf, step_seconds=forecast.step_seconds)
+
+
+def apply_schedule(
+    *, forecast: DemandForecast, schedule: BusySchedule | None, capacity: int, settings: ForecastSettings
+) -> DemandForecast:
+    """Declared busy hours take every GPU of the node (confidence 1: the owner said so)."""
+    if schedule is None:
+        return forecast
+    busy = schedule.mask(forecast.times, day_seconds=settings.season_seconds)
+    online = forecast.online.copy()
+    conf = forecast.confidence.copy()
+    online[busy] = capacity
+    conf[busy] = 1.0
+    return DemandForecast(times=forecast.times, online=online, confidence=conf, step_seconds=forecast.step_seconds)
+
+
+def forecast_node(
+    *,
+    times: np.ndarray,
+    online: np.ndarray,
+    capacity: int,
+    now: float,
+    settings: ForecastSettings,
+    live_online: float | None = None,
+    schedule: BusySchedule | None = None,
+) -> DemandForecast:
+    """Seasonal forecast from history, then the live override, then declared busy hours; clipped to capacity."""
+    model = fit_seasonal(times=times, online=online, now=now, settings=settings)
+    fc = forecast_demand(model=model, start=now)
+    fc = apply_live(forecast=fc, live_online=live_online, now=now, settings=settings, capacity=capacity)
+    fc = apply_schedule(forecast=fc, schedule=schedule, capacity=capacity, settings=settings)
+    clipped = np.clip(fc.online, 0, capacity)
+    return DemandForecast(times=fc.times, online=clipped, confidence=fc.confidence, step_seconds=fc.step_seconds)

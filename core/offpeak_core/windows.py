@@ -1,0 +1,107 @@
+"""Idle-window math: from forecast online demand to a free-GPU profile, idle windows and a `NodeView`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from offpeak_core.forecast import DemandForecast
+from offpeak_core.model import IdleWindow, NodeView
+
+
+@dataclass(frozen=True)
+class FreeProfile:
+    """Forecast GPUs free for offline work at each step (`times[i]` for `step_seconds`)."""
+
+    times: np.ndarray
+    free: np.ndarray  # int GPUs
+    confidence: np.ndarray
+    step_seconds: float
+
+
+def free_profile(*, forecast: DemandForecast, capacity: int, offline_now: int = 0) -> FreeProfile:
+    """Free GPUs = capacity - ceil(online demand) - GPUs offline pods hold now; unknown demand counts as busy."""
+    online = np.where(np.isfinite(forecast.online), np.ceil(forecast.online - 1e-9), capacity)
+    free = np.clip(capacity - online - offline_now, 0, capacity).astype(int)
+    return FreeProfile(forecast.times, free, forecast.confidence, forecast.step_seconds)
+
+
+def idle_windows(*, profile: FreeProfile, open_ended: bool = True) -> list[IdleWindow]:
+    """Maximal windows for every free-GPU level, nested (a 1-GPU window contains the 2-GPU windows within it).
+
+    Each window's `free_gpus` is the minimum over its span and its confidence the lowest step confidence.
+    A window that reaches the end of the horizon is open-ended (`end=None`) when `open_ended` is set.
+    """
+    free = profile.free
+    if free.size == 0:
+        return []
+    found: dict[tuple[float, float | None], IdleWindow] = {}
+    horizon_end = float(profile.times[-1] + profile.step_seconds)
+    for level in range(1, int(free.max()) + 1):
+        ok = np.concatenate(([False], free >= level, [False]))
+        edges = np.flatnonzero(np.diff(ok.astype(np.int8)))
+        for a, b in zip(edges[::2], edges[1::2]):
+            start = float(profile.times[a])
+            end_t = float(profile.times[b - 1] + profile.step_seconds)
+            end = None if (open_ended and end_t >= horizon_end) else end_t
+            key = (start, end)
+            if key in found:
+                continue  # a higher level with the same span: min free is already recorded
+            found[key] = IdleWindow(
+                start=start,
+                end=end,
+                free_gpus=int(free[a:b].min()),
+                confidence=float(profile.confidence[a:b].min()),
+            )
+    return sorted(found.values(), key=lambda w: (w.start, -w.free_gpus))
+
+
+def current_window(*, windows: Sequence[IdleWindow], now: float, gpus: int = 1) -> IdleWindow | None:
+    """The longest window containing `now` that has at least `gpus` free."""
+    best: IdleWindow | None = None
+    for w in windows:
+        if w.free_gpus >= gpus and w.start <= now and (w.end is None or w.end > now):
+            if best is None or w.length(now) > best.length(now):
+                best = w
+    return best
+
+
+def node_view(
+    *,
+    name: str,
+    gpu_type: str,
+    gpus_total: int,
+    gpus_free_now: int,
+    profile: FreeProfile | None,
+    now: float,
+    data_stale: bool = False,
+    min_confidence: float = 0.0,
+    keep_ahead_seconds: float | None = None,
+) -> NodeView:
+    """Build the decisions' view of a node; no usable profile (or confidence below the floor) marks it stale.
+
+    With `keep_ahead_seconds`, only windows that have begun by `now + keep_ahead_seconds` are kept (the view is
+    rebuilt before then), which keeps the request path's per-node work small.
+    """
+    if profile is None or profile.free.size == 0:
+        return NodeView(name, gpu_type, gpus_total, gpus_free_now, None, None, True, None, 0.0)
+    windows = tuple(
+        w for w in idle_windows(profile=profile)
+        if (keep_ahead_seconds is None or w.start <= now + keep_ahead_seconds) and (w.end is None or w.end > now)
+    )
+    conf_now = float(profile.confidence[0])
+    stale = data_stale or conf_now <= 0.0 or conf_now < min_confidence
+    cur = current_window(windows=windows, now=now)
+    return NodeView(
+        name=name,
+        gpu_type=gpu_type,
+        gpus_total=gpus_total,
+        gpus_free_now=gpus_free_now,
+        window_end=cur.end if cur else now,
+        window_free_gpus=cur.free_gpus if cur else 0,
+        data_stale=stale,
+        windows=windows,
+        confidence=conf_now,
+    )

@@ -1,0 +1,175 @@
+"""Tell offpeak how far a training run got and how long one step takes. Optional, standard library only.
+
+offpeak learns each job's real step time from what it measures when the pod ends. Without help it can only
+divide the pod's wall time (minus the job's declared start-up) by the steps; training code that calls this
+helper reports the steady-state step time itself, so data loading, compilation and warm-up are not counted.
+
+    from offpeak import progress
+
+    tracker = progress.Tracker()           # reads OFFPEAK_PROGRESS_FILE / OFFPEAK_COMPLETED_STEPS from the pod
+    for batch in loader:
+        train_step(batch)
+        tracker.step()                      # counts and times the step; writes at most every 10 s
+        if time_to_checkpoint():
+            save_checkpoint()
+            tracker.checkpoint()            # the step a restart resumes from (written at once)
+    tracker.flush()                         # also done at interpreter exit and by `with Tracker() as tracker:`
+
+The report is one small JSON object written to the pod's termination message file (`/dev/termination-log`,
+what Kubernetes shows in `state.terminated.message`; at most 4 KiB), overwritten on every write. Outside a
+training pod (no such file) every call is a no-op, and a failed write never interrupts training. This file is
+self-contained: copy it into an image without offpeak if you like.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+FORMAT_KEY = "offpeak_progress"  # marks the JSON object as ours, with the format version as its value
+FORMAT_VERSION = 1
+DEFAULT_PATH = "/dev/termination-log"  # the Kubernetes default terminationMessagePath
+PATH_ENV = "OFFPEAK_PROGRESS_FILE"  # set by the operator on training pods
+START_STEP_ENV = "OFFPEAK_COMPLETED_STEPS"  # steps done by earlier attempts (set by the operator)
+TOTAL_STEPS_ENV = "OFFPEAK_TOTAL_STEPS"
+MAX_BYTES = 4096  # Kubernetes keeps at most 4 KiB of a termination message
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """One progress report. Steps are absolute (they count earlier attempts' steps too)."""
+
+    steps: int  # the step the run has reached
+    attempt_steps: int  # steps done by this process
+    step_seconds: float | None  # mean seconds per step after the first one (None until two steps are done)
+    startup_seconds: float | None = None  # tracker start -> end of the first step (start-up and warm-up)
+    checkpoint_steps: int | None = None  # the step the last checkpoint covers (where a restart resumes)
+    total_steps: int | None = None
+
+    def to_json(self) -> str:
+        body: dict[str, Any] = {FORMAT_KEY: FORMAT_VERSION, "steps": self.steps, "attempt_steps": self.attempt_steps}
+        for key in ("step_seconds", "startup_seconds", "checkpoint_steps", "total_steps"):
+            value = getattr(self, key)
+            if value is not None:
+                body[key] = round(value, 9) if isinstance(value, float) else value
+        return json.dumps(body, separators=(",", ":"))
+
+
+def _count(raw: Any) -> int | None:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        return None
+    return raw
+
+
+def _seconds(raw: Any) -> float | None:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw) or raw < 0:
+        return None
+    return float(raw)
+
+
+def parse(text: str | None) -> Progress | None:
+    """The report in a termination message, or None when it is not one (any other text, a bad value)."""
+    if not text or FORMAT_KEY not in text:
+        return None
+    try:
+        body = json.loads(text.strip())
+    except ValueError:
+        return None
+    if not isinstance(body, dict) or body.get(FORMAT_KEY) != FORMAT_VERSION:
+        return None
+    steps, attempt_steps = _count(body.get("steps")), _count(body.get("attempt_steps"))
+    if steps is None or attempt_steps is None:
+        return None
+    step_seconds = _seconds(body.get("step_seconds"))
+    return Progress(steps=steps, attempt_steps=attempt_steps, step_seconds=step_seconds or None,
+                    startup_seconds=_seconds(body.get("startup_seconds")),
+                    checkpoint_steps=_count(body.get("checkpoint_steps")),
+                    total_steps=_count(body.get("total_steps")))  # fmt: skip
+
+
+def _env_int(name: str) -> int | None:
+    try:
+        value = int(os.environ.get(name, ""))
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def default_path() -> str | None:
+    """$OFFPEAK_PROGRESS_FILE, else /dev/termination-log when it exists (inside a pod), else None (no-op)."""
+    env = os.environ.get(PATH_ENV)
+    if env:
+        return env
+    return DEFAULT_PATH if os.path.exists(DEFAULT_PATH) else None
+
+
+class Tracker:
+    """Counts and times training steps and writes `Progress` reports. Not thread-safe: call from the loop."""
+
+    def __init__(self, *, path: str | None = None, start_step: int | None = None, total_steps: int | None = None,
+                 write_every_seconds: float = 10.0, clock: Callable[[], float] = time.monotonic,
+                 at_exit: bool = True) -> None:  # fmt: skip
+        self.path = path if path is not None else default_path()
+        self.start_step = start_step if start_step is not None else (_env_int(START_STEP_ENV) or 0)
+        self.total_steps = total_steps if total_steps is not None else _env_int(TOTAL_STEPS_ENV)
+        self.write_every_seconds = write_every_seconds
+        self._clock = clock
+        self._started = clock()
+        self._first_step_end: float | None = None
+        self._last_step_end: float | None = None
+        self._attempt_steps = 0
+        self._checkpoint: int | None = None
+        self._last_write: float | None = None
+        if at_exit and self.path:
+            atexit.register(self.flush)
+
+    def step(self, n: int = 1) -> None:
+        """Record `n` more finished steps (call after each optimizer step, or every n steps)."""
+        if n <= 0:
+            return
+        now = self._clock()
+        if self._first_step_end is None:
+            self._first_step_end = now
+        self._last_step_end = now
+        self._attempt_steps += n
+        if self._last_write is None or now - self._last_write >= self.write_every_seconds:
+            self.flush()
+
+    def checkpoint(self, step: int | None = None) -> None:
+        """Record that a checkpoint covers `step` (default: the step reached) and write the report now."""
+        self._checkpoint = self.start_step + self._attempt_steps if step is None else step
+        self.flush()
+
+    def report(self) -> Progress:
+        step_seconds = None
+        if self._first_step_end is not None and self._last_step_end is not None and self._attempt_steps > 1:
+            # the first step carries start-up, compilation and warm-up: time the steps after it
+            step_seconds = (self._last_step_end - self._first_step_end) / (self._attempt_steps - 1)
+        startup = self._first_step_end - self._started if self._first_step_end is not None else None
+        return Progress(steps=self.start_step + self._attempt_steps, attempt_steps=self._attempt_steps,
+                        step_seconds=step_seconds, startup_seconds=startup, checkpoint_steps=self._checkpoint,
+                        total_steps=self.total_steps)  # fmt: skip
+
+    def flush(self) -> None:
+        """Write the report now (a no-op without a path; a failed write disables further writes)."""
+        if not self.path:
+            return
+        self._last_write = self._clock()
+        data = self.report().to_json().encode()[:MAX_BYTES]
+        try:
+            with open(self.path, "wb") as f:
+                f.write(data)
+        except OSError:
+            self.path = None  # never break training over a report
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.flush()
