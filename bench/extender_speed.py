@@ -21,7 +21,7 @@ import numpy as np
 from aiohttp.test_utils import make_mocked_request
 from prometheus_client import CollectorRegistry
 
-from offpeak_extender.forecast import ForecastSettings
+from offpeak_core.forecast import ForecastSettings
 from offpeak_extender.metrics import ExtenderMetrics
 from offpeak_extender.server import make_app
 from offpeak_extender.service import DecisionSettings, ExtenderService

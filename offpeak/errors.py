@@ -1,5 +1,5 @@
-"""Errors shared by every component."""
+"""Errors shared by every component; they live in the pure core so that it can raise them too."""
 
+from offpeak_core.errors import UserError
 
-class UserError(Exception):
-    """Bad user input: the CLI prints it as one line (exit status 2, no traceback); services map it to 4xx."""
+__all__ = ["UserError"]

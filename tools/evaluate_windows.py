@@ -8,13 +8,14 @@ admit no real job). A window is *cut short* when the truth ends before the forec
 window (runtime = window / (1 + margin)) is *hit* when the truth ends before that job would. `missed_free_ratio`
 is the share of usable (>= 30 min) true windows that the forecast did not offer: the price of caution.
 
-    python -m offpeak_extender.evaluate_windows --out reports/windows/
+    python tools/evaluate_windows.py --out reports/windows/
 
 Data: the data root of `offpeak_core.datapaths` (`$OFFPEAK_SHARED_DATA`, `<repo>/../shared/data`, or the sample).
 - Helios Earth (`traces/helios-earth-vc-2020-05`): 16 virtual clusters, GPUs allocated per minute, 24 days.
   Demand = running GPUs, capacity = VC GPUs.
 - Alibaba GenAI serving (`traces/alibaba-genai-serving-v2026`): per-pod GPU utilisation for ~23 h. Pods are grouped
-  by id into 8-GPU "nodes"; a GPU is online-busy in a minute when its pod's utilisation is >= 10%. With less than
+  by id into 8-GPU "nodes"; a GPU is online-busy by offpeak's one rule (`offpeak_core.traces.alibaba`: duty cycle
+  >= 10 %, held 5 minutes either side; until this version: >= 10 %, no hold). With less than
   one day of history the seasonal bins are empty, so this exercises the forecaster's fallback (overall quantile).
 """
 
@@ -32,7 +33,9 @@ from pathlib import Path
 import numpy as np
 
 from offpeak_core.datapaths import data_root
-from offpeak_extender.forecast import ForecastSettings, apply_live, fit_seasonal, forecast_demand
+from offpeak_core.decisions import DEFAULT_MARGIN
+from offpeak_core.traces import alibaba, helios
+from offpeak_core.forecast import ForecastSettings, apply_live, fit_seasonal, forecast_demand
 
 MINUTE = 60.0
 DAY = 86400.0
@@ -178,37 +181,29 @@ def _with_quantile(s: ForecastSettings, q: float) -> ForecastSettings:
 
 # -- trace loaders -------------------------------------------------------------------------------------------------
 def load_helios(data: Path) -> Iterator[Series]:
-    import pandas as pd
-
-    folder = data / "traces" / "helios-earth-vc-2020-05"
-    running = pd.read_csv(folder / "earth_vc_running_gpu_num.csv", parse_dates=["time"]).set_index("time")
-    total = pd.read_csv(folder / "earth_vc_total_gpu_num.csv", parse_dates=["time"]).set_index("time")
+    folder = data / "traces" / helios.TRACE
+    running, total = helios.read_vc_gpus(folder)
     # Local wall clock (UTC+8 presumably); treated as the cluster's own clock, which is what seasonality needs.
     times = running.index.to_numpy().astype("datetime64[s]").astype(np.int64).astype(float)
     for vc in running.columns:
-        cap = total[vc].reindex(running.index).ffill().to_numpy(dtype=float)
+        cap = total[vc].to_numpy(dtype=float)
         if np.nanmax(cap) <= 0:
             continue
         yield Series(f"helios/{vc}", times, running[vc].to_numpy(dtype=float), cap)
 
 
-def load_alibaba(data: Path, *, busy_util: float = 10.0, gpus_per_node: int = 8) -> Iterator[Series]:
-    import pandas as pd
-
-    path = data / "traces" / "alibaba-genai-serving-v2026" / "pod_gpu_duty_cycle_anon.csv"
-    df = pd.read_csv(path)
-    df["minute"] = (df["timestamp_anon"] // MINUTE).astype("int64")
-    wide = df.pivot_table(index="minute", columns="container_ip", values="value", aggfunc="max")
-    minutes = np.arange(wide.index.min(), wide.index.max() + 1)
-    wide = wide.reindex(minutes)
-    pods = sorted(wide.columns)
-    times = minutes.astype(float) * MINUTE
-    for n, first in enumerate(range(0, len(pods) - gpus_per_node + 1, gpus_per_node)):
-        group = wide[pods[first:first + gpus_per_node]].to_numpy(dtype=float)
-        present = np.isfinite(group)
-        busy = (np.where(present, group, 0.0) >= busy_util).sum(axis=1).astype(float)
-        busy[~present.any(axis=1)] = np.nan  # the whole node unobserved: missing data
-        yield Series(f"alibaba-genai/node{n:02d}", times, busy, np.full(times.size, float(gpus_per_node)))
+def load_alibaba(data: Path, *, gpus_per_node: int = 8) -> Iterator[Series]:
+    """Pods grouped by id into `gpus_per_node`-GPU "nodes"; a GPU is online-busy by offpeak's one busy rule."""
+    df = alibaba.read_duty_cycle(data / "traces" / alibaba.TRACE / alibaba.FILE)
+    duty = alibaba.duty_matrix(df)
+    busy = alibaba.busy_matrix(duty)
+    present = np.isfinite(duty.to_numpy())
+    times = (float(df["timestamp_anon"].min()) // MINUTE + duty.index.to_numpy()).astype(float) * MINUTE
+    for n, first in enumerate(range(0, duty.shape[1] - gpus_per_node + 1, gpus_per_node)):
+        cols = slice(first, first + gpus_per_node)
+        load = busy[:, cols].sum(axis=1).astype(float)
+        load[~present[:, cols].any(axis=1)] = np.nan  # the whole node unobserved: missing data
+        yield Series(f"alibaba-genai/node{n:02d}", times, load, np.full(times.size, float(gpus_per_node)))
 
 
 # -- report -------------------------------------------------------------------------------------------------------
@@ -276,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m offpeak_extender.evaluate_windows", description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path("reports/windows"))
     ap.add_argument("--data", type=Path, default=None, help="shared data dir (default $OFFPEAK_SHARED_DATA)")
-    ap.add_argument("--margin", type=float, default=0.15)
+    ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
     ap.add_argument("--quick", action="store_true", help="fewer evaluation points (smoke test)")
     args = ap.parse_args(argv)
     data = args.data or data_root()

@@ -180,6 +180,56 @@ def apply_schedule(
     return DemandForecast(times=forecast.times, online=online, confidence=conf, step_seconds=forecast.step_seconds)
 
 
+SCHEDULE_ONLY_CONFIDENCE = 0.4  # confidence of steps outside declared busy hours when no history backs them
+
+
+def shifted_to(forecast: DemandForecast, now: float) -> DemandForecast:
+    """Drop the forecast steps that lie wholly in the past, so step 0 contains `now`."""
+    i = int(max(0.0, (now - float(forecast.times[0])) // forecast.step_seconds)) if forecast.times.size else 0
+    if i <= 0:
+        return forecast
+    f = forecast
+    return DemandForecast(f.times[i:], f.online[i:], f.confidence[i:], f.step_seconds)
+
+
+def empty_forecast(now: float, settings: ForecastSettings) -> DemandForecast:
+    """A horizon with nothing known (NaN demand, confidence 0)."""
+    n = max(1, int(np.ceil(settings.horizon_seconds / settings.step_seconds)))
+    return DemandForecast(now + np.arange(n) * settings.step_seconds, np.full(n, np.nan), np.zeros(n),
+                          settings.step_seconds)
+
+
+def forecast_now(
+    *,
+    fitted: DemandForecast | None,
+    capacity: int,
+    now: float,
+    settings: ForecastSettings,
+    live_online: float | None = None,
+    schedule: BusySchedule | None = None,
+) -> DemandForecast | None:
+    """The request-time half of `forecast_node`: a fitted forecast (refreshed in the background) brought to `now`,
+    then the live override and declared busy hours; clipped to capacity.
+
+    Without a fitted forecast, declared busy hours alone are a forecast: steps outside them count as free with
+    confidence 0.4. Without either, there is no forecast (None): the caller marks the node stale.
+    """
+    if fitted is None:
+        if schedule is None:
+            return None
+        fitted = empty_forecast(now, settings)
+    fc = shifted_to(fitted, now)
+    fc = apply_live(forecast=fc, live_online=live_online, now=now, settings=settings, capacity=capacity)
+    fc = apply_schedule(forecast=fc, schedule=schedule, capacity=capacity, settings=settings)
+    online, conf = fc.online, fc.confidence
+    if schedule is not None:
+        unknown = ~np.isfinite(online)
+        online = np.where(unknown, 0.0, online)
+        conf = np.where(unknown, SCHEDULE_ONLY_CONFIDENCE, conf)
+    return DemandForecast(times=fc.times, online=np.clip(online, 0, capacity), confidence=conf,
+                          step_seconds=fc.step_seconds)
+
+
 def forecast_node(
     *,
     times: np.ndarray,
@@ -190,10 +240,12 @@ def forecast_node(
     live_online: float | None = None,
     schedule: BusySchedule | None = None,
 ) -> DemandForecast:
-    """Seasonal forecast from history, then the live override, then declared busy hours; clipped to capacity."""
-    model = fit_seasonal(times=times, online=online, now=now, settings=settings)
-    fc = forecast_demand(model=model, start=now)
-    fc = apply_live(forecast=fc, live_online=live_online, now=now, settings=settings, capacity=capacity)
-    fc = apply_schedule(forecast=fc, schedule=schedule, capacity=capacity, settings=settings)
-    clipped = np.clip(fc.online, 0, capacity)
-    return DemandForecast(times=fc.times, online=clipped, confidence=fc.confidence, step_seconds=fc.step_seconds)
+    """Seasonal forecast from history, then the live override, then declared busy hours; clipped to capacity.
+
+    The two halves run at different times in the services: `fit_seasonal` + `forecast_demand` when history is
+    refreshed, `forecast_now` per request (the extender) or per refresh (the simulator)."""
+    fitted = forecast_demand(model=fit_seasonal(times=times, online=online, now=now, settings=settings), start=now)
+    fc = forecast_now(fitted=fitted, capacity=capacity, now=now, settings=settings, live_online=live_online,
+                      schedule=schedule)
+    assert fc is not None  # a fitted forecast always gives one
+    return fc

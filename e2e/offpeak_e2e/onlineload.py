@@ -197,7 +197,7 @@ def history_openmetrics(
 
 def load_plan(settings: LoadSettings) -> dict[str, list[int]]:
     """The per-node demand series from the real trace."""
-    shape = traceshape.shape_from_duty_cycle(traceshape.load_duty_cycle(), busy_percent=10, hold_minutes=3)
+    shape = traceshape.shape_from_duty_cycle(traceshape.load_duty_cycle())
     return plan(settings, shape)
 
 

@@ -2,8 +2,8 @@
 
 Source: Alibaba GenAI serving trace (``traces/alibaba-genai-serving-v2026/pod_gpu_duty_cycle_anon.csv``): the GPU
 duty cycle of each inference pod, one sample a minute over ~23 h. Each fake node gets `gpus` trace pods, one per
-GPU; a GPU counts as used by online work while its pod's duty cycle was at least `busy_percent` within the last
-`hold_minutes` trace minutes (serving keeps the GPU while bursts come and go). Node i takes pods
+GPU; a GPU counts as used by online work by offpeak's one busy rule (``offpeak_core.traces.alibaba``: duty cycle
+>= 10 %, held 5 minutes either side), the rule the simulator and the window evaluation use too. Node i takes pods
 ``i*gpus .. i*gpus+gpus-1`` (wrapping round, shifted in time on each wrap so nodes differ).
 """
 
@@ -15,10 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from offpeak_core.datapaths import data_root
-
-TRACE_DIR = "traces/alibaba-genai-serving-v2026"
-DUTY_FILE = "pod_gpu_duty_cycle_anon.csv"
+from offpeak_core.datapaths import trace_dir
+from offpeak_core.traces import alibaba
 
 
 @dataclass(frozen=True)
@@ -37,21 +35,14 @@ class TraceShape:
 
 
 def load_duty_cycle(path: Path | None = None) -> pd.DataFrame:
-    """The duty-cycle trace pivoted to minutes × pods (percent, NaN where a pod has no sample)."""
-    path = path or data_root() / TRACE_DIR / DUTY_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"serving trace not found: {path} (set OFFPEAK_SHARED_DATA to the shared data dir)")
-    df = pd.read_csv(path)
-    start = df["timestamp_anon"].min()
-    df["minute"] = ((df["timestamp_anon"] - start) / 60.0).round().astype(int)
-    return df.pivot_table(index="minute", columns="container_ip", values="value", aggfunc="max").sort_index()
+    """The duty-cycle trace as trace minutes × pods (percent, NaN where a pod has no sample)."""
+    return alibaba.duty_matrix(alibaba.read_duty_cycle(path or trace_dir(alibaba.TRACE) / alibaba.FILE))
 
 
-def shape_from_duty_cycle(duty: pd.DataFrame, *, busy_percent: float = 5.0, hold_minutes: int = 10) -> TraceShape:
-    """Busy flags: the pod's duty cycle reached `busy_percent` within the last `hold_minutes` minutes."""
-    full = duty.reindex(range(int(duty.index.max()) + 1))
-    held = full.rolling(window=hold_minutes, min_periods=1).max()
-    return TraceShape(busy=(held.fillna(0.0).to_numpy() >= busy_percent))
+def shape_from_duty_cycle(duty: pd.DataFrame, *, busy_percent: float = alibaba.BUSY_UTIL_PCT,
+                          hold_minutes: int = alibaba.HOLD_MINUTES) -> TraceShape:
+    """Busy flags by the busy rule (the defaults are offpeak's one rule; tests may pass others)."""
+    return TraceShape(busy=alibaba.busy_matrix(duty, busy_util_pct=busy_percent, hold_minutes=hold_minutes))
 
 
 def node_demand(shape: TraceShape, *, node_index: int, gpus: int) -> np.ndarray:

@@ -11,7 +11,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from offpeak_extender.forecast import ForecastSettings
+from offpeak_core.forecast import ForecastSettings
 from offpeak_extender.service import DecisionSettings
 
 log = logging.getLogger(__name__)

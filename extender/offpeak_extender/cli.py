@@ -10,6 +10,7 @@ import logging
 import os
 
 from offpeak.errors import UserError
+from offpeak_core.decisions import DEFAULT_MARGIN
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -38,7 +39,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--kubeconfig", default=_env("KUBECONFIG"), help="default: $KUBECONFIG, then in-cluster")
     p.add_argument("--prometheus-url", default=_env("OFFPEAK_PROMETHEUS_URL"),
                    help="history of offpeak_node_online_gpus; without it the extender samples pods itself")
-    p.add_argument("--margin", type=float, default=_env_float("OFFPEAK_MARGIN", 0.15),
+    p.add_argument("--margin", type=float, default=_env_float("OFFPEAK_MARGIN", DEFAULT_MARGIN),
                    help="safety margin on the p90 job time (0.15 = +15%%)")
     p.add_argument("--refresh-seconds", type=float, default=_env_float("OFFPEAK_REFRESH_SECONDS", 60.0))
     p.add_argument("--history-days", type=float, default=_env_float("OFFPEAK_HISTORY_DAYS", 28.0),

@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from offpeak_extender.evictions import EvictionPlan, NodeState, plan_for_pending, plan_for_pressure
+from offpeak_core.evictions import EvictionPlan, NodeState, plan_for_pending, plan_for_pressure
 from offpeak_extender.metrics import EvictorMetrics
-from offpeak_extender.model import NodeView, OfflinePod
+from offpeak_core.model import NodeView, OfflinePod
 from offpeak_extender.store import ClusterStore
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from offpeak_extender.evictions import EVICTION_REASONS
+from offpeak_core.evictions import EVICTION_REASONS
 
 _REASON_KINDS = (
     ("needs ", "gpus_not_free_now"),

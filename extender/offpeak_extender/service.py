@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from offpeak_extender.decisions import DEFAULT_MARGIN, filter_nodes, prioritize_nodes
+from offpeak_core.decisions import DEFAULT_MARGIN, filter_nodes, prioritize_nodes
 from offpeak_extender.metrics import (
     BAD_PREDICTION,
     ERROR,
@@ -22,7 +22,7 @@ from offpeak_extender.metrics import (
     ExtenderMetrics,
     reason_kind,
 )
-from offpeak_extender.model import NodeView
+from offpeak_core.model import NodeView
 from offpeak_extender.store import ClusterStore, node_info
 from offpeak_extender.wire import (
     ExtenderArgs,

@@ -1,8 +1,10 @@
 """The extender's in-memory picture of the cluster: nodes, GPU pods, demand history and forecasts.
 
 Fed by the informer (watch events, as Kubernetes JSON dicts) and the history refresher; read by the request path.
-Every method takes the one lock briefly; the request path only reads prepared `NodeView`s (rebuilt in the
-background each refresh, and lazily for the few nodes whose pods changed since), so it never waits on I/O.
+Every method takes the one lock briefly and never computes under it: the request path reads prepared `NodeView`s
+(rebuilt in the background each refresh, and lazily for the few nodes whose pods changed since); a view is built
+outside the lock from a snapshot of its inputs by the core's `forecast_now` (the same function the simulator
+runs), so the request path never waits on I/O or on another thread's numpy.
 """
 
 from __future__ import annotations
@@ -12,22 +14,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from offpeak_extender.forecast import (
-    DemandForecast,
-    ForecastSettings,
-    apply_live,
-    apply_schedule,
-    fit_seasonal,
-    forecast_demand,
-)
-from offpeak_extender.model import NodeView, OfflinePod
-from offpeak_extender.schedules import BusySchedule, parse_busy_hours
-from offpeak_extender.windows import free_profile, node_view
+from offpeak_core.forecast import DemandForecast, ForecastSettings, fit_seasonal, forecast_demand, forecast_now
+from offpeak_core.model import NodeView, OfflinePod
+from offpeak_core.schedules import BusySchedule, parse_busy_hours
+from offpeak_core.windows import free_profile, node_view
 from offpeak_extender.wire import (
     BUSY_HOURS_ANNOTATION,
     CHECKPOINTING_ANNOTATION,
@@ -328,44 +323,38 @@ class ClusterStore:
         )
 
     # -- views for the decisions ---------------------------------------------------------------------------------
-    def _build_view(self, name: str, now: float) -> NodeView | None:
+    def _inputs_locked(self, name: str, now: float) -> _ViewInputs | None:
+        """What one node's view is built from, copied under the lock (cheap: references and a few ints)."""
         info = self._nodes.get(name)
         if info is None:
             return None
         usage = self._usage.get(name, _Usage())
-        free_now = max(0, info.gpus_total - usage.used)
-        fc = self._forecasts.get(name)
-        stale = self._stale_locked(now)
-        if fc is None or stale:
-            if info.schedule is None:
-                return NodeView(name, info.gpu_type, info.gpus_total, free_now, None, None, True, None, 0.0)
-            fc = _empty_forecast(now, self.settings)
-            stale = False  # the declared schedule alone is a forecast
-        fc = _shift(fc, now)
-        fc = apply_live(forecast=fc, live_online=float(usage.online), now=now, settings=self.settings,
-                        capacity=info.gpus_total)
-        fc = apply_schedule(forecast=fc, schedule=info.schedule, capacity=info.gpus_total, settings=self.settings)
-        if info.schedule is not None:
-            unknown = ~np.isfinite(fc.online)
-            fc = replace(fc, online=np.where(unknown, 0.0, fc.online), confidence=np.where(unknown, 0.4, fc.confidence))
-        prof = free_profile(forecast=fc, capacity=info.gpus_total, offline_now=usage.offline + usage.other)
-        return node_view(name=name, gpu_type=info.gpu_type, gpus_total=info.gpus_total, gpus_free_now=free_now,
-                         profile=prof, now=now, data_stale=stale, keep_ahead_seconds=self.stale_after_seconds)
+        return _ViewInputs(info=info, online=usage.online, offline=usage.offline + usage.other, used=usage.used,
+                           fitted=self._forecasts.get(name), stale=self._stale_locked(now),
+                           key=(usage.version, self._forecast_version))
+
+    def _publish(self, name: str, key: tuple[int, int], view: NodeView) -> None:
+        """Keep a view built outside the lock, unless newer inputs arrived (or the node went) meanwhile."""
+        with self._lock:
+            usage = self._usage.get(name, _Usage())
+            if name in self._nodes and key == (usage.version, self._forecast_version):
+                self._views[name] = (key, view)
 
     def rebuild_views(self, names: Sequence[str] | None = None, *, now: float | None = None) -> None:
         t = self.clock() if now is None else now
         with self._lock:
-            for name in list(self._nodes) if names is None else names:
-                view = self._build_view(name, t)
-                if view is not None:
-                    key = (self._usage.get(name, _Usage()).version, self._forecast_version)
-                    self._views[name] = (key, view)
+            inputs = {n: self._inputs_locked(n, t) for n in (list(self._nodes) if names is None else names)}
+        for name, inp in inputs.items():
+            if inp is not None:
+                self._publish(name, inp.key, build_view(inp, now=t, settings=self.settings,
+                                                        keep_ahead_seconds=self.stale_after_seconds))
 
     def views(self, names: Sequence[str], *, now: float | None = None) -> tuple[list[NodeView], list[str]]:
         """NodeViews for `names` (rebuilt only where pods changed since), and the names the store does not know."""
         t = self.clock() if now is None else now
-        out: list[NodeView] = []
+        out: list[NodeView | None] = []
         unknown: list[str] = []
+        rebuild: list[tuple[int, str, _ViewInputs]] = []
         with self._lock:
             stale = self._stale_locked(t)
             fv = self._forecast_version
@@ -380,14 +369,17 @@ class ClusterStore:
                             and (not stale or old.data_stale)):
                         out.append(old)
                         continue
-                view = self._build_view(name, t)
-                if view is None:
+                inp = self._inputs_locked(name, t)
+                if inp is None:
                     unknown.append(name)
                     continue
-                usage = usage_of(name)
-                self._views[name] = ((usage.version if usage else 0, fv), view)
-                out.append(view)
-        return out, unknown
+                rebuild.append((len(out), name, inp))
+                out.append(None)
+        for i, name, inp in rebuild:  # outside the lock
+            view = build_view(inp, now=t, settings=self.settings, keep_ahead_seconds=self.stale_after_seconds)
+            self._publish(name, inp.key, view)
+            out[i] = view
+        return [v for v in out if v is not None], unknown
 
     # -- eviction controller side --------------------------------------------------------------------------------
     def node_names(self) -> list[str]:
@@ -430,14 +422,28 @@ class ClusterStore:
         ]
 
 
-def _empty_forecast(now: float, s: ForecastSettings) -> DemandForecast:
-    n = max(1, int(np.ceil(s.horizon_seconds / s.step_seconds)))
-    return DemandForecast(now + np.arange(n) * s.step_seconds, np.full(n, np.nan), np.zeros(n), s.step_seconds)
+@dataclass(frozen=True)
+class _ViewInputs:
+    """A snapshot of what one node's `NodeView` depends on."""
+
+    info: NodeInfo
+    online: int
+    offline: int  # offline and other pods' GPUs
+    used: int
+    fitted: DemandForecast | None
+    stale: bool
+    key: tuple[int, int]  # (usage version, forecast version) the snapshot was taken at
 
 
-def _shift(fc: DemandForecast, now: float) -> DemandForecast:
-    """Drop the forecast steps that lie wholly in the past, so step 0 contains `now`."""
-    i = int(max(0.0, (now - float(fc.times[0])) // fc.step_seconds)) if fc.times.size else 0
-    if i <= 0:
-        return fc
-    return DemandForecast(fc.times[i:], fc.online[i:], fc.confidence[i:], fc.step_seconds)
+def build_view(inp: _ViewInputs, *, now: float, settings: ForecastSettings, keep_ahead_seconds: float) -> NodeView:
+    """One node's view for the decisions (pure; runs outside the store's lock)."""
+    info = inp.info
+    free_now = max(0, info.gpus_total - inp.used)
+    fc = forecast_now(fitted=None if inp.stale else inp.fitted, capacity=info.gpus_total, now=now,
+                      settings=settings, live_online=float(inp.online), schedule=info.schedule)
+    if fc is None:
+        return NodeView(info.name, info.gpu_type, info.gpus_total, free_now, None, None, True, None, 0.0)
+    prof = free_profile(forecast=fc, capacity=info.gpus_total, offline_now=inp.offline)
+    # A forecast here is fresh, or stands on declared busy hours alone: either way not stale.
+    return node_view(name=info.name, gpu_type=info.gpu_type, gpus_total=info.gpus_total, gpus_free_now=free_now,
+                     profile=prof, now=now, data_stale=False, keep_ahead_seconds=keep_ahead_seconds)

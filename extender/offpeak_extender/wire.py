@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from offpeak_extender.model import PodRequest, Prediction
+from offpeak_core.model import PodRequest, Prediction
 
 PREDICTED_ANNOTATION = "offpeak.io/predicted-job-seconds"
 CHECKPOINTING_ANNOTATION = "offpeak.io/checkpointing"

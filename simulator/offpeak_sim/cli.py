@@ -59,8 +59,8 @@ def handle(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
-    from offpeak_extender.decisions import DEFAULT_MARGIN
-    from offpeak_extender.forecast import ForecastSettings
+    from offpeak_core.decisions import DEFAULT_MARGIN
+    from offpeak_core.forecast import ForecastSettings
     from offpeak_sim import paths, report
     from offpeak_sim.engine import EngineSettings
     from offpeak_sim.fleet import DEFAULT_MIX

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from offpeak_extender.decisions import DEFAULT_MARGIN, choose_victims, filter_nodes, prioritize_nodes
-from offpeak_extender.model import NodeView, OfflinePod, PodRequest
+from offpeak_core.decisions import DEFAULT_MARGIN, choose_victims, filter_nodes, prioritize_nodes
+from offpeak_core.model import NodeView, OfflinePod, PodRequest
 
 from offpeak_sim.forecasting import WindowFeed
 from offpeak_sim.policies import Policy, believed_p50_p90, predictions

@@ -1,9 +1,10 @@
 """Idle windows per node, the way the extender sees them, refreshed periodically and shared by every policy.
 
-Mode `seasonal`: the extender's forecaster (`offpeak_extender.forecast`) fitted on each node's online history
+Mode `seasonal`: the extender's forecaster (`offpeak_core.forecast`) fitted on each node's online history
 (refit every `refit_seconds`, like a background refresher), with the live demand overlaid at every refresh.
-This is `forecast_node` split in two so the fit can be reused between refreshes; a test checks that the two
-agree whenever the fit is fresh.
+These are `forecast_node`'s two halves, as the extender runs them: the fit when history is refreshed, and
+`forecast_now` (the extender's request-time half) at every refresh; a test checks that they agree with
+`forecast_node` whenever the fit is fresh.
 Mode `exact`: the true future demand (max per forecast step), i.e. a perfect forecaster; used to separate
 forecast error from runtime-prediction error, and by tests.
 
@@ -17,16 +18,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from offpeak_extender.forecast import (
-    DemandForecast,
-    ForecastSettings,
-    SeasonalModel,
-    apply_live,
-    fit_seasonal,
-    forecast_demand,
-)
-from offpeak_extender.model import IdleWindow
-from offpeak_extender.windows import FreeProfile, free_profile, idle_windows
+from offpeak_core.forecast import ForecastSettings, SeasonalModel, fit_seasonal, forecast_demand, forecast_now
+from offpeak_core.model import IdleWindow
+from offpeak_core.windows import FreeProfile, free_profile, idle_windows
 
 from offpeak_sim.scenario import Scenario
 
@@ -106,11 +100,10 @@ class WindowFeed:
                 for n in range(self.sc.fleet.size)
             ]
         for n, model in enumerate(self._models):
-            fc = forecast_demand(model=model, start=now)
             cap = int(self.sc.fleet.gpus[n])
-            live = float(self.sc.demand[n, m_now])
-            fc = apply_live(forecast=fc, live_online=live, now=now, settings=fs, capacity=cap)
-            fc = DemandForecast(fc.times, np.clip(fc.online, 0, cap), fc.confidence, fc.step_seconds)
+            fc = forecast_now(fitted=forecast_demand(model=model, start=now), capacity=cap, now=now, settings=fs,
+                              live_online=float(self.sc.demand[n, m_now]))
+            assert fc is not None  # a fitted forecast always gives one
             prof = free_profile(forecast=fc, capacity=cap)
             self.free[n] = prof.free
             self.stale[n] = float(prof.confidence[0]) <= 0.0

@@ -2,9 +2,8 @@
 
 Three layouts are recognised by the files in the folder (any time slice in the same layout works):
 
-- Alibaba GenAI serving (`pod_gpu_duty_cycle_anon.csv`): each inference pod is one GPU. A GPU is held by online
-  work in a minute when its duty cycle is >= `busy_util_pct`, widened by `hold_minutes` either side (a serving pod
-  keeps its GPU between bursts). The ~23 h trace is folded onto a 24 h clock (minute of day of the anonymised UTC
+- Alibaba GenAI serving (`pod_gpu_duty_cycle_anon.csv`): each inference pod is one GPU, busy by offpeak's one
+  rule (`offpeak_core.traces.alibaba`: duty cycle >= 10 %, held 5 minutes either side). The ~23 h trace is folded onto a 24 h clock (minute of day of the anonymised UTC
   timestamp; gaps filled circularly) and tiled: every GPU slot of every node gets a pod (seeded permutation,
   repeated when there are more slots than pods) and each day a fresh random shift of +-`day_jitter_minutes`,
   so days are alike but not identical (a forecaster has something to learn, and something to miss).
@@ -24,13 +23,14 @@ import numpy as np
 import pandas as pd
 
 from offpeak.errors import UserError
+from offpeak_core.traces import alibaba, helios
 from offpeak_sim.fleet import Fleet
 
 MINUTES_PER_DAY = 1440
 
-ALIBABA_FILE = "pod_gpu_duty_cycle_anon.csv"
-HELIOS_RUNNING = "earth_vc_running_gpu_num.csv"
-HELIOS_TOTAL = "earth_vc_total_gpu_num.csv"
+ALIBABA_FILE = alibaba.FILE
+HELIOS_RUNNING = helios.RUNNING_FILE
+HELIOS_TOTAL = helios.TOTAL_FILE
 PHILLY_FILE = "philly_node_sequence.csv"
 
 
@@ -38,8 +38,8 @@ PHILLY_FILE = "philly_node_sequence.csv"
 class OnlineSettings:
     """How a trace becomes per-node online demand."""
 
-    busy_util_pct: float = 10.0  # Alibaba: duty cycle at or above this means the GPU serves online work
-    hold_minutes: int = 5  # Alibaba: a busy minute keeps the GPU held this many minutes either side
+    busy_util_pct: float = alibaba.BUSY_UTIL_PCT  # Alibaba: duty cycle at or above this serves online work
+    hold_minutes: int = alibaba.HOLD_MINUTES  # Alibaba: a busy minute holds the GPU this many minutes either side
     day_jitter_minutes: int = 30  # Alibaba: per-slot, per-day random shift of the daily profile
 
 
@@ -84,16 +84,14 @@ def _read_csv(path: Path, **kw: object) -> pd.DataFrame:
 
 def alibaba_daily_profiles(path: Path, *, busy_util_pct: float) -> np.ndarray:
     """Return bool [pods, 1440]: pod busy in each minute of the (anonymised UTC) day, gaps filled circularly."""
-    df = _read_csv(path, usecols=["value", "timestamp_anon", "container_ip"])
-    if df.empty:
-        raise UserError(f"{path} has no rows")
+    df = alibaba.read_duty_cycle(path)
     minute = ((df["timestamp_anon"].to_numpy(dtype=np.int64) % 86400) // 60).astype(np.int64)
     pods, pod_idx = np.unique(df["container_ip"].astype(str).to_numpy(), return_inverse=True)
     seen = np.zeros((len(pods), MINUTES_PER_DAY), dtype=bool)
     busy = np.zeros((len(pods), MINUTES_PER_DAY), dtype=bool)
-    util = df["value"].to_numpy(dtype=float)
     seen[pod_idx, minute] = True
-    np.logical_or.at(busy, (pod_idx, minute), np.nan_to_num(util) >= busy_util_pct)
+    hot = alibaba.busy_samples(df["value"].to_numpy(), busy_util_pct=busy_util_pct)
+    np.logical_or.at(busy, (pod_idx, minute), hot)
     # Minutes never sampled (the trace is ~23 h, samples every 57 s): take the last sampled minute before them,
     # circularly. A pod absent from the whole trace at some time counts as idle there (its GPU is not held).
     any_seen: np.ndarray = np.asarray(seen.any(axis=0))
@@ -126,10 +124,7 @@ def _alibaba(
         idx = (m[None, :] - shifts[:, d : d + 1]) % MINUTES_PER_DAY
         busy[:, d * MINUTES_PER_DAY : (d + 1) * MINUTES_PER_DAY] = profiles[pod_of_slot[:, None], idx]
     busy = busy[:, :minutes]
-    h = settings.hold_minutes
-    if h > 0:
-        padded = np.pad(busy, ((0, 0), (h, h)))
-        busy = np.asarray(np.lib.stride_tricks.sliding_window_view(padded, 2 * h + 1, axis=1).any(axis=2))
+    busy = alibaba.hold(busy, minutes=settings.hold_minutes, axis=1)
     node_of_slot = np.repeat(np.arange(fleet.size), fleet.gpus)
     demand = np.zeros((fleet.size, minutes), dtype=np.int16)
     np.add.at(demand, node_of_slot, busy.astype(np.int16))
@@ -140,13 +135,9 @@ def _alibaba(
 
 
 def _helios(folder: Path, *, fleet: Fleet, minutes: int, rng: np.random.Generator) -> np.ndarray:
-    running = _read_csv(folder / HELIOS_RUNNING, index_col="time")
-    total = _read_csv(folder / HELIOS_TOTAL, index_col="time")
-    vcs = [c for c in running.columns if c in total.columns]
-    if not vcs or running.empty:
-        raise UserError(f"{folder}: no VC columns or no rows in {HELIOS_RUNNING}")
-    tot = total[vcs].to_numpy(dtype=float)
-    frac = np.clip(np.divide(running[vcs].to_numpy(dtype=float), tot, out=np.zeros_like(tot), where=tot > 0), 0, 1)
+    running, total = helios.read_vc_gpus(folder)
+    tot = total.to_numpy(dtype=float)
+    frac = np.clip(np.divide(running.to_numpy(dtype=float), tot, out=np.zeros_like(tot), where=tot > 0), 0, 1)
     size = tot.mean(axis=0)
     keep = size > 0
     frac, size = frac[:, keep], size[keep]

@@ -1,6 +1,6 @@
 """The five policies: what each one knows about runtimes and how it picks among the nodes the extender passes.
 
-All of them go through `offpeak_extender.decisions.filter_nodes`; they differ in the `PodRequest.predicted` they
+All of them go through `offpeak_core.decisions.filter_nodes`; they differ in the `PodRequest.predicted` they
 hand it (None = runtime-blind: fits-now only) and in how the final node is chosen:
 
 | policy | runtime it knows | node choice |
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from offpeak.errors import UserError
-from offpeak_extender.model import Prediction
+from offpeak_core.model import Prediction
 
 from offpeak_sim.scenario import Scenario
 

@@ -19,16 +19,19 @@ def _duty() -> pd.DataFrame:
     return pd.DataFrame(data, index=range(6))
 
 
-def test_busy_flags_hold_for_a_few_minutes() -> None:
-    shape = traceshape.shape_from_duty_cycle(_duty(), busy_percent=10, hold_minutes=2)
-    assert shape.busy[:, 0].tolist() == [False, True, True, False, False, False]
+def test_busy_flags_hold_either_side() -> None:
+    shape = traceshape.shape_from_duty_cycle(_duty(), busy_percent=10, hold_minutes=1)
+    assert shape.busy[:, 0].tolist() == [True, True, True, False, False, False]
     assert shape.busy[:, 1].all() and not shape.busy[:, 2].any()
+    shape = traceshape.shape_from_duty_cycle(_duty(), busy_percent=40, hold_minutes=0)
+    assert shape.busy[:, 0].tolist() == [False, True, False, False, False, False]
+    assert not shape.busy[:, 1].any()  # 30 % is below this threshold
 
 
 def test_node_demand_counts_busy_gpus_of_its_pods() -> None:
     shape = traceshape.shape_from_duty_cycle(_duty(), busy_percent=10, hold_minutes=1)
     demand = traceshape.node_demand(shape, node_index=0, gpus=2)  # pods a, b
-    assert demand.tolist() == [1, 2, 1, 1, 1, 1]
+    assert demand.tolist() == [2, 2, 2, 1, 1, 1]
     assert traceshape.node_demand(shape, node_index=0, gpus=3).max() <= 3
 
 
@@ -48,7 +51,7 @@ def test_minute_at_compresses_the_day() -> None:
 
 
 def test_real_trace_gives_a_daily_cycle() -> None:
-    shape = traceshape.shape_from_duty_cycle(traceshape.load_duty_cycle(), busy_percent=10, hold_minutes=3)
+    shape = traceshape.shape_from_duty_cycle(traceshape.load_duty_cycle())
     assert shape.minutes > 1000 and shape.pods >= 8  # most of a day; at least one 8-GPU node
     demand = traceshape.binned(traceshape.node_demand(shape, node_index=0, gpus=8))
     half = len(demand) // 2

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from offpeak_extender.evictions import NodeState, plan_for_pending, plan_for_pressure
+from offpeak_core.evictions import NodeState, plan_for_pending, plan_for_pressure
 from offpeak_extender.evictor import Evictor, EvictorSettings
-from offpeak_extender.forecast import ForecastSettings
+from offpeak_core.forecast import ForecastSettings
 from offpeak_extender.metrics import EvictorMetrics
-from offpeak_extender.model import NodeView, OfflinePod
+from offpeak_core.model import NodeView, OfflinePod
 from offpeak_extender.store import ClusterStore
 
 from .k8s_objects import gpu_node, gpu_pod
@@ -129,7 +129,7 @@ def test_kube_actions_build_valid_api_objects() -> None:
     """Real kubernetes client models, API calls captured (no server): annotation, Event on TrainingJob, Eviction."""
     from kubernetes import client
 
-    from offpeak_extender.evictions import EvictionPlan
+    from offpeak_core.evictions import EvictionPlan
     from offpeak_extender.evictor import KubeEvictionActions
 
     api = client.ApiClient()

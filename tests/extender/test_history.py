@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
-from offpeak_extender.forecast import ForecastSettings
+from offpeak_core.forecast import ForecastSettings
 from offpeak_extender.history import HistoryError, LocalHistory, PrometheusHistory, Refresher, parse_matrix
 from offpeak_extender.metrics import ExtenderMetrics
 from offpeak_extender.store import ClusterStore

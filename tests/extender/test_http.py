@@ -11,7 +11,7 @@ import numpy as np
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
-from offpeak_extender.forecast import ForecastSettings
+from offpeak_core.forecast import ForecastSettings
 from offpeak_extender.metrics import ExtenderMetrics
 from offpeak_extender.server import make_app
 from offpeak_extender.service import DecisionSettings, ExtenderService

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from offpeak_extender.forecast import ForecastSettings
+from offpeak_core.forecast import ForecastSettings
 from offpeak_extender.kube import Informer
 from offpeak_extender.store import ClusterStore
 

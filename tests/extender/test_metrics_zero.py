@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from offpeak_extender.evictions import REASON_PENDING, REASON_PRESSURE
+from offpeak_core.evictions import REASON_PENDING, REASON_PRESSURE
 from offpeak_extender.metrics import FILTER_REASON_KINDS, EvictorMetrics, ExtenderMetrics, reason_kind
 
 

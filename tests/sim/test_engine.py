@@ -75,8 +75,8 @@ def test_summary_keys_and_jct_over_common_jobs(random_scenario) -> None:
 
 
 def test_feed_matches_the_extenders_forecast_node(random_scenario) -> None:
-    from offpeak_extender.forecast import ForecastSettings, forecast_node
-    from offpeak_extender.windows import free_profile
+    from offpeak_core.forecast import ForecastSettings, forecast_node
+    from offpeak_core.windows import free_profile
 
     sc = random_scenario
     fs = ForecastSettings()

@@ -1,11 +1,11 @@
-"""Window-evaluation math on synthetic series (the real-trace run is `python -m offpeak_extender.evaluate_windows`)."""
+"""Window-evaluation math on synthetic series (the real-trace run is `python tools/evaluate_windows.py`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from offpeak_extender.evaluate_windows import (
+from evaluate_windows import (
     Forecaster,
     Series,
     actual_end,
@@ -14,7 +14,7 @@ from offpeak_extender.evaluate_windows import (
     resample_max,
 )
 from offpeak_core.datapaths import data_root
-from offpeak_extender.forecast import ForecastSettings
+from offpeak_core.forecast import ForecastSettings
 
 DAY = 86400.0
 
