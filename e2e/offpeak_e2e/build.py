@@ -22,13 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offpeak_core.datapaths import cache_dir
-
-# v1.32.x staging modules (kube-scheduler, endpointslice, ...) are not served by the module proxy here;
-# v1.33.13 is the nearest release whose every needed staging module is, and kubectl 1.32 is within skew.
-KUBERNETES_VERSION = "v1.33.13"
-ETCD_VERSION = "v3.5.21"
-KWOK_VERSION = "v0.7.0"
-HELM_VERSION = "v3.16.4"
+from offpeak_core.versions import ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KWOK_VERSION
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 

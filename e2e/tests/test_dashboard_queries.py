@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from offpeak.cli import main
-from offpeak_dashboard.checks import QueryResult, run_queries
+from offpeak_dashboard.querycheck import QueryResult, run_queries
 from offpeak_dashboard.dashboard import NODE_OFFLINE_GPUS
 from offpeak_dashboard.plot import is_png
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from offpeak_dashboard.chart import chart_dir
-from offpeak_dashboard.checks import repo_root
-from offpeak_dashboard.tools import ToolMissing, find_helm
+from support.chart import chart_dir
+from support import REPO
+from support.tools import ToolMissing, find_helm
 from offpeak_e2e.harness import E2ECluster
 
-CHART = chart_dir(repo_root())
+CHART = chart_dir(REPO)
 
 
 def _helm(cluster: E2ECluster, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from offpeak_dashboard.chart import chart_dir, render, scheduler_config
-from offpeak_dashboard.checks import repo_root
-from offpeak_dashboard.tools import ToolMissing, find_kube_scheduler
+from support.chart import chart_dir, render, scheduler_config
+from support import REPO
+from support.tools import ToolMissing, find_kube_scheduler
 
 DUMMY_KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -51,7 +51,7 @@ def _load(config: dict, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str
     ids=["default", "custom"],
 )
 def test_real_kube_scheduler_accepts_the_chart_config(tmp_path: Path, overrides: list[str]) -> None:
-    objects = render(chart_dir(repo_root()), set_values=overrides, include_crds=False)
+    objects = render(chart_dir(REPO), set_values=overrides, include_crds=False)
     result, written = _load(yaml.safe_load(scheduler_config(objects)), tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     config = yaml.safe_load(written.read_text())
@@ -70,7 +70,7 @@ def test_real_kube_scheduler_accepts_the_chart_config(tmp_path: Path, overrides:
 
 
 def test_real_kube_scheduler_rejects_a_broken_config(tmp_path: Path) -> None:
-    objects = render(chart_dir(repo_root()), include_crds=False)
+    objects = render(chart_dir(REPO), include_crds=False)
     broken = yaml.safe_load(scheduler_config(objects))
     broken["extenders"][0]["weight"] = 0  # prioritizeVerb needs a positive weight
     result, _ = _load(broken, tmp_path)

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from offpeak_dashboard.chart import chart_dir, render
-from offpeak_dashboard.checks import repo_root
-from offpeak_dashboard.tools import ToolMissing, find_helm
+from support.chart import chart_dir, render
+from support import REPO
+from support.tools import ToolMissing, find_helm
 
-CHART = chart_dir(repo_root())
+CHART = chart_dir(REPO)
 CUSTOM_VALUES = Path(__file__).with_name("values-custom.yaml")
 
 

@@ -7,10 +7,10 @@ import re
 
 import yaml
 
-from offpeak_dashboard.checks import repo_root
-from offpeak_dashboard.dockerfile import logical_lines, parse, resolve
+from support import REPO
+from support.dockerfile import logical_lines, parse, resolve
 
-ROOT = repo_root()
+ROOT = REPO
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 
 
@@ -82,13 +82,15 @@ def test_bundle_path_matches_the_operator() -> None:
 
 
 def test_scheduler_image_is_pinned_to_the_e2e_kubernetes_version() -> None:
+    from offpeak_core import versions
+    from offpeak_e2e import build
+    from support import chart
+
     values = yaml.safe_load((ROOT / "charts" / "offpeak" / "values.yaml").read_text())
-    build = (ROOT / "e2e" / "offpeak_e2e" / "build.py").read_text()
-    kube = re.search(r'KUBERNETES_VERSION = "([^"]+)"', build).group(1)
+    kube = versions.KUBERNETES_VERSION
     assert values["scheduler"]["image"]["repository"] == "registry.k8s.io/kube-scheduler"
     assert values["scheduler"]["image"]["tag"] == kube
-    from offpeak_dashboard import chart, tools
-
-    assert tools.KUBE_VERSION == kube
-    assert tools.HELM_VERSION == re.search(r'HELM_VERSION = "([^"]+)"', build).group(1)
+    assert {t.name: t.version for t in build.TARGETS} == {
+        "helm": versions.HELM_VERSION, "kwok": versions.KWOK_VERSION, "etcd": versions.ETCD_VERSION, "kubernetes": kube,
+    }
     assert chart.KUBE_VERSION.rsplit(".", 1)[0] == kube.lstrip("v").rsplit(".", 1)[0]

@@ -7,11 +7,11 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from offpeak_dashboard.chart import KUBE_VERSION, chart_dir, find, render
-from offpeak_dashboard.checks import repo_root
+from support.chart import KUBE_VERSION, chart_dir, find, render
+from support import REPO
 from offpeak_operator.handlers import PEERING_NAME
 
-CHART = chart_dir(repo_root())
+CHART = chart_dir(REPO)
 
 
 @pytest.fixture(scope="module")

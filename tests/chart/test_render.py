@@ -10,10 +10,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from offpeak_dashboard.chart import KUBE_VERSION, chart_dir, find, helm, render
-from offpeak_dashboard.checks import repo_root
+from support.chart import KUBE_VERSION, chart_dir, find, helm, render
+from support import REPO
 
-ROOT = repo_root()
+ROOT = REPO
 CHART = chart_dir(ROOT)
 CUSTOM_VALUES = Path(__file__).with_name("values-custom.yaml")
 
@@ -173,7 +173,7 @@ def test_every_offpeak_container_command_parses_with_the_real_cli(objects: list[
     """Flag drift between the chart and the components' argparse definitions fails here, not in a cluster."""
     from offpeak.cli import build_parser
 
-    from offpeak_dashboard.chart import pod_specs
+    from support.chart import pod_specs
 
     parser = build_parser()
     checked = 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from offpeak_dashboard.chart import find, pod_specs, scheduler_config
+from support.chart import find, pod_specs, scheduler_config
 
 import yaml
 
@@ -181,12 +181,12 @@ def test_scheduler_config_calls_the_extender_on_loopback(objects) -> None:
 
 
 def test_scheduler_restarts_when_its_config_changes(helm_bin) -> None:
-    from offpeak_dashboard.chart import chart_dir, render
-    from offpeak_dashboard.checks import repo_root
+    from support.chart import chart_dir, render
+    from support import REPO
 
     def checksum(weight: int) -> str:
         (deployment,) = find(
-            render(chart_dir(repo_root()), set_values=[f"scheduler.extender.weight={weight}"], include_crds=False),
+            render(chart_dir(REPO), set_values=[f"scheduler.extender.weight={weight}"], include_crds=False),
             "Deployment",
             "-scheduler",
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from offpeak_dashboard import checks
+import check_dashboard as checks
 from offpeak_dashboard.dashboard import build_dashboard, render
 from offpeak_dashboard.grafana import iter_queries, substitute_variables
 

@@ -106,7 +106,7 @@ def test_dashboard_and_plot_group_by_the_operators_job_labels() -> None:
 
     assert sorted(label.strip() for label in JOB_LABELS.split(",")) == sorted(OPERATOR_JOB_LABELS)
     from offpeak_dashboard.dashboard import JOB_ACTUAL, JOB_PREDICTED, build_dashboard
-    from offpeak_dashboard.checks import iter_queries
+    from offpeak_dashboard.grafana import iter_queries
 
     per_job = [q for _, q in iter_queries(build_dashboard()) if JOB_PREDICTED in q or JOB_ACTUAL in q]
     assert per_job and all(f"max by ({JOB_LABELS})" in q and "exported_" not in q for q in per_job)
@@ -156,8 +156,17 @@ def test_cli_generate_matches_render(capsys: pytest.CaptureFixture[str]) -> None
     assert capsys.readouterr().out == render(build_dashboard())
 
 
-def test_cli_check_reports_a_stale_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    stale = tmp_path / "dashboard.json"
+def test_check_tool_reports_a_stale_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import check_dashboard
+
+    stale = tmp_path / check_dashboard.DASHBOARD_FILE
+    stale.parent.mkdir(parents=True)
     stale.write_text("{}\n")
-    assert main(["dashboard", "check", "--file", str(stale)]) == 1
+    assert check_dashboard.main(["--repo", str(tmp_path)]) == 1
     assert "out of date" in capsys.readouterr().err
+
+
+def test_cli_check_needs_a_prometheus(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("OFFPEAK_PROMETHEUS_URL", raising=False)
+    assert main(["dashboard", "check"]) == 2
+    assert "--prometheus-url" in capsys.readouterr().err

@@ -11,10 +11,8 @@ import shutil
 from pathlib import Path
 
 from offpeak_core.datapaths import cache_dir
-
-# The versions offpeak_e2e.build pins (kept in step by tests/chart/test_images.py).
-HELM_VERSION = "v3.16.4"
-KUBE_VERSION = "v1.33.13"
+from offpeak_core.versions import HELM_VERSION
+from offpeak_core.versions import KUBERNETES_VERSION as KUBE_VERSION
 BUILD_HINT = ".venv/bin/python -m offpeak_e2e.build --only {target}   (Go from the module proxy, a few minutes)"
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from offpeak_dashboard.tools import find_helm
+from support.tools import find_helm
 
 KUBE_VERSION = "1.33.0"  # rendered objects are validated against this version (the e2e cluster's minor)
 WORKLOAD_KINDS = ("Deployment", "DaemonSet", "StatefulSet", "Job")
