@@ -113,9 +113,11 @@ def _build(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from offpeak_e2e.demo import run_demo  # noqa: PLC0415
+    from offpeak_e2e.demo import DEMO_GPU_TYPES, run_demo  # noqa: PLC0415
 
-    return run_demo(args)
+    if not args.gpu_types:
+        args.gpu_types = ",".join(DEMO_GPU_TYPES)
+    return run_demo(args, settings=settings_from_args(args))
 
 
 def register(subparsers: Any) -> None:

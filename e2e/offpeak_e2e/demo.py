@@ -11,11 +11,11 @@ import signal
 import sys
 import subprocess
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from offpeak.errors import UserError
+from offpeak_core.timeparse import parse_timestamp
 
 NAMESPACE = "demo"
 DEMO_GPU_TYPES = ("A100-SXM4-40GB",)
@@ -55,7 +55,9 @@ def window_reader(cluster: Any, *, day_seconds: float, gpus: int) -> Any:
             return ""
         key = (node, start)
         if key not in cache:
-            t0 = datetime.fromisoformat(start.replace("Z", "+00:00")).timestamp()
+            t0 = parse_timestamp(start)
+            if t0 is None:
+                return ""
             secs = onlineload.idle_window(demand, node, start=t0, reference=reference, day_seconds=day_seconds,
                                           gpus=gpus, need=int(status.get("gpus") or 1))
             cache[key] = f"{secs:.0f}s"
@@ -124,19 +126,17 @@ def write_plot(rows: list[dict[str, Any]], out_dir: Path) -> Path | None:
     return png
 
 
-def run_demo(args: argparse.Namespace) -> int:
+def run_demo(args: argparse.Namespace, *, settings: Any) -> int:
+    """Run the demo on a cluster made from `settings` (ClusterSettings; the CLI builds them from `args`)."""
     from rich.console import Console  # noqa: PLC0415
     from rich.live import Live  # noqa: PLC0415
 
     from offpeak_e2e import demojobs  # noqa: PLC0415
-    from offpeak_e2e.cli import settings_from_args  # noqa: PLC0415
     from offpeak_e2e.cluster import LocalCluster  # noqa: PLC0415
     from offpeak_e2e.controlplane import StartError  # noqa: PLC0415
     from offpeak_e2e.harness import E2ECluster  # noqa: PLC0415
 
-    if not args.gpu_types:
-        args.gpu_types = ",".join(DEMO_GPU_TYPES)
-    if DEMO_GPU_TYPES[0] not in args.gpu_types.split(","):
+    if DEMO_GPU_TYPES[0] not in settings.control_plane.gpu_types:
         raise UserError(f"the demo's jobs run on {DEMO_GPU_TYPES[0]} (measured runtimes); include it in --gpu-types")
     console = Console() if sys.stdout.isatty() else Console(width=150)  # logs and CI: keep the table whole
     try:
@@ -144,7 +144,7 @@ def run_demo(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:
         raise UserError(f"cannot read the measured runtimes for the demo jobs: {e}") from e
     sim = {j.name: j.sim_seconds for j in jobs}
-    local = LocalCluster(settings_from_args(args), echo=lambda m: console.print(m, highlight=False))
+    local = LocalCluster(settings, echo=lambda m: console.print(m, highlight=False))
     stop = {"now": False}
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
     rows: list[dict[str, Any]] = []

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from typing import Any
 
+from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e.harness import E2ECluster
 
 GPU_TYPES = ("A100-SXM4-40GB", "H100-SXM5-80GB", "L4", "V100-SXM2-16GB")
-
-
-def _ts(text: str | None) -> float | None:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else None
 
 
 def bulk_create(c: E2ECluster, ns: str, objects: list[dict[str, Any]], chunk: int = 100) -> None:
@@ -28,9 +24,9 @@ def scheduling_rate(c: E2ECluster, ns: str, selector: str, count: int, *, timeou
 
     c.wait_for(f"{count} pods bound ({selector})", lambda: len(bound()) >= count, timeout=timeout, interval=2)
     pods = c.get("pods", "-n", ns, "-l", selector)["items"]
-    created = [_ts(p["metadata"]["creationTimestamp"]) for p in pods]
+    created = [parse_timestamp(p["metadata"]["creationTimestamp"]) for p in pods]
     scheduled = [
-        _ts(next((cond["lastTransitionTime"] for cond in p["status"].get("conditions", [])
+        parse_timestamp(next((cond["lastTransitionTime"] for cond in p["status"].get("conditions", [])
                   if cond["type"] == "PodScheduled" and cond["status"] == "True"), None))
         for p in pods
     ]

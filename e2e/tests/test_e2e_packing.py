@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from typing import Any
 
 import pytest
 
+from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e import onlineload
 from offpeak_e2e.cluster import ClusterSettings
 from offpeak_e2e.controlplane import ControlPlaneSettings, StartError
@@ -45,10 +45,6 @@ def packing_cluster() -> Iterator[E2ECluster]:
         yield cluster
     finally:
         cluster.stop()
-
-
-def _ts(text: str | None) -> float | None:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else None
 
 
 def _twin_pod(name: str, *, seconds: float, predicted: str) -> dict[str, Any]:
@@ -116,7 +112,7 @@ def test_packing_fits_windows_and_compares_with_default_scheduler(packing_cluste
         for pod in c.get("pods", "-n", ns)["items"]:
             name, node = pod["metadata"]["name"], pod["spec"].get("nodeName")
             present.add(name)
-            start = _ts(pod["status"].get("startTime"))
+            start = parse_timestamp(pod["status"].get("startTime"))
             labels = pod["metadata"].get("labels", {})
             if not node or start is None:
                 continue

@@ -22,6 +22,7 @@ import numpy as np
 from offpeak_core.forecast import DemandForecast, ForecastSettings, fit_seasonal, forecast_demand, forecast_now
 from offpeak_core.model import NodeView, OfflinePod
 from offpeak_core.schedules import BusySchedule, parse_busy_hours
+from offpeak_core.timeparse import parse_timestamp
 from offpeak_core.windows import free_profile, node_view
 from offpeak_extender.wire import (
     BUSY_HOURS_ANNOTATION,
@@ -78,17 +79,6 @@ class PodInfo:
     @property
     def holds_gpus(self) -> bool:
         return bool(self.node) and self.gpus > 0 and self.phase in ACTIVE_PHASES
-
-
-def _parse_time(text: str | None) -> float | None:
-    if not text:
-        return None
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def node_info(obj: Mapping[str, Any]) -> NodeInfo:
@@ -148,7 +138,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         phase=str(status.get("phase") or ""),
         checkpointing=str(ann.get(CHECKPOINTING_ANNOTATION, "")).lower() == "true",
         trainingjob=labels.get(TRAININGJOB_LABEL),
-        started_at=_parse_time(status.get("startTime")),
+        started_at=parse_timestamp(status.get("startTime")),
         deleting=bool(meta.get("deletionTimestamp")),
         unschedulable=any(c.get("type") == "PodScheduled" and c.get("status") == "False"
                           and c.get("reason") == "Unschedulable" for c in status.get("conditions") or []),
