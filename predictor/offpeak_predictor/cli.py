@@ -150,6 +150,13 @@ def _register_predictor(subparsers: argparse._SubParsersAction) -> None:  # type
     s.add_argument("--db", default=os.environ.get("OFFPEAK_PREDICTOR_DB"), help="SQLite file for /v1/samples")
     s.add_argument("--model", default=os.environ.get("OFFPEAK_PREDICTOR_MODEL"))
     s.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
+    s.add_argument("--token-file", default=os.environ.get("OFFPEAK_PREDICTOR_TOKEN_FILE"),
+                   help="shared secret POST /v1/samples must present as a bearer token; without it no sample is "
+                        "accepted (env OFFPEAK_PREDICTOR_TOKEN_FILE)")
+    s.add_argument("--max-samples", type=int, default=int(os.environ.get("OFFPEAK_PREDICTOR_MAX_SAMPLES", "10000")),
+                   help="job samples kept in the DB; the oldest are dropped and unlearned (default 10000)")
+    s.add_argument("--prior-strength", type=float, default=1.0,
+                   help="samples that weigh as much as the model's prediction in the online correction (default 1)")
     s.set_defaults(func=_cmd_serve)
     b = sub.add_parser("build-db", help="load every dataset under shared/data/runtime into the benchmark DB")
     b.add_argument("--db", default=None, help="SQLite path (default ~/.cache/offpeak/benchmarks.sqlite)")
@@ -159,12 +166,21 @@ def _register_predictor(subparsers: argparse._SubParsersAction) -> None:  # type
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    from offpeak_predictor.correction import CorrectionSettings
     from offpeak_predictor.db import BenchmarkDB, default_db_path
+    from offpeak_predictor.samples import FeedbackSettings
     from offpeak_predictor.server import ServerSettings, run_server
 
-    settings = ServerSettings(host=args.host, port=args.port, max_body_bytes=args.max_body_bytes)
+    if args.max_samples < 1:
+        raise UserError("--max-samples must be at least 1")
+    if args.prior_strength <= 0:
+        raise UserError("--prior-strength must be positive")
+    settings = ServerSettings(host=args.host, port=args.port, max_body_bytes=args.max_body_bytes,
+                              token_file=args.token_file or None)  # fmt: skip
+    feedback = FeedbackSettings(correction=CorrectionSettings(prior_strength=args.prior_strength),
+                                max_samples=args.max_samples)  # fmt: skip
     db = BenchmarkDB(args.db or default_db_path())
-    run_server(model=_load_model(args.model), db=db, settings=settings)
+    run_server(model=_load_model(args.model), db=db, settings=settings, feedback=feedback)
     return 0
 
 

@@ -6,6 +6,7 @@ import json
 import socket
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 
@@ -23,14 +24,26 @@ class PredictorRequestError(ValueError):
 
 
 class PredictorClient:
-    def __init__(self, base_url: str, timeout: float = 5.0) -> None:
+    """`token_file`: the shared secret sent as a bearer token on writes (re-read per call, so rotation works)."""
+
+    def __init__(self, base_url: str, timeout: float = 5.0, *, token_file: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
+        self.token_file = token_file
 
-    def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+    def _token_header(self) -> dict[str, str]:
+        if not self.token_file:
+            return {}
+        try:
+            token = Path(self.token_file).read_text().strip()
+        except OSError as e:
+            raise PredictorUnavailable(f"cannot read the predictor token file {self.token_file}: {e}") from e
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _post(self, path: str, payload: dict[str, Any], *, authenticated: bool = False) -> dict[str, Any]:
         data = json.dumps(payload).encode()
-        req = urllib.request.Request(self.base_url + path, data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        headers = {"Content-Type": "application/json", **(self._token_header() if authenticated else {})}
+        req = urllib.request.Request(self.base_url + path, data=data, method="POST", headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 - configured URL
                 return json.loads(resp.read())  # type: ignore[no-any-return]
@@ -65,13 +78,19 @@ class PredictorClient:
         return self._post("/v1/predict", payload)
 
     def add_sample(
-        self, *, gpu: str, job_seconds: float, steps: int | None = None, job: str = "",
+        self, *, gpu: str, job_seconds: float | None = None, steps: int | None = None, job: str = "",
         graph: dict[str, Any] | None = None, graph_hash: str | None = None, step_seconds: float | None = None,
-    ) -> int:  # fmt: skip
-        """POST /v1/samples; returns the stored sample id."""
-        payload: dict[str, Any] = {"gpu": gpu, "job_seconds": job_seconds, "job": job}
-        for key, value in (("steps", steps), ("graph", graph), ("graph_hash", graph_hash),
-                           ("step_seconds", step_seconds)):  # fmt: skip
+        **fields: Any,
+    ) -> dict[str, Any]:  # fmt: skip
+        """POST /v1/samples with the bearer token; the answer: `id`, `status` (accepted | unverified), `reason`,
+        `correction`. A quarantined or refused sample raises PredictorRequestError (422, 401, 403) with the reason.
+
+        `fields`: the other sample fields of docs/contracts.md (precision, mode, optimizer, num_gpus, batch_size,
+        model_family, startup_seconds); None values are left out.
+        """
+        payload: dict[str, Any] = {"gpu": gpu, "job": job}
+        for key, value in (("job_seconds", job_seconds), ("steps", steps), ("graph", graph),
+                           ("graph_hash", graph_hash), ("step_seconds", step_seconds), *fields.items()):  # fmt: skip
             if value is not None:
                 payload[key] = value
-        return int(self._post("/v1/samples", payload)["id"])
+        return self._post("/v1/samples", payload, authenticated=True)

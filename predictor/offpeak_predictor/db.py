@@ -19,6 +19,13 @@ from offpeak_core.datapaths import cache_dir
 from offpeak_predictor.loaders import MODEL_COLUMNS, OP_COLUMNS
 
 TABLES = {"op_samples": OP_COLUMNS, "model_samples": MODEL_COLUMNS}
+# Feedback columns of job_samples (added to older files on open): the sample's correction key, who posted it,
+# and its judgement against the serving model (status accepted | quarantined | unverified).
+SAMPLE_COLUMNS = {
+    "client": "TEXT", "family": "TEXT", "precision": "TEXT", "mode": "TEXT", "optimizer": "TEXT",
+    "num_gpus": "INTEGER", "batch_size": "INTEGER", "model_version": "TEXT", "predicted_step_seconds": "REAL",
+    "status": "TEXT", "reason": "TEXT",
+}  # fmt: skip
 
 
 def default_db_path() -> Path:
@@ -39,6 +46,10 @@ class BenchmarkDB:
                 "job TEXT, gpu TEXT, graph_hash TEXT, step_seconds REAL, job_seconds REAL, steps INTEGER, "
                 "graph TEXT)"
             )
+            have = {row[1] for row in con.execute("PRAGMA table_info(job_samples)")}
+            for name, kind in SAMPLE_COLUMNS.items():  # files written before these columns existed
+                if name not in have:
+                    con.execute(f"ALTER TABLE job_samples ADD COLUMN {name} {kind}")
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=30)
@@ -72,21 +83,58 @@ class BenchmarkDB:
 
     def add_job_sample(
         self, *, job: str, gpu: str, graph_hash: str, step_seconds: float | None, job_seconds: float | None,
-        steps: int | None, graph: dict[str, Any] | None,
+        steps: int | None, graph: dict[str, Any] | None, **judged: Any,
     ) -> int:  # fmt: skip
+        """Append one observed job; `judged` fills the feedback columns (SAMPLE_COLUMNS). Returns its id."""
+        unknown = set(judged) - set(SAMPLE_COLUMNS)
+        if unknown:
+            raise ValueError(f"unknown job_samples columns: {sorted(unknown)}")
+        columns = ["created", "job", "gpu", "graph_hash", "step_seconds", "job_seconds", "steps", "graph", *judged]
+        values = [time.time(), job, gpu, graph_hash, step_seconds, job_seconds, steps,
+                  json.dumps(graph) if graph is not None else None, *judged.values()]  # fmt: skip
         with self._connect() as con:
-            cur = con.execute(
-                "INSERT INTO job_samples (created, job, gpu, graph_hash, step_seconds, job_seconds, steps, graph) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (time.time(), job, gpu, graph_hash, step_seconds, job_seconds, steps,
-                 json.dumps(graph) if graph is not None else None),
-            )  # fmt: skip
+            cur = con.execute(f"INSERT INTO job_samples ({', '.join(columns)}) "  # noqa: S608 - whitelisted names
+                              f"VALUES ({', '.join('?' * len(columns))})", values)  # fmt: skip
             return int(cur.lastrowid or 0)
 
     def job_samples(self) -> pd.DataFrame:
         with self._connect() as con:
             return pd.read_sql_query("SELECT * FROM job_samples", con)
 
+    def sample_rows(self, *, up_to_id: int | None = None) -> list[dict[str, Any]]:
+        """Job samples without their graphs, oldest first (what the correction table is rebuilt from)."""
+        names = ["id", "created", "job", "gpu", "graph_hash", "step_seconds", "job_seconds", "steps", *SAMPLE_COLUMNS]
+        limit = up_to_id if up_to_id is not None else 2**62
+        with self._connect() as con:
+            rows = con.execute(f"SELECT {', '.join(names)} FROM job_samples WHERE id <= ? ORDER BY id",  # noqa: S608
+                               (limit,)).fetchall()  # fmt: skip
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def sample_graph(self, sample_id: int) -> dict[str, Any] | None:
+        with self._connect() as con:
+            row = con.execute("SELECT graph FROM job_samples WHERE id = ?", (sample_id,)).fetchone()
+        return json.loads(row[0]) if row and row[0] else None
+
+    def update_sample(self, sample_id: int, **columns: Any) -> None:
+        """Set feedback columns (SAMPLE_COLUMNS) of one job sample, e.g. its re-judgement under a new model."""
+        unknown = set(columns) - set(SAMPLE_COLUMNS)
+        if unknown or not columns:
+            raise ValueError(f"unknown or no job_samples columns: {sorted(unknown)}")
+        assignments = ", ".join(f"{name} = ?" for name in columns)
+        with self._connect() as con:
+            con.execute(f"UPDATE job_samples SET {assignments} WHERE id = ?",  # noqa: S608 - whitelisted names
+                        (*columns.values(), sample_id))  # fmt: skip
+
+    def prune_samples(self, *, max_rows: int) -> list[dict[str, Any]]:
+        """Drop the oldest job samples beyond `max_rows`; returns the dropped rows (without graphs)."""
+        with self._connect() as con:
+            cut = con.execute("SELECT id FROM job_samples ORDER BY id DESC LIMIT 1 OFFSET ?", (max_rows,)).fetchone()
+        if cut is None:
+            return []
+        dropped = self.sample_rows(up_to_id=cut[0])
+        with self._connect() as con:
+            con.execute("DELETE FROM job_samples WHERE id <= ?", (cut[0],))
+        return dropped
 
 def build_db(db: BenchmarkDB, root: Path) -> dict[str, int]:
     """Load every dataset into the DB (replacing earlier loads of the same source); row counts per source."""

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from offpeak_graph.schema import ModelGraph
+from offpeak_predictor.correction import Correction, CorrectionTable, keys_for
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, summarise
 from offpeak_predictor.jobtime import DEFAULT_STARTUP_SECONDS, job_estimate
@@ -47,11 +48,20 @@ class PredictOptions:
             raise UserError("startup seconds must be >= 0")
 
 
-class Predictor:
-    """Model + summary cache. Thread-compatible for the single-threaded aiohttp server."""
+def correction_fields(correction: Correction, *, model_step_seconds: float) -> dict[str, Any]:
+    """The `correction` object of a prediction: how measured samples changed the model's answer."""
+    return {"samples": correction.samples, "level": correction.level, "factor": round(correction.factor, 6),
+            "p90_factor": round(correction.p90_factor, 6), "model_step_seconds": model_step_seconds}
 
-    def __init__(self, model: RuntimeModel, *, cache_size: int = 512) -> None:
+
+class Predictor:
+    """Model + summary cache + optional correction table (measured samples). Thread-compatible for the
+    single-threaded aiohttp server."""
+
+    def __init__(self, model: RuntimeModel, *, cache_size: int = 512,
+                 corrections: CorrectionTable | None = None) -> None:  # fmt: skip
         self.model = model
+        self.corrections = corrections
         self._cache: OrderedDict[str, GraphSummary] = OrderedDict()
         self._cache_size = cache_size
         # Content hashes of graph objects seen recently (hashing a 1,000-op graph costs ~1.5 ms). Holding the
@@ -85,10 +95,15 @@ class Predictor:
         return summary
 
     def predict(self, graph: ModelGraph, gpus: list[str], options: PredictOptions = PredictOptions(),
-                *, graph_hash: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
-        """One prediction dict per requested GPU (unknown GPU -> UserError listing known ones)."""
+                *, graph_hash: str | None = None, corrected: bool = True) -> list[dict[str, Any]]:  # fmt: skip
+        """One prediction dict per requested GPU (unknown GPU -> UserError listing known ones).
+
+        With a correction table (and `corrected`), each answer is the model's corrected by the measured samples
+        of its keys, and says so in `correction`; `corrected=False` gives the model's own answer.
+        """
         options.validate()
         specs = [resolve_gpu(name) for name in gpus]
+        graph_hash = graph_hash or self.graph_hash(graph)
         summary = self.summary(graph, key=graph_hash)
         mode = options.mode or graph.mode
         ctx = StepContext(
@@ -98,14 +113,23 @@ class Predictor:
         preds = self.model.predict_steps_batch([(summary, spec, ctx) for spec in specs])
         out = []
         for asked, spec, pred in zip(gpus, specs, preds, strict=True):
+            step, step_p90 = pred.step_seconds, pred.step_seconds_p90
             item: dict[str, Any] = {
-                "gpu": asked, "gpu_type": spec.name, "step_seconds": pred.step_seconds,
-                "step_seconds_p90": pred.step_seconds_p90, "model_version": self.version,
+                "gpu": asked, "gpu_type": spec.name, "step_seconds": step, "step_seconds_p90": step_p90,
+                "model_version": self.version,
                 "mode": ctx.mode, "precision": ctx.precision, "optimizer": ctx.optimizer, "num_gpus": ctx.num_gpus,
             }  # fmt: skip
+            if self.corrections is not None and corrected:
+                keys = keys_for(graph_hash=graph_hash, family=graph.model_family, gpu_type=spec.name,
+                                precision=ctx.precision, mode=ctx.mode, batch_size=graph.batch_size,
+                                num_gpus=ctx.num_gpus)  # fmt: skip
+                correction = self.corrections.lookup(keys, p90_log_margin=self.model.p90_log_margin)
+                step, step_p90 = correction.apply(pred.step_seconds)
+                item.update(step_seconds=step, step_seconds_p90=step_p90,
+                            correction=correction_fields(correction, model_step_seconds=pred.step_seconds))
             if options.steps is not None:
-                job = job_estimate(step_seconds=pred.step_seconds, step_seconds_p90=pred.step_seconds_p90,
-                                   steps=options.steps, startup_seconds=options.startup_seconds)  # fmt: skip
+                job = job_estimate(step_seconds=step, step_seconds_p90=step_p90, steps=options.steps,
+                                   startup_seconds=options.startup_seconds)  # fmt: skip
                 item.update(steps=options.steps, job_seconds=job.job_seconds, job_seconds_p90=job.job_seconds_p90)
             out.append(item)
         return out

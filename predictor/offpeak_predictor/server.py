@@ -1,7 +1,8 @@
-"""HTTP JSON API of the predictor (aiohttp): thin adapter over `predict.Predictor` and `db.BenchmarkDB`.
+"""HTTP JSON API of the predictor (aiohttp): thin adapter over `predict.Predictor` and `samples.Feedback`.
 
 Handlers only parse, call and serialise. Bad input is a 4xx with a reason; any other failure is a JSON 500 and
-is counted, never a crash. Metrics use an injectable prometheus registry.
+is counted, never a crash. State-changing endpoints (PROTECTED) need the shared bearer token (`auth.py`).
+Metrics use an injectable prometheus registry.
 """
 
 from __future__ import annotations
@@ -14,17 +15,21 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from offpeak.errors import UserError
 from offpeak_graph.schema import ModelGraph
+from offpeak_predictor.auth import SharedSecret
 from offpeak_predictor.db import BenchmarkDB
 from offpeak_predictor.gpus import known_gpus, resolve_gpu
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.openapi import openapi_document
 from offpeak_predictor.predict import PredictOptions, Predictor
+from offpeak_predictor.samples import Feedback, FeedbackSettings, Outcome, Sample, measured_step_seconds
 
 log = logging.getLogger(__name__)
+PROTECTED = frozenset({("POST", "/v1/samples")})  # (method, route) that change state: bearer token required
+SAMPLE_STATUS_CODES = {"accepted": 201, "unverified": 202, "quarantined": 422}
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +39,7 @@ class ServerSettings:
     max_body_bytes: int = 8 * 1024 * 1024
     graph_url_timeout_s: float = 10.0
     max_gpus_per_request: int = 64
+    token_file: str | None = None  # the shared secret state-changing requests must present (None: no writes)
 
 
 class Metrics:
@@ -48,6 +54,26 @@ class Metrics:
         self.errors = Counter("offpeak_predictor_errors_total", "Requests answered with an error",
                               ["endpoint", "status"], registry=registry)  # fmt: skip
         self.samples = Counter("offpeak_predictor_samples_total", "Observed runtime samples stored", registry=registry)
+        self.sample_outcomes = Counter("offpeak_predictor_sample_outcomes_total",
+                                       "Stored samples by judgement (accepted: learned from)", ["status"],
+                                       registry=registry)  # fmt: skip
+        self.auth_failures = Counter("offpeak_predictor_auth_failures_total",
+                                     "Requests refused for their identity (no token, wrong token, ...)",
+                                     ["endpoint", "reason"], registry=registry)  # fmt: skip
+        self.model_info = Gauge("offpeak_predictor_model_info", "The model version being served (value 1)",
+                                ["model_version"], registry=registry)  # fmt: skip
+        self.corrected_keys = Gauge("offpeak_predictor_corrected_keys",
+                                    "Correction keys with measured samples, by level", ["level"], registry=registry)
+        for status in SAMPLE_STATUS_CODES:
+            self.sample_outcomes.labels(status)
+
+
+class _Refused(Exception):
+    """A request refused for its identity (raised inside the middleware, answered there)."""
+
+    def __init__(self, status: int, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.status, self.message, self.reason = status, message, reason
 
 
 def _error(status: int, message: str, **extra: Any) -> web.Response:
@@ -90,17 +116,80 @@ def _parse_graph(raw: Any) -> ModelGraph:
         raise UserError(f"invalid model graph: {e}") from e
 
 
+def _sample(body: dict[str, Any], graph: ModelGraph | None, *, graph_hash: str, gpu_type: str,
+            client: str) -> Sample:  # fmt: skip
+    """A POST /v1/samples body as a Sample; options default to the graph's, as in /v1/predict."""
+    job = body.get("job", "")
+    if not isinstance(job, str):
+        raise UserError("'job' must be a string like namespace/name")
+    step = _number(body, "step_seconds", required=False)
+    job_seconds = _number(body, "job_seconds", required=step is None)
+    steps = _int(body, "steps", default=None, minimum=0)
+    startup = _number(body, "startup_seconds", required=False) or 0.0
+    options = PredictOptions(mode=_str_choice(body, "mode"), precision=_str_choice(body, "precision"),
+                             optimizer=_str_choice(body, "optimizer"),
+                             num_gpus=_int(body, "num_gpus", default=1, minimum=1) or 1)  # fmt: skip
+    options.validate()
+    family = _str_choice(body, "model_family")
+    mode = options.mode or (graph.mode if graph else "train")
+    return Sample(
+        job=job, gpu_type=gpu_type, graph_hash=graph_hash, client=client,
+        family=family if family is not None else (graph.model_family if graph else ""),
+        precision=options.precision or (graph.precision if graph else "fp32"), mode=mode,
+        optimizer=(options.optimizer or (graph.optimizer if graph else "adam")) if mode == "train" else "none",
+        num_gpus=options.num_gpus,
+        batch_size=_int(body, "batch_size", default=graph.batch_size if graph else 0, minimum=0) or 0,
+        step_seconds=measured_step_seconds(step_seconds=step, job_seconds=job_seconds, steps=steps,
+                                           startup_seconds=startup),
+        job_seconds=job_seconds, steps=steps,
+    )  # fmt: skip
+
+
+def _outcome_body(outcome: Outcome, *, model_version: str) -> dict[str, Any]:
+    judged = outcome.judgement
+    body: dict[str, Any] = {"id": outcome.id, "status": judged.status, "model_version": model_version,
+                            "predicted_step_seconds": judged.predicted_step_seconds}
+    if judged.reason:
+        body["reason"] = judged.reason
+    if judged.status == "quarantined":
+        body["error"] = judged.reason
+    if outcome.correction is not None:
+        c = outcome.correction
+        body["correction"] = {"samples": c.samples, "level": c.level, "factor": round(c.factor, 6),
+                              "p90_factor": round(c.p90_factor, 6)}
+    return body
+
+
 class PredictorApp:
-    """Builds the aiohttp application; model, DB and registry are injected."""
+    """Builds the aiohttp application; model, DB, secret and registry are injected."""
 
     def __init__(self, *, model: RuntimeModel, db: BenchmarkDB | None, settings: ServerSettings = ServerSettings(),
-                 registry: CollectorRegistry | None = None) -> None:  # fmt: skip
+                 registry: CollectorRegistry | None = None, feedback: FeedbackSettings = FeedbackSettings(),
+                 secret: SharedSecret | None = None) -> None:  # fmt: skip
         self.predictor = Predictor(model)
         self.db = db
         self.settings = settings
+        self.secret = secret if secret is not None else SharedSecret(settings.token_file)
         self.metrics = Metrics(registry or CollectorRegistry())
+        self.feedback = Feedback(predictor=self.predictor, db=db, settings=feedback) if db is not None else None
+        self.metrics.model_info.labels(model.version).set(1)
+        if self.feedback is not None:
+            table = self.feedback.table
+            for level in ("family", "graph"):
+                self.metrics.corrected_keys.labels(level).set_function(lambda lv=level: table.key_counts()[lv])
+
+    def load_samples(self) -> dict[str, int]:
+        """Rebuild the correction table from the sample DB (start-up); counts of rows by judgement."""
+        if self.feedback is None:
+            return {}
+        counts = dict(self.feedback.rebuild())
+        log.info("corrections rebuilt from %s: %s; %d keys", self.db.path if self.db else "-", counts,
+                 len(self.feedback.table))  # fmt: skip
+        return counts
 
     def build(self) -> web.Application:
+        """The aiohttp application, with the correction table rebuilt from the sample DB."""
+        self.load_samples()
         app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[self._middleware])
         app.router.add_post("/v1/predict", self.predict)
         app.router.add_post("/v1/samples", self.samples)
@@ -115,7 +204,16 @@ class PredictorApp:
         endpoint = request.match_info.route.resource.canonical if request.match_info.route.resource else "unknown"
         started = time.perf_counter()
         try:
+            if (request.method, endpoint) in PROTECTED:
+                decision = self.secret.check(request.headers.get("Authorization"))
+                if not decision.ok:
+                    self.metrics.auth_failures.labels(endpoint, decision.reason).inc()
+                    raise _Refused(decision.status, decision.message, decision.reason)
             response = await handler(request)
+        except _Refused as e:
+            response = _error(e.status, e.message, reason=e.reason)
+            if e.status == 401:
+                response.headers["WWW-Authenticate"] = 'Bearer realm="offpeak-predictor"'
         except UserError as e:
             response = _error(400, str(e))
         except web.HTTPRequestEntityTooLarge:
@@ -195,13 +293,15 @@ class PredictorApp:
         )
 
     async def samples(self, request: web.Request) -> web.Response:
-        if self.db is None:
+        if self.feedback is None:
             return _error(503, "no sample database configured (start with --db)")
         body = await self._json_body(request)
         graph_dict = body.get("graph")
         graph_hash = body.get("graph_hash")
+        graph = None
         if graph_dict is not None:
-            graph_hash = _parse_graph(graph_dict).content_hash()
+            graph = _parse_graph(graph_dict)
+            graph_hash = graph.content_hash()
         if not isinstance(graph_hash, str) or not graph_hash:
             raise UserError("give 'graph_hash' (string) or 'graph'")
         gpu = body.get("gpu")
@@ -211,23 +311,20 @@ class PredictorApp:
             gpu_type = resolve_gpu(gpu).name
         except UserError:
             return _error(400, f"unknown GPU {gpu!r}", known_gpus=known_gpus())
-        job = body.get("job", "")
-        if not isinstance(job, str):
-            raise UserError("'job' must be a string like namespace/name")
-        sample_id = self.db.add_job_sample(
-            job=job, gpu=gpu_type, graph_hash=graph_hash,
-            step_seconds=_number(body, "step_seconds", required=False),
-            job_seconds=_number(body, "job_seconds", required=True),
-            steps=_int(body, "steps", default=None, minimum=0), graph=graph_dict,
-        )  # fmt: skip
+        sample = _sample(body, graph, graph_hash=graph_hash, gpu_type=gpu_type, client=request.remote or "")
+        outcome = self.feedback.ingest(sample, graph, graph_dict)
         self.metrics.samples.inc()
-        return web.json_response({"id": sample_id}, status=201)
+        self.metrics.sample_outcomes.labels(outcome.judgement.status).inc()
+        return web.json_response(_outcome_body(outcome, model_version=self.predictor.version),
+                                 status=SAMPLE_STATUS_CODES[outcome.judgement.status])  # fmt: skip
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
     async def readyz(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ready", "model_version": self.predictor.version})
+        keys = self.feedback.table.key_counts() if self.feedback is not None else {}
+        return web.json_response({"status": "ready", "model_version": self.predictor.version,
+                                  "corrected_keys": keys})  # fmt: skip
 
     async def metrics_endpoint(self, request: web.Request) -> web.Response:
         resp = web.Response(body=generate_latest(self.metrics.registry))
@@ -238,9 +335,10 @@ class PredictorApp:
         return web.json_response(openapi_document(known_gpus()))
 
 
-def run_server(*, model: RuntimeModel, db: BenchmarkDB | None, settings: ServerSettings) -> None:
+def run_server(*, model: RuntimeModel, db: BenchmarkDB | None, settings: ServerSettings,
+               feedback: FeedbackSettings = FeedbackSettings()) -> None:  # fmt: skip
     """Serve until interrupted (the CLI entry point)."""
     from prometheus_client import REGISTRY
 
-    app = PredictorApp(model=model, db=db, settings=settings, registry=REGISTRY).build()
+    app = PredictorApp(model=model, db=db, settings=settings, registry=REGISTRY, feedback=feedback).build()
     web.run_app(app, host=settings.host, port=settings.port, print=lambda msg: log.info(msg))

@@ -13,7 +13,7 @@ from offpeak.cli import main
 from offpeak_graph.schema import save_graph
 from offpeak_predictor.client import PredictorClient, PredictorRequestError, PredictorUnavailable
 from offpeak_predictor.db import BenchmarkDB
-from offpeak_predictor.server import PredictorApp
+from offpeak_predictor.server import PredictorApp, ServerSettings
 
 from .conftest import mlp_graph
 
@@ -25,10 +25,18 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def live_server(tiny_model, tmp_path):
+def token_file(tmp_path):
+    path = tmp_path / "token"
+    path.write_text("client-test-token\n")
+    return str(path)
+
+
+@pytest.fixture
+def live_server(tiny_model, tmp_path, token_file):
     port = _free_port()
     loop = asyncio.new_event_loop()
-    app = PredictorApp(model=tiny_model, db=BenchmarkDB(tmp_path / "db.sqlite"), registry=CollectorRegistry()).build()
+    app = PredictorApp(model=tiny_model, db=BenchmarkDB(tmp_path / "db.sqlite"), registry=CollectorRegistry(),
+                       settings=ServerSettings(token_file=token_file)).build()  # fmt: skip
     runner = web.AppRunner(app)
     started = threading.Event()
 
@@ -48,8 +56,8 @@ def live_server(tiny_model, tmp_path):
     thread.join(10)
 
 
-def test_client_predicts_and_adds_samples(live_server):
-    client = PredictorClient(live_server, timeout=10)
+def test_client_predicts_and_adds_samples(live_server, token_file):
+    client = PredictorClient(live_server, timeout=10, token_file=token_file)
     graph = mlp_graph().to_dict()
     resp = client.predict(graph, ["A100", "L40S"], steps=10, optimizer="sgd")
     assert [p["gpu_type"] for p in resp["predictions"]] == ["A100-SXM4-40GB", "L40S"]
@@ -58,7 +66,18 @@ def test_client_predicts_and_adds_samples(live_server):
     assert abs(no_startup["job_seconds"] - 10 * no_startup["step_seconds"]) < 1e-6
     assert abs(resp["predictions"][0]["job_seconds"] - (no_startup["job_seconds"] + 60)) < 1e-6
     first = client.add_sample(gpu="A100", job_seconds=50.0, steps=10, job="ns/a", graph_hash=resp["graph_hash"])
-    assert client.add_sample(gpu="A100", job_seconds=51.0, graph=graph) == first + 1
+    assert first["status"] == "unverified"  # a hash alone cannot be checked against the model
+    step = no_startup["step_seconds"] * 1.2
+    learned = client.add_sample(gpu="A100", step_seconds=step, graph=graph, optimizer="sgd", startup_seconds=0)
+    assert learned["id"] == first["id"] + 1 and learned["status"] == "accepted"
+    corrected = client.predict(graph, ["A100"], steps=10, optimizer="sgd")["predictions"][0]
+    assert corrected["correction"]["samples"] == 1 and corrected["step_seconds"] > no_startup["step_seconds"]
+    with pytest.raises(PredictorRequestError) as refused:
+        PredictorClient(live_server, timeout=10).add_sample(gpu="A100", step_seconds=step, graph=graph)
+    assert refused.value.status == 401 and refused.value.body["reason"] == "missing_token"
+    with pytest.raises(PredictorRequestError) as quarantined:
+        client.add_sample(gpu="A100", step_seconds=step * 50, graph=graph, optimizer="sgd")
+    assert quarantined.value.status == 422 and quarantined.value.body["status"] == "quarantined"
     with pytest.raises(PredictorRequestError) as err:
         client.predict(graph, ["Voodoo-5"])
     assert err.value.status == 400 and "known_gpus" in err.value.body
