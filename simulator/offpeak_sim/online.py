@@ -3,10 +3,11 @@
 Three layouts are recognised by the files in the folder (any time slice in the same layout works):
 
 - Alibaba GenAI serving (`pod_gpu_duty_cycle_anon.csv`): each inference pod is one GPU, busy by offpeak's one
-  rule (`offpeak_core.traces.alibaba`: duty cycle >= 10 %, held 5 minutes either side). The ~23 h trace is folded onto a 24 h clock (minute of day of the anonymised UTC
-  timestamp; gaps filled circularly) and tiled: every GPU slot of every node gets a pod (seeded permutation,
-  repeated when there are more slots than pods) and each day a fresh random shift of +-`day_jitter_minutes`,
-  so days are alike but not identical (a forecaster has something to learn, and something to miss).
+  rule (`offpeak_core.traces.alibaba`: duty cycle >= 10 %, held 5 minutes either side). The ~23 h trace is
+  folded onto a 24 h clock (minute of day of the anonymised UTC timestamp; gaps filled circularly) and tiled:
+  every GPU slot of every node gets a pod (seeded permutation, repeated when there are more slots than pods) and
+  each day a fresh random shift of +-`day_jitter_minutes`, so days are alike but not identical (a forecaster has
+  something to learn, and something to miss).
 - Helios Earth per-VC occupancy (`earth_vc_running_gpu_num.csv` + `earth_vc_total_gpu_num.csv`): each VC is a
   group of nodes (node counts proportional to the VC's GPUs); the VC's occupied fraction, scaled to the group's
   GPUs, is packed onto its nodes in order. The minute series is tiled when the run is longer than the trace.

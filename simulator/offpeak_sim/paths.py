@@ -8,7 +8,8 @@ from offpeak.errors import UserError
 from offpeak_core.datapaths import ENV_DATA_ROOT, data_root, trace_dir
 
 __all__ = [
-    "DEFAULT_JOBS_TRACE", "DEFAULT_ONLINE_TRACE", "ENV_DATA_ROOT", "data_root", "existing_dir", "repo_root", "trace_dir",
+    "DEFAULT_JOBS_TRACE", "DEFAULT_ONLINE_TRACE", "ENV_DATA_ROOT",
+    "data_root", "existing_dir", "repo_root", "trace_dir",
 ]
 
 DEFAULT_ONLINE_TRACE = "alibaba-genai-serving-v2026"

@@ -28,7 +28,8 @@ def test_import_contracts_hold(tmp_path: Path) -> None:
 
 def test_contract_breaks_when_the_core_imports_kubernetes_or_aiohttp(tmp_path: Path) -> None:
     shadow = tmp_path / "site" / "offpeak_core"
-    shutil.copytree(Path(offpeak_core.__file__).parent, shadow, ignore=shutil.ignore_patterns("sample_data", "__pycache__"))
+    skip = shutil.ignore_patterns("sample_data", "__pycache__")
+    shutil.copytree(Path(offpeak_core.__file__).parent, shadow, ignore=skip)
     (shadow / "leaky.py").write_text("import kubernetes\nfrom aiohttp import web\n")
     out = _lint(pythonpath=shadow.parent, cache=tmp_path / "cache")
     assert out.returncode != 0

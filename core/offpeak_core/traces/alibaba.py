@@ -47,11 +47,13 @@ def busy_samples(util: np.ndarray, *, busy_util_pct: float = BUSY_UTIL_PCT) -> n
 
 def hold(busy: np.ndarray, *, minutes: int = HOLD_MINUTES, axis: int = -1) -> np.ndarray:
     """Widen every busy minute by `minutes` either side along `axis` (time)."""
+    flags: np.ndarray = np.asarray(busy, dtype=bool)
     if minutes <= 0:
-        return np.asarray(busy, dtype=bool)
-    moved = np.moveaxis(np.asarray(busy, dtype=bool), axis, -1)
+        return flags
+    moved = np.moveaxis(flags, axis, -1)
     pad = [(0, 0)] * (moved.ndim - 1) + [(minutes, minutes)]
-    held = np.lib.stride_tricks.sliding_window_view(np.pad(moved, pad), 2 * minutes + 1, axis=-1).any(axis=-1)
+    windows = np.lib.stride_tricks.sliding_window_view(np.pad(moved, pad), 2 * minutes + 1, axis=-1)
+    held: np.ndarray = np.asarray(windows.any(axis=-1))
     return np.moveaxis(held, -1, axis)
 
 
