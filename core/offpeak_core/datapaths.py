@@ -70,11 +70,11 @@ def describe() -> str:
     root = data_root()
     kind = data_kind(root)
     what = {
-        "sample": "the small sample shipped in the package (set OFFPEAK_SHARED_DATA for the full public data)",
+        "sample": "the small sample shipped in the package; set OFFPEAK_SHARED_DATA for the full public data",
         "full": "the full public data beside the checkout",
         "custom": f"the folder named by ${ENV_DATA_ROOT}",
     }[kind]
-    return f"data: {root} ({what})"
+    return f"data: {root} — {what}"
 
 
 def cache_dir() -> Path:
