@@ -29,6 +29,9 @@ def register(subparsers: Any) -> None:
     scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
     p.add_argument("--predictor-url", default=_env("OFFPEAK_PREDICTOR_URL", "http://offpeak-predictor:8080"),
                    help="predictor service base URL (env OFFPEAK_PREDICTOR_URL)")
+    p.add_argument("--predictor-token-file", default=os.environ.get("OFFPEAK_PREDICTOR_TOKEN_FILE") or None,
+                   help="shared secret sent as a bearer token with job samples; the predictor refuses samples "
+                        "without it (env OFFPEAK_PREDICTOR_TOKEN_FILE)")
     p.add_argument("--metrics-port", type=int, default=_env("OFFPEAK_METRICS_PORT", "9090"),
                    help="Prometheus /metrics port, 0 to disable (env OFFPEAK_METRICS_PORT)")
     p.add_argument("--liveness-port", type=int, default=_env("OFFPEAK_LIVENESS_PORT", "8081"),
@@ -66,8 +69,11 @@ def build_settings(args: argparse.Namespace) -> Any:
         raise UserError("--resync-seconds must be positive")
     if not args.predictor_url.startswith(("http://", "https://")):
         raise UserError(f"--predictor-url must be an http(s) URL, got {args.predictor_url!r}")
+    token = args.predictor_token_file
+    if token and not os.path.isfile(token):
+        raise UserError(f"--predictor-token-file {token} does not exist (mount the shared secret there)")
     return OperatorSettings(
-        predictor=PredictorSettings(url=args.predictor_url),
+        predictor=PredictorSettings(url=args.predictor_url, token_file=token),
         analysis=AnalysisSettings(image=args.image, timeout_seconds=args.analysis_timeout_seconds),
         requeue=RequeueSettings(base_seconds=args.requeue_base_seconds),
         resync_seconds=args.resync_seconds,

@@ -32,6 +32,8 @@ SCHEDULER_NAME = "offpeak-scheduler"
 GPU_RESOURCE = "nvidia.com/gpu"
 GRAPH_KEY = "graph.json.gz"
 EXTRACT_CONTAINER = "extract"  # the analysis pod's init container that runs `offpeak extract` in the user's image
+TRAIN_CONTAINER = "train"  # the training pod's container (its termination message carries offpeak.progress)
+TERMINATION_LOG = "/dev/termination-log"  # where offpeak.progress writes (OFFPEAK_PROGRESS_FILE)
 
 # `<job>-a<attempt>-w<worker>` must stay a valid label value (<= 63 chars) for the job-name label.
 MAX_JOB_NAME = 50

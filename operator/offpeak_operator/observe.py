@@ -6,6 +6,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
+from offpeak.progress import Progress, parse
+
 from offpeak_operator import names
 from offpeak_operator.statemachine import Observed, PodView, parse_time
 
@@ -50,6 +52,17 @@ def _extract_result(pod: Mapping[str, Any]) -> tuple[int | None, str]:
     return None, ""
 
 
+def _progress(pod: Mapping[str, Any]) -> Progress | None:
+    """The offpeak.progress report in the training container's termination message, once it has ended."""
+    for cs in pod.get("status", {}).get("containerStatuses") or []:
+        if cs.get("name") != names.TRAIN_CONTAINER:
+            continue
+        terminated = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if terminated:
+            return parse(terminated.get("message"))
+    return None
+
+
 def pod_view(pod: Mapping[str, Any], *, node_gpu_types: Mapping[str, str]) -> PodView:
     """The PodView of one pod; `node_gpu_types` maps node name -> offpeak.io/gpu-type label."""
     meta = pod.get("metadata", {})
@@ -74,6 +87,7 @@ def pod_view(pod: Mapping[str, Any], *, node_gpu_types: Mapping[str, str]) -> Po
         finished_at=finished,
         extract_exit_code=exit_code,
         extract_message=exit_message,
+        progress=_progress(pod),
     )
 
 

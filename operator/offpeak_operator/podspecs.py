@@ -120,9 +120,14 @@ def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker:
         {"name": "OFFPEAK_ATTEMPT", "value": str(attempt)},
         {"name": "OFFPEAK_TOTAL_STEPS", "value": str(spec.total_steps)},
         {"name": "OFFPEAK_COMPLETED_STEPS", "value": str(completed_steps)},
+        {"name": "OFFPEAK_PROGRESS_FILE", "value": names.TERMINATION_LOG},
     ]
-    container: dict[str, Any] = {"name": "train", "image": spec.image, "imagePullPolicy": spec.image_pull_policy,
-                                 "env": env, "resources": resources}
+    container: dict[str, Any] = {
+        "name": names.TRAIN_CONTAINER, "image": spec.image, "imagePullPolicy": spec.image_pull_policy, "env": env,
+        "resources": resources,
+        # offpeak.progress writes its report here; the operator reads it back from state.terminated.message
+        "terminationMessagePath": names.TERMINATION_LOG, "terminationMessagePolicy": "FallbackToLogsOnError",
+    }  # fmt: skip
     for key, value in (("command", list(spec.command)), ("args", list(spec.args)), ("workingDir", spec.working_dir)):
         if value:
             container[key] = value

@@ -30,13 +30,18 @@ class GpuPrediction:
     job_seconds_p90: float
     gpu: str = ""  # as the user wrote it
     model_version: str = ""
+    correction_samples: int = 0  # measured samples the predictor corrected this answer with
+    correction_factor: float = 1.0  # corrected p50 / the model's own p50
 
     def to_status(self) -> dict[str, Any]:
-        return {
+        out = {
             "gpu": self.gpu, "gpuType": self.gpu_type, "stepSeconds": self.step_seconds,
             "stepSecondsP90": self.step_seconds_p90, "jobSeconds": self.job_seconds,
             "jobSecondsP90": self.job_seconds_p90, "modelVersion": self.model_version,
         }  # fmt: skip
+        if self.correction_samples:
+            out.update(correctionSamples=self.correction_samples, correctionFactor=self.correction_factor)
+        return out
 
     @classmethod
     def from_status(cls, raw: Mapping[str, Any]) -> GpuPrediction:
@@ -45,6 +50,8 @@ class GpuPrediction:
             step_seconds=float(raw.get("stepSeconds", 0.0)), step_seconds_p90=float(raw.get("stepSecondsP90", 0.0)),
             job_seconds=float(raw.get("jobSeconds", 0.0)), job_seconds_p90=float(raw.get("jobSecondsP90", 0.0)),
             model_version=str(raw.get("modelVersion", "")),
+            correction_samples=int(raw.get("correctionSamples", 0)),
+            correction_factor=float(raw.get("correctionFactor", 1.0)),
         )  # fmt: skip
 
 
@@ -98,12 +105,15 @@ def from_predictor(response: Mapping[str, Any], *, steps: int, asked: Sequence[s
             if row is None:
                 raise PredictorResponseError(f"predictor gave no prediction for GPU {name!r}")
             step = float(row["step_seconds"])
+            correction = row.get("correction") or {}
             gpus.append(GpuPrediction(
                 gpu=name, gpu_type=str(row.get("gpu_type") or canon),
                 step_seconds=step, step_seconds_p90=float(row.get("step_seconds_p90", step)),
                 job_seconds=float(row["job_seconds"]),
                 job_seconds_p90=float(row.get("job_seconds_p90", row["job_seconds"])),
                 model_version=str(row.get("model_version", response.get("model_version", ""))),
+                correction_samples=int(correction.get("samples", 0)),
+                correction_factor=float(correction.get("factor", 1.0)),
             ))  # fmt: skip
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, PredictorResponseError):

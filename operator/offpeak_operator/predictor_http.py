@@ -24,9 +24,9 @@ class PredictorUnavailable(RuntimeError):
 
 class PredictorHTTP:
     def __init__(self, url: str, *, timeout_seconds: float, metrics: OperatorMetrics,
-                 client: PredictorClient | None = None) -> None:
+                 client: PredictorClient | None = None, token_file: str | None = None) -> None:
         self.url = url
-        self.client = client or PredictorClient(url, timeout=timeout_seconds)
+        self.client = client or PredictorClient(url, timeout=timeout_seconds, token_file=token_file)
         self.metrics = metrics
 
     def _call(self, endpoint: str, fn: Callable[[], T]) -> T:
@@ -45,8 +45,12 @@ class PredictorHTTP:
             graph, gpus, mode="train", precision=precision, optimizer=optimizer, steps=steps, num_gpus=num_gpus,
             startup_seconds=startup_seconds))
 
-    def report_sample(self, *, gpu: str, job_seconds: float, steps: int, job: str, graph_hash: str,
-                      graph: dict[str, Any] | None) -> int:
+    def report_sample(self, *, gpu: str, step_seconds: float, job_seconds: float, steps: int, job: str,
+                      graph_hash: str, graph: dict[str, Any] | None, startup_seconds: float = 0.0,
+                      precision: str | None = None, optimizer: str | None = None, num_gpus: int | None = None,
+                      batch_size: int | None = None, model_family: str | None = None) -> dict[str, Any]:  # fmt: skip
+        """POST the measured step time of one attempt (with the token); the predictor's answer (id, status)."""
         return self._call("/v1/samples", lambda: self.client.add_sample(
-            gpu=gpu, job_seconds=job_seconds, steps=steps, job=job, graph=graph, graph_hash=graph_hash or None,
-            step_seconds=job_seconds / max(steps, 1)))
+            gpu=gpu, step_seconds=step_seconds, job_seconds=job_seconds, steps=steps, job=job, graph=graph,
+            graph_hash=graph_hash or None, startup_seconds=startup_seconds, mode="train", precision=precision,
+            optimizer=optimizer, num_gpus=num_gpus, batch_size=batch_size, model_family=model_family))

@@ -202,7 +202,8 @@ class Reconciler:
                 for pod in pod_names:
                     kube.delete_pod(ns, pod)
             case sm.ReportSample():
-                self._report_sample(job, status, action)
+                assert spec is not None
+                return self._report_sample(job, spec, status, action)
             case sm.RecordOutcome(gpu_type=gpu_type, predicted_seconds=predicted, actual_seconds=actual):
                 family = (status.get("graph") or {}).get("modelFamily", "")
                 self.ctx.metrics.job_finished(job=name, namespace=ns, gpu_type=gpu_type, model_family=family,
@@ -325,6 +326,9 @@ class Reconciler:
             best = prediction.fastest()
             message = (f"predicted by model {prediction.model_version or '?'}: "
                        f"{best.job_seconds:.0f}s on {best.gpu_type} (fastest allowed)" if best else "predicted")
+            corrected = max((g.correction_samples for g in prediction.gpus), default=0)
+            if corrected:
+                message += f", corrected by up to {corrected} measured sample(s)"
             return sm.prediction_status(status=status, prediction=prediction, reason="Predicted", message=message,
                                         now=now)
         prediction = fallback(asked=asked, canonical=canonical, steps=steps, estimated_seconds=spec.estimated_seconds,
@@ -350,20 +354,26 @@ class Reconciler:
                                                            gpu_types=tuple(canonical), remaining=remaining,
                                                            completed_steps=completed))
 
-    def _report_sample(self, job: Mapping[str, Any], status: Mapping[str, Any], action: sm.ReportSample) -> None:
+    def _report_sample(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any],
+                       action: sm.ReportSample) -> dict[str, Any]:
+        """Post the measured step time with the graph the job was predicted with (so the sample joins the
+        prediction's correction key); the outcome goes into status.sampleStatus."""
         meta = job["metadata"]
-        graph_info = status.get("graph") or {}
-        prediction = status.get("prediction") or {}
-        # A reduced graph has another content hash: send the full graph's hash only, so samples join predictions.
-        graph = self._read_graph(meta["namespace"], status) if not graph_info.get("reduced") else None
-        graph_hash = graph_info.get("hash") or prediction.get("graphHash") or ""
+        graph = self._read_graph(meta["namespace"], status)
+        graph_hash = graph.content_hash() if graph is not None else (status.get("prediction") or {}).get("graphHash")
         if graph is None and not graph_hash:
             log.info("no sample for %s/%s: it had no model graph to learn from", meta["namespace"], meta["name"])
-            return
+            return {"sampleReported": False, "sampleStatus": "not sent: the job has no model graph"}
         try:
-            self.ctx.predictor.report_sample(
-                gpu=action.gpu_type, job_seconds=action.job_seconds, steps=action.steps,
-                job=f"{meta['namespace']}/{meta['name']}", graph=graph.to_dict() if graph is not None else None,
-                graph_hash=graph_hash)
+            answer = self.ctx.predictor.report_sample(
+                gpu=action.gpu_type, step_seconds=action.step_seconds, job_seconds=action.job_seconds,
+                steps=action.steps, startup_seconds=action.startup_seconds, job=f"{meta['namespace']}/{meta['name']}",
+                graph=graph.to_dict() if graph is not None else None, graph_hash=graph_hash or "",
+                precision=spec.precision, optimizer=spec.optimizer, num_gpus=spec.total_gpus)  # fmt: skip
         except PredictorUnavailable as e:
-            log.warning("sample for %s/%s not reported: %s", meta["namespace"], meta["name"], e)
+            log.warning("sample for %s/%s not learned: %s", meta["namespace"], meta["name"], e)
+            return {"sampleReported": False, "sampleStatus": f"not learned: {e}"[:500]}
+        outcome = str(answer.get("status") or "stored")
+        if answer.get("reason"):
+            outcome += f": {answer['reason']}"
+        return {"sampleReported": True, "sampleStatus": outcome[:500]}

@@ -39,6 +39,7 @@ class RequeueSettings:
 class PredictorSettings:
     url: str = "http://offpeak-predictor:8080"
     timeout_seconds: float = 10.0
+    token_file: str | None = None  # shared secret sent as a bearer token with samples (None: samples are refused)
 
 
 @dataclass(frozen=True, slots=True)

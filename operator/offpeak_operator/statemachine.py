@@ -15,10 +15,13 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
+from offpeak.progress import Progress
+
 from offpeak_operator import conditions as cond
 from offpeak_operator import names
 from offpeak_operator.conditions import rfc3339
 from offpeak_operator.jobspec import JobSpec, Problem
+from offpeak_operator.measure import Measurement, checkpointed_steps, measure_attempt, with_measurement
 from offpeak_operator.predictions import Prediction, remaining_seconds
 from offpeak_operator.settings import OperatorSettings
 
@@ -65,6 +68,7 @@ class PodView:
     finished_at: datetime | None = None
     extract_exit_code: int | None = None  # analysis pod: the `extract` init container's exit status, once ended
     extract_message: str = ""  # its termination message (last line of its log)
+    progress: Progress | None = None  # training pod: the offpeak.progress report in its termination message
 
     @property
     def evicted(self) -> bool:
@@ -125,9 +129,18 @@ class DeletePods:
 
 @dataclass(frozen=True, slots=True)
 class ReportSample:
+    """Post an attempt's measured step time to the predictor (it corrects the next prediction)."""
+
     gpu_type: str
-    job_seconds: float
-    steps: int
+    step_seconds: float
+    job_seconds: float  # the attempt's wall time
+    steps: int  # steps the attempt did
+    startup_seconds: float
+
+    @classmethod
+    def of(cls, m: Measurement) -> ReportSample:
+        return cls(gpu_type=m.gpu_type, step_seconds=m.step_seconds, job_seconds=m.wall_seconds, steps=m.steps,
+                   startup_seconds=m.startup_seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,6 +398,18 @@ def _running(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     return Decision(status=out, actions=[EmitEvent("Normal", "Running", message)])
 
 
+def _measure(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], prediction: Prediction | None,
+             *, wall_seconds: float | None, completed: bool) -> Measurement | None:
+    lead = pods[0] if pods else None
+    gpu_type = (lead.gpu_type if lead else "") or status.get("gpuType") or ""
+    if not gpu_type:
+        return None
+    done_before = int(status.get("completedSteps") or 0)
+    return measure_attempt(gpu_type=gpu_type, wall_seconds=wall_seconds, reports=[p.progress for p in pods],
+                           attempt=int(status.get("attempts") or 1), steps=max(1, spec.total_steps - done_before),
+                           completed=completed, prediction=prediction, spec_startup=spec.startup_seconds)
+
+
 def _succeeded(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], prediction: Prediction | None,
                now: datetime) -> Decision:
     start = _attempt_start(status, pods, now)
@@ -392,14 +417,17 @@ def _succeeded(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView]
     finish = max(finishes) if finishes else now
     actual = max(0.0, (finish - start).total_seconds())
     completed = int(status.get("completedSteps") or 0)
-    steps = max(1, spec.total_steps - completed)
     lead = pods[0]
     gpu_type = lead.gpu_type or status.get("gpuType") or ""
+    measured = _measure(spec, status, pods, prediction, wall_seconds=actual, completed=True)
     message = f"succeeded in {actual:.0f}s on {gpu_type or 'an unknown GPU type'}"
+    if measured is not None:
+        message += f", {measured.step_seconds:.4g}s per step"
+        if measured.error is not None:
+            message += f" ({measured.error:+.0%} against the prediction)"
     out: dict[str, Any] = {
         "phase": Phase.SUCCEEDED, "finishTime": rfc3339(finish), "actualSeconds": round(actual, 3),
-        "actualStepSeconds": round(actual / steps, 6), "sampleReported": True, "message": message,
-        "node": lead.node or status.get("node"), "gpuType": gpu_type or None,
+        "message": message, "node": lead.node or status.get("node"), "gpuType": gpu_type or None,
         "conditions": cond.set_condition(_conditions(status), type=cond.FINISHED, ok=True, reason="Succeeded",
                                          message=message, now=now),
     }  # fmt: skip
@@ -410,8 +438,10 @@ def _succeeded(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView]
     if predicted is not None:
         out["predictedSeconds"] = predicted
         actions.append(RecordOutcome(gpu_type=gpu_type, predicted_seconds=predicted, actual_seconds=actual))
-    if gpu_type:
-        actions.append(ReportSample(gpu_type=gpu_type, job_seconds=actual, steps=steps))
+    if measured is not None:
+        out["actualStepSeconds"] = round(measured.step_seconds, 9)
+        out["measurements"] = with_measurement(status.get("measurements"), measured)
+        actions.append(ReportSample.of(measured))
     return Decision(status=out, actions=actions)
 
 
@@ -440,12 +470,25 @@ def steps_done(pods: Sequence[PodView], prediction: Prediction | None, *, status
     return math.floor(todo * min(1.0, max(0.0, (end - start).total_seconds()) / budget))
 
 
+def credited_steps(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView],
+                   prediction: Prediction | None, *, now: datetime) -> int:
+    """Steps a checkpointing job keeps after an interrupted attempt: its checkpoint as the training code
+    reported it (offpeak.progress), else the pessimistic estimate of `steps_done`."""
+    completed = int(status.get("completedSteps") or 0)
+    if not spec.checkpointing:
+        return completed
+    reported = checkpointed_steps([p.progress for p in pods])
+    credit = reported if reported is not None else completed + steps_done(pods, prediction, status=status, now=now)
+    return max(completed, min(spec.total_steps - 1, credit))
+
+
 def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], prediction: Prediction | None,
              reason: str, what: str, now: datetime, settings: OperatorSettings) -> Decision:
     attempt = int(status.get("attempts") or 1)
-    completed = int(status.get("completedSteps") or 0)
-    if spec.checkpointing:
-        completed = min(spec.total_steps - 1, completed + steps_done(pods, prediction, status=status, now=now))
+    completed = credited_steps(spec, status, pods, prediction, now=now)
+    ends = [p.finished_at for p in pods if p.finished_at is not None]
+    wall = ((max(ends) if ends else now) - _attempt_start(status, pods, now)).total_seconds()
+    measured = _measure(spec, status, pods, prediction, wall_seconds=max(0.0, wall), completed=False)
     alive = tuple(p.name for p in pods if p.phase not in ("Succeeded", "Failed") and not p.deleting)
     conds = _conditions(status)
     if attempt >= spec.max_attempts:
@@ -462,11 +505,13 @@ def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     resume = f", will resume after step {completed}" if spec.checkpointing else ", will restart from the beginning"
     message = f"{what}; attempt {attempt + 1}/{spec.max_attempts} in {delay:.0f}s{resume}"
     conds = cond.set_condition(conds, type=cond.SCHEDULED, ok=False, reason=reason, message=message, now=now)
-    return Decision(
-        status={"phase": Phase.REQUEUED, "nextAttemptTime": rfc3339(next_at), "message": message,
-                "conditions": conds, "completedSteps": completed},
-        actions=[DeletePods(alive), RecordRequeue(reason), EmitEvent("Warning", reason, message)],
-    )
+    out = {"phase": Phase.REQUEUED, "nextAttemptTime": rfc3339(next_at), "message": message, "conditions": conds,
+           "completedSteps": completed}
+    actions: list[Action] = [DeletePods(alive), RecordRequeue(reason), EmitEvent("Warning", reason, message)]
+    if measured is not None:  # the interrupted attempt reported its step time: learn from it too
+        out["measurements"] = with_measurement(status.get("measurements"), measured)
+        actions.append(ReportSample.of(measured))
+    return Decision(status=out, actions=actions)
 
 
 def prediction_status(*, status: Mapping[str, Any], prediction: Prediction, reason: str, message: str,

@@ -30,7 +30,7 @@ def build_operator(settings: OperatorSettings, *, kubeconfig: str | None = None,
     metrics = OperatorMetrics(metrics_registry)
     ctx = Context(settings=settings, kube=KubeIO(api_client),
                   predictor=PredictorHTTP(settings.predictor.url, timeout_seconds=settings.predictor.timeout_seconds,
-                                          metrics=metrics),
+                                          metrics=metrics, token_file=settings.predictor.token_file),
                   metrics=metrics, resolve_gpu=load_resolver())
     if extract is not None:
         ctx.extract = extract

@@ -33,6 +33,18 @@ def test_env_fallbacks(monkeypatch: pytest.MonkeyPatch) -> None:
     assert cli.namespaces(parse(["-A"])) == []
 
 
+def test_predictor_token_file_flag_and_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret")
+    assert cli.build_settings(parse(["-A", "--predictor-token-file", str(token)])).predictor.token_file == str(token)
+    monkeypatch.setenv("OFFPEAK_PREDICTOR_TOKEN_FILE", str(token))
+    assert cli.build_settings(parse(["-A"])).predictor.token_file == str(token)
+    monkeypatch.delenv("OFFPEAK_PREDICTOR_TOKEN_FILE")
+    assert cli.build_settings(parse(["-A"])).predictor.token_file is None
+    with pytest.raises(UserError, match="does not exist"):
+        cli.build_settings(parse(["-A", "--predictor-token-file", str(tmp_path / "absent")]))
+
+
 @pytest.mark.parametrize("argv,match", [
     (["-A", "--predictor-url", "ftp://x"], "predictor-url"),
     (["-A", "--analysis-timeout-seconds", "1"], "at least 10"),

@@ -65,3 +65,44 @@ def test_schema_rejects_bad_specs(bad: dict) -> None:
            "spec": {"image": "i", "batchSize": 8, "steps": 10, "gpuTypes": ["T4"], **bad}}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(doc, SCHEMA)
+
+
+def _undeclared(value: Any, schema: dict[str, Any], path: str = "status") -> list[str]:
+    """Keys the API server would prune: present in `value` but not declared in the structural `schema`."""
+    if isinstance(value, dict) and "properties" in schema:
+        out = []
+        for key, sub in value.items():
+            if key not in schema["properties"]:
+                out.append(f"{path}.{key}")
+            else:
+                out += _undeclared(sub, schema["properties"][key], f"{path}.{key}")
+        return out
+    if isinstance(value, list) and "items" in schema:
+        return [p for item in value for p in _undeclared(item, schema["items"], f"{path}[]")]
+    return []
+
+
+def test_measurement_and_correction_status_fields_are_declared_so_they_are_not_pruned() -> None:
+    from datetime import timedelta
+
+    from offpeak.progress import Progress
+    from optestkit import NOW, job_body
+
+    from offpeak_operator import statemachine as sm
+    from offpeak_operator.predictions import GpuPrediction, Prediction
+    from offpeak_operator.settings import OperatorSettings
+
+    prediction = Prediction(source="predictor", steps=1000, model_version="m", graph_hash="sha256:x", gpus=(
+        GpuPrediction(gpu_type="T4", step_seconds=0.5, step_seconds_p90=0.8, job_seconds=560, job_seconds_p90=900,
+                      correction_samples=2, correction_factor=1.3),))
+    view = sm.PodView("train-1-a1-w0", phase="Succeeded", node="n1", gpu_type="T4", started_at=NOW,
+                      finished_at=NOW + timedelta(seconds=700),
+                      progress=Progress(steps=1000, attempt_steps=1000, step_seconds=0.6, startup_seconds=100))
+    status = {"phase": "Running", "attempts": 1, "completedSteps": 0, "prediction": prediction.to_status()}
+    d = sm.decide(job_name="train-1", spec=parse_spec(job_body()["spec"]), problems=[], status=status,
+                  observed=sm.Observed(training_pods={view.name: view}), now=NOW, settings=OperatorSettings())
+    written = {**status, **d.status, "sampleReported": True, "sampleStatus": "accepted"}
+    assert "measurements" in written and written["prediction"]["gpus"][0]["correctionSamples"] == 2
+    schema = VERSION["schema"]["openAPIV3Schema"]["properties"]["status"]
+    assert _undeclared(written, schema) == []
+    jsonschema.validate({"status": written}, {"type": "object", "properties": {"status": _jsonschema(schema)}})

@@ -59,3 +59,18 @@ def test_analysis_pod_extract_exit_status_and_last_log_line() -> None:
     oom = pod("j-analysis", "analysis", phase="Failed", initContainerStatuses=[
         {"name": "extract", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}}}])
     assert pod_view(oom, node_gpu_types={}).extract_exit_code == 137
+
+
+def test_training_pod_progress_report_from_the_termination_message() -> None:
+    report = '{"offpeak_progress":1,"steps":900,"attempt_steps":500,"step_seconds":0.25,"checkpoint_steps":800}'
+    done = pod("j-a2-w0", phase="Succeeded", containerStatuses=[
+        {"name": "train", "state": {"terminated": {"exitCode": 0, "message": report}}}])
+    progress = pod_view(done, node_gpu_types={}).progress
+    assert progress is not None and (progress.steps, progress.step_seconds, progress.checkpoint_steps) == (900, 0.25, 800)
+    restarted = pod("j-a2-w0", containerStatuses=[{"name": "train", "state": {"running": {}},
+                                                   "lastState": {"terminated": {"message": report}}}])
+    assert pod_view(restarted, node_gpu_types={}).progress == progress
+    crashed = pod("j-a2-w0", phase="Failed", containerStatuses=[
+        {"name": "train", "state": {"terminated": {"exitCode": 1, "message": "Traceback: boom"}}}])
+    assert pod_view(crashed, node_gpu_types={}).progress is None  # a log tail is no report
+    assert pod_view(pod("j-a2-w0"), node_gpu_types={}).progress is None

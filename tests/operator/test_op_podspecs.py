@@ -47,6 +47,10 @@ def test_training_pod_carries_the_contract() -> None:
     assert c["resources"]["requests"] == {"cpu": "2", "nvidia.com/gpu": "2"}
     assert c["resources"]["limits"] == {"memory": "8Gi", "nvidia.com/gpu": "2"}
     assert {"name": "OFFPEAK_COMPLETED_STEPS", "value": "250"} in c["env"]
+    # offpeak.progress writes where the kubelet picks up the termination message the operator reads back
+    assert {"name": "OFFPEAK_PROGRESS_FILE", "value": "/dev/termination-log"} in c["env"]
+    assert c["terminationMessagePath"] == "/dev/termination-log"
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
     term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
     assert term["matchExpressions"] == [{"key": "offpeak.io/gpu-type", "operator": "In",
                                          "values": ["A100-SXM4-40GB", "T4"]}]

@@ -17,6 +17,7 @@ from offpeak_operator.predictor_http import PredictorHTTP, PredictorUnavailable
 
 class Handler(BaseHTTPRequestHandler):
     seen: list[tuple[str, dict]] = []
+    auth: list[str | None] = []
 
     def do_POST(self) -> None:  # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -24,7 +25,8 @@ class Handler(BaseHTTPRequestHandler):
         if "Z9000" in body.get("gpus", []):
             code, out = 400, {"error": "unknown GPU 'Z9000'"}
         elif self.path == "/v1/samples":
-            code, out = 201, {"id": 7}
+            Handler.auth.append(self.headers.get("Authorization"))
+            code, out = 201, {"id": 7, "status": "accepted"}
         else:
             code, out = 200, {"model_version": "m", "graph_hash": "h", "predictions": []}
         data = json.dumps(out).encode()
@@ -47,16 +49,24 @@ def server() -> Iterator[str]:
     srv.shutdown()
 
 
-def test_predict_and_sample_bodies_follow_the_contract(server: str) -> None:
+def test_predict_and_sample_bodies_follow_the_contract(server: str, tmp_path) -> None:
     m = OperatorMetrics(CollectorRegistry())
-    p = PredictorHTTP(server, timeout_seconds=2, metrics=m)
+    token = tmp_path / "token"
+    token.write_text("operator-secret\n")
+    p = PredictorHTTP(server, timeout_seconds=2, metrics=m, token_file=str(token))
     assert p.predict(graph={"g": 1}, gpus=["T4"], precision="fp16", optimizer="sgd", steps=10, num_gpus=2)[
         "model_version"] == "m"
-    assert p.report_sample(gpu="T4", job_seconds=20.0, steps=10, job="ns/j", graph_hash="sha256:x", graph=None) == 7
+    answer = p.report_sample(gpu="T4", step_seconds=1.5, job_seconds=20.0, steps=10, startup_seconds=5.0,
+                             job="ns/j", graph_hash="sha256:x", graph=None, precision="fp16", optimizer="sgd",
+                             num_gpus=2, batch_size=32, model_family="resnet")
+    assert answer == {"id": 7, "status": "accepted"}
     (path1, body1), (path2, body2) = Handler.seen[-2:]
     assert path1 == "/v1/predict" and body1["mode"] == "train" and body1["num_gpus"] == 2
-    assert path2 == "/v1/samples" and body2 == {"gpu": "T4", "job_seconds": 20.0, "job": "ns/j", "steps": 10,
-                                                "graph_hash": "sha256:x", "step_seconds": 2.0}
+    assert path2 == "/v1/samples" and body2 == {
+        "gpu": "T4", "step_seconds": 1.5, "job_seconds": 20.0, "job": "ns/j", "steps": 10, "graph_hash": "sha256:x",
+        "startup_seconds": 5.0, "mode": "train", "precision": "fp16", "optimizer": "sgd", "num_gpus": 2,
+        "batch_size": 32, "model_family": "resnet"}
+    assert Handler.auth[-1] == "Bearer operator-secret"  # the shared secret, as a bearer token
     assert m.registry.get_sample_value("offpeak_predictor_request_seconds_count", {"endpoint": "/v1/predict"}) == 1
 
 
@@ -69,7 +79,7 @@ def test_rejection_and_unreachable_both_become_unavailable(server: str) -> None:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     with pytest.raises(PredictorUnavailable, match="unreachable"):
-        PredictorHTTP(dead, timeout_seconds=2, metrics=m).report_sample(gpu="T4", job_seconds=1, steps=1, job="j",
-                                                                        graph_hash="h", graph=None)
+        PredictorHTTP(dead, timeout_seconds=2, metrics=m).report_sample(gpu="T4", step_seconds=0.1, job_seconds=1,
+                                                                        steps=1, job="j", graph_hash="h", graph=None)
     assert m.registry.get_sample_value("offpeak_predictor_failures_total", {"endpoint": "/v1/predict"}) == 1
     assert m.registry.get_sample_value("offpeak_predictor_failures_total", {"endpoint": "/v1/samples"}) == 1

@@ -106,11 +106,11 @@ class FakePredictor:
             {"gpu": g, "gpu_type": g, "step_seconds": 0.1, "step_seconds_p90": 0.2, "job_seconds": 100.0,
              "job_seconds_p90": 200.0, "model_version": "m1"} for g in body["gpus"]]}
 
-    def report_sample(self, **body: Any) -> int:
+    def report_sample(self, **body: Any) -> dict[str, Any]:
         if self.fail:
             raise PredictorUnavailable("down")
         self.samples.append(body)
-        return len(self.samples)
+        return {"id": len(self.samples), "status": "accepted"}
 
 
 class Clock:
@@ -161,6 +161,8 @@ def test_configmap_source_runs_the_whole_flow_and_reports_a_sample() -> None:
     assert kube.job["status"]["actualSeconds"] == 120.0
     sample = pred.samples[0]
     assert sample["gpu"] == "A100-SXM4-40GB" and sample["job_seconds"] == 120.0 and sample["steps"] == 1000
+    assert sample["step_seconds"] == 0.12 and sample["num_gpus"] == 2 and sample["precision"] == "fp32"
+    assert kube.job["status"]["sampleReported"] is True and kube.job["status"]["sampleStatus"] == "accepted"
     assert sample["graph_hash"] == small_graph().content_hash() and sample["graph"]["model_name"] == "tiny"
     assert sample["job"] == "ns/train-1"
     m = rec.ctx.metrics.registry
@@ -335,6 +337,47 @@ def test_reporting_failure_does_not_block_success() -> None:
     rec.reconcile("ns", "train-1")
     kube.set_pod("train-1-a1-w0", "Succeeded", finish=NOW + timedelta(seconds=60))
     assert rec.reconcile("ns", "train-1") == "Succeeded"
+
+
+def test_a_sample_the_predictor_refuses_is_said_in_the_status_and_never_blocks() -> None:
+    class Refusing(FakePredictor):
+        def report_sample(self, **body: Any) -> dict[str, Any]:
+            self.samples.append(body)
+            raise PredictorUnavailable("predictor /v1/samples: HTTP 422: measured step time is 9x the model's")
+
+    rec, kube, pred, _ = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}), predictor=Refusing())
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    rec.reconcile("ns", "train-1")
+    kube.set_pod("train-1-a1-w0", "Succeeded", node="n1", finish=NOW + timedelta(seconds=60))
+    assert rec.reconcile("ns", "train-1") == "Succeeded"
+    status = kube.job["status"]
+    assert status["sampleReported"] is False and "9x" in status["sampleStatus"]
+    assert pred.samples[0]["graph"]["model_name"] == "tiny"  # the graph the job was predicted with
+
+
+def test_a_job_without_a_graph_sends_no_sample_and_says_so() -> None:
+    rec, kube, pred, _ = make(job_body())
+    rec.reconcile("ns", "train-1")
+    kube.set_pod("train-1-a1-w0", "Succeeded", finish=NOW + timedelta(seconds=60))
+    assert rec.reconcile("ns", "train-1") == "Succeeded"
+    assert pred.samples == [] and kube.job["status"]["sampleStatus"].startswith("not sent")
+
+
+def test_a_corrected_prediction_is_recorded_with_its_sample_count() -> None:
+    class Correcting(FakePredictor):
+        def predict(self, **body: Any) -> dict[str, Any]:
+            answer = super().predict(**body)
+            for row in answer["predictions"]:
+                row["correction"] = {"samples": 3, "factor": 1.38, "level": "graph"}
+            return answer
+
+    rec, kube, _, _ = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}), predictor=Correcting())
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    rec.reconcile("ns", "train-1")
+    gpus = kube.job["status"]["prediction"]["gpus"]
+    assert all(g["correctionSamples"] == 3 and g["correctionFactor"] == 1.38 for g in gpus)
+    predicted = next(c for c in kube.job["status"]["conditions"] if c["type"] == "Predicted")
+    assert "corrected by up to 3 measured sample(s)" in predicted["message"]
 
 
 def test_deleted_job_is_forgotten() -> None:

@@ -7,6 +7,9 @@ from typing import Any
 
 from optestkit import NOW, job_body
 
+import pytest
+from offpeak.progress import Progress
+
 from offpeak_operator import statemachine as sm
 from offpeak_operator.jobspec import Problem, parse_spec
 from offpeak_operator.predictions import FallbackSettings, GpuPrediction, Prediction
@@ -141,9 +144,42 @@ def test_success_measures_actual_time_and_reports() -> None:
                       finished_at=NOW + timedelta(seconds=450))
     d = decide(waiting(phase="Running"), observed=pods(view), now=NOW + timedelta(seconds=460))
     assert d.phase == "Succeeded" and d.status["actualSeconds"] == 450.0
+    # no start-up in this prediction (500 s = 1000 x 0.5 s): the whole wall time is steps
     assert d.status["actualStepSeconds"] == 0.45
-    assert sm.ReportSample(gpu_type="T4", job_seconds=450.0, steps=1000) in d.actions
+    assert sm.ReportSample(gpu_type="T4", step_seconds=0.45, job_seconds=450.0, steps=1000,
+                           startup_seconds=0.0) in d.actions
+    (m,) = d.status["measurements"]
+    assert m == {"attempt": 1, "gpuType": "T4", "source": "wall", "steps": 1000, "stepSeconds": 0.45,
+                 "wallSeconds": 450.0, "startupSeconds": 0.0, "predictedStepSeconds": 0.5, "error": -0.1}
+    assert "-10% against the prediction" in d.status["message"]
     assert sm.RecordOutcome(gpu_type="T4", predicted_seconds=500.0, actual_seconds=450.0) in d.actions
+
+
+def test_success_with_a_progress_report_measures_the_training_loop_only() -> None:
+    report = Progress(steps=1000, attempt_steps=1000, step_seconds=0.7, startup_seconds=120.0)
+    view = sm.PodView("train-1-a1-w0", phase="Succeeded", node="n1", gpu_type="T4", started_at=NOW,
+                      finished_at=NOW + timedelta(seconds=820), progress=report)
+    d = decide(waiting(phase="Running"), observed=pods(view), now=NOW + timedelta(seconds=830))
+    assert d.status["actualStepSeconds"] == 0.7 and d.status["actualSeconds"] == 820.0
+    (m,) = d.status["measurements"]
+    assert m["source"] == "progress" and m["error"] == pytest.approx(0.4) and m["startupSeconds"] == 120.0
+    assert sm.ReportSample(gpu_type="T4", step_seconds=0.7, job_seconds=820.0, steps=1000,
+                           startup_seconds=120.0) in d.actions
+
+
+def test_success_without_a_report_takes_the_declared_start_up_off_the_wall_time() -> None:
+    view = sm.PodView("train-1-a1-w0", phase="Succeeded", node="n1", gpu_type="T4", started_at=NOW,
+                      finished_at=NOW + timedelta(seconds=650))
+    d = decide(waiting(phase="Running"), spec={"startupSeconds": 50}, observed=pods(view))
+    assert d.status["actualStepSeconds"] == 0.6 and d.status["measurements"][0]["startupSeconds"] == 50.0
+
+
+def test_success_shorter_than_its_start_up_reports_no_sample() -> None:
+    view = sm.PodView("train-1-a1-w0", phase="Succeeded", node="n1", gpu_type="T4", started_at=NOW,
+                      finished_at=NOW + timedelta(seconds=30))
+    d = decide(waiting(phase="Running"), spec={"startupSeconds": 60}, observed=pods(view))
+    assert d.phase == "Succeeded" and "actualStepSeconds" not in d.status and "measurements" not in d.status
+    assert not any(isinstance(a, sm.ReportSample) for a in d.actions)
 
 
 def test_terminal_phases_do_nothing() -> None:
@@ -170,6 +206,21 @@ def test_eviction_requeues_with_backoff_and_keeps_progress_when_checkpointing() 
     assert d.status["completedSteps"] == 100  # 100 s at the p90 step time of 1 s on T4
     assert d.status["nextAttemptTime"] == "2026-11-21T06:01:50Z"  # now + 10 s
     assert sm.DeletePods(("train-1-a1-w0",)) in d.actions and sm.RecordRequeue("Evicted") in d.actions
+
+
+def test_eviction_resumes_from_the_checkpoint_the_job_reported_and_learns_its_step_time() -> None:
+    report = Progress(steps=640, attempt_steps=640, step_seconds=0.5, startup_seconds=20.0, checkpoint_steps=600)
+    view = sm.PodView("train-1-a1-w0", phase="Failed", reason="Evicted", node="n1", gpu_type="T4", started_at=NOW,
+                      finished_at=NOW + timedelta(seconds=340), progress=report)
+    d = decide(waiting(phase="Running"), spec={"checkpointing": True}, observed=pods(view),
+               now=NOW + timedelta(seconds=345))
+    assert d.phase == "Requeued" and d.status["completedSteps"] == 600  # not the p90-time estimate (340)
+    assert d.status["measurements"][0]["source"] == "progress"
+    assert sm.ReportSample(gpu_type="T4", step_seconds=0.5, job_seconds=340.0, steps=640,
+                           startup_seconds=20.0) in d.actions
+    without = decide(waiting(phase="Running"), spec={"checkpointing": False}, observed=pods(view),
+                     now=NOW + timedelta(seconds=345))
+    assert without.status["completedSteps"] == 0
 
 
 def test_eviction_without_checkpointing_restarts_from_zero() -> None:
