@@ -155,3 +155,29 @@ spec:
       {{- include "offpeak.selectorLabels" . | nindent 6 }}
 {{- end }}
 {{- end }}
+
+{{/* The Secret holding the predictor's shared token (key "token"): the user's, else the chart's own. */}}
+{{- define "offpeak.tokenSecretName" -}}
+{{- .Values.predictor.auth.existingSecret | default (printf "%s-predictor-token" (include "offpeak.fullname" .)) }}
+{{- end }}
+
+{{/* Where the operator and the predictor find the shared token. */}}
+{{- define "offpeak.tokenDir" -}}
+/var/run/secrets/offpeak/predictor-token
+{{- end }}
+
+{{- define "offpeak.tokenVolume" -}}
+- name: predictor-token
+  secret:
+    secretName: {{ include "offpeak.tokenSecretName" . }}
+    defaultMode: 0440
+    items:
+      - key: token
+        path: token
+{{- end }}
+
+{{- define "offpeak.tokenMount" -}}
+- name: predictor-token
+  mountPath: {{ include "offpeak.tokenDir" . }}
+  readOnly: true
+{{- end }}
