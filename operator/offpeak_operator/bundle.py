@@ -1,7 +1,8 @@
 """Build the pure-Python zipapp that the analysis pod copies into the user's image.
 
 `python -m offpeak_operator.bundle --out /opt/offpeak/offpeak.pyz` (run when building the offpeak image). The
-bundle holds only pure-Python packages (offpeak, offpeak_graph); the user's image supplies torch.
+bundle holds only pure-Python packages (offpeak, offpeak_graph, and the core they stand on without its data
+sample); the user's image supplies torch.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import zipapp
 from collections.abc import Sequence
 from pathlib import Path
 
-PACKAGES: tuple[str, ...] = ("offpeak", "offpeak_graph")
+PACKAGES: tuple[str, ...] = ("offpeak", "offpeak_graph", "offpeak_core")
 MAIN = "import sys\nfrom offpeak.cli import main\nsys.exit(main())\n"
 
 
@@ -26,7 +27,7 @@ def build_bundle(out: Path, *, packages: Sequence[str] = PACKAGES) -> Path:
         for name in packages:
             module = importlib.import_module(name)
             src = Path(module.__file__ or "").parent
-            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "tests"))
+            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "tests", "sample_data"))
         (root / "__main__.py").write_text(MAIN)
         out.parent.mkdir(parents=True, exist_ok=True)
         zipapp.create_archive(root, out, interpreter="/usr/bin/env python3", compressed=True)
