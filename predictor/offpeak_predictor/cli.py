@@ -155,8 +155,9 @@ def _register_predictor(subparsers: argparse._SubParsersAction) -> None:  # type
                         "accepted (env OFFPEAK_PREDICTOR_TOKEN_FILE)")
     s.add_argument("--max-samples", type=int, default=int(os.environ.get("OFFPEAK_PREDICTOR_MAX_SAMPLES", "10000")),
                    help="job samples kept in the DB; the oldest are dropped and unlearned (default 10000)")
-    s.add_argument("--prior-strength", type=float, default=1.0,
-                   help="samples that weigh as much as the model's prediction in the online correction (default 1)")
+    s.add_argument("--prior-strength", type=float, default=0.5,
+                   help="samples that weigh as much as the model's prediction in the online correction; one "
+                        "sample's weight is 1 / (1 + k) (default 0.5)")
     s.set_defaults(func=_cmd_serve)
     b = sub.add_parser("build-db", help="load every dataset under shared/data/runtime into the benchmark DB")
     b.add_argument("--db", default=None, help="SQLite path (default ~/.cache/offpeak/benchmarks.sqlite)")

@@ -55,7 +55,7 @@ def test_sample_retention_and_prior_strength_reach_the_predictor(helm_bin, tmp_p
     _, container = _container(objects, "-predictor")
     assert "--max-samples=500" in container["args"] and "--prior-strength=2.5" in container["args"]
     _, default = _container(render(CHART), "-predictor")
-    assert "--max-samples=10000" in default["args"] and "--prior-strength=1" in default["args"]
+    assert "--max-samples=10000" in default["args"] and "--prior-strength=0.5" in default["args"]
 
 
 def test_the_sample_db_lives_on_a_claim_when_persistence_is_on(helm_bin) -> None:
