@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -85,62 +86,53 @@ def _ape(pred: float, actual: float) -> float:
     return abs(pred - actual) / actual * 100
 
 
-def summary(steps: Sequence[Step]) -> dict[str, object]:
-    """MAPE of the model and of the corrected prediction, by the family samples learned before each row."""
+def _mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values)
+
+
+def _label(lo: int, hi: int) -> str:
+    return str(lo) if lo == hi else (f"{lo}-{hi}" if hi < 10**9 else f">={lo}")
+
+
+def summary(steps: Sequence[Step], *, orders: int = 1) -> dict[str, Any]:
+    """MAPE of the model and of the corrected prediction, by the family samples learned before each row.
+
+    `steps` may pool several arrival orders (`orders`); row counts are then per order.
+    """
     by_bin = []
     for lo, hi in BINS:
         part = [s for s in steps if lo <= s.family_samples <= hi]
-        if not part:
-            continue
-        by_bin.append({
-            "samples_before": f"{lo}" if lo == hi else (f"{lo}-{hi}" if hi < 10**9 else f">={lo}"), "rows": len(part),
-            "model_mape": sum(_ape(s.model, s.actual) for s in part) / len(part),
-            "corrected_mape": sum(_ape(s.corrected, s.actual) for s in part) / len(part),
-            "model_p90_coverage": sum(s.actual <= s.model_p90 for s in part) / len(part),
-            "corrected_p90_coverage": sum(s.actual <= s.corrected_p90 for s in part) / len(part),
-            "corrected_p90_width": sum(s.corrected_p90 / s.corrected for s in part) / len(part),
-        })  # fmt: skip
-    n = len(steps)
+        if part:
+            by_bin.append({
+                "samples_before": _label(lo, hi), "rows": len(part) / orders,
+                "model_mape": _mean([_ape(s.model, s.actual) for s in part]),
+                "corrected_mape": _mean([_ape(s.corrected, s.actual) for s in part]),
+                "model_p90_coverage": _mean([float(s.actual <= s.model_p90) for s in part]),
+                "corrected_p90_coverage": _mean([float(s.actual <= s.corrected_p90) for s in part]),
+                "corrected_p90_width": _mean([s.corrected_p90 / s.corrected for s in part]),
+            })  # fmt: skip
     return {
-        "rows": n, "model_mape": sum(_ape(s.model, s.actual) for s in steps) / n,
-        "corrected_mape": sum(_ape(s.corrected, s.actual) for s in steps) / n,
-        "quarantined": sum(s.status == "quarantined" for s in steps), "by_samples_before": by_bin,
+        "rows": len(steps) / orders, "model_mape": _mean([_ape(s.model, s.actual) for s in steps]),
+        "corrected_mape": _mean([_ape(s.corrected, s.actual) for s in steps]),
+        "quarantined": sum(s.status == "quarantined" for s in steps) / orders, "by_samples_before": by_bin,
     }  # fmt: skip
 
 
-def _mean_summaries(runs: Sequence[dict[str, object]]) -> dict[str, object]:
-    """Average of per-seed summaries (bins line up: every seed streams the same rows)."""
-    first = runs[0]
-    out: dict[str, object] = {k: sum(float(r[k]) for r in runs) / len(runs)  # type: ignore[arg-type]
-                              for k in ("model_mape", "corrected_mape", "quarantined")}  # fmt: skip
-    out["rows"] = first["rows"]
-    bins: dict[str, list[dict[str, object]]] = {}
-    for r in runs:
-        for b in r["by_samples_before"]:  # type: ignore[attr-defined]
-            bins.setdefault(str(b["samples_before"]), []).append(b)
-    out["by_samples_before"] = [
-        {"samples_before": label, "rows": sum(int(b["rows"]) for b in group) / len(group),  # type: ignore[arg-type]
-         **{k: sum(float(b[k]) for b in group) / len(group)  # type: ignore[arg-type]
-            for k in ("model_mape", "corrected_mape", "model_p90_coverage", "corrected_p90_coverage",
-                      "corrected_p90_width")}}
-        for label, group in bins.items()
-    ]  # fmt: skip
-    return out
-
-
 def evaluate(rows: pd.DataFrame, *, settings: CorrectionSettings, p90_log_margin: float,
-             seeds: int) -> dict[str, object]:  # fmt: skip
-    runs = [summary(stream(rows, settings=settings, p90_log_margin=p90_log_margin, seed=s)) for s in range(seeds)]
-    return _mean_summaries(runs)
+             seeds: int) -> dict[str, Any]:  # fmt: skip
+    """`summary` over `seeds` random arrival orders, pooled."""
+    steps = [step for seed in range(seeds)
+             for step in stream(rows, settings=settings, p90_log_margin=p90_log_margin, seed=seed)]  # fmt: skip
+    return summary(steps, orders=seeds)
 
 
-def print_table(name: str, result: dict[str, object], margin: float) -> None:
-    print(f"\n{name}: {result['rows']} rows streamed one at a time; model alone {result['model_mape']:.1f} % MAPE, "
+def print_table(name: str, result: dict[str, Any], margin: float) -> None:
+    print(f"\n{name}: {result['rows']:.0f} rows streamed one at a time; model alone {result['model_mape']:.1f} % MAPE, "
           f"with the correction {result['corrected_mape']:.1f} % ({result['quarantined']:.0f} quarantined); "
           f"model p90 = p50 x {math.exp(margin):.2f}")  # fmt: skip
     print(f"{'family samples before':>22} {'rows':>6} {'model MAPE':>11} {'corrected':>10} "
           f"{'p90 cover model/corr':>21} {'p90/p50':>8}")
-    for b in result["by_samples_before"]:  # type: ignore[attr-defined]
+    for b in result["by_samples_before"]:
         print(f"{b['samples_before']:>22} {b['rows']:>6.0f} {b['model_mape']:>10.1f}% {b['corrected_mape']:>9.1f}% "
               f"{b['model_p90_coverage']:>10.0%} / {b['corrected_p90_coverage']:>4.0%} "
               f"{b['corrected_p90_width']:>8.2f}")  # fmt: skip

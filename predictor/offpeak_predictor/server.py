@@ -12,6 +12,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, replace
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
@@ -20,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from offpeak.errors import UserError
 from offpeak_graph.schema import ModelGraph
 from offpeak_predictor.auth import SharedSecret
+from offpeak_predictor.correction import Level
 from offpeak_predictor.db import BenchmarkDB
 from offpeak_predictor.gpus import known_gpus, resolve_gpu
 from offpeak_predictor.model import RuntimeModel
@@ -174,9 +176,16 @@ class PredictorApp:
         self.feedback = Feedback(predictor=self.predictor, db=db, settings=feedback) if db is not None else None
         self.metrics.model_info.labels(model.version).set(1)
         if self.feedback is not None:
-            table = self.feedback.table
-            for level in ("family", "graph"):
-                self.metrics.corrected_keys.labels(level).set_function(lambda lv=level: table.key_counts()[lv])
+            levels: tuple[Level, ...] = ("family", "graph")
+            for level in levels:
+                self.metrics.corrected_keys.labels(level).set_function(self._key_count(level))
+
+    def _key_count(self, level: Level) -> Callable[[], float]:
+        """The gauge callback: keys with samples at one level (read at scrape time)."""
+        def count() -> float:
+            return float(self.feedback.table.key_counts()[level]) if self.feedback is not None else 0.0
+
+        return count
 
     def load_samples(self) -> dict[str, int]:
         """Rebuild the correction table from the sample DB (start-up); counts of rows by judgement."""
