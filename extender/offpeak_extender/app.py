@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from offpeak_core.forecast import ForecastSettings
+from offpeak_extender.server import ServerSettings
 from offpeak_extender.service import DecisionSettings
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,7 @@ class ExtenderConfig:
     stale_seconds: float
     forecast: ForecastSettings
     decisions: DecisionSettings
+    server: ServerSettings
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExtenderConfig:
@@ -38,8 +40,9 @@ class ExtenderConfig:
             quantile=args.quantile,
         )
         stale = args.stale_seconds or max(3 * args.refresh_seconds, 2 * args.step_seconds)
+        server = ServerSettings(max_body_bytes=args.max_body_bytes, deadline_seconds=args.deadline_seconds)
         return cls(args.host, args.port, args.kubeconfig, args.prometheus_url, args.refresh_seconds, stale,
-                   forecast, DecisionSettings(margin=args.margin))
+                   forecast, DecisionSettings(margin=args.margin), server)
 
 
 def serve_extender(config: ExtenderConfig) -> None:
@@ -65,8 +68,8 @@ def serve_extender(config: ExtenderConfig) -> None:
              config.prometheus_url or "local pod samples", config.forecast.season_seconds,
              config.forecast.step_seconds, config.decisions.margin)
     try:
-        web.run_app(make_app(service=service, registry=registry), host=config.host, port=config.port,
-                    print=None, access_log=None)
+        web.run_app(make_app(service=service, registry=registry, settings=config.server), host=config.host,
+                    port=config.port, print=None, access_log=None)
     finally:
         informer.stop()
         refresher.stop()

@@ -52,6 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="online demand quantile per time bin (higher = more cautious windows)")
     p.add_argument("--stale-seconds", type=float, default=None,
                    help="forecasts older than this are stale (default: 3 x refresh, at least 2 steps)")
+    p.add_argument("--deadline-seconds", type=float, default=_env_float("OFFPEAK_EXTENDER_DEADLINE_SECONDS", 3.0),
+                   help="answer fail-open (all nodes pass, scores 0) when a decision takes longer; keep it below "
+                   "the scheduler's httpTimeout (5s)")
+    p.add_argument("--max-body-bytes", type=int,
+                   default=int(_env_float("OFFPEAK_EXTENDER_MAX_BODY_BYTES", 8 * 1024 * 1024)),
+                   help="largest /filter or /prioritize body accepted (413 above); default 8 MiB")
     p.add_argument("--log-level", default=_env("OFFPEAK_LOG_LEVEL", "INFO"))
     p.set_defaults(func=run_extender)
 
@@ -74,6 +80,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 def _check(args: argparse.Namespace) -> None:
     for name in ("refresh_seconds", "step_seconds", "season_seconds", "history_days"):
         if getattr(args, name, 1) is not None and getattr(args, name, 1) <= 0:
+            raise UserError(f"--{name.replace('_', '-')} must be > 0")
+    for name in ("deadline_seconds", "max_body_bytes"):
+        if getattr(args, name, 1) <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be > 0")
     if getattr(args, "margin", 0) < 0:
         raise UserError("--margin must be >= 0")

@@ -22,7 +22,12 @@ FILTER_REASON_KINDS = (*(kind for _, kind in _REASON_KINDS), REASON_KIND_OTHER)
 # Every (verb, outcome) of offpeak_extender_requests_total (offpeak_extender.service).
 FILTER, PRIORITIZE = "filter", "prioritize"
 MANAGED, PASSTHROUGH, ERROR, BAD_PREDICTION = "managed", "passthrough", "error", "bad-prediction"
-REQUEST_OUTCOMES = {FILTER: (MANAGED, PASSTHROUGH, ERROR, BAD_PREDICTION), PRIORITIZE: (MANAGED, PASSTHROUGH, ERROR)}
+# Answered without a decision by the HTTP layer: over the body limit (413), past the deadline or after a bug
+# (both fail-open: every node passes, scores 0).
+TOO_LARGE, DEADLINE, INTERNAL_ERROR = "too-large", "deadline", "internal-error"
+_TRANSPORT_OUTCOMES = (TOO_LARGE, DEADLINE, INTERNAL_ERROR)
+REQUEST_OUTCOMES = {FILTER: (MANAGED, PASSTHROUGH, ERROR, BAD_PREDICTION, *_TRANSPORT_OUTCOMES),
+                    PRIORITIZE: (MANAGED, PASSTHROUGH, ERROR, *_TRANSPORT_OUTCOMES)}
 
 
 def reason_kind(reason: str) -> str:
@@ -55,7 +60,8 @@ class ExtenderMetrics:
                 ["reason"], registry=registry,
             ),
             requests=Counter(
-                "offpeak_extender_requests_total", "Extender calls by verb and outcome (managed, passthrough, error).",
+                "offpeak_extender_requests_total", "Extender calls by verb and outcome (managed, passthrough, error, "
+                "too-large, deadline, internal-error).",
                 ["verb", "outcome"], registry=registry,
             ),
             data_stale=Gauge(

@@ -1,50 +1,122 @@
-"""aiohttp transport for the extender: `/filter`, `/prioritize`, `/healthz`, `/metrics`."""
+"""aiohttp transport for the extender: `/filter`, `/prioritize`, `/healthz`, `/readyz`, `/windows`, `/metrics`.
+
+Handlers only read the body (bounded per endpoint), hand the work to a thread pool, time it and reply: the event
+loop never parses, decides or serialises, so `/healthz` answers while a large request is decided, and a decision
+that misses its deadline is answered fail-open (`service.fail_open`) instead of stalling the scheduler.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from offpeak_extender.service import ExtenderService
-from offpeak_extender.wire import error_filter_result
+from offpeak_extender.metrics import DEADLINE, FILTER, INTERNAL_ERROR, PRIORITIZE, TOO_LARGE
+from offpeak_extender.service import Attempt, DeadlineExceeded, ExtenderService, fail_open
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Limits of the HTTP face. Bytes and seconds.
+
+    `max_body_bytes` (for `/filter` and `/prioritize`; the GET endpoints take no body): kube-scheduler sends the
+    pod and, with `nodeCacheCapable`, only node names. 15,000 names at the 253-byte maximum (3.8 MB) plus a pod at
+    etcd's 1.5 MiB object limit fit in 8 MiB with room; typical names (~40 bytes) fit 65,000-node clusters in
+    3 MB. `deadline_seconds` stays below kube-scheduler's default `httpTimeout` of 5 s, leaving time for the body
+    transfer and a busy machine.
+    """
+
+    max_body_bytes: int = 8 * MIB
+    deadline_seconds: float = 3.0
+    workers: int = 2
+
+    def __post_init__(self) -> None:
+        if self.max_body_bytes <= 0 or self.deadline_seconds <= 0 or self.workers <= 0:
+            raise ValueError("max_body_bytes, deadline_seconds and workers must be > 0")
+
 
 SERVICE_KEY: web.AppKey[ExtenderService] = web.AppKey("service", ExtenderService)
 REGISTRY_KEY: web.AppKey[CollectorRegistry] = web.AppKey("registry", CollectorRegistry)
+SETTINGS_KEY: web.AppKey[ServerSettings] = web.AppKey("settings", ServerSettings)
+EXECUTOR_KEY: web.AppKey[ThreadPoolExecutor] = web.AppKey("executor", ThreadPoolExecutor)
 
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+def _error(status: int, message: str) -> web.Response:
+    return web.Response(status=status, body=json.dumps({"Error": message}).encode(), content_type="application/json")
 
 
-def _timed(verb: str, decide: Callable[[ExtenderService, Any], Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
+async def read_body(request: web.Request, limit: int) -> bytes | None:
+    """The request body, or None as soon as it is known to exceed `limit` bytes (declared or streamed)."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _decision(verb: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handler(request: web.Request) -> web.Response:
         service = request.app[SERVICE_KEY]
-        raw = await request.read()
+        settings = request.app[SETTINGS_KEY]
+        raw = await read_body(request, settings.max_body_bytes)
+        if raw is None:
+            service.metrics.requests.labels(verb, TOO_LARGE).inc()
+            return _error(413, f"offpeak extender: request body over {settings.max_body_bytes} bytes, the limit of "
+                               f"/{verb} (ExtenderArgs with nodeCacheCapable: the pod and node names)")
         start = time.perf_counter()
+        attempt = Attempt.within(settings.deadline_seconds)
+        work = asyncio.get_running_loop().run_in_executor(request.app[EXECUTOR_KEY], service.answer, verb, raw,
+                                                          attempt)
         try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            payload: Any = error_filter_result(f"offpeak extender: request is not JSON: {e}") if verb == "filter" else []
-        else:
-            payload = decide(service, body)
-        text = _dumps(payload)
+            body = await asyncio.wait_for(work, settings.deadline_seconds)
+        except (TimeoutError, DeadlineExceeded):
+            attempt.abandoned = True  # the worker stops at its next check
+            service.metrics.requests.labels(verb, DEADLINE).inc()
+            log.warning("/%s: no decision within %gs; answering fail-open", verb, settings.deadline_seconds)
+            body = fail_open(verb, attempt.args, f"no decision within {settings.deadline_seconds:g}s")
+        except Exception:  # a bug must not block pods: log it, answer fail-open
+            attempt.abandoned = True
+            service.metrics.requests.labels(verb, INTERNAL_ERROR).inc()
+            log.exception("/%s failed; answering fail-open", verb)
+            body = fail_open(verb, attempt.args, "internal error")
         service.metrics.decision_seconds.labels(verb).observe(time.perf_counter() - start)
-        return web.Response(text=text, content_type="application/json")
+        return web.Response(body=body, content_type="application/json")
 
     return handler
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the process answers. Cache state is reported, not judged (see /readyz)."""
     service = request.app[SERVICE_KEY]
     stale = service.store.data_stale()
     service.metrics.data_stale.set(1 if stale else 0)
     return web.json_response({"ok": True, "synced": service.store.synced, "data_stale": stale})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: 503 until the informer has listed nodes and pods (before that every node would be unknown)."""
+    service = request.app[SERVICE_KEY]
+    synced = service.store.synced
+    body = {"ready": synced, "synced": synced, "data_stale": service.store.data_stale()}
+    return web.json_response(body, status=200 if synced else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -55,13 +127,12 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def windows(request: web.Request) -> web.Response:
-    """Debug view: each node's free GPUs now and forecast idle windows (`?node=a&node=b` to narrow)."""
-    service = request.app[SERVICE_KEY]
-    names = request.query.getall("node", []) or service.store.node_names()
+def windows_report(service: ExtenderService, names: list[str]) -> dict[str, Any]:
+    """Each node's free GPUs now and forecast idle windows (`/windows`, a debug view)."""
+    names = names or service.store.node_names()
     views, unknown = service.store.views(names)
     now = service.store.clock()
-    out = {
+    return {
         "now": now,
         "data_stale": service.store.data_stale(),
         "unknown": unknown,
@@ -75,16 +146,35 @@ async def windows(request: web.Request) -> web.Response:
             for v in views
         ],
     }
-    return web.json_response(out)
 
 
-def make_app(*, service: ExtenderService, registry: CollectorRegistry) -> web.Application:
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+async def windows(request: web.Request) -> web.Response:
+    """Debug view (`?node=a&node=b` to narrow); built in the worker pool like the decisions."""
+    names = request.query.getall("node", [])
+    report = await asyncio.get_running_loop().run_in_executor(
+        request.app[EXECUTOR_KEY], windows_report, request.app[SERVICE_KEY], names)
+    return web.json_response(report)
+
+
+async def _executor(app: web.Application) -> AsyncIterator[None]:
+    executor = ThreadPoolExecutor(max_workers=app[SETTINGS_KEY].workers, thread_name_prefix="extender-decide")
+    app[EXECUTOR_KEY] = executor
+    yield
+    executor.shutdown(wait=False, cancel_futures=True)
+
+
+def make_app(*, service: ExtenderService, registry: CollectorRegistry,
+             settings: ServerSettings | None = None) -> web.Application:
+    settings = settings or ServerSettings()
+    app = web.Application(client_max_size=settings.max_body_bytes)  # backstop; handlers stream with their limit
     app[SERVICE_KEY] = service
     app[REGISTRY_KEY] = registry
-    app.router.add_post("/filter", _timed("filter", ExtenderService.filter))
-    app.router.add_post("/prioritize", _timed("prioritize", ExtenderService.prioritize))
+    app[SETTINGS_KEY] = settings
+    app.cleanup_ctx.append(_executor)
+    app.router.add_post("/filter", _decision(FILTER))
+    app.router.add_post("/prioritize", _decision(PRIORITIZE))
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     app.router.add_get("/windows", windows)
     app.router.add_get("/metrics", metrics)
     return app

@@ -1,17 +1,22 @@
 """The extender's request logic: parse ExtenderArgs, read the store's snapshot, decide, build the reply.
 
 Transport-free so the HTTP server, the benchmark and tests call the same code. No network call happens here.
+A request runs as an `Attempt` with a deadline: the worker thread checks it between steps, and whoever answers
+at the deadline uses `fail_open` (every node passes, every score 0: what the extender does for any pod it cannot
+judge), so a slow decision never blocks a pod.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from offpeak_core.decisions import DEFAULT_MARGIN, filter_nodes, prioritize_nodes
+from offpeak_core.model import NodeView
 from offpeak_extender.metrics import (
     BAD_PREDICTION,
     ERROR,
@@ -22,15 +27,17 @@ from offpeak_extender.metrics import (
     ExtenderMetrics,
     reason_kind,
 )
-from offpeak_core.model import NodeView
 from offpeak_extender.store import ClusterStore, node_info
 from offpeak_extender.wire import (
     ExtenderArgs,
     ExtenderFilterResult,
     HostPriority,
     WireError,
+    encode_filter_result,
+    encode_priority_list,
     error_filter_result,
     filter_result,
+    loads,
     parse_extender_args,
     priority_list,
 )
@@ -43,27 +50,85 @@ class DecisionSettings:
     margin: float = DEFAULT_MARGIN  # safety margin on the p90 job time
 
 
+class DeadlineExceeded(Exception):
+    """The request ran past its deadline (or was abandoned): its answer is the fail-open one."""
+
+
+@dataclass
+class Attempt:
+    """One request's decision, shared by the event loop (which answers at the deadline) and the worker thread."""
+
+    deadline: float  # time.monotonic() by which the answer is due
+    args: ExtenderArgs | None = None  # set by the worker once parsed, so a fail-open answer can name the nodes
+    abandoned: bool = False  # set by the event loop once it answered without the worker
+
+    @classmethod
+    def within(cls, seconds: float) -> Attempt:
+        return cls(deadline=time.monotonic() + seconds)
+
+    def check(self) -> None:
+        """Raise `DeadlineExceeded` when the answer is no longer wanted (called between steps)."""
+        if self.abandoned or time.monotonic() > self.deadline:
+            raise DeadlineExceeded
+
+
+def fail_open(verb: str, args: ExtenderArgs | None, reason: str) -> bytes:
+    """The answer when no decision is possible in time: every node passes, every score is 0 (neutral).
+
+    Without parsed arguments the filter answers `Error` (an ignorable extender is then skipped by the scheduler)
+    and prioritize an empty list (no scores).
+    """
+    if verb == FILTER:
+        if args is None:
+            return encode_filter_result(error_filter_result(f"offpeak extender: {reason}; decide without offpeak"))
+        return encode_filter_result(filter_result(args=args, passed=args.node_names, failed={}))
+    return encode_priority_list(priority_list({}, args.node_names if args is not None else ()))
+
+
 class ExtenderService:
     def __init__(self, *, store: ClusterStore, metrics: ExtenderMetrics, settings: DecisionSettings) -> None:
         self.store = store
         self.metrics = metrics
         self.settings = settings
 
-    def _views(self, args: ExtenderArgs) -> list[NodeView]:
-        views, unknown = self.store.views(args.node_names)
+    def answer(self, verb: str, raw: bytes, attempt: Attempt | None = None) -> bytes:
+        """A whole call: JSON bytes in, JSON bytes out (what the HTTP handler runs in its worker thread)."""
+        try:
+            body = loads(raw)
+        except WireError as e:
+            self.metrics.requests.labels(verb, ERROR).inc()
+            if verb == FILTER:
+                return encode_filter_result(error_filter_result(f"offpeak extender: request is {e}"))
+            return encode_priority_list([])
+        if verb == FILTER:
+            return encode_filter_result(self.filter(body, attempt))
+        return encode_priority_list(self.prioritize(body, attempt))
+
+    def _parse(self, verb: str, body: Any, attempt: Attempt | None) -> ExtenderArgs:
+        try:
+            args = parse_extender_args(body)
+        except WireError:
+            self.metrics.requests.labels(verb, ERROR).inc()
+            raise
+        if attempt is not None:
+            attempt.args = args
+            attempt.check()
+        return args
+
+    def _unknown_views(self, args: ExtenderArgs, unknown: list[str]) -> list[NodeView]:
+        """Nodes not in the cache yet (new node, lagging watch): judged on what the request says, fits-now only."""
+        views = []
         for name in unknown:
-            # Not in the cache yet (new node, lagging watch): judge it on what the request says, fits-now only.
             obj: Mapping[str, Any] = (args.node_objects or {}).get(name) or {"metadata": {"name": name}}
             info = node_info(obj)
             total = info.gpus_total if args.node_objects is not None else max(info.gpus_total, args.pod.gpus)
             views.append(NodeView(name, info.gpu_type, total, total, None, None, True))
         return views
 
-    def filter(self, body: Any) -> ExtenderFilterResult:
+    def filter(self, body: Any, attempt: Attempt | None = None) -> ExtenderFilterResult:
         try:
-            args = parse_extender_args(body)
+            args = self._parse(FILTER, body, attempt)
         except WireError as e:
-            self.metrics.requests.labels(FILTER, ERROR).inc()
             return error_filter_result(f"offpeak extender: {e}")
         if not args.managed:
             self.metrics.requests.labels(FILTER, PASSTHROUGH).inc()
@@ -71,26 +136,39 @@ class ExtenderService:
         if args.prediction_error:
             log.warning("pod %s: %s; scheduling it runtime-blind", args.pod.key, args.prediction_error)
             self.metrics.requests.labels(FILTER, BAD_PREDICTION).inc()
-        result = filter_nodes(pod=args.pod, nodes=self._views(args), now=self.store.clock(),
-                              margin=self.settings.margin)
+        views, unknown = self.store.views(args.node_names)
+        if args.node_objects is not None:
+            views.extend(self._unknown_views(args, unknown))
+        # (names only: an unknown node has no GPU count to check, so it passes fits-now; added below)
+        if attempt is not None:
+            attempt.check()
+        result = filter_nodes(pod=args.pod, nodes=views, now=self.store.clock(), margin=self.settings.margin)
+        if attempt is not None:
+            attempt.check()
         kinds = Counter(reason_kind(r) for r in result.failed.values())
         for kind, n in kinds.items():
             self.metrics.filtered_out.labels(kind).inc(n)
         self.metrics.requests.labels(FILTER, MANAGED).inc()
-        passed = set(result.passed)
-        ordered = [n for n in args.node_names if n in passed]  # a subset of the names sent, in their order
-        return filter_result(args=args, passed=ordered, failed=result.failed)
+        if len(result.passed) + len(result.failed) == len(args.node_names) and not unknown:
+            passed: tuple[str, ...] | list[str] = result.passed  # views come back in request order
+        else:
+            failed = result.failed
+            passed = [n for n in args.node_names if n not in failed]  # a subset of the names sent, in their order
+        return filter_result(args=args, passed=passed, failed=result.failed)
 
-    def prioritize(self, body: Any) -> list[HostPriority]:
+    def prioritize(self, body: Any, attempt: Attempt | None = None) -> list[HostPriority]:
         try:
-            args = parse_extender_args(body)
+            args = self._parse(PRIORITIZE, body, attempt)
         except WireError:
-            self.metrics.requests.labels(PRIORITIZE, ERROR).inc()
             return []
         if not args.managed:
             self.metrics.requests.labels(PRIORITIZE, PASSTHROUGH).inc()
             return priority_list({}, args.node_names)
-        scores = prioritize_nodes(pod=args.pod, nodes=self._views(args), now=self.store.clock(),
-                                  margin=self.settings.margin)
+        views, _ = self.store.views(args.node_names)  # nodes the cache does not know score 0: never preferred
+        if attempt is not None:
+            attempt.check()
+        scores = prioritize_nodes(pod=args.pod, nodes=views, now=self.store.clock(), margin=self.settings.margin)
+        if attempt is not None:
+            attempt.check()
         self.metrics.requests.labels(PRIORITIZE, MANAGED).inc()
         return priority_list(scores, args.node_names)

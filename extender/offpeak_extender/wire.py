@@ -14,6 +14,8 @@ from typing import Any, TypedDict
 
 from offpeak_core.model import PodRequest, Prediction
 
+_quote = json.encoder.encode_basestring_ascii  # str -> JSON string literal (C)
+
 PREDICTED_ANNOTATION = "offpeak.io/predicted-job-seconds"
 CHECKPOINTING_ANNOTATION = "offpeak.io/checkpointing"
 BUSY_HOURS_ANNOTATION = "offpeak.io/busy-hours"
@@ -22,6 +24,10 @@ TRAININGJOB_LABEL = "offpeak.io/trainingjob"
 GPU_TYPE_LABEL = "offpeak.io/gpu-type"
 GPU_RESOURCE = "nvidia.com/gpu"
 MAX_EXTENDER_PRIORITY = 10
+MAX_POD_GPUS = 1024  # far above any node; keeps GPU counts small integers
+# More node names than any real cluster has (Kubernetes tests 5,000 nodes; the largest managed clusters
+# allow 65,000): a bigger list is refused before any per-node work.
+MAX_NODES = 100_000
 
 
 class ExtenderFilterResult(TypedDict, total=False):
@@ -52,58 +58,108 @@ class ExtenderArgs:
     prediction_error: str | None = None
 
 
+_QUANTITY_SUFFIXES = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+                      "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40}
+
+
 def parse_quantity(value: Any) -> float:
-    """Parse a Kubernetes quantity for countable resources (`2`, `"4"`, `"1k"`); GPUs are whole numbers."""
-    if isinstance(value, (int, float)):
-        return float(value)
-    text = str(value).strip()
-    suffixes = {"k": 1e3, "M": 1e6, "G": 1e9, "m": 1e-3}
-    try:
-        if text and text[-1] in suffixes:
-            return float(text[:-1]) * suffixes[text[-1]]
-        return float(text)
-    except ValueError as e:
-        raise WireError(f"bad resource quantity {value!r}") from e
+    """Parse a Kubernetes quantity for countable resources (`2`, `"4"`, `"1k"`); finite and >= 0, else WireError."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        text = str(value).strip()
+        suffix = text[-2:] if text[-2:] in _QUANTITY_SUFFIXES else text[-1:] if text[-1:] in _QUANTITY_SUFFIXES else ""
+        try:
+            number = float(text[: len(text) - len(suffix)]) * _QUANTITY_SUFFIXES.get(suffix, 1.0)
+        except (ValueError, OverflowError) as e:
+            raise WireError(f"bad resource quantity {str(value)[:40]!r}") from e
+    if not (math.isfinite(number) and number >= 0):
+        raise WireError(f"bad resource quantity {str(value)[:40]!r}: must be a finite number >= 0")
+    return number
+
+
+def _mapping(value: Any, what: str) -> Mapping[str, Any]:
+    """`value` as an object (absent/null -> empty); anything else is a WireError naming the field."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise WireError(f"{what} must be an object, got {type(value).__name__}")
+    return value
+
+
+def _objects(value: Any, what: str) -> list[Mapping[str, Any]]:
+    """`value` as a list of objects (absent/null -> empty); anything else is a WireError naming the field."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise WireError(f"{what} must be a list, got {type(value).__name__}")
+    return [_mapping(v, f"{what}[{i}]") for i, v in enumerate(value)]
 
 
 def pod_gpus(pod: Mapping[str, Any]) -> int:
     """GPUs a pod asks for: sum over containers of max(request, limit), at least the largest init container."""
-    spec = pod.get("spec") or {}
+    spec = _mapping(pod.get("spec"), "Pod.spec")
 
-    def one(container: Mapping[str, Any]) -> float:
-        res = container.get("resources") or {}
-        req = (res.get("requests") or {}).get(GPU_RESOURCE, 0)
-        lim = (res.get("limits") or {}).get(GPU_RESOURCE, 0)
+    def one(container: Mapping[str, Any], what: str) -> float:
+        res = _mapping(container.get("resources"), f"{what}.resources")
+        req = _mapping(res.get("requests"), f"{what}.resources.requests").get(GPU_RESOURCE, 0)
+        lim = _mapping(res.get("limits"), f"{what}.resources.limits").get(GPU_RESOURCE, 0)
         return max(parse_quantity(req), parse_quantity(lim))
 
-    main = sum(one(c) for c in spec.get("containers") or [])
-    init = max((one(c) for c in spec.get("initContainers") or []), default=0.0)
-    return int(math.ceil(max(main, init)))
+    main = sum(one(c, "container") for c in _objects(spec.get("containers"), "Pod.spec.containers"))
+    init = max((one(c, "initContainer") for c in _objects(spec.get("initContainers"), "Pod.spec.initContainers")),
+               default=0.0)
+    gpus = max(main, init)
+    if gpus > MAX_POD_GPUS:
+        raise WireError(f"pod asks for {gpus:g} GPUs, more than any node has ({MAX_POD_GPUS} at most)")
+    return int(math.ceil(gpus))
+
+
+def loads(text: str | bytes) -> Any:
+    """Decode JSON; any malformed input (bad syntax or encoding, nesting too deep) is a WireError."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise WireError(f"not JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+    except (UnicodeDecodeError, RecursionError) as e:
+        raise WireError(f"not JSON: {type(e).__name__}") from e
+
+
+def _seconds(value: Any) -> float:
+    """A number of seconds: finite and >= 0 (`bool` is not a number here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(value)
+    number = float(value)
+    if not (math.isfinite(number) and number >= 0):
+        raise ValueError(value)
+    return number
 
 
 def parse_predictions(text: str) -> dict[str, Prediction]:
     """Parse the `offpeak.io/predicted-job-seconds` annotation: `{"<gpu-type>": {"p50": s, "p90": s}}`."""
     try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise WireError(f"{PREDICTED_ANNOTATION} is not JSON: {e.msg}") from e
+        raw = loads(text)
+    except WireError as e:
+        raise WireError(f"{PREDICTED_ANNOTATION} is {e}") from e
     if not isinstance(raw, dict) or not raw:
         raise WireError(f'{PREDICTED_ANNOTATION} must be a non-empty object {{"<gpu-type>": {{"p50", "p90"}}}}')
     out: dict[str, Prediction] = {}
     for gpu_type, v in raw.items():
         try:
-            p50 = float(v["p50"])
-            p90 = float(v.get("p90", p50))
+            if not isinstance(v, dict):
+                raise TypeError(v)
+            p50 = _seconds(v["p50"])
+            p90 = _seconds(v.get("p90", p50))
             out[str(gpu_type)] = Prediction(p50=p50, p90=max(p50, p90))
-        except (TypeError, KeyError, ValueError) as e:
-            raise WireError(f"{PREDICTED_ANNOTATION}[{gpu_type!r}] needs numeric p50/p90 seconds") from e
+        except (TypeError, KeyError, ValueError, OverflowError) as e:
+            raise WireError(f"{PREDICTED_ANNOTATION}[{gpu_type[:60]!r}] needs finite p50/p90 seconds >= 0") from e
     return out
 
 
 def parse_pod(pod: Mapping[str, Any]) -> tuple[PodRequest, bool, str | None]:
     """Pod object -> (PodRequest, managed, prediction error). Unannotated pods are unmanaged."""
-    meta = pod.get("metadata") or {}
-    ann = meta.get("annotations") or {}
+    meta = _mapping(pod.get("metadata"), "Pod.metadata")
+    ann = _mapping(meta.get("annotations"), "Pod.metadata.annotations")
     predicted: dict[str, Prediction] | None = None
     error: str | None = None
     managed = PREDICTED_ANNOTATION in ann
@@ -123,8 +179,30 @@ def parse_pod(pod: Mapping[str, Any]) -> tuple[PodRequest, bool, str | None]:
     return req, managed, error
 
 
+def _node_names(names: Any) -> tuple[str, ...]:
+    if not isinstance(names, list):
+        raise WireError("ExtenderArgs.NodeNames must be a list")
+    if len(names) > MAX_NODES:
+        raise WireError(f"ExtenderArgs.NodeNames has {len(names)} names, more than {MAX_NODES} (no real cluster)")
+    if all(type(n) is str for n in names):
+        return tuple(names)
+    raise WireError("ExtenderArgs.NodeNames must be a list of strings")
+
+
+def _node_objects(nodes: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    items = _objects(nodes.get("items"), "ExtenderArgs.Nodes.items")
+    if len(items) > MAX_NODES:
+        raise WireError(f"ExtenderArgs.Nodes has {len(items)} items, more than {MAX_NODES} (no real cluster)")
+    objects: dict[str, Mapping[str, Any]] = {}
+    for i, item in enumerate(items):
+        name = _mapping(item.get("metadata"), f"ExtenderArgs.Nodes.items[{i}].metadata").get("name")
+        if name:
+            objects[str(name)] = item
+    return objects
+
+
 def parse_extender_args(body: Any) -> ExtenderArgs:
-    """Parse an ExtenderArgs JSON body (already decoded)."""
+    """Parse an ExtenderArgs JSON body (already decoded); anything malformed is a WireError with the field."""
     if not isinstance(body, dict):
         raise WireError("ExtenderArgs must be a JSON object")
     pod = body.get("Pod")
@@ -132,18 +210,11 @@ def parse_extender_args(body: Any) -> ExtenderArgs:
         raise WireError("ExtenderArgs.Pod is missing")
     req, managed, error = parse_pod(pod)
     names = body.get("NodeNames")
-    nodes = body.get("Nodes")
     if names is not None:
-        if not isinstance(names, list):
-            raise WireError("ExtenderArgs.NodeNames must be a list")
-        node_names = tuple(names) if all(type(n) is str for n in names) else tuple(str(n) for n in names)
-        return ExtenderArgs(req, node_names, None, managed, error)
-    if isinstance(nodes, dict):
-        objects: dict[str, Mapping[str, Any]] = {}
-        for item in nodes.get("items") or []:
-            name = (item.get("metadata") or {}).get("name")
-            if name:
-                objects[str(name)] = item
+        return ExtenderArgs(req, _node_names(names), None, managed, error)
+    nodes = body.get("Nodes")
+    if nodes is not None:
+        objects = _node_objects(_mapping(nodes, "ExtenderArgs.Nodes"))
         return ExtenderArgs(req, tuple(objects), objects, managed, error)
     return ExtenderArgs(req, (), None, managed, error)
 
@@ -168,10 +239,21 @@ def error_filter_result(message: str) -> ExtenderFilterResult:
 
 def priority_list(scores: Mapping[str, int], names: Sequence[str]) -> list[HostPriority]:
     """HostPriorityList in request order, scores clamped to 0..10."""
-    out: list[HostPriority] = []
-    for n in names:
-        score = scores.get(n, 0)
-        if not (type(score) is int and 0 <= score <= MAX_EXTENDER_PRIORITY):
-            score = max(0, min(MAX_EXTENDER_PRIORITY, int(score)))
-        out.append({"Host": n, "Score": score})
-    return out
+    get = scores.get
+    return [{"Host": n, "Score": _clamp(get(n, 0))} for n in names]
+
+
+def _clamp(score: int) -> int:
+    if type(score) is int and 0 <= score <= MAX_EXTENDER_PRIORITY:
+        return score
+    return max(0, min(MAX_EXTENDER_PRIORITY, int(score)))
+
+
+def encode_priority_list(priorities: Sequence[HostPriority]) -> bytes:
+    """`priorities` as compact JSON, several times faster than `json.dumps` on a list of small dicts (hot path)."""
+    return ("[" + ",".join([f'{{"Host":{_quote(p["Host"])},"Score":{_clamp(p["Score"])}}}' for p in priorities])
+            + "]").encode()
+
+
+def encode_filter_result(result: ExtenderFilterResult) -> bytes:
+    return json.dumps(result, separators=(",", ":")).encode()

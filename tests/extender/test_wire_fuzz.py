@@ -1,0 +1,164 @@
+"""Property-based tests of the extender's wire parsing: any JSON body is answered (2xx, or 4xx with a reason),
+never with a 5xx, an unexpected exception or a hang."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
+
+from offpeak_extender.metrics import ExtenderMetrics
+from offpeak_extender.server import ServerSettings, make_app
+from offpeak_extender.service import DecisionSettings, ExtenderService
+from offpeak_extender.wire import (
+    CHECKPOINTING_ANNOTATION,
+    GPU_RESOURCE,
+    MAX_EXTENDER_PRIORITY,
+    PREDICTED_ANNOTATION,
+    WireError,
+    parse_extender_args,
+)
+
+from .test_http import NOW, Clock, make_store
+
+SCALARS = (st.none() | st.booleans() | st.integers(min_value=-(10**30), max_value=10**30)
+           | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12))
+JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                          max_size=4), max_leaves=12)
+NODE_NAMES = st.sampled_from(["short", "long", "t4", "new-node", "", "é"])
+QUANTITY = (st.integers(-3, 10) | st.sampled_from(["2", "1k", "-1", "1e400", "nan", "inf", "0.5", "1Gi", "x", "", "4m"])
+            | JSON)
+PREDICTION_TEXT = st.one_of(
+    st.text(max_size=20),
+    st.dictionaries(st.sampled_from(["A100-SXM4-40GB", "T4", "a100", ""]),
+                    st.fixed_dictionaries({}, optional={"p50": SCALARS, "p90": SCALARS}) | JSON,
+                    max_size=3).map(json.dumps),
+)
+CONTAINER = st.fixed_dictionaries({}, optional={"resources": st.fixed_dictionaries({}, optional={
+    "requests": st.fixed_dictionaries({}, optional={GPU_RESOURCE: QUANTITY}) | JSON,
+    "limits": st.fixed_dictionaries({}, optional={GPU_RESOURCE: QUANTITY}) | JSON,
+}) | JSON}) | JSON
+POD = st.fixed_dictionaries({}, optional={
+    "metadata": st.fixed_dictionaries({}, optional={
+        "name": SCALARS, "namespace": SCALARS, "uid": SCALARS,
+        "annotations": st.fixed_dictionaries({}, optional={PREDICTED_ANNOTATION: PREDICTION_TEXT | JSON,
+                                                            CHECKPOINTING_ANNOTATION: SCALARS}) | JSON,
+    }) | JSON,
+    "spec": st.fixed_dictionaries({}, optional={"containers": st.lists(CONTAINER, max_size=3) | JSON,
+                                                "initContainers": st.lists(CONTAINER, max_size=2) | JSON}) | JSON,
+}) | JSON
+NODE = st.fixed_dictionaries({}, optional={"metadata": st.fixed_dictionaries({}, optional={"name": NODE_NAMES | JSON})
+                                           | JSON,
+                                           "status": JSON}) | JSON
+ARGS = st.fixed_dictionaries({}, optional={
+    "Pod": POD,
+    "NodeNames": st.lists(NODE_NAMES, max_size=6) | st.lists(NODE_NAMES | SCALARS, max_size=4) | JSON,
+    "Nodes": st.fixed_dictionaries({}, optional={"items": st.lists(NODE, max_size=4) | JSON}) | JSON,
+})
+BODIES = ARGS | JSON
+DEEP = "[" * 100_000 + "]" * 100_000  # deeper than the JSON decoder's recursion limit
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ARGS | JSON)
+def test_parse_extender_args_returns_or_raises_wire_error(body: Any) -> None:
+    try:
+        args = parse_extender_args(body)
+    except WireError as e:
+        assert str(e)  # a reason for the scheduler's log
+    else:
+        assert all(type(n) is str for n in args.node_names) and args.pod.gpus >= 0
+
+
+@pytest.fixture(scope="module")
+def service() -> ExtenderService:
+    return ExtenderService(store=make_store(Clock(NOW)), metrics=ExtenderMetrics.create(CollectorRegistry()),
+                           settings=DecisionSettings())
+
+
+def check_reply(verb: str, sent: Any, reply: Any) -> None:
+    """Filter: the ExtenderFilterResult keys, passed names a subset of those sent. Prioritize: scores 0..10."""
+    if verb == "filter":
+        assert set(reply) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
+        if reply["NodeNames"] is not None and isinstance(sent, dict) and isinstance(sent.get("NodeNames"), list):
+            assert set(reply["NodeNames"]) <= set(sent["NodeNames"])
+    else:
+        assert isinstance(reply, list)
+        assert all(set(p) == {"Host", "Score"} and 0 <= p["Score"] <= MAX_EXTENDER_PRIORITY for p in reply)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(body=BODIES, verb=st.sampled_from(["filter", "prioritize"]))
+def test_service_answers_any_json_with_a_well_formed_reply(service: ExtenderService, body: Any, verb: str) -> None:
+    raw = json.dumps(body).encode()  # NaN and Infinity included, as Python's decoder accepts them
+    check_reply(verb, body, json.loads(service.answer(verb, raw)))
+
+
+@pytest.mark.parametrize("raw", [DEEP.encode(), b"\xff\xfe", b"", b"{", b'{"Pod": {}, "NodeNames": ["a"] ',
+                                 b'{"Pod": {"spec": {"containers": "abc"}}, "NodeNames": ["a"]}'])
+@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+def test_service_answers_malformed_bytes(service: ExtenderService, raw: bytes, verb: str) -> None:
+    reply = json.loads(service.answer(verb, raw))
+    check_reply(verb, None, reply)
+    if verb == "filter":
+        assert reply["Error"].startswith("offpeak extender: ")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[int]:
+    """The real aiohttp app on 127.0.0.1 in a background thread; yields its port."""
+    loop = asyncio.new_event_loop()
+    registry = CollectorRegistry()
+    app = make_app(service=ExtenderService(store=make_store(Clock(NOW)), metrics=ExtenderMetrics.create(registry),
+                                           settings=DecisionSettings()),
+                   registry=registry, settings=ServerSettings(max_body_bytes=256 * 1024))
+    runner = web.AppRunner(app, access_log=None)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = runner.addresses[0][1]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield port
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+
+
+def post(port: int, path: str, raw: bytes) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)  # a hang fails the test
+    try:
+        conn.request("POST", path, body=raw, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(body=BODIES, verb=st.sampled_from(["filter", "prioritize"]))
+@example(body={"Pod": {}, "NodeNames": ["x" * 300_000]}, verb="filter")  # over this server's 256 KiB limit
+def test_http_answers_any_json_with_2xx_or_4xx_and_a_reason(server: int, body: Any, verb: str) -> None:
+    status, raw = post(server, f"/{verb}", json.dumps(body).encode())
+    assert 200 <= status < 500, (status, raw[:200])
+    reply = json.loads(raw)
+    if status >= 400:
+        assert reply["Error"]
+    else:
+        check_reply(verb, body, reply)
+
+
+def test_http_answers_too_deep_json(server: int) -> None:
+    status, raw = post(server, "/filter", DEEP.encode())
+    assert status == 200 and "not JSON" in json.loads(raw)["Error"]
