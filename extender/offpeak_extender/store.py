@@ -179,7 +179,10 @@ class ClusterStore:
         self._forecasts: dict[str, DemandForecast] = {}
         self._forecast_at: float | None = None
         self._history_error: str | None = None
-        self._views: dict[str, tuple[tuple[int, int], NodeView]] = {}
+        # Views that are current (inputs unchanged since they were built), for the request path's lookups; an
+        # entry goes when its node's pods or the node change, all go on a refit or when staleness flips.
+        self._ready: dict[str, NodeView] = {}
+        self._ready_stale = True
         self._forecast_version = 0
         max_samples = int(settings.history_seconds / settings.step_seconds) + 1
         self._samples: dict[str, deque[tuple[float, float]]] = {}
@@ -221,7 +224,7 @@ class ClusterStore:
         name = str((obj.get("metadata") or {}).get("name", ""))
         with self._lock:
             self._nodes.pop(name, None)
-            self._views.pop(name, None)
+            self._ready.pop(name, None)
 
     def upsert_pod(self, obj: Mapping[str, Any]) -> None:
         info = pod_info(obj)
@@ -230,11 +233,17 @@ class ClusterStore:
             self._pods[info.uid] = info
             self._account(old, -1)
             self._account(info, +1)
+            for pod in (old, info):
+                if pod is not None and pod.node is not None:
+                    self._ready.pop(pod.node, None)
 
     def delete_pod(self, obj: Mapping[str, Any]) -> None:
         uid = pod_info(obj).uid
         with self._lock:
-            self._account(self._pods.pop(uid, None), -1)
+            old = self._pods.pop(uid, None)
+            self._account(old, -1)
+            if old is not None and old.node is not None:
+                self._ready.pop(old.node, None)
 
     def _account(self, pod: PodInfo | None, sign: int) -> None:
         if pod is None or not pod.holds_gpus or pod.node is None:
@@ -250,6 +259,7 @@ class ClusterStore:
 
     def _bump(self, node: str) -> None:
         self._usage.setdefault(node, _Usage()).version += 1
+        self._ready.pop(node, None)
 
     def _recount(self, changed_nodes: set[str]) -> None:
         """Recount GPU usage from all pods; bump view versions only where usage or the node itself changed."""
@@ -261,8 +271,11 @@ class ClusterStore:
             new = self._usage.setdefault(n, _Usage())
             prev = old.get(n)
             same = prev is not None and (prev.online, prev.offline, prev.other) == (new.online, new.offline, new.other)
-            new.version = prev.version if (same and prev is not None and n not in changed_nodes) else (
-                (prev.version if prev else 0) + 1)
+            if same and prev is not None and n not in changed_nodes:
+                new.version = prev.version
+            else:
+                new.version = (prev.version if prev else 0) + 1
+                self._ready.pop(n, None)
 
     # -- history / forecasts -------------------------------------------------------------------------------------
     def record_local_sample(self, now: float | None = None) -> None:
@@ -291,6 +304,7 @@ class ClusterStore:
             self._forecast_at = t
             self._history_error = None
             self._forecast_version += 1
+            self._ready.clear()
             names = list(self._nodes)
         self.rebuild_views(names, now=t)
 
@@ -298,6 +312,7 @@ class ClusterStore:
         with self._lock:
             self._history_error = error
             self._forecast_version += 1
+            self._ready.clear()
 
     def data_stale(self, now: float | None = None) -> bool:
         """True when forecasts are missing, failed to refresh, or older than `stale_after_seconds`."""
@@ -323,51 +338,56 @@ class ClusterStore:
                            fitted=self._forecasts.get(name), stale=self._stale_locked(now),
                            key=(usage.version, self._forecast_version))
 
-    def _publish(self, name: str, key: tuple[int, int], view: NodeView) -> None:
+    def _publish(self, name: str, inp: _ViewInputs, view: NodeView) -> None:
         """Keep a view built outside the lock, unless newer inputs arrived (or the node went) meanwhile."""
         with self._lock:
             usage = self._usage.get(name, _Usage())
-            if name in self._nodes and key == (usage.version, self._forecast_version):
-                self._views[name] = (key, view)
+            if (name in self._nodes and inp.key == (usage.version, self._forecast_version)
+                    and inp.stale == self._ready_stale):
+                self._ready[name] = view
 
     def rebuild_views(self, names: Sequence[str] | None = None, *, now: float | None = None) -> None:
         t = self.clock() if now is None else now
         with self._lock:
+            self._check_staleness_locked(t)
             inputs = {n: self._inputs_locked(n, t) for n in (list(self._nodes) if names is None else names)}
         for name, inp in inputs.items():
             if inp is not None:
-                self._publish(name, inp.key, build_view(inp, now=t, settings=self.settings,
-                                                        keep_ahead_seconds=self.stale_after_seconds))
+                self._publish(name, inp, build_view(inp, now=t, settings=self.settings,
+                                                    keep_ahead_seconds=self.stale_after_seconds))
+
+    def _check_staleness_locked(self, now: float) -> bool:
+        """Drop the ready views when forecasts went stale (or fresh) since they were built; return staleness."""
+        stale = self._stale_locked(now)
+        if stale != self._ready_stale:
+            self._ready.clear()
+            self._ready_stale = stale
+        return stale
 
     def views(self, names: Sequence[str], *, now: float | None = None) -> tuple[list[NodeView], list[str]]:
-        """NodeViews for `names` (rebuilt only where pods changed since), and the names the store does not know."""
+        """NodeViews for `names` (rebuilt only where pods changed since), and the names the store does not know.
+
+        Hot path: one dict lookup per name under the lock; views to rebuild are built outside it.
+        """
         t = self.clock() if now is None else now
-        out: list[NodeView | None] = []
         unknown: list[str] = []
         rebuild: list[tuple[int, str, _ViewInputs]] = []
         with self._lock:
-            stale = self._stale_locked(t)
-            fv = self._forecast_version
-            usage_of = self._usage.get
-            cached_of = self._views.get
-            for name in names:
-                cached = cached_of(name)
-                if cached is not None:
-                    (version, forecast_version), old = cached
-                    usage = usage_of(name)
-                    if (forecast_version == fv and version == (usage.version if usage else 0)
-                            and (not stale or old.data_stale)):
-                        out.append(old)
-                        continue
+            self._check_staleness_locked(t)
+            ready = self._ready.get
+            out: list[NodeView | None] = [ready(n) for n in names]
+            for i in [i for i, v in enumerate(out) if v is None]:
+                name = names[i]
                 inp = self._inputs_locked(name, t)
                 if inp is None:
                     unknown.append(name)
-                    continue
-                rebuild.append((len(out), name, inp))
-                out.append(None)
+                else:
+                    rebuild.append((i, name, inp))
+        if not unknown and not rebuild:
+            return out, unknown  # type: ignore[return-value]  # every entry is a view
         for i, name, inp in rebuild:  # outside the lock
             view = build_view(inp, now=t, settings=self.settings, keep_ahead_seconds=self.stale_after_seconds)
-            self._publish(name, inp.key, view)
+            self._publish(name, inp, view)
             out[i] = view
         return [v for v in out if v is not None], unknown
 
