@@ -37,11 +37,12 @@ def serve(args: argparse.Namespace) -> None:
     registry = CollectorRegistry()
     backend = open_backend()
     sampler = Sampler(node=args.node_name, backend=backend, pods=_pods(args), metrics=AgentMetrics(registry),
-                      interval=args.interval, proc_root=Path(args.proc_root))
+                      interval=args.interval, proc_root=Path(args.proc_root),
+                      reopen=lambda: open_backend(retry=True))
     sampler.sample_once()
     threading.Thread(target=sampler.run, name="gpu-sampler", daemon=True).start()
     log.info("agent for node %s on http://%s:%d (%s)", args.node_name, args.host, args.port,
-             "NVML" if backend.available else "no GPUs")
+             "NVML" if backend.available else "no NVML yet: not ready, retrying before each sample")
     try:
         web.run_app(make_app(sampler=sampler, registry=registry), host=args.host, port=args.port, print=None,
                     access_log=None)

@@ -14,7 +14,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p = subparsers.add_parser(
         "agent",
         help="GPU node agent: NVML utilisation/memory per GPU and pod, as Prometheus metrics",
-        description="Runs on every GPU node (DaemonSet). Without NVIDIA GPUs it reports zero GPUs and stays healthy.",
+        description="Runs on every GPU node (DaemonSet). Without NVML it exports no GPU data (absent, not zero), "
+        "stays alive (/healthz) but not ready (/readyz), and retries NVML before each sample.",
     )
     p.add_argument("--port", type=int, default=int(os.environ.get("OFFPEAK_AGENT_PORT", "9400")))
     p.add_argument("--host", default=os.environ.get("OFFPEAK_AGENT_HOST", "0.0.0.0"))  # noqa: S104 - scraped

@@ -61,7 +61,12 @@ def attribute(
 
 
 class AgentMetrics:
-    """Gauges on an injectable registry, replaced wholesale on each sample so vanished pods vanish."""
+    """Gauges on an injectable registry, replaced wholesale on each sample so vanished pods vanish.
+
+    Without an NVML reading there is no data: the node's GPU gauges are removed (absent, not zero, so Prometheus
+    marks the series stale and the extender treats the node as unknown rather than idle); only
+    `offpeak_agent_nvml_up` stays, at 0.
+    """
 
     def __init__(self, registry: CollectorRegistry) -> None:
         labels = ["node", "gpu", "workload", "namespace", "pod"]
@@ -85,10 +90,14 @@ class AgentMetrics:
             for g in (self.util, self.mem, self.mem_total):
                 g.clear()
             n = sample.node
+            self.nvml_up.labels(n).set(1 if nvml_up else 0)
+            if not nvml_up:
+                for g in (self.node_gpus, self.online, self.offline):
+                    g.clear()
+                return
             self.node_gpus.labels(n).set(len(sample.gpus))
             self.online.labels(n).set(sample.online_gpus)
             self.offline.labels(n).set(sample.offline_gpus)
-            self.nvml_up.labels(n).set(1 if nvml_up else 0)
             for use in sample.gpus:
                 gpu = str(use.reading.index)
                 self.mem_total.labels(n, gpu).set(use.reading.memory_total_bytes)
@@ -101,12 +110,19 @@ class AgentMetrics:
 
 
 class Sampler:
-    """Reads the backend every `interval` seconds and updates the metrics; a failed read keeps the agent up."""
+    """Reads the backend every `interval` seconds and updates the metrics; a failed read keeps the agent up.
+
+    With `reopen`, a backend without NVML (driver not loaded yet, library missing) is reopened before each sample,
+    so the agent heals when the driver arrives.
+    """
 
     def __init__(self, *, node: str, backend: GpuBackend, pods: PodDirectory, metrics: AgentMetrics,
-                 interval: float = 5.0, proc_root: Path = Path("/proc")) -> None:
+                 interval: float = 5.0, proc_root: Path = Path("/proc"),
+                 reopen: Callable[[], GpuBackend] | None = None) -> None:
         self.node = node
         self.backend = backend
+        self.reopen = reopen
+        self.nvml_up = False  # whether the last sample had an NVML reading (readiness)
         self.pods = pods
         self.metrics = metrics
         self.interval = interval
@@ -116,6 +132,8 @@ class Sampler:
         self.stop_event = threading.Event()
 
     def sample_once(self) -> NodeSample:
+        if not self.backend.available and self.reopen is not None:
+            self.backend = self.reopen()
         try:
             readings = self.backend.read()
             ok = self.backend.available
@@ -126,6 +144,7 @@ class Sampler:
         sample = attribute(node=self.node, readings=readings, pods=self.pods,
                            pod_uid_of=lambda pid: pod_uid_of_pid(pid, proc_root=self.proc_root))
         self.metrics.update(sample, nvml_up=ok)
+        self.nvml_up = ok
         self.samples += 1
         return sample
 

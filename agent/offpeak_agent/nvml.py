@@ -34,7 +34,7 @@ class GpuBackend(Protocol):
 
 
 class NoGpus:
-    """A node without NVIDIA GPUs (or without the driver): zero GPUs, still healthy."""
+    """A node without NVIDIA GPUs (or without the driver): no GPU data at all, still alive (not ready)."""
 
     available = False
 
@@ -89,10 +89,11 @@ class PynvmlBackend:
         return out
 
 
-def open_backend() -> GpuBackend:
-    """The NVML backend when the driver is there, else `NoGpus` (the agent stays up and reports zero GPUs)."""
+def open_backend(*, retry: bool = False) -> GpuBackend:
+    """The NVML backend when the driver is there, else `NoGpus` (the agent stays up, exports no GPU data and
+    is not ready); `retry` logs a failure at debug level (the sampler retries before every sample)."""
     try:
         return PynvmlBackend()
     except Exception as e:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ImportError...
-        log.info("NVML unavailable (%s): reporting zero GPUs", e)
+        log.log(logging.DEBUG if retry else logging.INFO, "NVML unavailable (%s): no GPU data exported", e)
         return NoGpus(str(e))

@@ -295,10 +295,17 @@ class ClusterStore:
         """Fit the seasonal model per node (outside the lock), then publish forecasts and rebuild all views."""
         t = self.clock() if now is None else now
         forecasts: dict[str, DemandForecast] = {}
+        ended: list[str] = []
         for name, (times, online) in history.items():
+            if not series_is_current(times=times, online=online, now=t, max_age_seconds=self.series_max_age_seconds):
+                ended.append(name)  # its source stopped reporting: unknown (stale, fits-now), not idle
+                continue
             model = fit_seasonal(times=times, online=online, now=t, settings=self.settings)
             if model.n_samples:
                 forecasts[name] = forecast_demand(model=model, start=t)
+        if ended:
+            log.info("%d node(s) without recent demand samples, treated as stale: %s", len(ended),
+                     ", ".join(sorted(ended)[:10]))
         with self._lock:
             self._forecasts = forecasts
             self._forecast_at = t
@@ -307,6 +314,12 @@ class ClusterStore:
             self._ready.clear()
             names = list(self._nodes)
         self.rebuild_views(names, now=t)
+
+    @property
+    def series_max_age_seconds(self) -> float:
+        """A node whose newest demand sample is older than this has stopped reporting (range queries return a
+        point per step, so a live series' newest point is at most one step old)."""
+        return self.stale_after_seconds + self.settings.step_seconds
 
     def mark_history_failed(self, error: str) -> None:
         with self._lock:
@@ -443,6 +456,13 @@ class _ViewInputs:
     fitted: DemandForecast | None
     stale: bool
     key: tuple[int, int]  # (usage version, forecast version) the snapshot was taken at
+
+
+def series_is_current(*, times: np.ndarray, online: np.ndarray, now: float, max_age_seconds: float) -> bool:
+    """Whether a demand series has a finite sample no older than `max_age_seconds` (pure)."""
+    t = np.asarray(times, dtype=float)
+    finite = np.isfinite(t) & np.isfinite(np.asarray(online, dtype=float)) & (t <= now)
+    return bool(finite.any()) and float(t[finite].max()) >= now - max_age_seconds
 
 
 def build_view(inp: _ViewInputs, *, now: float, settings: ForecastSettings, keep_ahead_seconds: float) -> NodeView:

@@ -104,11 +104,18 @@ def test_vanished_pods_disappear_and_nvml_failure_keeps_running(tmp_path: Path) 
     backend.fail = True
     s.sample_once()
     assert s.last_error == "NVML_ERROR_GPU_IS_LOST"
-    assert reg.get_sample_value("offpeak_node_gpus", {"node": "gpu-1"}) == 0
+    # no reading, no data: the node's series vanish (absent, not zero) and only nvml_up says why
+    for name in ("offpeak_node_gpus", "offpeak_node_online_gpus", "offpeak_node_offline_gpus"):
+        assert reg.get_sample_value(name, {"node": "gpu-1"}) is None
+    assert reg.get_sample_value("offpeak_gpu_memory_total_bytes", {"node": "gpu-1", "gpu": "0"}) is None
     assert reg.get_sample_value("offpeak_agent_nvml_up", {"node": "gpu-1"}) == 0
+    backend.fail = False
+    s.sample_once()
+    assert reg.get_sample_value("offpeak_node_gpus", {"node": "gpu-1"}) == 1
+    assert reg.get_sample_value("offpeak_agent_nvml_up", {"node": "gpu-1"}) == 1
 
 
-def test_no_gpus_machine_is_healthy_over_http(tmp_path: Path) -> None:
+def test_without_nvml_the_agent_is_alive_not_ready_and_exports_no_gpu_data(tmp_path: Path) -> None:
     reg = CollectorRegistry()
     s = Sampler(node="cpu-1", backend=NoGpus(), pods=StaticPods(), metrics=AgentMetrics(reg), proc_root=tmp_path)
     s.sample_once()
@@ -117,8 +124,33 @@ def test_no_gpus_machine_is_healthy_over_http(tmp_path: Path) -> None:
         async with TestClient(TestServer(make_app(sampler=s, registry=reg))) as client:
             health = await (await client.get("/healthz")).json()
             assert health["ok"] and health["nvml"] is False and health["samples"] == 1
+            ready = await client.get("/readyz")
+            assert ready.status == 503 and (await ready.json())["ready"] is False
             text = await (await client.get("/metrics")).text()
-            assert 'offpeak_node_gpus{node="cpu-1"} 0.0' in text
+            assert 'offpeak_agent_nvml_up{node="cpu-1"} 0.0' in text
+            assert "offpeak_node_online_gpus{" not in text and "offpeak_node_gpus{" not in text  # not zeros
+
+    asyncio.run(main())
+
+
+def test_nvml_that_appears_later_is_picked_up_and_makes_the_agent_ready(tmp_path: Path) -> None:
+    reg = CollectorRegistry()
+    driver = {"loaded": False}
+
+    def reopen() -> FakeNvml | NoGpus:
+        return FakeNvml(readings()) if driver["loaded"] else NoGpus()
+
+    s = Sampler(node="gpu-1", backend=NoGpus(), pods=PODS, metrics=AgentMetrics(reg), proc_root=proc_tree(tmp_path),
+                reopen=reopen)
+    s.sample_once()
+    assert not s.nvml_up and reg.get_sample_value("offpeak_node_gpus", {"node": "gpu-1"}) is None
+    driver["loaded"] = True
+    s.sample_once()
+    assert s.nvml_up and reg.get_sample_value("offpeak_node_online_gpus", {"node": "gpu-1"}) == 1
+
+    async def main() -> None:
+        async with TestClient(TestServer(make_app(sampler=s, registry=reg))) as client:
+            assert (await client.get("/readyz")).status == 200
 
     asyncio.run(main())
 

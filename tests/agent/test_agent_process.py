@@ -1,4 +1,4 @@
-"""`offpeak agent` as a process on this GPU-less machine: starts, reports zero GPUs, stays healthy."""
+"""`offpeak agent` as a process on this GPU-less machine: starts, exports no GPU data, alive but not ready."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 
 import pytest
 
 
 @pytest.mark.slow
-def test_agent_without_gpus_serves_zero_gpus(tmp_path: object) -> None:
+def test_agent_without_gpus_exports_no_gpu_data(tmp_path: object) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -36,9 +37,17 @@ def test_agent_without_gpus_serves_zero_gpus(tmp_path: object) -> None:
         assert health is not None and health["ok"] and health["samples"] >= 2
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
             text = r.read().decode()
-        if not health["nvml"]:
-            assert 'offpeak_node_gpus{node="cpu-node"} 0.0' in text
-        assert 'offpeak_node_online_gpus{node="cpu-node"}' in text
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                ready_status = r.status
+        except urllib.error.HTTPError as e:
+            ready_status = e.code
+        if health["nvml"]:  # a machine with a GPU driver: real data, ready
+            assert ready_status == 200 and 'offpeak_node_online_gpus{node="cpu-node"}' in text
+        else:  # absent, not zero: nothing the extender could read as idle GPUs
+            assert ready_status == 503
+            assert 'offpeak_agent_nvml_up{node="cpu-node"} 0.0' in text
+            assert "offpeak_node_online_gpus{" not in text and "offpeak_node_gpus{" not in text
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from offpeak_core.forecast import ForecastSettings
 from offpeak_extender.history import HistoryError, LocalHistory, PrometheusHistory, Refresher, parse_matrix
 from offpeak_extender.metrics import ExtenderMetrics
-from offpeak_extender.store import ClusterStore
+from offpeak_extender.store import ClusterStore, series_is_current
 
 from .k8s_objects import gpu_node, gpu_pod
 
@@ -155,3 +155,22 @@ def test_relist_keeps_views_of_unchanged_nodes() -> None:
     assert after_s is not before_s and after_s.gpus_free_now == 3
     store.upsert_node(gpu_node("a", gpus=4))  # heartbeat-like update, nothing changed
     assert store.views(["a"])[0][0] is before_a
+
+
+def test_a_series_that_ended_makes_its_node_stale_not_idle() -> None:
+    clock = [NOW]
+    store = store_with_nodes(clock)
+    t = np.arange(NOW - 2 * DAY, NOW, 10.0)
+    ended = t < NOW - 100  # the agent stopped reporting 100 s ago (> stale_after 30 s + one 10 s step)
+    nan_tail = np.where(t < NOW - 100, 2.0, np.nan)  # or reported NaN since
+    store.set_history({"a": (t[ended], np.full(ended.sum(), 2.0)), "sched": (t, nan_tail)}, now=NOW)
+    assert not store.data_stale()
+    (a, sched), _ = store.views(["a", "sched"])
+    assert a.data_stale and a.windows is None
+    assert not sched.data_stale  # busy hours still forecast it, but not from the dead series
+    store.set_history({"a": (t, np.full(t.size, 2.0))}, now=NOW)  # reporting again (last point one step ago)
+    (a,), _ = store.views(["a"])
+    assert not a.data_stale
+    assert series_is_current(times=t, online=np.full(t.size, 2.0), now=NOW, max_age_seconds=10.0)
+    assert not series_is_current(times=t, online=nan_tail, now=NOW, max_age_seconds=40.0)
+    assert not series_is_current(times=np.array([]), online=np.array([]), now=NOW, max_age_seconds=40.0)
