@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter as Tally
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -36,6 +38,17 @@ def reason_kind(reason: str) -> str:
         if reason.startswith(prefix):
             return kind
     return REASON_KIND_OTHER
+
+
+_PREFIX_CHARS = max(len(prefix) for prefix, _ in _REASON_KINDS)
+
+
+def count_reason_kinds(reasons: Iterable[str]) -> Tally[str]:
+    """How many reasons of each kind: `reason_kind` once per distinct prefix, not once per node (hot path)."""
+    out: Tally[str] = Tally()
+    for head, n in Tally([r[:_PREFIX_CHARS] for r in reasons]).items():
+        out[reason_kind(head)] += n
+    return out
 
 
 @dataclass(frozen=True)

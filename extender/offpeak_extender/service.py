@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +24,7 @@ from offpeak_extender.metrics import (
     PASSTHROUGH,
     PRIORITIZE,
     ExtenderMetrics,
-    reason_kind,
+    count_reason_kinds,
 )
 from offpeak_extender.store import ClusterStore, node_info
 from offpeak_extender.wire import (
@@ -34,7 +33,7 @@ from offpeak_extender.wire import (
     HostPriority,
     WireError,
     encode_filter_result,
-    encode_priority_list,
+    encode_priorities,
     error_filter_result,
     filter_result,
     loads,
@@ -82,7 +81,7 @@ def fail_open(verb: str, args: ExtenderArgs | None, reason: str) -> bytes:
         if args is None:
             return encode_filter_result(error_filter_result(f"offpeak extender: {reason}; decide without offpeak"))
         return encode_filter_result(filter_result(args=args, passed=args.node_names, failed={}))
-    return encode_priority_list(priority_list({}, args.node_names if args is not None else ()))
+    return encode_priorities({}, args.node_names if args is not None else ())
 
 
 class ExtenderService:
@@ -99,10 +98,10 @@ class ExtenderService:
             self.metrics.requests.labels(verb, ERROR).inc()
             if verb == FILTER:
                 return encode_filter_result(error_filter_result(f"offpeak extender: request is {e}"))
-            return encode_priority_list([])
+            return encode_priorities({}, ())
         if verb == FILTER:
             return encode_filter_result(self.filter(body, attempt))
-        return encode_priority_list(self.prioritize(body, attempt))
+        return encode_priorities(*self._scores(body, attempt))
 
     def _parse(self, verb: str, body: Any, attempt: Attempt | None) -> ExtenderArgs:
         try:
@@ -145,8 +144,7 @@ class ExtenderService:
         result = filter_nodes(pod=args.pod, nodes=views, now=self.store.clock(), margin=self.settings.margin)
         if attempt is not None:
             attempt.check()
-        kinds = Counter(reason_kind(r) for r in result.failed.values())
-        for kind, n in kinds.items():
+        for kind, n in count_reason_kinds(result.failed.values()).items():
             self.metrics.filtered_out.labels(kind).inc(n)
         self.metrics.requests.labels(FILTER, MANAGED).inc()
         if len(result.passed) + len(result.failed) == len(args.node_names) and not unknown:
@@ -157,13 +155,17 @@ class ExtenderService:
         return filter_result(args=args, passed=passed, failed=result.failed)
 
     def prioritize(self, body: Any, attempt: Attempt | None = None) -> list[HostPriority]:
+        return priority_list(*self._scores(body, attempt))
+
+    def _scores(self, body: Any, attempt: Attempt | None) -> tuple[Mapping[str, int], Sequence[str]]:
+        """(score per node, the names asked about, in order); names without a score get 0."""
         try:
             args = self._parse(PRIORITIZE, body, attempt)
         except WireError:
-            return []
+            return {}, ()
         if not args.managed:
             self.metrics.requests.labels(PRIORITIZE, PASSTHROUGH).inc()
-            return priority_list({}, args.node_names)
+            return {}, args.node_names
         views, _ = self.store.views(args.node_names)  # nodes the cache does not know score 0: never preferred
         if attempt is not None:
             attempt.check()
@@ -171,4 +173,4 @@ class ExtenderService:
         if attempt is not None:
             attempt.check()
         self.metrics.requests.labels(PRIORITIZE, MANAGED).inc()
-        return priority_list(scores, args.node_names)
+        return scores, args.node_names

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import json
 import math
+from json.encoder import encode_basestring_ascii as _quote  # str -> JSON string literal, in C
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from offpeak_core.model import PodRequest, Prediction
 
-_quote = json.encoder.encode_basestring_ascii  # str -> JSON string literal (C)
 
 PREDICTED_ANNOTATION = "offpeak.io/predicted-job-seconds"
 CHECKPOINTING_ANNOTATION = "offpeak.io/checkpointing"
@@ -184,7 +184,7 @@ def _node_names(names: Any) -> tuple[str, ...]:
         raise WireError("ExtenderArgs.NodeNames must be a list")
     if len(names) > MAX_NODES:
         raise WireError(f"ExtenderArgs.NodeNames has {len(names)} names, more than {MAX_NODES} (no real cluster)")
-    if all(type(n) is str for n in names):
+    if set(map(type, names)) <= {str}:
         return tuple(names)
     raise WireError("ExtenderArgs.NodeNames must be a list of strings")
 
@@ -249,10 +249,11 @@ def _clamp(score: int) -> int:
     return max(0, min(MAX_EXTENDER_PRIORITY, int(score)))
 
 
-def encode_priority_list(priorities: Sequence[HostPriority]) -> bytes:
-    """`priorities` as compact JSON, several times faster than `json.dumps` on a list of small dicts (hot path)."""
-    return ("[" + ",".join([f'{{"Host":{_quote(p["Host"])},"Score":{_clamp(p["Score"])}}}' for p in priorities])
-            + "]").encode()
+def encode_priorities(scores: Mapping[str, int], names: Sequence[str]) -> bytes:
+    """The HostPriorityList of `priority_list(scores, names)` as compact JSON, built without the dicts: several
+    times faster than `json.dumps` on a list of small dicts (hot path)."""
+    get = scores.get
+    return ("[" + ",".join([f'{{"Host":{_quote(n)},"Score":{_clamp(get(n, 0))}}}' for n in names]) + "]").encode()
 
 
 def encode_filter_result(result: ExtenderFilterResult) -> bytes:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry
 
 from offpeak_core.evictions import REASON_PENDING, REASON_PRESSURE
-from offpeak_extender.metrics import FILTER_REASON_KINDS, EvictorMetrics, ExtenderMetrics, reason_kind
+from offpeak_extender.metrics import (
+    FILTER_REASON_KINDS,
+    EvictorMetrics,
+    ExtenderMetrics,
+    count_reason_kinds,
+    reason_kind,
+)
 
 
 def test_evictor_counters_start_at_zero_for_every_reason() -> None:
@@ -35,3 +41,12 @@ def test_extender_counters_start_at_zero_for_every_reason_and_outcome() -> None:
 def test_every_reason_kind_is_pre_initialised() -> None:
     for reason in ("needs 2 GPUs, 1 free", "window ends in 3m", "no idle window", "unknown node x", "anything"):
         assert reason_kind(reason) in FILTER_REASON_KINDS
+
+
+def test_count_reason_kinds_agrees_with_reason_kind() -> None:
+    reasons = ["needs 2 GPU(s), 1 of 8 free now", "window ends in 3m, job needs ~1h", "window ends in 41m, x",
+               "no idle window for 4 GPU(s) now", "unknown node x", "no", "", "window ends", "something else"]
+    expected: dict[str, int] = {}
+    for r in reasons:
+        expected[reason_kind(r)] = expected.get(reason_kind(r), 0) + 1
+    assert dict(count_reason_kinds(reasons)) == expected

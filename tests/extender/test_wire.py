@@ -9,6 +9,7 @@ from .k8s_objects import gpu_node, gpu_pod
 
 from offpeak_extender.wire import (
     WireError,
+    encode_priorities,
     filter_result,
     parse_extender_args,
     parse_predictions,
@@ -79,3 +80,10 @@ def test_pod_gpus_requests_limits_and_init() -> None:
 def test_priority_list_order_and_clamp() -> None:
     assert priority_list({"a": 12, "b": -1}, ["b", "a", "c"]) == [
         {"Host": "b", "Score": 0}, {"Host": "a", "Score": 10}, {"Host": "c", "Score": 0}]
+
+
+def test_encode_priorities_matches_json_of_priority_list() -> None:
+    scores = {"a": 12, "b": -1, 'q"uote': 3, "é": 5}
+    names = ["b", "a", "c", 'q"uote', "é"]
+    assert json.loads(encode_priorities(scores, names)) == priority_list(scores, names)
+    assert encode_priorities({}, []) == b"[]"
