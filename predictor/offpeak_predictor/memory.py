@@ -8,7 +8,7 @@ a language model's vocabulary-sized logits briefly needs several fp32 copies of 
 while it fills the gradients; Adam's update needs one more parameter-sized temporary. So the step is replayed op
 by op over the graph (topological order forward, reverse order backward), keeping a ledger of live tensors, and
 the peak and its breakdown are read off that ledger. Nothing here is fitted to a model: the only fitted number is
-the allocator's slack (`MemorySettings.slack`), see docs/predictor.md, "Peak GPU memory".
+the allocator's slack (`MemorySettings.slack`, 0.7 %), see docs/predictor.md, "Peak GPU memory".
 
 Conventions (those of the H100 measurements): `fp32` is plain fp32; `fp16`/`bf16` are automatic mixed precision
 (autocast, fp32 master weights, gradients and optimizer state); `torch.optim` optimizers with their default
@@ -20,16 +20,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from offpeak_graph.schema import ModelGraph, Op, OpType
-from offpeak_predictor.memory_plan import StepPlan, build_plan, cast_bytes, reads
-from offpeak_predictor.memory_rules import (
-    AMP_PRECISIONS,
-    FP32,
-    HALF,
-    LOWER_PRECISION,
-    PRECISIONS,
-    save_rule,
-    weight_numel,
-)
+from offpeak_predictor.memory_plan import StepPlan, build_plan, cast_bytes
+from offpeak_predictor.memory_rules import AMP_PRECISIONS, FP32, PRECISIONS
 
 GIB = 2**30
 
@@ -58,7 +50,7 @@ class MemorySettings:
     workspaces, 32 MiB each on Hopper (less on older GPUs, so this errs high there).
     """
 
-    slack: float = 0.005
+    slack: float = 0.007
     fixed_bytes: int = 64 * 2**20
 
 
@@ -226,8 +218,8 @@ class _Step:
             casts = {p: cast_bytes(plan, op, p) for p in set(op.inputs)}
             for p, nbytes in casts.items():
                 ledger.alloc(("cast", i, p), nbytes, "transient")
-            if plan.amp and op.type in LOWER_PRECISION:  # no cast cache under inference_mode: then transient
-                ledger.alloc(("wcopy", i), HALF * weight_numel(op), "amp_weight_copies")
+            # autocast's half weight copy: kept for backward in training; no cast cache under inference_mode
+            ledger.alloc(("wcopy", i), plan.weight_copies[i], "amp_weight_copies")
             if plan.storage[i] == i:
                 ledger.alloc(("out", i), plan.out_bytes[i], "activations")
             ledger.alloc(("extra", i), plan.extra_bytes[i], "activations")
@@ -246,7 +238,7 @@ class _Step:
             for key in (("wcopy", i), ("extra", i)):
                 if key not in self.savers:
                     ledger.free(key)
-            for s in reads(op, plan.storage, plan.keep_inputs):
+            for s in plan.reads[i]:
                 self.readers[s] -= 1
                 self._maybe_free(s)
             self._maybe_free(plan.storage[i])
@@ -259,7 +251,7 @@ class _Step:
             return fused
         if plan.out_bytes[i] == 0 and plan.floats[i]:
             return []  # fused away: nothing materialised, nothing kept
-        rule = save_rule(op)
+        rule = plan.rules[i]
         inputs = sorted(set(op.inputs))
         chosen: list[int] = []
         if rule.inputs == "all":
@@ -268,12 +260,14 @@ class _Step:
             chosen = inputs if op.params > 0 else []  # x * parameter keeps x; x * buffer keeps only the buffer
         elif rule.inputs == "partners":
             chosen = [p for p in inputs if any(plan.requires_grad[q] for q in inputs if q != p)]
+        elif rule.inputs == "masks":
+            chosen = [p for p in inputs if not plan.floats[p]]
         kept: list[Key] = [("cast", i, p) if casts.get(p) else ("out", plan.storage[p]) for p in chosen]
         if rule.output:
             kept.append(("out", plan.storage[i]))
         if plan.extra_bytes[i]:
             kept.append(("extra", i))
-        if plan.amp and op.type in LOWER_PRECISION and weight_numel(op) > 0:
+        if plan.weight_copies[i]:
             kept.append(("wcopy", i))
         return kept
 
@@ -329,13 +323,12 @@ class _Step:
                 if plan.requires_grad[p]:
                     reached.add(p)
                     ledger.alloc(("grad", p), plan.out_bytes[p], "transient")
-            weights = FP32 * max(op.params, weight_numel(op))
+            weights = FP32 * max(op.params, plan.weights[i])
             kept = min(weights, grads_left)  # a tied weight gets its buffer once; its second gradient is added
             grads_left -= kept
             ledger.alloc(("pgrad", i), kept, "gradients")
             ledger.alloc(("pgrad-extra", i), weights - kept, "transient")
-            if plan.amp and op.type in LOWER_PRECISION:  # the half gradient of the weight copy, cast to fp32
-                ledger.alloc(("pgrad-half", i), HALF * weight_numel(op), "transient")
+            ledger.alloc(("pgrad-half", i), plan.weight_copies[i], "transient")  # the copy's gradient, then fp32
             ledger.alloc(("scratch", i), plan.scratch_backward[i], "transient")
             ledger.observe("backward", op.name or op.type)
             for kind in ("scratch", "grad", "pgrad-extra", "pgrad-half"):

@@ -18,6 +18,7 @@ from offpeak_predictor.memory_rules import (
     gqa_heads,
     is_float,
     is_inplace,
+    SaveRule,
     keeps_result,
     save_rule,
     weight_numel,
@@ -42,6 +43,10 @@ class StepPlan:
     scratch_forward: list[int]  # temporaries alive only while the op runs forward
     scratch_backward: list[int]  # ... and backward
     keep_inputs: dict[int, list[int]]  # ops whose kept inputs are not their graph inputs (fused attention)
+    rules: list[SaveRule]  # what each op keeps for backward
+    weights: list[int]  # elements of the weights each op multiplies by (tied weights at every use)
+    weight_copies: list[int]  # bytes of autocast's half copy of those weights (0 in fp32 or for other ops)
+    reads: list[set[int]]  # storages each op reads in the forward pass
 
 
 def _numel(shape: list[int]) -> int:
@@ -80,18 +85,24 @@ def build_plan(graph: ModelGraph, *, amp: bool, scale: float) -> StepPlan:
             elem[op.id] = amp_bytes(op, ins, has_buffer_input=_reads_buffer(op))
         numel[op.id] = sum(elements(s) for s in op.output_shapes)
         out_bytes[op.id] = round(numel[op.id] * elem[op.id])
+    keep_inputs = _fuse_decomposed_attention(ops, consumers, out_bytes)
+    for op in ops:
         if is_inplace(op) and op.inputs:
             same = [p for p in op.inputs if out_bytes[p] == out_bytes[op.id]]
             if same:
                 storage[op.id] = storage[max(same)]
+        elif _is_free_layout_copy(op, ops, batch=graph.batch_size, amp=amp):
+            storage[op.id] = storage[op.inputs[0]]
+    rules = [save_rule(op) for op in ops]
+    weights = [weight_numel(op) for op in ops]
     requires = [False] * n
     for op in ops:
         requires[op.id] = floats[op.id] and op.type != OpType.INPUT and (
-            op.params > 0 or weight_numel(op) > 0 or any(requires[p] for p in op.inputs)
+            op.params > 0 or weights[op.id] > 0 or any(requires[p] for p in op.inputs)
         )
     extra, scratch_fwd, scratch_bwd = [0] * n, [0] * n, [0] * n
     for op in ops:
-        rule = save_rule(op)
+        rule = rules[op.id]
         in_elem = max((elem[p] for p in op.inputs if floats[p]), default=elem[op.id])
         extra[op.id] = round(rule.extra_tensors * out_bytes[op.id] + rule.extra_input_tensors * numel[op.id] * in_elem
                              + rule.extra_bytes_per_element * numel[op.id])  # fmt: skip
@@ -100,20 +111,42 @@ def build_plan(graph: ModelGraph, *, amp: bool, scale: float) -> StepPlan:
         heads = gqa_heads(op)
         if heads is not None and not amp:  # fp32 grouped-query attention: no fused kernel, the math path
             q, k = op.input_shapes[0], op.input_shapes[1]
+            # it keeps the [batch, heads, seq, seq] probabilities; the scores before softmax are a temporary, and
+            # backward needs two more of that size (the H100's Mistral/Qwen2 fp32 rows fit this within 0.5 %)
             probs = FP32 * elements([*q[:-1], k[-2]])
-            extra[op.id] += round(probs + 2 * FP32 * elements([*q[:-2], k[-2], k[-1]]))  # probs, k and v repeated
+            extra[op.id] += round(probs)
             scratch_fwd[op.id], scratch_bwd[op.id] = round(probs), round(2 * probs)
-    keep_inputs = _fuse_decomposed_attention(ops, consumers, out_bytes)
+    reads = [{storage[p] for p in (*op.inputs, *keep_inputs.get(op.id, ()))} for op in ops]
     readers: dict[int, int] = {}
-    for op in ops:
-        for s in reads(op, storage, keep_inputs):
+    for op_reads in reads:
+        for s in op_reads:
             readers[s] = readers.get(s, 0) + 1
     held = {storage[op.id] for op in ops if op.type == OpType.INPUT or not consumers.get(op.id)}
     logits = next((op.id for op in reversed(ops) if floats[op.id] and not consumers.get(op.id)
                    and op.type != OpType.INPUT), None)  # fmt: skip
     return StepPlan(ops=ops, storage=storage, out_bytes=out_bytes, elem_bytes=elem, floats=floats, readers=readers,
                  held=held, amp=amp, logits=logits, requires_grad=requires, extra_bytes=extra,
-                 scratch_forward=scratch_fwd, scratch_backward=scratch_bwd, keep_inputs=keep_inputs)  # fmt: skip
+                 scratch_forward=scratch_fwd, scratch_backward=scratch_bwd, keep_inputs=keep_inputs, rules=rules,
+                 weights=weights, weight_copies=[HALF * w if amp and op.type in LOWER_PRECISION else 0
+                                                 for op, w in zip(ops, weights, strict=True)],
+                 reads=reads)  # fmt: skip
+
+
+def _is_free_layout_copy(op: Op, ops: list[Op], *, batch: int, amp: bool) -> bool:
+    """Whether the `transpose(1, 2).reshape(...)` after a fused attention, traced as a copy (the meta kernel returns
+    [batch, heads, seq, dim] contiguous), is a view on a GPU. The flash and memory-efficient kernels lay their
+    output out like the query, which is [batch, seq, heads, dim] when it comes from a linear layer (and from
+    rotary embeddings applied to one): then going back to [batch, seq, hidden] is free. It is a real copy when the
+    query was concatenated (partial rotary: GPT-NeoX, Phi), when attention ran the math path (fp32 grouped-query),
+    and for `nn.MultiheadAttention`, which works sequence-first."""
+    if op.type != OpType.RESHAPE or op.framework_type != "aten.clone" or len(set(op.inputs)) != 1:
+        return False
+    attention = ops[op.inputs[0]]
+    if attention.type != OpType.SDPA or not op.output_shapes or not op.output_shapes[0]:
+        return False
+    if int(op.output_shapes[0][0]) != batch or (gqa_heads(attention) is not None and not amp):
+        return False
+    return bool(attention.inputs) and all(ops[p].type != OpType.CONCAT for p in attention.inputs)
 
 
 def _fuse_decomposed_attention(ops: list[Op], consumers: dict[int, list[int]], out_bytes: list[int]
@@ -166,11 +199,6 @@ def _fuse_decomposed_attention(ops: list[Op], consumers: dict[int, list[int]], o
             out_bytes[f] = 0
         keep[after[0]] = sorted(sources - fused)
     return keep
-
-
-def reads(op: Op, storage: list[int], keep_inputs: dict[int, list[int]]) -> set[int]:
-    """Storages `op` reads in the forward pass (a fused attention reads q, k, v where its decomposition did)."""
-    return {storage[p] for p in op.inputs} | {storage[p] for p in keep_inputs.get(op.id, [])}
 
 
 def _reads_buffer(op: Op) -> bool:

@@ -45,7 +45,8 @@ class SaveRule:
     """What autograd keeps of one op until its backward runs.
 
     inputs: "all" (every activation input, after autocast's cast), "partners" (an input is kept only when
-    another input needs a gradient: `x * mask` keeps the mask, `x * y` keeps both), or "none".
+    another input needs a gradient: `x * mask` keeps the mask, `x * y` keeps both), "masks" (only its integer or
+    bool inputs: `where`, `masked_fill`), or "none".
     output: the op's own result is kept (relu, sigmoid, tanh, softmax, attention).
     extra_tensors: further output-sized tensors made inside a grouped module and kept, in the op's dtype;
     extra_input_tensors: the same in the input's dtype (tanh-GELU written out in Python keeps three).
@@ -106,6 +107,16 @@ _BY_FRAMEWORK_TYPE: dict[str, SaveRule] = {
     "ReLU6": _INPUTS, "Hardtanh": _INPUTS, "aten.hardtanh": _INPUTS, "aten.hardtanh_": _INPUTS,
     "aten.leaky_relu": _OUTPUT, "aten.leaky_relu_": _OUTPUT,
 }
+# Element-wise ATen ops (base names) whose gradient needs no input (negation, casts, rounding, comparisons...),
+# or only the result, or only a mask; the rest keep their inputs.
+_KEEP_NOTHING: frozenset[str] = frozenset({
+    "neg", "_to_copy", "to", "type_as", "sign", "sgn", "floor", "ceil", "round", "trunc", "eq", "ne", "lt", "le",
+    "gt", "ge", "logical_and", "logical_or", "logical_not", "bitwise_and", "bitwise_or", "bitwise_not",
+    "bitwise_xor", "isnan", "isinf", "any", "all", "rand", "randn", "rand_like", "randn_like", "randint", "normal",
+    "uniform", "floor_divide", "remainder", "fmod", "tril", "triu",
+})  # fmt: skip
+_KEEP_RESULT: frozenset[str] = frozenset({"exp", "exp2", "expm1", "sqrt", "rsqrt", "reciprocal", "elu"})
+_KEEP_MASKS: frozenset[str] = frozenset({"where", "masked_fill"})
 # RMSNorm fused by PyTorch keeps its input; the usual Python version (LlamaRMSNorm and its copies: x.float(),
 # x * rsqrt(mean(x^2)), weight * that) also keeps the normalised fp32 tensor.
 _FUSED_RMSNORM: frozenset[str] = frozenset({"RMSNorm", "F.rms_norm", "aten.rms_norm", "aten._fused_rms_norm"})
@@ -120,6 +131,14 @@ def save_rule(op: Op) -> SaveRule:
         return SaveRule(inputs="all", extra_tensors=1)
     if op.type == OpType.DROPOUT and float(op.attrs.get("p", 0.5) or 0.0) <= 0.0:
         return _NOTHING
+    if op.type == OpType.ELEMENTWISE and op.framework_type.startswith("aten."):
+        base = op.framework_type[5:].split(".")[0].rstrip("_")
+        if base in _KEEP_NOTHING:
+            return _NOTHING
+        if base in _KEEP_RESULT:
+            return _OUTPUT
+        if base in _KEEP_MASKS:
+            return SaveRule(inputs="masks")
     return _RULES.get(op.type, _INPUTS)
 
 
