@@ -292,7 +292,7 @@ class ClusterStore:
         return {n: (np.array([a for a, _ in s]), np.array([b for _, b in s])) for n, s in snap.items() if s}
 
     def set_history(self, history: Mapping[str, tuple[np.ndarray, np.ndarray]], *, now: float | None = None) -> None:
-        """Fit the seasonal model per node (outside the lock), then publish forecasts and rebuild all views."""
+        """Fit the seasonal model per node and build every view (outside the lock), then publish both at once."""
         t = self.clock() if now is None else now
         forecasts: dict[str, DemandForecast] = {}
         ended: list[str] = []
@@ -306,14 +306,25 @@ class ClusterStore:
         if ended:
             log.info("%d node(s) without recent demand samples, treated as stale: %s", len(ended),
                      ", ".join(sorted(ended)[:10]))
+        # Build every node's new view before publishing, so requests meanwhile keep using the old ones instead of
+        # finding the cache empty and rebuilding views themselves.
+        with self._lock:
+            version = self._forecast_version + 1
+            inputs = [_ViewInputs(info=info, online=u.online, offline=u.offline + u.other, used=u.used,
+                                  fitted=forecasts.get(name), stale=False, key=(u.version, version))
+                      for name, info in self._nodes.items() for u in (self._usage.get(name, _Usage()),)]
+        views = [(inp, build_view(inp, now=t, settings=self.settings, keep_ahead_seconds=self.stale_after_seconds))
+                 for inp in inputs]
         with self._lock:
             self._forecasts = forecasts
             self._forecast_at = t
             self._history_error = None
-            self._forecast_version += 1
-            self._ready.clear()
-            names = list(self._nodes)
-        self.rebuild_views(names, now=t)
+            self._forecast_version += 1  # == version unless a failed refresh bumped it meanwhile: then rebuild lazily
+            self._ready_stale = self._stale_locked(self.clock())
+            self._ready = {} if self._ready_stale else {
+                inp.info.name: view for inp, view in views
+                if inp.info.name in self._nodes
+                and inp.key == (self._usage.get(inp.info.name, _Usage()).version, self._forecast_version)}
 
     @property
     def series_max_age_seconds(self) -> float:

@@ -174,3 +174,28 @@ def test_a_series_that_ended_makes_its_node_stale_not_idle() -> None:
     assert series_is_current(times=t, online=np.full(t.size, 2.0), now=NOW, max_age_seconds=10.0)
     assert not series_is_current(times=t, online=nan_tail, now=NOW, max_age_seconds=40.0)
     assert not series_is_current(times=np.array([]), online=np.array([]), now=NOW, max_age_seconds=40.0)
+
+
+def test_requests_during_a_refit_keep_using_the_old_views(monkeypatch: pytest.MonkeyPatch) -> None:
+    import offpeak_extender.store as store_module
+
+    clock = [NOW]
+    store = store_with_nodes(clock)
+    store.set_history({"a": (np.array([NOW - 20.0]), np.array([2.0]))}, now=NOW)
+    (old,), _ = store.views(["a"])
+    real = store_module.build_view
+    mid_refit: list[Any] = []
+    builds = [0]
+
+    def spy(inp: Any, **kwargs: Any) -> Any:
+        builds[0] += 1
+        if builds[0] == 1:
+            mid_refit.append(store.views(["a"])[0][0])  # a request arriving while the refit builds views
+        return real(inp, **kwargs)
+
+    monkeypatch.setattr(store_module, "build_view", spy)
+    store.set_history({"a": (np.array([NOW - 20.0]), np.array([1.0]))}, now=NOW)
+    assert mid_refit[0] is old  # served from the old views, not rebuilt on the request path
+    assert builds[0] == 2  # one per node, all in the refit
+    (new,), _ = store.views(["a"])
+    assert new is not old and new != old  # the new forecast, published with all views at once
