@@ -8,6 +8,7 @@ process: pid files in the run dir). Used by `offpeak cluster up|down|status`, `o
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -101,12 +102,24 @@ class LocalCluster:
         """Environment for offpeak's processes: the contracts' OFFPEAK_* fallbacks point at this cluster."""
         assert self.state is not None
         urls = self.state.urls
-        env = {"KUBECONFIG": self.state.kubeconfig, "PYTHONUNBUFFERED": "1"}
+        env = {"KUBECONFIG": self.state.kubeconfig, "PYTHONUNBUFFERED": "1",
+               "OFFPEAK_PREDICTOR_TOKEN_FILE": str(self._predictor_token())}
         if "prometheus" in urls:
             env["OFFPEAK_PROMETHEUS_URL"] = urls["prometheus"]
         if "predictor" in urls:
             env["OFFPEAK_PREDICTOR_URL"] = urls["predictor"]
         return {**env, **self.settings.extra_env}
+
+    def _predictor_token(self) -> Path:
+        """The shared secret of predictor and operator (the chart mounts one Secret into both): made once per
+        cluster, readable by this user only."""
+        path = self.cp.run_dir / "config" / "predictor-token"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as out:
+                out.write(secrets.token_hex(32))
+        return path
 
     def _port(self, name: str) -> int:
         assert self.state is not None
