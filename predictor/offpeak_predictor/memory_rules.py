@@ -117,6 +117,9 @@ _KEEP_NOTHING: frozenset[str] = frozenset({
 })  # fmt: skip
 _KEEP_RESULT: frozenset[str] = frozenset({"exp", "exp2", "expm1", "sqrt", "rsqrt", "reciprocal", "elu"})
 _KEEP_MASKS: frozenset[str] = frozenset({"where", "masked_fill"})
+# T5's RMS norm (and its copies in other T5-derived models) is named a layer norm but written like LlamaRMSNorm.
+for _name in ("T5LayerNorm", "MT5LayerNorm", "UMT5LayerNorm", "LongT5LayerNorm", "Pix2StructLayerNorm"):
+    _BY_FRAMEWORK_TYPE[_name] = SaveRule(inputs="all", extra_tensors=1)
 # RMSNorm fused by PyTorch keeps its input; the usual Python version (LlamaRMSNorm and its copies: x.float(),
 # x * rsqrt(mean(x^2)), weight * that) also keeps the normalised fp32 tensor.
 _FUSED_RMSNORM: frozenset[str] = frozenset({"RMSNorm", "F.rms_norm", "aten.rms_norm", "aten._fused_rms_norm"})
