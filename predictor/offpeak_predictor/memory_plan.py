@@ -12,13 +12,13 @@ from offpeak_predictor.memory_rules import (
     FP32,
     HALF,
     LOWER_PRECISION,
+    SaveRule,
     amp_bytes,
     computes_fp32,
     element_bytes,
     gqa_heads,
     is_float,
     is_inplace,
-    SaveRule,
     keeps_result,
     save_rule,
     weight_numel,
@@ -57,9 +57,12 @@ def _numel(shape: list[int]) -> int:
 
 
 def build_plan(graph: ModelGraph, *, amp: bool, scale: float) -> StepPlan:
-    """The plan of `graph` under autocast (`amp`) or fp32, its activations scaled by `scale` (batch ratio)."""
+    """The plan of `graph` under autocast (`amp`) or fp32, its activations scaled by `scale` (batch ratio).
+    Raises ValueError when op ids are not their positions (the schema's topological order)."""
     ops = graph.ops
     n = len(ops)
+    if any(op.id != i or any(not 0 <= p < i for p in op.inputs) for i, op in enumerate(ops)):
+        raise ValueError("model graph ops must have ids 0..n-1 in topological order, each reading earlier ops")
 
     def elements(shape: list[int]) -> float:
         """Elements of one tensor at the requested batch: a tensor with a dimension that is a multiple of the

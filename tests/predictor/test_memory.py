@@ -256,6 +256,9 @@ def test_bad_arguments_say_what_to_use() -> None:
         peak_memory_bytes(graph, mode="serve")
     with pytest.raises(ValueError, match="batch"):
         peak_memory_bytes(graph, batch_size=-1)
+    graph.ops[2].inputs = [5]  # reads a later op: not a topological order
+    with pytest.raises(ValueError, match="topological"):
+        peak_memory_bytes(graph)
 
 
 def test_fits_gpu_leaves_headroom() -> None:
