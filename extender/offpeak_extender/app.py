@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import signal
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -29,6 +32,8 @@ class ExtenderConfig:
     forecast: ForecastSettings
     decisions: DecisionSettings
     server: ServerSettings
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - probes and scrapes come to the pod IP
+    metrics_port: int | None = None  # None: /healthz, /readyz and /metrics only on the main port
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExtenderConfig:
@@ -42,14 +47,33 @@ class ExtenderConfig:
         stale = args.stale_seconds or max(3 * args.refresh_seconds, 2 * args.step_seconds)
         server = ServerSettings(max_body_bytes=args.max_body_bytes, deadline_seconds=args.deadline_seconds)
         return cls(args.host, args.port, args.kubeconfig, args.prometheus_url, args.refresh_seconds, stale,
-                   forecast, DecisionSettings(margin=args.margin), server)
+                   forecast, DecisionSettings(margin=args.margin), server, args.metrics_host, args.metrics_port)
+
+
+async def serve_apps(sites: Sequence[tuple[web.Application, str, int]]) -> None:
+    """Serve each (app, host, port) on one event loop until SIGINT or SIGTERM."""
+    runners: list[web.AppRunner] = []
+    try:
+        for app, host, port in sites:
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            runners.append(runner)
+            await web.TCPSite(runner, host, port).start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        for runner in reversed(runners):
+            await runner.cleanup()
 
 
 def serve_extender(config: ExtenderConfig) -> None:
     from offpeak_extender.history import LocalHistory, PrometheusHistory, Refresher
     from offpeak_extender.kube import Informer, load_api_client
     from offpeak_extender.metrics import ExtenderMetrics
-    from offpeak_extender.server import make_app
+    from offpeak_extender.server import make_app, make_probe_app
     from offpeak_extender.service import ExtenderService
     from offpeak_extender.store import ClusterStore
 
@@ -67,9 +91,12 @@ def serve_extender(config: ExtenderConfig) -> None:
     log.info("extender on http://%s:%d (history: %s, day=%gs, step=%gs, margin=%g)", config.host, config.port,
              config.prometheus_url or "local pod samples", config.forecast.season_seconds,
              config.forecast.step_seconds, config.decisions.margin)
+    sites = [(make_app(service=service, registry=registry, settings=config.server), config.host, config.port)]
+    if config.metrics_port is not None:
+        log.info("extender probes and metrics on http://%s:%d", config.metrics_host, config.metrics_port)
+        sites.append((make_probe_app(service=service, registry=registry), config.metrics_host, config.metrics_port))
     try:
-        web.run_app(make_app(service=service, registry=registry, settings=config.server), host=config.host,
-                    port=config.port, print=None, access_log=None)
+        asyncio.run(serve_apps(sites))
     finally:
         informer.stop()
         refresher.stop()

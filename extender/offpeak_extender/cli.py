@@ -52,6 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="online demand quantile per time bin (higher = more cautious windows)")
     p.add_argument("--stale-seconds", type=float, default=None,
                    help="forecasts older than this are stale (default: 3 x refresh, at least 2 steps)")
+    p.add_argument("--metrics-port", type=int,
+                   default=int(_env("OFFPEAK_EXTENDER_METRICS_PORT") or 0) or None,
+                   help="also serve /healthz, /readyz and /metrics (only those) on this port, so --host can stay "
+                   "127.0.0.1 for the scheduler alone")
+    p.add_argument("--metrics-host", default=_env("OFFPEAK_EXTENDER_METRICS_HOST", "0.0.0.0"),  # noqa: S104
+                   help="address of --metrics-port (default 0.0.0.0: kubelet probes and Prometheus)")
     p.add_argument("--deadline-seconds", type=float, default=_env_float("OFFPEAK_EXTENDER_DEADLINE_SECONDS", 3.0),
                    help="answer fail-open (all nodes pass, scores 0) when a decision takes longer; keep it below "
                    "the scheduler's httpTimeout (5s)")
@@ -88,6 +94,9 @@ def _check(args: argparse.Namespace) -> None:
         raise UserError("--margin must be >= 0")
     if not 0 < getattr(args, "port", getattr(args, "metrics_port", 1)) < 65536:
         raise UserError("port must be in 1..65535")
+    if getattr(args, "port", None) is not None and getattr(args, "metrics_port", None) is not None:
+        if not 0 < args.metrics_port < 65536 or args.metrics_port == args.port:
+            raise UserError("--metrics-port must be in 1..65535 and differ from --port")
 
 
 def run_extender(args: argparse.Namespace) -> int:

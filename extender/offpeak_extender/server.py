@@ -1,4 +1,6 @@
-"""aiohttp transport for the extender: `/filter`, `/prioritize`, `/healthz`, `/readyz`, `/windows`, `/metrics`.
+"""aiohttp transport for the extender: `/filter`, `/prioritize`, `/healthz`, `/readyz`, `/windows`, `/metrics`;
+optionally a second app with only `/healthz`, `/readyz` and `/metrics` (`make_probe_app`), so the decisions can
+listen on loopback for the scheduler alone while kubelet and Prometheus reach the probes on the pod IP.
 
 Handlers only read the body (bounded per endpoint), hand the work to a thread pool, time it and reply: the event
 loop never parses, decides or serialises, so `/healthz` answers while a large request is decided, and a decision
@@ -161,6 +163,17 @@ async def _executor(app: web.Application) -> AsyncIterator[None]:
     app[EXECUTOR_KEY] = executor
     yield
     executor.shutdown(wait=False, cancel_futures=True)
+
+
+def make_probe_app(*, service: ExtenderService, registry: CollectorRegistry) -> web.Application:
+    """Health, readiness and metrics only (no body is read anywhere)."""
+    app = web.Application(client_max_size=1024)
+    app[SERVICE_KEY] = service
+    app[REGISTRY_KEY] = registry
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app
 
 
 def make_app(*, service: ExtenderService, registry: CollectorRegistry,

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -163,6 +164,29 @@ def test_extender_process_filters_with_its_informer_cache(fake_api: tuple[FakeAp
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_extender_process_keeps_decisions_on_loopback_and_probes_on_the_metrics_port(
+        fake_api: tuple[FakeApi, Path]) -> None:
+    _, kubeconfig = fake_api
+    port, probes = free_port(), free_port()
+    proc = start(["extender", "--host", "127.0.0.1", "--port", str(port), "--metrics-host", "127.0.0.1",
+                  "--metrics-port", str(probes), "--kubeconfig", str(kubeconfig), "--season-seconds", "600",
+                  "--step-seconds", "6", "--refresh-seconds", "1"], kubeconfig.with_name("extender-probes.log"))
+    try:
+        ready = wait_json(f"http://127.0.0.1:{probes}/readyz", lambda r: r["ready"])
+        assert ready["synced"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{probes}/metrics", timeout=5) as r:
+            assert b"offpeak_extender_requests_total" in r.read()
+        body = {"Pod": gpu_pod("train-0", gpus=2, phase="Pending", predicted=PRED), "NodeNames": ["n1", "n2"]}
+        assert "n1" in post(f"http://127.0.0.1:{port}/filter", body)["FailedNodes"]
+        with pytest.raises(urllib.error.HTTPError) as refused:  # the probe port answers no decisions
+            post(f"http://127.0.0.1:{probes}/filter", body)
+        assert refused.value.code in (404, 405)
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0  # SIGTERM: a clean stop
 
 
 @pytest.mark.slow
