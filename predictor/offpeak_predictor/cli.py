@@ -134,6 +134,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                 f"(p90 {result['step_seconds_p90'] * 1e3:.1f} ms)")  # fmt: skip
         if "job_seconds" in result:
             line += f"; job {result['job_seconds']:.0f} s (p90 {result['job_seconds_p90']:.0f} s)"
+        if "peak_memory_gib" in result:
+            verdict = "fits" if result["fits_memory"] else "does NOT fit"
+            line += (f"; needs ~{result['peak_memory_gib']:.1f} GiB of GPU memory: {verdict} "
+                     f"{result['gpu_type']} ({result['gpu_memory_gib']:.0f} GiB)")
         print(line)
     return 0
 

@@ -12,6 +12,10 @@ _PREDICTION = {
         "step_seconds": {"type": "number"}, "step_seconds_p90": {"type": "number"},
         "job_seconds": {"type": "number"}, "job_seconds_p90": {"type": "number"},
         "model_version": {"type": "string"},
+        "peak_memory_gib": {"type": "number", "description": "peak GPU memory of one step per GPU (GiB, as "
+                            "torch.cuda.max_memory_allocated reports it); absent for an unmodelled optimizer"},
+        "gpu_memory_gib": {"type": "number", "description": "this GPU type's memory (GiB)"},
+        "fits_memory": {"type": "boolean", "description": "peak within 95 % of the GPU's memory"},
         "correction": {"type": "object", "description": "how measured samples changed the model's answer",
                        "properties": {"samples": {"type": "integer"},
                                       "level": {"type": "string", "enum": ["model", "family", "graph"]},

@@ -15,6 +15,7 @@ from offpeak_predictor.correction import Correction, CorrectionTable, keys_for
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, summarise
 from offpeak_predictor.jobtime import DEFAULT_STARTUP_SECONDS, job_estimate
+from offpeak_predictor.memory import MemoryEstimate, fits_gpu, peak_memory_bytes
 from offpeak_predictor.model import RuntimeModel
 
 MODES = ("train", "inference")
@@ -67,6 +68,8 @@ class Predictor:
         # Content hashes of graph objects seen recently (hashing a 1,000-op graph costs ~1.5 ms). Holding the
         # object keeps its id unique; callers must not mutate a graph after predicting with it.
         self._hashes: OrderedDict[int, tuple[ModelGraph, str]] = OrderedDict()
+        # Peak memory is the same on every GPU type and costs ~10 ms for a 500-op graph: once per job shape.
+        self._memory: OrderedDict[tuple[str, str, str, str], MemoryEstimate | None] = OrderedDict()
 
     def graph_hash(self, graph: ModelGraph) -> str:
         hit = self._hashes.get(id(graph))
@@ -94,6 +97,23 @@ class Predictor:
             self._cache.popitem(last=False)
         return summary
 
+    def memory(self, graph: ModelGraph, *, graph_hash: str, ctx: StepContext) -> MemoryEstimate | None:
+        """Peak GPU memory of one step (per GPU: data-parallel workers each hold a whole replica), or None when
+        the graph's optimizer or precision is one the memory model does not know."""
+        key = (graph_hash, ctx.mode, ctx.precision, ctx.optimizer)
+        if key in self._memory:
+            self._memory.move_to_end(key)
+            return self._memory[key]
+        try:
+            estimate: MemoryEstimate | None = peak_memory_bytes(graph, precision=ctx.precision, mode=ctx.mode,
+                                                                optimizer=ctx.optimizer)
+        except ValueError:
+            estimate = None
+        self._memory[key] = estimate
+        if len(self._memory) > self._cache_size:
+            self._memory.popitem(last=False)
+        return estimate
+
     def predict(self, graph: ModelGraph, gpus: list[str], options: PredictOptions = PredictOptions(),
                 *, graph_hash: str | None = None, corrected: bool = True) -> list[dict[str, Any]]:  # fmt: skip
         """One prediction dict per requested GPU (unknown GPU -> UserError listing known ones).
@@ -111,6 +131,7 @@ class Predictor:
             precision=options.precision or graph.precision, num_gpus=options.num_gpus,
         )  # fmt: skip
         preds = self.model.predict_steps_batch([(summary, spec, ctx) for spec in specs])
+        memory = self.memory(graph, graph_hash=graph_hash, ctx=ctx)
         out = []
         for asked, spec, pred in zip(gpus, specs, preds, strict=True):
             step, step_p90 = pred.step_seconds, pred.step_seconds_p90
@@ -119,6 +140,10 @@ class Predictor:
                 "model_version": self.version,
                 "mode": ctx.mode, "precision": ctx.precision, "optimizer": ctx.optimizer, "num_gpus": ctx.num_gpus,
             }  # fmt: skip
+            if memory is not None:
+                gpu_bytes = spec.memory_gb * 1e9  # the catalogue's GB are decimal
+                item.update(peak_memory_gib=round(memory.peak_gib, 3), gpu_memory_gib=round(gpu_bytes / 2**30, 2),
+                            fits_memory=fits_gpu(memory, gpu_memory_bytes=gpu_bytes))
             if self.corrections is not None and corrected:
                 keys = keys_for(graph_hash=graph_hash, family=graph.model_family, gpu_type=spec.name,
                                 precision=ctx.precision, mode=ctx.mode, batch_size=graph.batch_size,

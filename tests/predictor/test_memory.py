@@ -310,3 +310,18 @@ def test_within_ten_percent_of_the_h100_rows_the_shipped_graphs_cover() -> None:
     worst = max(errors, key=lambda k: abs(errors[k]))
     assert abs(errors[worst]) <= 0.10, f"{worst}: {errors[worst]:+.1%}"
     assert sum(abs(e) for e in errors.values()) / len(errors) <= 0.05
+
+
+def test_predictions_say_how_much_memory_and_where_it_fits(tiny_model) -> None:
+    """The predictor's answer carries the step's peak memory and, per GPU type, whether it fits."""
+    from offpeak_predictor.predict import PredictOptions, Predictor
+
+    big = mlp(batch=4096, width=16384, layers=8)  # 8.6 GB of fp32 weights: with gradients and Adam's states > 32 GiB
+    out = Predictor(tiny_model).predict(big, ["T4", "A100-SXM4-80GB", "L4"], PredictOptions(optimizer="adam"))
+    by_gpu = {o["gpu_type"]: o for o in out}
+    assert {o["peak_memory_gib"] for o in out} == {out[0]["peak_memory_gib"]}  # the same job on every GPU
+    need = out[0]["peak_memory_gib"]
+    assert need > peak_memory_bytes(big, optimizer="sgd").peak_gib  # Adam's two states cost more
+    for gpu, o in by_gpu.items():
+        assert o["fits_memory"] == (need <= 0.95 * o["gpu_memory_gib"]), gpu
+    assert by_gpu["A100-SXM4-80GB"]["fits_memory"] and not by_gpu["T4"]["fits_memory"]
