@@ -68,4 +68,6 @@ def test_loop_skips_namespaces_where_another_peer_leads() -> None:
     asyncio.run(run_a_while())
     assert {ns for ns, _, _ in rec.calls} == {"mine"}
     rounds = rec.calls.count(("mine", "a", False))
-    assert rounds >= 2 and asked.count("theirs") == rounds  # asked once per namespace per round, not per job
+    # asked once per namespace per round, not per job (2 jobs there); the last round may be cut off before
+    # it reaches "theirs", when the loop is cancelled on a loaded machine
+    assert rounds >= 2 and rounds - 1 <= asked.count("theirs") <= rounds
