@@ -75,6 +75,7 @@ class _Assessment(NamedTuple):
     need: float
     left: float
     capped: bool = False  # need was capped at a few checkpoint intervals
+    no_memory: bool = False  # the GPU type cannot hold one step (predicted peak memory)
 
 
 _NOT_FREE = _Assessment(False, True, None, False, 0.0, 0.0)
@@ -102,13 +103,15 @@ def _assessor(
     def assess(node: NodeView) -> _Assessment:
         if node.gpus_free_now < gpus:
             return _NOT_FREE
-        if predicted is None or node.data_stale:
+        if predicted is None:
             return _BLIND_FIT
         hit = by_type.get(node.gpu_type)
         if hit is None:
             hit = by_type[node.gpu_type] = prediction_for(predicted, node.gpu_type)
         pred, exact = hit
-        if pred is None:
+        if exact and pred is not None and pred.fits_memory is False:  # whatever the forecast says
+            return _Assessment(False, False, pred, exact, 0.0, 0.0, no_memory=True)
+        if pred is None or node.data_stale:
             return _BLIND_FIT
         need = pred.p90 * factor
         capped = need > cap
@@ -123,6 +126,10 @@ def _assessor(
 def _reason(pod: PodRequest, node: NodeView, a: _Assessment, margin: float) -> str:
     if a.free_short:
         return f"needs {pod.gpus} GPU(s), {node.gpus_free_now} of {node.gpus_total} free now"
+    if a.no_memory and a.pred is not None:
+        need = f"~{a.pred.peak_memory_gib:.0f} GiB" if a.pred.peak_memory_gib is not None else "more memory"
+        has = f" ({a.pred.gpu_memory_gib:.0f} GiB)" if a.pred.gpu_memory_gib is not None else ""
+        return f"needs {need} of GPU memory: does not fit {node.gpu_type}{has}"
     # no "%" anywhere: kube-scheduler runs failure reasons through a printf-style formatter ("%!)(MISSING)")
     factor = f"p90 x{1 + margin:g}"
     if a.capped:

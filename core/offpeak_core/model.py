@@ -12,10 +12,14 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
-    """Predicted remaining job seconds on one GPU type (median and 90th percentile)."""
+    """Predicted remaining job seconds on one GPU type (median and 90th percentile), and whether a step's peak
+    memory fits that GPU type (None: not known, e.g. an older predictor or a fallback prediction)."""
 
     p50: float
     p90: float
+    peak_memory_gib: float | None = None
+    gpu_memory_gib: float | None = None
+    fits_memory: bool | None = None
 
     def __post_init__(self) -> None:
         if not (self.p50 >= 0 and self.p90 >= 0):

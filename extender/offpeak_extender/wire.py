@@ -136,7 +136,9 @@ def _seconds(value: Any) -> float:
 
 
 def parse_predictions(text: str) -> dict[str, Prediction]:
-    """Parse the `offpeak.io/predicted-job-seconds` annotation: `{"<gpu-type>": {"p50": s, "p90": s}}`."""
+    """Parse the `offpeak.io/predicted-job-seconds` annotation: `{"<gpu-type>": {"p50": s, "p90": s}}`, each
+    entry optionally with `fits_memory` (bool), `peak_memory_gib` and `gpu_memory_gib` (the step's peak GPU memory
+    and the GPU type's)."""
     try:
         raw = loads(text)
     except WireError as e:
@@ -150,9 +152,17 @@ def parse_predictions(text: str) -> dict[str, Prediction]:
                 raise TypeError(v)
             p50 = _seconds(v["p50"])
             p90 = _seconds(v.get("p90", p50))
-            out[str(gpu_type)] = Prediction(p50=p50, p90=max(p50, p90))
+            fits = v.get("fits_memory")
+            if fits is not None and not isinstance(fits, bool):
+                raise TypeError(fits)
+            out[str(gpu_type)] = Prediction(
+                p50=p50, p90=max(p50, p90), fits_memory=fits,
+                peak_memory_gib=_seconds(v["peak_memory_gib"]) if "peak_memory_gib" in v else None,
+                gpu_memory_gib=_seconds(v["gpu_memory_gib"]) if "gpu_memory_gib" in v else None,
+            )
         except (TypeError, KeyError, ValueError, OverflowError) as e:
-            raise WireError(f"{PREDICTED_ANNOTATION}[{gpu_type[:60]!r}] needs finite p50/p90 seconds >= 0") from e
+            raise WireError(f"{PREDICTED_ANNOTATION}[{gpu_type[:60]!r}] needs finite p50/p90 seconds >= 0 "
+                            "(and a boolean fits_memory, GiB >= 0)") from e
     return out
 
 

@@ -6,6 +6,7 @@ scales a prediction to the work that remains after an eviction.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -32,6 +33,16 @@ class GpuPrediction:
     model_version: str = ""
     correction_samples: int = 0  # measured samples the predictor corrected this answer with
     correction_factor: float = 1.0  # corrected p50 / the model's own p50
+    peak_memory_gib: float | None = None  # a step's predicted peak GPU memory (None: not predicted)
+    gpu_memory_gib: float | None = None  # this GPU type's memory
+    fits_memory: bool | None = None  # the predictor's verdict: peak within 95 % of the GPU's memory
+
+    def memory_fields(self) -> dict[str, Any]:
+        """The memory verdict, when the predictor gave one (status keys)."""
+        if self.fits_memory is None:
+            return {}
+        return {"peakMemoryGiB": self.peak_memory_gib, "gpuMemoryGiB": self.gpu_memory_gib,
+                "fitsMemory": self.fits_memory}
 
     def to_status(self) -> dict[str, Any]:
         out = {
@@ -41,6 +52,7 @@ class GpuPrediction:
         }  # fmt: skip
         if self.correction_samples:
             out.update(correctionSamples=self.correction_samples, correctionFactor=self.correction_factor)
+        out.update(self.memory_fields())
         return out
 
     @classmethod
@@ -52,6 +64,9 @@ class GpuPrediction:
             model_version=str(raw.get("modelVersion", "")),
             correction_samples=int(raw.get("correctionSamples", 0)),
             correction_factor=float(raw.get("correctionFactor", 1.0)),
+            peak_memory_gib=_optional_float(raw.get("peakMemoryGiB")),
+            gpu_memory_gib=_optional_float(raw.get("gpuMemoryGiB")),
+            fits_memory=raw["fitsMemory"] if isinstance(raw.get("fitsMemory"), bool) else None,
         )  # fmt: skip
 
 
@@ -114,6 +129,9 @@ def from_predictor(response: Mapping[str, Any], *, steps: int, asked: Sequence[s
                 model_version=str(row.get("model_version", response.get("model_version", ""))),
                 correction_samples=int(correction.get("samples", 0)),
                 correction_factor=float(correction.get("factor", 1.0)),
+                peak_memory_gib=_optional_float(row.get("peak_memory_gib")),
+                gpu_memory_gib=_optional_float(row.get("gpu_memory_gib")),
+                fits_memory=row["fits_memory"] if isinstance(row.get("fits_memory"), bool) else None,
             ))  # fmt: skip
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, PredictorResponseError):
@@ -151,10 +169,26 @@ def remaining_fraction(*, total_steps: int, completed_steps: int) -> float:
     return max(0.0, min(1.0, (total_steps - completed_steps) / total_steps))
 
 
-def remaining_seconds(prediction: Prediction, *, completed_steps: int) -> dict[str, dict[str, float]]:
-    """Per GPU type p50/p90 seconds of the work left: the `offpeak.io/predicted-job-seconds` annotation."""
+def remaining_seconds(prediction: Prediction, *, completed_steps: int) -> dict[str, dict[str, Any]]:
+    """Per GPU type p50/p90 seconds of the work left, and the memory verdict when there is one: the
+    `offpeak.io/predicted-job-seconds` annotation the extender places by."""
     frac = remaining_fraction(total_steps=prediction.steps, completed_steps=completed_steps)
-    return {
-        p.gpu_type: {"p50": round(p.job_seconds * frac, 3), "p90": round(p.job_seconds_p90 * frac, 3)}
-        for p in prediction.gpus
-    }
+    out: dict[str, dict[str, Any]] = {}
+    for p in prediction.gpus:
+        entry: dict[str, Any] = {"p50": round(p.job_seconds * frac, 3), "p90": round(p.job_seconds_p90 * frac, 3)}
+        if p.fits_memory is not None:
+            entry["fits_memory"] = p.fits_memory
+            if p.peak_memory_gib is not None:
+                entry["peak_memory_gib"] = p.peak_memory_gib
+            if p.gpu_memory_gib is not None:
+                entry["gpu_memory_gib"] = p.gpu_memory_gib
+        out[p.gpu_type] = entry
+    return out
+
+
+def _optional_float(value: Any) -> float | None:
+    """A finite number >= 0, else None (absent, or a value we will not place by)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) and number >= 0 else None

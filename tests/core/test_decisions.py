@@ -180,3 +180,22 @@ def test_checkpoint_aware_rule_caps_needed_window_when_enabled() -> None:
         "window ends in 1h, job needs ~1h30m (p90 x1.15 capped at a few checkpoints) on A100-SXM4-40GB")
     assert filter_nodes(pod=no_ck, nodes=nodes, now=NOW, checkpoint_intervals=4).passed == ()  # not checkpointing
     assert prioritize_nodes(pod=ck, nodes=nodes, now=NOW, checkpoint_intervals=4)["one-hour"] >= 1
+
+
+def test_a_gpu_type_too_small_for_the_job_is_never_chosen_whatever_its_window() -> None:
+    small = Prediction(p50=600.0, p90=700.0, peak_memory_gib=31.0, gpu_memory_gib=22.4, fits_memory=False)
+    big = Prediction(p50=900.0, p90=1000.0, peak_memory_gib=31.0, gpu_memory_gib=74.5, fits_memory=True)
+    p = PodRequest(name="train-0", namespace="ml", gpus=1, predicted={"L4": small, "H100-SXM5-80GB": big})
+    nodes = [node("l4", gpu="L4", end=None), node("l4-stale", gpu="L4", stale=True),
+             node("h100", gpu="H100-SXM5-80GB", end=NOW + 2 * H)]
+    res = filter_nodes(pod=p, nodes=nodes, now=NOW)
+    assert res.passed == ("h100",)
+    assert res.failed["l4"] == "needs ~31 GiB of GPU memory: does not fit L4 (22 GiB)"
+    assert res.failed["l4-stale"] == res.failed["l4"]  # a stale forecast does not make the GPU bigger
+    assert prioritize_nodes(pod=p, nodes=nodes, now=NOW)["l4"] == 0
+
+
+def test_unknown_memory_verdict_places_by_time_alone() -> None:
+    unknown = Prediction(p50=600.0, p90=700.0)  # an older predictor, or a fallback prediction
+    p = PodRequest(name="train-0", namespace="ml", gpus=1, predicted={"L4": unknown})
+    assert filter_nodes(pod=p, nodes=[node("l4", gpu="L4", end=None)], now=NOW).passed == ("l4",)

@@ -87,3 +87,14 @@ def test_encode_priorities_matches_json_of_priority_list() -> None:
     names = ["b", "a", "c", 'q"uote', "é"]
     assert json.loads(encode_priorities(scores, names)) == priority_list(scores, names)
     assert encode_priorities({}, []) == b"[]"
+
+
+def test_parse_predictions_reads_the_memory_verdict() -> None:
+    text = json.dumps({"L4": {"p50": 10, "p90": 12, "fits_memory": False, "peak_memory_gib": 31.2,
+                              "gpu_memory_gib": 22.4}, "T4": {"p50": 20}})
+    got = parse_predictions(text)
+    assert (got["L4"].fits_memory, got["L4"].peak_memory_gib, got["L4"].gpu_memory_gib) == (False, 31.2, 22.4)
+    assert got["T4"].fits_memory is None and got["T4"].peak_memory_gib is None
+    for bad in ({"p50": 1, "fits_memory": "no"}, {"p50": 1, "fits_memory": True, "peak_memory_gib": -1}):
+        with pytest.raises(WireError, match="fits_memory"):
+            parse_predictions(json.dumps({"L4": bad}))

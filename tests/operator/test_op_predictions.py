@@ -56,3 +56,19 @@ def test_remaining_seconds_scale_with_work_left() -> None:
     assert remaining_seconds(p, completed_steps=0)["T4"] == {"p50": 400.0, "p90": 500.0}
     assert remaining_seconds(p, completed_steps=750)["A100-SXM4-40GB"] == {"p50": 25.0, "p90": 30.0}
     assert remaining_seconds(p, completed_steps=5000)["T4"] == {"p50": 0.0, "p90": 0.0}
+
+
+def test_memory_verdict_reaches_status_and_the_extenders_annotation() -> None:
+    rows = [dict(r) for r in RESPONSE["predictions"]]
+    rows[0].update(peak_memory_gib=31.2, gpu_memory_gib=37.25, fits_memory=True)
+    rows[1].update(peak_memory_gib=31.2, gpu_memory_gib=14.9, fits_memory=False)
+    p = from_predictor({**RESPONSE, "predictions": rows}, steps=1000, asked=["A100", "T4"],
+                       canonical=["A100-SXM4-40GB", "T4"])
+    assert Prediction.from_status(p.to_status()) == p
+    t4 = next(g for g in p.to_status()["gpus"] if g["gpuType"] == "T4")
+    assert (t4["fitsMemory"], t4["peakMemoryGiB"], t4["gpuMemoryGiB"]) == (False, 31.2, 14.9)
+    ann = remaining_seconds(p, completed_steps=500)
+    assert ann["T4"] == {"p50": 200.0, "p90": 250.0, "fits_memory": False, "peak_memory_gib": 31.2,
+                         "gpu_memory_gib": 14.9}
+    old = from_predictor(RESPONSE, steps=1000, asked=["A100", "T4"], canonical=["A100-SXM4-40GB", "T4"])
+    assert "fits_memory" not in remaining_seconds(old, completed_steps=0)["T4"]  # no verdict: none invented
