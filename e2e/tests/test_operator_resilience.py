@@ -14,8 +14,9 @@ from offpeak_e2e.harness import E2ECluster
 def test_eviction_requeues_and_the_next_attempt_predicts_the_remaining_work(
         e2e_cluster: E2ECluster, e2e_namespace: str, kopf_operator: RunningOperator) -> None:  # noqa: F811
     ns = e2e_namespace
-    # user estimate 600 s (p90 900 s) for 20000 steps: each running second credits ~22 steps
-    _apply(e2e_cluster, ns, _job("evicted", sim_seconds=6, checkpointing=True, estimatedSeconds=600, steps=20000,
+    # user estimate 600 s (p90 900 s) for 20000 steps: each running second credits ~22 steps. The pod would run
+    # 30 s: long enough that a loaded machine cannot let it finish before the eviction below
+    _apply(e2e_cluster, ns, _job("evicted", sim_seconds=30, checkpointing=True, estimatedSeconds=600, steps=20000,
                                  modelSource=None, maxAttempts=3))
     e2e_cluster.wait_phase(ns, "evicted", ["Running"], timeout=120)
     time.sleep(3)  # let it make some progress
