@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from offpeak_core.forecast import DemandForecast, ForecastSettings, fit_seasonal, forecast_demand, forecast_now
+from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_core.model import NodeView, OfflinePod
 from offpeak_core.schedules import BusySchedule, parse_busy_hours
 from offpeak_core.timeparse import parse_timestamp
@@ -28,7 +29,6 @@ from offpeak_extender.wire import (
     BUSY_HOURS_ANNOTATION,
     CHECKPOINTING_ANNOTATION,
     GPU_RESOURCE,
-    GPU_TYPE_LABEL,
     TRAININGJOB_LABEL,
     WORKLOAD_LABEL,
     WireError,
@@ -82,7 +82,7 @@ class PodInfo:
 
 
 def node_info(obj: Mapping[str, Any]) -> NodeInfo:
-    """Node JSON -> NodeInfo (allocatable GPUs, GPU type label, declared busy hours)."""
+    """Node JSON -> NodeInfo (allocatable GPUs, GPU type from its labels, declared busy hours)."""
     meta = obj.get("metadata") or {}
     status = obj.get("status") or {}
     alloc = status.get("allocatable") or status.get("capacity") or {}
@@ -100,7 +100,7 @@ def node_info(obj: Mapping[str, Any]) -> NodeInfo:
             error = str(e)
             log.warning("node %s: ignoring %s: %s", meta.get("name"), BUSY_HOURS_ANNOTATION, e)
     labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    gpu_type = labels.get(GPU_TYPE_LABEL, "unknown")
+    gpu_type = node_gpu_type(labels) or "unknown"  # the override label, else GPU feature discovery's product
     return NodeInfo(str(meta.get("name", "")), gpu_type, gpus, schedule, error, labels)
 
 

@@ -21,7 +21,6 @@ CHECKPOINTING_ANNOTATION = "offpeak.io/checkpointing"
 BUSY_HOURS_ANNOTATION = "offpeak.io/busy-hours"
 WORKLOAD_LABEL = "offpeak.io/workload"
 TRAININGJOB_LABEL = "offpeak.io/trainingjob"
-GPU_TYPE_LABEL = "offpeak.io/gpu-type"
 GPU_RESOURCE = "nvidia.com/gpu"
 MAX_EXTENDER_PRIORITY = 10
 MAX_POD_GPUS = 1024  # far above any node; keeps GPU counts small integers

@@ -17,6 +17,7 @@ from typing import Any, cast
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_operator import names
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,8 @@ class KubeIO:
 
     # -- nodes
     def node_gpu_type(self, node: str) -> str:
-        """The node's offpeak.io/gpu-type label ("" if none), cached briefly."""
+        """The node's GPU type ("" if unknown): its offpeak.io/gpu-type label, else GPU feature discovery's
+        product (`offpeak_core.gpuproducts`); cached briefly."""
         now = time.monotonic()
         with self._lock:
             cached = self._nodes.get(node)
@@ -102,7 +104,7 @@ class KubeIO:
                 return cached[1]
         try:
             body = _json(self.core.read_node(node, _preload_content=False))
-            gpu_type = (body.get("metadata", {}).get("labels") or {}).get(names.LABEL_GPU_TYPE, "")
+            gpu_type = node_gpu_type(body.get("metadata", {}).get("labels") or {}) or ""
         except ApiException as e:  # 404: node gone; 403: no RBAC for nodes. Either way: type unknown, go on.
             if e.status not in (403, 404):
                 raise

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from offpeak_core.gpuproducts import GFD_PRODUCT_LABEL, gfd_products
 from offpeak_operator import names
 from offpeak_operator.graphstore import EncodedGraph
 from offpeak_operator.jobspec import JobSpec
@@ -135,9 +136,8 @@ def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker:
         "schedulerName": names.SCHEDULER_NAME,
         "restartPolicy": "Never",
         "containers": [container],
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": names.LABEL_GPU_TYPE, "operator": "In", "values": list(gpu_types)}]},
-        ]}}},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": gpu_type_terms(gpu_types)}}},
         "tolerations": [{"key": names.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
                         *spec.tolerations],
     }
@@ -167,3 +167,18 @@ def graph_configmap(job: Mapping[str, Any], encoded: EncodedGraph, *, source: st
         "metadata": _metadata(job, name=names.graph_configmap_name(job_name), role="graph", annotations=annotations),
         "binaryData": {names.GRAPH_KEY: base64.b64encode(encoded.data).decode()},
     }
+
+
+def gpu_type_terms(gpu_types: Sequence[str]) -> list[dict[str, Any]]:
+    """Node-affinity terms (ORed) for nodes of these GPU types: labelled `offpeak.io/gpu-type` (the override), or
+    unlabelled with a matching GPU feature discovery product (`offpeak_core.gpuproducts`)."""
+    terms: list[dict[str, Any]] = [
+        {"matchExpressions": [{"key": names.LABEL_GPU_TYPE, "operator": "In", "values": list(gpu_types)}]},
+    ]
+    products = sorted({p for t in gpu_types for p in gfd_products(t)})
+    if products:
+        terms.append({"matchExpressions": [
+            {"key": GFD_PRODUCT_LABEL, "operator": "In", "values": products},
+            {"key": names.LABEL_GPU_TYPE, "operator": "DoesNotExist"},
+        ]})
+    return terms

@@ -47,3 +47,16 @@ def test_list_then_watch_updates_store(monkeypatch: pytest.MonkeyPatch) -> None:
     assert store.usage("n1") == (0, 1, 0)  # web-0 deleted, train-0 added (offline)
     [p] = store.pods_on("n1")
     assert p.name == "train-0" and p.trainingjob == "train"
+
+
+def test_gpu_type_comes_from_gpu_feature_discovery_unless_overridden() -> None:
+    from offpeak_extender.store import node_info
+
+    gfd = gpu_node("h100-0")
+    gfd["metadata"]["labels"] = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"}
+    assert node_info(gfd).gpu_type == "H100-SXM5-80GB"
+    gfd["metadata"]["labels"]["offpeak.io/gpu-type"] = "H100-PCIE-80GB"
+    assert node_info(gfd).gpu_type == "H100-PCIE-80GB"  # the override wins
+    mig = gpu_node("a100-mig")
+    mig["metadata"]["labels"] = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"}
+    assert node_info(mig).gpu_type == "unknown"  # a slice is not an A100: placed runtime-blind

@@ -51,9 +51,13 @@ def test_training_pod_carries_the_contract() -> None:
     assert {"name": "OFFPEAK_PROGRESS_FILE", "value": "/dev/termination-log"} in c["env"]
     assert c["terminationMessagePath"] == "/dev/termination-log"
     assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]
-    assert term["matchExpressions"] == [{"key": "offpeak.io/gpu-type", "operator": "In",
-                                         "values": ["A100-SXM4-40GB", "T4"]}]
+    override, gfd = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"]  # ORed: the override label, or GPU feature discovery's product on an unlabelled node
+    assert override["matchExpressions"] == [{"key": "offpeak.io/gpu-type", "operator": "In",
+                                             "values": ["A100-SXM4-40GB", "T4"]}]
+    assert gfd["matchExpressions"] == [
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-40GB", "Tesla-T4"]},
+        {"key": "offpeak.io/gpu-type", "operator": "DoesNotExist"}]
 
 
 def test_user_tolerations_and_selectors_are_added() -> None:
