@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -211,3 +212,75 @@ def load_graph(path: str | Path) -> ModelGraph:
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
     return ModelGraph.from_dict(json.loads(raw))
+
+
+# --- validation: one check of a graph's numbers and enums, used by every reader (HTTP, CLI, samples, operator) ---
+
+MODES = ("train", "inference")
+PRECISIONS = ("fp32", "fp16", "bf16")
+OPTIMIZERS = ("sgd", "sgd-nomomentum", "adam", "adamw", "rmsprop", "adagrad", "none")  # those the memory model knows
+MAX_OPS = 200_000
+MAX_BATCH_SIZE = 1 << 24
+MAX_NUMBER = 1e30  # far above any real FLOP/byte count, far below float overflow when summed
+MAX_DIM = 1 << 40
+
+
+class GraphError(ValueError):
+    """A model graph that is not usable; the message names the field."""
+
+
+def _check_number(value: Any, field_name: str, *, integer: bool = False, maximum: float = MAX_NUMBER) -> None:
+    ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok_type:
+        raise GraphError(f"{field_name} must be {'an integer' if integer else 'a number'} (got {value!r})")
+    if not math.isfinite(value) or value < 0 or value > maximum:
+        raise GraphError(f"{field_name} must be a finite number in [0, {maximum:g}] (got {value!r})")
+
+
+def _check_shapes(shapes: Any, field_name: str) -> None:
+    if not isinstance(shapes, list):
+        raise GraphError(f"{field_name} must be a list of shapes")
+    for shape in shapes:
+        if not isinstance(shape, list):
+            raise GraphError(f"{field_name} must be a list of integer lists")
+        for dim in shape:
+            _check_number(dim, field_name, integer=True, maximum=MAX_DIM)
+
+
+def _check_choice(value: Any, field_name: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise GraphError(f"{field_name} must be one of {', '.join(allowed)} (got {value!r})")
+
+
+def validate_graph(graph: ModelGraph, *, max_ops: int = MAX_OPS) -> ModelGraph:
+    """Check that a graph's numbers are finite and non-negative, its enums known and its size sane; the graph,
+    or GraphError naming the first bad field (`ops.flops[3]`)."""
+    _check_choice(graph.mode, "mode", MODES)
+    _check_choice(graph.precision, "precision", PRECISIONS)
+    _check_choice(graph.optimizer, "optimizer", OPTIMIZERS)
+    if isinstance(graph.batch_size, bool) or not isinstance(graph.batch_size, int) or not (
+            1 <= graph.batch_size <= MAX_BATCH_SIZE):  # fmt: skip
+        raise GraphError(f"batch_size must be an integer in [1, {MAX_BATCH_SIZE}] (got {graph.batch_size!r})")
+    if graph.seq_len is not None:
+        _check_number(graph.seq_len, "seq_len", integer=True, maximum=MAX_DIM)
+    if graph.input_shape is not None:
+        _check_shapes([graph.input_shape], "input_shape")
+    if not graph.ops:
+        raise GraphError("ops must not be empty")
+    if len(graph.ops) > max_ops:
+        raise GraphError(f"ops has {len(graph.ops)} entries; at most {max_ops}")
+    for i, op in enumerate(graph.ops):
+        _check_op(op, i)
+    if not math.isfinite(graph.total_flops_forward) or graph.total_flops_forward > MAX_NUMBER:
+        raise GraphError("ops.flops sum to more than a finite total")
+    return graph
+
+
+def _check_op(op: Op, i: int) -> None:
+    if not isinstance(op.type, str):
+        raise GraphError(f"ops.type[{i}] must be a string")
+    _check_number(op.flops, f"ops.flops[{i}]")
+    for name in ("bytes_read", "bytes_written", "params"):
+        _check_number(getattr(op, name), f"ops.{name}[{i}]")
+    _check_shapes(op.input_shapes, f"ops.input_shapes[{i}]")
+    _check_shapes(op.output_shapes, f"ops.output_shapes[{i}]")

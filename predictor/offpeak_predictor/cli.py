@@ -53,14 +53,14 @@ def _register_predict(subparsers: argparse._SubParsersAction) -> None:  # type: 
 
 
 def _graph_from_args(args: argparse.Namespace) -> Any:
-    from offpeak_graph.schema import load_graph
+    from offpeak_graph.schema import load_graph, validate_graph
 
     if args.graph:
         try:
-            return load_graph(args.graph)
+            return validate_graph(load_graph(args.graph))
         except FileNotFoundError as e:
             raise UserError(f"graph file not found: {args.graph}") from e
-        except (ValueError, KeyError) as e:
+        except (ValueError, KeyError, TypeError, OverflowError) as e:
             raise UserError(f"bad model graph {args.graph}: {e}") from e
     if not args.batch_size or args.batch_size < 1:
         raise UserError("--batch-size (a positive integer) is required with --torchvision/--hf-config/--entrypoint")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -22,6 +21,7 @@ import numpy as np
 from offpeak_predictor.features import OP_CLASSES, OpTable, base_times, op_feature_matrix
 from offpeak_predictor.gpus import GpuSpec
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, step_composition, step_features
+from offpeak_predictor.lru import SizedLRU
 
 # Op classes grouped into the boosters that price them (memory-bound classes share one).
 BOOSTER_OF_CLASS: dict[str, str] = {
@@ -41,6 +41,8 @@ class StepPrediction:
     forward_seconds: float
 
 
+OP_CACHE_BYTES = 128 * 2**20  # per-op forward seconds, per (graph, GPU, precision)
+
 @dataclass
 class RuntimeModel:
     """Everything needed to price a graph on a GPU. `op_boosters` predict log(t / roofline base) per op."""
@@ -51,7 +53,8 @@ class RuntimeModel:
     correction_clip: float = math.log(4.0)  # the correction never moves the analytic estimate beyond x4
     version: str = "untrained"
     training_summary: dict[str, Any] = field(default_factory=dict)
-    _op_cache: OrderedDict[tuple[str, str, str], np.ndarray] = field(default_factory=OrderedDict, repr=False)
+    _op_cache: SizedLRU[tuple[str, str, str], np.ndarray] = field(
+        default_factory=lambda: SizedLRU(max_bytes=OP_CACHE_BYTES, sizeof=lambda a: int(a.nbytes)), repr=False)
 
     # ------------------------------------------------------------------ inference
 
@@ -60,12 +63,9 @@ class RuntimeModel:
         key = (summary.key, gpu.name, precision)
         cached = self._op_cache.get(key)
         if cached is not None:
-            self._op_cache.move_to_end(key)
             return cached
         out = self._price_ops(summary.ops, gpu, precision)
-        self._op_cache[key] = out
-        if len(self._op_cache) > 4096:
-            self._op_cache.popitem(last=False)
+        self._op_cache.put(key, out)
         return out
 
     def _price_ops(self, table: OpTable, gpu: GpuSpec, precision: str) -> np.ndarray:

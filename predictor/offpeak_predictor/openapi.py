@@ -44,19 +44,20 @@ def openapi_document(gpus: list[str]) -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {"application/json": {"schema": {
                     "type": "object",
                     "properties": {
-                        "graph": {"type": "object", "description": "model graph JSON (offpeak.io/model-graph/v1)"},
-                        "graph_url": {"type": "string", "format": "uri"},
+                        "graph": {"type": "object", "description": "model graph JSON (offpeak.io/model-graph/v1), "
+                                  "inline (no graph_url: the predictor fetches nothing); finite, non-negative "
+                                  "numbers, known mode/precision/optimizer, batch_size >= 1, 1..200,000 ops"},
                         "gpus": {"type": "array", "items": {"type": "string", "enum": gpus}, "minItems": 1},
                         "mode": {"type": "string", "enum": ["train", "inference"]},
                         "precision": {"type": "string", "enum": ["fp32", "fp16", "bf16"]},
                         "optimizer": {"type": "string", "enum": ["sgd", "adam", "adamw", "none"]},
-                        "steps": {"type": "integer", "minimum": 0},
+                        "steps": {"type": "integer", "minimum": 0, "maximum": 10**12},
                         "startup_seconds": {"type": "number", "minimum": 0,
                                             "description": "seconds before the first step (pod start, data "
                                                            "loading) added to job_seconds; default 60"},
                         "num_gpus": {"type": "integer", "minimum": 1},
                     },
-                    "required": ["gpus"],
+                    "required": ["graph", "gpus"],
                 }}}},
                 "responses": {
                     "200": {"description": "predictions", "content": {"application/json": {"schema": {
@@ -65,6 +66,8 @@ def openapi_document(gpus: list[str]) -> dict[str, Any]:
                                        "predictions": {"type": "array", "items": _PREDICTION}},
                     }}}},
                     "400": err, "413": {"description": "body too large"},
+                    "503": {"description": "the prediction ran past its deadline (ServerSettings.predict_deadline_s)",
+                            "content": {"application/json": {"schema": _ERROR}}},
                 },
             }},
             "/v1/samples": {"post": {
@@ -75,7 +78,7 @@ def openapi_document(gpus: list[str]) -> dict[str, Any]:
                     "properties": {"graph": {"type": "object"}, "graph_hash": {"type": "string"},
                                    "gpu": {"type": "string"}, "step_seconds": {"type": "number", "minimum": 0},
                                    "job_seconds": {"type": "number", "minimum": 0},
-                                   "steps": {"type": "integer", "minimum": 0},
+                                   "steps": {"type": "integer", "minimum": 0, "maximum": 10**12},
                                    "startup_seconds": {"type": "number", "minimum": 0},
                                    "mode": {"type": "string", "enum": ["train", "inference"]},
                                    "precision": {"type": "string", "enum": ["fp32", "fp16", "bf16"]},

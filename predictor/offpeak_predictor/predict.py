@@ -6,7 +6,7 @@ every GPU type; the scheduler re-asks) skip feature extraction.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,9 +15,13 @@ from offpeak_predictor.correction import Correction, CorrectionTable, keys_for
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, summarise
 from offpeak_predictor.jobtime import DEFAULT_STARTUP_SECONDS, job_estimate
+from offpeak_predictor.lru import SizedLRU, approx_bytes
 from offpeak_predictor.memory import MemoryEstimate, fits_gpu, peak_memory_bytes
 from offpeak_predictor.model import RuntimeModel
 
+MAX_STEPS = 10**12
+MAX_STARTUP_SECONDS = 1e7
+GRAPH_BYTES_PER_OP = 700  # an Op object with its small lists, for the graph-object cache's budget
 MODES = ("train", "inference")
 PRECISIONS = ("fp32", "fp16", "bf16")
 OPTIMIZERS = ("sgd", "adam", "adamw", "none")
@@ -45,8 +49,12 @@ class PredictOptions:
             raise UserError("num_gpus must be >= 1")
         if self.steps is not None and self.steps < 0:
             raise UserError("steps must be >= 0")
+        if self.steps is not None and self.steps > MAX_STEPS:
+            raise UserError(f"steps must be <= {MAX_STEPS}")
         if self.startup_seconds < 0:
             raise UserError("startup seconds must be >= 0")
+        if self.startup_seconds > MAX_STARTUP_SECONDS:
+            raise UserError(f"startup seconds must be <= {MAX_STARTUP_SECONDS:g}")
 
 
 def correction_fields(correction: Correction, *, model_step_seconds: float) -> dict[str, Any]:
@@ -56,29 +64,34 @@ def correction_fields(correction: Correction, *, model_step_seconds: float) -> d
 
 
 class Predictor:
-    """Model + summary cache + optional correction table (measured samples). Thread-compatible for the
-    single-threaded aiohttp server."""
+    """Model + summary caches (each an LRU bounded by approximate bytes) + optional correction table (measured
+    samples). One lock serialises predictions, so a thread pool may call it."""
 
-    def __init__(self, model: RuntimeModel, *, cache_size: int = 512,
+    def __init__(self, model: RuntimeModel, *, cache_bytes: int = 256 * 2**20,
                  corrections: CorrectionTable | None = None) -> None:  # fmt: skip
         self.model = model
         self.corrections = corrections
-        self._cache: OrderedDict[str, GraphSummary] = OrderedDict()
-        self._cache_size = cache_size
+        self.lock = threading.RLock()
+        self._cache: SizedLRU[str, GraphSummary] = SizedLRU(max_bytes=cache_bytes // 2, sizeof=approx_bytes)
         # Content hashes of graph objects seen recently (hashing a 1,000-op graph costs ~1.5 ms). Holding the
         # object keeps its id unique; callers must not mutate a graph after predicting with it.
-        self._hashes: OrderedDict[int, tuple[ModelGraph, str]] = OrderedDict()
+        self._hashes: SizedLRU[int, tuple[ModelGraph, str]] = SizedLRU(
+            max_bytes=cache_bytes // 4, sizeof=lambda hit: GRAPH_BYTES_PER_OP * len(hit[0].ops))
         # Peak memory is the same on every GPU type and costs ~10 ms for a 500-op graph: once per job shape.
-        self._memory: OrderedDict[tuple[str, str, str, str], MemoryEstimate | None] = OrderedDict()
+        self._memory: SizedLRU[tuple[str, str, str, str], MemoryEstimate | None] = SizedLRU(
+            max_bytes=cache_bytes // 16, sizeof=approx_bytes)
+
+    @property
+    def cache_bytes(self) -> int:
+        """Approximate bytes held by the caches (summaries, graph hashes, memory estimates)."""
+        return self._cache.bytes + self._hashes.bytes + self._memory.bytes
 
     def graph_hash(self, graph: ModelGraph) -> str:
         hit = self._hashes.get(id(graph))
         if hit is not None and hit[0] is graph:
             return hit[1]
         digest = graph.content_hash()
-        self._hashes[id(graph)] = (graph, digest)
-        if len(self._hashes) > self._cache_size:
-            self._hashes.popitem(last=False)
+        self._hashes.put(id(graph), (graph, digest))
         return digest
 
     @property
@@ -89,12 +102,9 @@ class Predictor:
         key = key or self.graph_hash(graph)
         hit = self._cache.get(key)
         if hit is not None:
-            self._cache.move_to_end(key)
             return hit
         summary = summarise(graph, key=key)
-        self._cache[key] = summary
-        if len(self._cache) > self._cache_size:
-            self._cache.popitem(last=False)
+        self._cache.put(key, summary)
         return summary
 
     def memory(self, graph: ModelGraph, *, graph_hash: str, ctx: StepContext) -> MemoryEstimate | None:
@@ -102,16 +112,13 @@ class Predictor:
         the graph's optimizer or precision is one the memory model does not know."""
         key = (graph_hash, ctx.mode, ctx.precision, ctx.optimizer)
         if key in self._memory:
-            self._memory.move_to_end(key)
-            return self._memory[key]
+            return self._memory.get(key)
         try:
             estimate: MemoryEstimate | None = peak_memory_bytes(graph, precision=ctx.precision, mode=ctx.mode,
                                                                 optimizer=ctx.optimizer)
         except ValueError:
             estimate = None
-        self._memory[key] = estimate
-        if len(self._memory) > self._cache_size:
-            self._memory.popitem(last=False)
+        self._memory.put(key, estimate)
         return estimate
 
     def predict(self, graph: ModelGraph, gpus: list[str], options: PredictOptions = PredictOptions(),
@@ -121,6 +128,11 @@ class Predictor:
         With a correction table (and `corrected`), each answer is the model's corrected by the measured samples
         of its keys, and says so in `correction`; `corrected=False` gives the model's own answer.
         """
+        with self.lock:
+            return self._predict(graph, gpus, options, graph_hash=graph_hash, corrected=corrected)
+
+    def _predict(self, graph: ModelGraph, gpus: list[str], options: PredictOptions, *, graph_hash: str | None,
+                 corrected: bool) -> list[dict[str, Any]]:  # fmt: skip
         options.validate()
         specs = [resolve_gpu(name) for name in gpus]
         graph_hash = graph_hash or self.graph_hash(graph)

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from offpeak_graph.schema import ModelGraph
+from offpeak_graph.schema import ModelGraph, validate_graph
 from offpeak_predictor.correction import (
     Correction, CorrectionKey, CorrectionSettings, CorrectionTable, implausible, keys_for, log_ratio,
 )  # fmt: skip
@@ -209,6 +209,6 @@ def _graph_or_none(raw: dict[str, Any] | None) -> ModelGraph | None:
     if raw is None:
         return None
     try:
-        return ModelGraph.from_dict(raw)
-    except (ValueError, KeyError, TypeError):
+        return validate_graph(ModelGraph.from_dict(raw))
+    except (ValueError, KeyError, TypeError, OverflowError):  # GraphError is a ValueError
         return None

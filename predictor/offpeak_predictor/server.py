@@ -7,26 +7,28 @@ Metrics use an injectable prometheus registry.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from collections.abc import Callable
 from typing import Any
 
-from aiohttp import ClientError, ClientSession, ClientTimeout, web
+from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from offpeak.errors import UserError
-from offpeak_graph.schema import ModelGraph
+from offpeak_graph.schema import GraphError, ModelGraph, validate_graph
 from offpeak_predictor.auth import SharedSecret
 from offpeak_predictor.correction import Level
 from offpeak_predictor.db import BenchmarkDB
 from offpeak_predictor.gpus import known_gpus, resolve_gpu
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.openapi import openapi_document
-from offpeak_predictor.predict import PredictOptions, Predictor
+from offpeak_predictor.predict import MAX_STEPS, PredictOptions, Predictor
 from offpeak_predictor.samples import Feedback, FeedbackSettings, Outcome, Sample, measured_step_seconds
 
 log = logging.getLogger(__name__)
@@ -39,7 +41,8 @@ class ServerSettings:
     host: str = "0.0.0.0"  # noqa: S104 - a cluster service
     port: int = 8080
     max_body_bytes: int = 8 * 1024 * 1024
-    graph_url_timeout_s: float = 10.0
+    predict_deadline_s: float = 4.0  # below the scheduler's 5 s extender timeout
+    predict_workers: int = 1  # the Predictor serialises on its lock; more threads only queue
     max_gpus_per_request: int = 64
     token_file: str | None = None  # the shared secret state-changing requests must present (None: no writes)
 
@@ -93,12 +96,13 @@ def _number(body: dict[str, Any], key: str, *, required: bool, minimum: float = 
     return float(value)
 
 
-def _int(body: dict[str, Any], key: str, *, default: int | None, minimum: int) -> int | None:
+def _int(body: dict[str, Any], key: str, *, default: int | None, minimum: int,
+         maximum: int = MAX_STEPS) -> int | None:  # fmt: skip
     value = body.get(key, default)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserError(f"{key!r} must be an integer >= {minimum}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise UserError(f"{key!r} must be an integer in [{minimum}, {maximum}]")
     return value
 
 
@@ -110,12 +114,23 @@ def _str_choice(body: dict[str, Any], key: str) -> str | None:
 
 
 def _parse_graph(raw: Any) -> ModelGraph:
+    """A request's graph, checked by the one graph validation (`validate_graph`); UserError names the field."""
     if not isinstance(raw, dict):
         raise UserError("'graph' must be a model-graph JSON object")
     try:
-        return ModelGraph.from_dict(raw)
-    except (ValueError, KeyError, TypeError) as e:
+        return validate_graph(ModelGraph.from_dict(raw))
+    except GraphError as e:
         raise UserError(f"invalid model graph: {e}") from e
+    except (ValueError, KeyError, TypeError, OverflowError) as e:
+        raise UserError(f"invalid model graph: {e!r}") from e
+
+
+def finite_json(body: Any) -> str:
+    """JSON text of an answer; UserError when a number in it is NaN or infinite (never invalid JSON)."""
+    try:
+        return json.dumps(body, allow_nan=False)
+    except ValueError as e:
+        raise UserError("the prediction for this graph is not a finite number; check its FLOPs and bytes") from e
 
 
 def _sample(body: dict[str, Any], graph: ModelGraph | None, *, graph_hash: str, gpu_type: str,
@@ -169,6 +184,7 @@ class PredictorApp:
                  registry: CollectorRegistry | None = None, feedback: FeedbackSettings = FeedbackSettings(),
                  secret: SharedSecret | None = None) -> None:  # fmt: skip
         self.predictor = Predictor(model)
+        self._pool = ThreadPoolExecutor(max_workers=settings.predict_workers, thread_name_prefix="predict")
         self.db = db
         self.settings = settings
         self.secret = secret if secret is not None else SharedSecret(settings.token_file)
@@ -200,6 +216,7 @@ class PredictorApp:
         """The aiohttp application, with the correction table rebuilt from the sample DB."""
         self.load_samples()
         app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[self._middleware])
+        app.on_cleanup.append(self._close_pool)
         app.router.add_post("/v1/predict", self.predict)
         app.router.add_post("/v1/samples", self.samples)
         app.router.add_get("/healthz", self.healthz)
@@ -250,32 +267,12 @@ class PredictorApp:
             raise UserError("body must be a JSON object")
         return body
 
-    async def _fetch_graph(self, url: str) -> dict[str, Any]:
-        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-            raise UserError("'graph_url' must be an http(s) URL")
-        try:
-            async with ClientSession(timeout=ClientTimeout(total=self.settings.graph_url_timeout_s)) as session:
-                async with session.get(url) as resp:
-                    if resp.status != 200:
-                        raise UserError(f"graph_url answered HTTP {resp.status}")
-                    data = await resp.content.read(self.settings.max_body_bytes + 1)
-        except (ClientError, TimeoutError) as e:
-            raise UserError(f"cannot fetch graph_url: {e}") from e
-        if len(data) > self.settings.max_body_bytes:
-            raise UserError("graph at graph_url is too large")
-        try:
-            return json.loads(data)  # type: ignore[no-any-return]
-        except json.JSONDecodeError as e:
-            raise UserError(f"graph_url did not return JSON: {e}") from e
-
     async def predict(self, request: web.Request) -> web.Response:
         body = await self._json_body(request)
-        if "graph" in body:
-            graph = _parse_graph(body["graph"])
-        elif "graph_url" in body:
-            graph = _parse_graph(await self._fetch_graph(body["graph_url"]))
-        else:
-            raise UserError("give 'graph' (model graph JSON) or 'graph_url'")
+        if "graph_url" in body:
+            raise UserError("'graph_url' is not supported: send the model graph inline as 'graph'")
+        if "graph" not in body:
+            raise UserError("give 'graph' (model graph JSON)")
         gpus = body.get("gpus")
         if not isinstance(gpus, list) or not gpus or not all(isinstance(g, str) for g in gpus):
             raise UserError("'gpus' must be a non-empty list of GPU names")
@@ -288,18 +285,36 @@ class PredictorApp:
                 return _error(400, f"unknown GPU {name!r}", known_gpus=known_gpus())
         options = PredictOptions(
             mode=_str_choice(body, "mode"), precision=_str_choice(body, "precision"),
-            optimizer=_str_choice(body, "optimizer"), num_gpus=_int(body, "num_gpus", default=1, minimum=1) or 1,
+            optimizer=_str_choice(body, "optimizer"), num_gpus=_int(body, "num_gpus", default=1, minimum=1,
+                                                                    maximum=4096) or 1,
             steps=_int(body, "steps", default=None, minimum=0),
         )  # fmt: skip
         if (startup := _number(body, "startup_seconds", required=False)) is not None:
             options = replace(options, startup_seconds=startup)  # absent: the default start-up
-        graph_hash = graph.content_hash()
-        predictions = self.predictor.predict(graph, gpus, options, graph_hash=graph_hash)
+        options.validate()
+        text, predictions = await self._off_loop(self._predict_json, body["graph"], gpus, options)
         for item in predictions:
             self.metrics.predictions.labels(item["gpu_type"]).inc()
-        return web.json_response(
-            {"model_version": self.predictor.version, "graph_hash": graph_hash, "predictions": predictions}
-        )
+        return web.Response(text=text, content_type="application/json")
+
+    def _predict_json(self, raw_graph: Any, gpus: list[str],
+                      options: PredictOptions) -> tuple[str, list[dict[str, Any]]]:  # fmt: skip
+        """Parse, validate, predict and serialise (in a worker thread: a 100k-op graph takes seconds)."""
+        graph = _parse_graph(raw_graph)
+        graph_hash = graph.content_hash()
+        predictions = self.predictor.predict(graph, gpus, options, graph_hash=graph_hash)
+        body = {"model_version": self.predictor.version, "graph_hash": graph_hash, "predictions": predictions}
+        return finite_json(body), predictions
+
+    async def _off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run heavy work in the worker pool, so the event loop (and /healthz) keeps answering; 503 past the
+        deadline (the worker finishes in the background, its result dropped)."""
+        future = asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        try:
+            return await asyncio.wait_for(future, timeout=self.settings.predict_deadline_s)
+        except TimeoutError:
+            raise web.HTTPServiceUnavailable(
+                reason=f"prediction took longer than {self.settings.predict_deadline_s:g} s; retry later") from None
 
     async def samples(self, request: web.Request) -> web.Response:
         if self.feedback is None:
@@ -309,7 +324,7 @@ class PredictorApp:
         graph_hash = body.get("graph_hash")
         graph = None
         if graph_dict is not None:
-            graph = _parse_graph(graph_dict)
+            graph = await self._off_loop(_parse_graph, graph_dict)
             graph_hash = graph.content_hash()
         if not isinstance(graph_hash, str) or not graph_hash:
             raise UserError("give 'graph_hash' (string) or 'graph'")
@@ -321,11 +336,16 @@ class PredictorApp:
         except UserError:
             return _error(400, f"unknown GPU {gpu!r}", known_gpus=known_gpus())
         sample = _sample(body, graph, graph_hash=graph_hash, gpu_type=gpu_type, client=request.remote or "")
-        outcome = self.feedback.ingest(sample, graph, graph_dict)
+        with self.predictor.lock:  # a worker thread may be predicting with the same caches
+            outcome = self.feedback.ingest(sample, graph, graph_dict)
         self.metrics.samples.inc()
         self.metrics.sample_outcomes.labels(outcome.judgement.status).inc()
-        return web.json_response(_outcome_body(outcome, model_version=self.predictor.version),
-                                 status=SAMPLE_STATUS_CODES[outcome.judgement.status])  # fmt: skip
+        return web.Response(text=finite_json(_outcome_body(outcome, model_version=self.predictor.version)),
+                            status=SAMPLE_STATUS_CODES[outcome.judgement.status],
+                            content_type="application/json")  # fmt: skip
+
+    async def _close_pool(self, app: web.Application) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -1,0 +1,165 @@
+"""Issue #16 (predictor): no graph_url, one graph validation, finite answers, bounded caches, work off the loop."""
+
+import asyncio
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry
+
+from offpeak_predictor.lru import SizedLRU
+from offpeak_predictor.predict import Predictor
+from offpeak_predictor.server import PredictorApp, ServerSettings
+
+from .conftest import mlp_graph
+
+
+def _run(model, scenario, **settings):
+    app = PredictorApp(model=model, db=None, settings=ServerSettings(**settings),
+                       registry=CollectorRegistry()).build()  # fmt: skip
+
+    async def main():
+        async with TestClient(TestServer(app)) as client:
+            return await scenario(client)
+
+    return asyncio.run(main())
+
+
+def _graph_text(graph_dict: dict) -> str:
+    """JSON text as an attacker could send it (NaN/Infinity literals allowed)."""
+    return json.dumps({"graph": graph_dict, "gpus": ["T4"], "steps": 100})
+
+
+def _with(**changes):
+    graph = mlp_graph().to_dict()
+    for key, value in changes.items():
+        if key.startswith("ops."):
+            graph["ops"][key[4:]][1] = value
+        else:
+            graph[key] = value
+    return graph
+
+
+BAD_GRAPHS = [
+    ("ops.flops", _with(**{"ops.flops": float("nan")})),
+    ("ops.flops", _with(**{"ops.flops": float("inf")})),
+    ("ops.flops", _with(**{"ops.flops": -1.0})),
+    ("ops.bytes_read", _with(**{"ops.bytes_read": -5})),
+    ("ops.params", _with(**{"ops.params": float("nan")})),
+    ("ops.output_shapes", _with(**{"ops.output_shapes": [[-1, 4]]})),
+    ("batch_size", _with(batch_size=0)),
+    ("batch_size", _with(batch_size=-3)),
+    ("mode", _with(mode="bogus")),
+    ("precision", _with(precision="fp64")),
+    ("optimizer", _with(optimizer="lion?")),
+    ("ops", _with(ops={"id": [], "type": []})),
+]
+
+
+@pytest.mark.parametrize(("field", "graph"), BAD_GRAPHS, ids=[f"{f}-{i}" for i, (f, _) in enumerate(BAD_GRAPHS)])
+def test_bad_graphs_get_a_400_naming_the_field(tiny_model, field, graph):
+    async def scenario(client):
+        resp = await client.post("/v1/predict", data=_graph_text(graph), headers={"Content-Type": "application/json"})
+        return resp.status, await resp.text()
+
+    status, text = _run(tiny_model, scenario)
+    assert status == 400, text
+    assert field in json.loads(text)["error"]
+
+
+def test_huge_steps_and_huge_batch_are_400_not_500(tiny_model):
+    graph = mlp_graph().to_dict()
+
+    async def scenario(client):
+        out = []
+        for body in ('{"graph": %s, "gpus": ["T4"], "steps": 1%s}' % (json.dumps(graph), "0" * 400),
+                     '{"graph": %s, "gpus": ["T4"], "steps": 1e400}' % json.dumps(graph),
+                     _graph_text(_with(batch_size=10**400))):
+            resp = await client.post("/v1/predict", data=body, headers={"Content-Type": "application/json"})
+            out.append((resp.status, await resp.text()))
+        return out
+
+    for status, text in _run(tiny_model, scenario):
+        assert status == 400, text
+        json.loads(text)  # always valid JSON
+
+
+def test_graph_url_is_refused_and_never_fetched(tiny_model):
+    async def scenario(client):
+        resp = await client.post("/v1/predict", json={"graph_url": "http://169.254.169.254/latest", "gpus": ["T4"]})
+        return resp.status, await resp.json()
+
+    status, body = _run(tiny_model, scenario)
+    assert status == 400 and "inline" in body["error"]
+
+
+def test_a_non_finite_prediction_is_a_4xx_never_invalid_json(tiny_model, monkeypatch):
+    def nan_predict(self, graph, gpus, options, **kw):
+        return [{"gpu": "T4", "gpu_type": "T4", "step_seconds": float("nan")}]
+
+    monkeypatch.setattr(Predictor, "predict", nan_predict)
+
+    async def scenario(client):
+        resp = await client.post("/v1/predict", json={"graph": mlp_graph().to_dict(), "gpus": ["T4"]})
+        return resp.status, await resp.text()
+
+    status, text = _run(tiny_model, scenario)
+    assert status == 400 and "finite" in json.loads(text)["error"]
+
+
+def test_sized_lru_keeps_within_its_byte_budget():
+    cache: SizedLRU[int, np.ndarray] = SizedLRU(max_bytes=10_000, sizeof=lambda a: int(a.nbytes))
+    for i in range(100):
+        cache.put(i, np.zeros(200))  # 1,600 bytes each
+    assert cache.bytes <= 10_000 and 1 <= len(cache) <= 6
+    assert cache.get(99) is not None and cache.get(0) is None
+    cache.put(1000, np.zeros(10_000))  # larger than the whole budget: not kept
+    assert cache.get(1000) is None and cache.bytes <= 10_000
+
+
+def test_predictor_caches_stay_bounded_with_many_distinct_graphs(tiny_model):
+    predictor = Predictor(tiny_model, cache_bytes=2 * 2**20)
+    for width in range(64, 64 + 40):
+        predictor.predict(mlp_graph(width=width, layers=200), ["T4", "A100"])
+    assert predictor.cache_bytes <= 2 * 2**20
+    assert len(predictor._cache) < 40  # older summaries were evicted
+
+
+def test_healthz_answers_while_a_big_prediction_runs(tiny_model, monkeypatch):
+    started = threading.Event()
+    original = Predictor.predict
+
+    def slow_predict(self, *args, **kwargs):
+        started.set()
+        time.sleep(1.5)  # a 100k-op graph's worth of work, holding the worker thread (the GIL is released)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Predictor, "predict", slow_predict)
+
+    async def scenario(client):
+        big = asyncio.create_task(client.post("/v1/predict", json={"graph": mlp_graph().to_dict(), "gpus": ["T4"]}))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        t0 = time.perf_counter()
+        health = await client.get("/healthz")
+        health_s = time.perf_counter() - t0
+        resp = await big
+        return health.status, health_s, resp.status
+
+    health_status, health_s, predict_status = _run(tiny_model, scenario)
+    assert health_status == 200 and health_s < 0.5
+    assert predict_status == 200
+
+
+def test_a_prediction_past_its_deadline_is_a_503(tiny_model, monkeypatch):
+    monkeypatch.setattr(Predictor, "predict", lambda self, *a, **k: time.sleep(1.0) or [])
+
+    async def scenario(client):
+        resp = await client.post("/v1/predict", json={"graph": mlp_graph().to_dict(), "gpus": ["T4"]})
+        return resp.status, await resp.json()
+
+    status, body = _run(tiny_model, scenario, predict_deadline_s=0.2)
+    assert status == 503 and "longer than" in body["error"]
