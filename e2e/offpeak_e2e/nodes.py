@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-GPU_TYPE_LABEL = "offpeak.io/gpu-type"
+from offpeak_core.gpuproducts import GFD_MEMORY_LABEL, GFD_PRODUCT_LABEL, GPU_TYPE_LABEL, gfd_products
+
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 
 # Canonical names from offpeak_predictor's GPU catalogue (predictor/offpeak_predictor/data/gpus.json).
@@ -34,6 +35,17 @@ def plan_nodes(*, count: int, gpu_types: tuple[str, ...] = DEFAULT_GPU_TYPES, gp
     return specs
 
 
+def gpu_labels(gpu_type: str) -> dict[str, str]:
+    """The labels a real GPU node of this type carries: GPU feature discovery's product and memory (offpeak reads
+    the type from them), or, for a type GFD has no product name for here, offpeak's own override label."""
+    products = gfd_products(gpu_type)
+    if not products:
+        return {GPU_TYPE_LABEL: gpu_type}
+    from offpeak_predictor.gpus import resolve_gpu  # noqa: PLC0415 - the catalogue's memory figure
+
+    return {GFD_PRODUCT_LABEL: products[0], GFD_MEMORY_LABEL: str(int(resolve_gpu(gpu_type).memory_gb * 1e9 / 2**20))}
+
+
 def node_manifest(spec: NodeSpec) -> dict[str, Any]:
     """A Node object kwok will manage (annotation ``kwok.x-k8s.io/node: fake``) with ``nvidia.com/gpu``."""
     resources = {"cpu": "96", "memory": "1Ti", "pods": "110", "nvidia.com/gpu": str(spec.gpus)}
@@ -49,7 +61,7 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
                 "kubernetes.io/arch": "amd64",
                 "kubernetes.io/role": "agent",
                 "type": "kwok",
-                GPU_TYPE_LABEL: spec.gpu_type,
+                **gpu_labels(spec.gpu_type),
                 "nvidia.com/gpu.present": "true",
             },
         },

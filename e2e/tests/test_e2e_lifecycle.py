@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
 
 SIM_SECONDS = 20
@@ -41,7 +42,9 @@ def test_trainingjob_lifecycle(e2e_cluster: E2ECluster, e2e_namespace: str) -> N
     assert pod["spec"]["schedulerName"] == "offpeak-scheduler"
     node = pod["spec"]["nodeName"]
     node_obj = e2e_cluster.get("node", node)
-    assert node_obj["metadata"]["labels"]["offpeak.io/gpu-type"] in {"A100-SXM4-40GB", "L4"}
+    # no offpeak.io/gpu-type label: the type comes from GPU feature discovery's product label
+    assert "offpeak.io/gpu-type" not in node_obj["metadata"]["labels"]
+    assert node_gpu_type(node_obj["metadata"]["labels"]) in {"A100-SXM4-40GB", "L4"}
     events = e2e_cluster.get("events", "-n", ns, "--field-selector", f"involvedObject.name={pod['metadata']['name']}")
     scheduled = [e for e in events["items"] if e["reason"] == "Scheduled"]
     assert scheduled and (scheduled[0].get("reportingComponent") or scheduled[0]["source"].get("component")) \

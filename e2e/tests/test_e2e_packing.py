@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e import onlineload
 from offpeak_e2e.cluster import ClusterSettings
@@ -88,8 +89,8 @@ def _pod_p90(pod: dict[str, Any], gpu_type: str) -> float:
 def test_packing_fits_windows_and_compares_with_default_scheduler(packing_cluster: E2ECluster) -> None:
     c = packing_cluster
     ns = c.new_namespace("pack")
-    gpu_types = sorted({c.get("node", n)["metadata"]["labels"]["offpeak.io/gpu-type"] for n in c.nodes})
-    node_type = {n: c.get("node", n)["metadata"]["labels"]["offpeak.io/gpu-type"] for n in c.nodes}
+    node_type = {n: str(node_gpu_type(c.get("node", n)["metadata"]["labels"])) for n in c.nodes}
+    gpu_types = sorted(set(node_type.values()))
     reference = float(c.state.urls["reference"])
     demand = onlineload.load_plan(onlineload.LoadSettings(nodes=tuple(c.nodes), gpus=8, day_seconds=DAY))
     t0 = time.monotonic()

@@ -9,11 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
 
 
 def _node_of_type(cluster: E2ECluster, gpu_type: str) -> str:
-    items = cluster.get("nodes", "-l", f"offpeak.io/gpu-type={gpu_type}")["items"]
+    items = [n for n in cluster.get("nodes")["items"] if node_gpu_type(n["metadata"].get("labels") or {}) == gpu_type]
     assert items, f"no node of type {gpu_type}"
     return str(items[0]["metadata"]["name"])
 

@@ -18,6 +18,7 @@ from kopf.testing import KopfRunner
 from offpeak_graph.schema import ModelGraph, Op
 from prometheus_client import CollectorRegistry
 
+from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_e2e.harness import E2ECluster
 from offpeak_operator.graphstore import encode_graph
 from offpeak_operator.settings import AnalysisSettings, OperatorSettings, PredictorSettings, RequeueSettings
@@ -133,14 +134,14 @@ def test_job_runs_to_success_with_prediction_pods_and_metrics(e2e_cluster: E2ECl
     assert set(json.loads(meta["annotations"]["offpeak.io/predicted-job-seconds"])) == set(GPU_TYPES)
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     node = e2e_cluster.get("node", pod["spec"]["nodeName"])
-    assert node["metadata"]["labels"]["offpeak.io/gpu-type"] in GPU_TYPES
+    assert node_gpu_type(node["metadata"]["labels"]) in GPU_TYPES
 
     job_meta = e2e_cluster.trainingjob(ns, "ok")["metadata"]
     assert not job_meta.get("finalizers"), job_meta  # deletion never waits for the operator
 
     done = e2e_cluster.wait_phase(ns, "ok", ["Succeeded", "Failed"], timeout=90)["status"]
     assert done["phase"] == "Succeeded", done
-    assert done["gpuType"] == node["metadata"]["labels"]["offpeak.io/gpu-type"]
+    assert done["gpuType"] == node_gpu_type(node["metadata"]["labels"])
     assert 3 <= done["actualSeconds"] <= 4 + 30, done
     assert _condition(done, "Finished")["reason"] == "Succeeded"
     reasons = {e["reason"] for e in _events(e2e_cluster, ns, "ok")}

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_e2e import build, nodes, schedconfig, stages
 
 
@@ -41,7 +42,14 @@ def test_plan_nodes_round_robin_over_gpu_types() -> None:
 def test_node_manifest_is_a_kwok_gpu_node() -> None:
     m = nodes.node_manifest(nodes.NodeSpec(name="gpu-l4-0", gpu_type="L4", gpus=4))
     assert m["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
-    assert m["metadata"]["labels"]["offpeak.io/gpu-type"] == "L4"
+    labels = m["metadata"]["labels"]
+    # as GPU feature discovery labels a real node (nvidia-smi's name with dashes; memory in MiB), no offpeak label
+    assert labels["nvidia.com/gpu.product"] == "NVIDIA-L4" and labels["nvidia.com/gpu.memory"] == "22888"
+    assert "offpeak.io/gpu-type" not in labels and node_gpu_type(labels) == "L4"
+    h100 = nodes.node_manifest(nodes.NodeSpec(name="gpu-h100-0", gpu_type="H100-SXM5-80GB"))
+    assert h100["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    odd = nodes.node_manifest(nodes.NodeSpec(name="gpu-mi-0", gpu_type="MI250-GCD"))  # no GFD name known here
+    assert odd["metadata"]["labels"]["offpeak.io/gpu-type"] == "MI250-GCD"
     assert m["status"]["capacity"]["nvidia.com/gpu"] == "4"
 
 
