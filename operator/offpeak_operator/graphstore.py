@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from offpeak_graph.schema import ModelGraph, Op
+from offpeak_graph.schema import GraphError, ModelGraph, Op, validate_graph
 
 # ConfigMaps are limited to 1 MiB in total (keys, metadata, base64 text of binaryData): stay well below it.
 DEFAULT_LIMIT_BYTES = 700_000
@@ -132,13 +132,18 @@ def _b64_len(n: int) -> int:
 
 
 def decode_bytes(raw: bytes) -> ModelGraph:
-    """A graph from gzip or plain JSON bytes."""
+    """A graph from gzip or plain JSON bytes, checked by the one graph validation (finite numbers, known enums)."""
     try:
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
-        return ModelGraph.from_dict(json.loads(raw))
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        graph = ModelGraph.from_dict(json.loads(raw))
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError,
+            OverflowError) as e:  # fmt: skip
         raise GraphDecodeError(f"not an offpeak model graph: {e}") from e
+    try:
+        return validate_graph(graph)
+    except GraphError as e:
+        raise GraphDecodeError(f"invalid model graph: {e}") from e
 
 
 def graph_from_configmap(configmap: Mapping[str, Any], *, key: str) -> ModelGraph:

@@ -81,6 +81,15 @@ class KubeIO:
         """Create; False when a pod of that name already exists."""
         return _create_if_absent(self.core.create_namespaced_pod, body)
 
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        """Merge annotations into a pod (a pod already gone is not an error)."""
+        try:
+            self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": dict(annotations)}},
+                                           _preload_content=False)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
     def delete_pod(self, namespace: str, name: str) -> None:
         try:
             self.core.delete_namespaced_pod(name, namespace, _preload_content=False)

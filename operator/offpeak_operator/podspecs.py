@@ -95,6 +95,11 @@ def analysis_pod(job: Mapping[str, Any], spec: JobSpec, settings: AnalysisSettin
     }
 
 
+def predicted_annotation(remaining: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """The `offpeak.io/predicted-job-seconds` annotation the extender places by."""
+    return {names.ANN_PREDICTED: json.dumps(remaining, sort_keys=True, separators=(",", ":"), allow_nan=False)}
+
+
 def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker: int,
                  gpu_types: tuple[str, ...], remaining: Mapping[str, Mapping[str, float]],
                  completed_steps: int) -> dict[str, Any]:
@@ -102,7 +107,7 @@ def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker:
     job_name = job["metadata"]["name"]
     annotations = {
         **spec.pod_annotations,
-        names.ANN_PREDICTED: json.dumps(remaining, sort_keys=True, separators=(",", ":")),
+        **predicted_annotation(remaining),
         names.ANN_CHECKPOINTING: "true" if spec.checkpointing else "false",
         names.ANN_PREEMPTIBLE: "true" if spec.preemptible else "false",
     }

@@ -119,16 +119,16 @@ def from_predictor(response: Mapping[str, Any], *, steps: int, asked: Sequence[s
             row = by_gpu.get(name)
             if row is None:
                 raise PredictorResponseError(f"predictor gave no prediction for GPU {name!r}")
-            step = float(row["step_seconds"])
+            step = _seconds(row["step_seconds"], "step_seconds", name)
+            job = _seconds(row["job_seconds"], "job_seconds", name)
             correction = row.get("correction") or {}
             gpus.append(GpuPrediction(
                 gpu=name, gpu_type=str(row.get("gpu_type") or canon),
-                step_seconds=step, step_seconds_p90=float(row.get("step_seconds_p90", step)),
-                job_seconds=float(row["job_seconds"]),
-                job_seconds_p90=float(row.get("job_seconds_p90", row["job_seconds"])),
+                step_seconds=step, step_seconds_p90=_seconds(row.get("step_seconds_p90", step), "step_seconds_p90", name),
+                job_seconds=job, job_seconds_p90=_seconds(row.get("job_seconds_p90", job), "job_seconds_p90", name),
                 model_version=str(row.get("model_version", response.get("model_version", ""))),
                 correction_samples=int(correction.get("samples", 0)),
-                correction_factor=float(correction.get("factor", 1.0)),
+                correction_factor=_seconds(correction.get("factor", 1.0), "correction.factor", name),
                 peak_memory_gib=_optional_float(row.get("peak_memory_gib")),
                 gpu_memory_gib=_optional_float(row.get("gpu_memory_gib")),
                 fits_memory=row["fits_memory"] if isinstance(row.get("fits_memory"), bool) else None,
@@ -140,6 +140,16 @@ def from_predictor(response: Mapping[str, Any], *, steps: int, asked: Sequence[s
     return Prediction(source="predictor", steps=steps, gpus=tuple(gpus),
                       model_version=str(response.get("model_version", "")),
                       graph_hash=str(response.get("graph_hash", "")))
+
+
+def _seconds(value: Any, field_name: str, gpu: str) -> float:
+    """A finite, non-negative number from the predictor's answer, else PredictorResponseError (so NaN or
+    Infinity never reaches a pod annotation or the job's status: the job falls back instead)."""
+    number = float(value)
+    if isinstance(value, bool) or not math.isfinite(number) or number < 0:
+        raise PredictorResponseError(f"predictor answered {field_name}={value!r} for GPU {gpu!r}: not a finite "
+                                     "number >= 0")
+    return number
 
 
 def fallback(*, asked: Sequence[str], canonical: Sequence[str], steps: int, estimated_seconds: float | None,

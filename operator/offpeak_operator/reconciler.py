@@ -13,7 +13,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -188,6 +188,9 @@ class Reconciler:
             case sm.Predict():
                 assert spec is not None
                 return self._predict(job, spec, status, now)
+            case sm.Repredict():
+                assert spec is not None
+                return self._repredict(job, spec, status, now)
             case sm.CreateTrainingPods(attempt=attempt, completed_steps=completed):
                 assert spec is not None
                 try:
@@ -305,40 +308,72 @@ class Reconciler:
             canonical.append(canon)
         return asked, canonical
 
+    def _ask_predictor(self, job: Mapping[str, Any], spec: JobSpec,
+                       graph: ModelGraph) -> tuple[Prediction | None, str]:  # fmt: skip
+        """The predictor's answer as a Prediction, or None and why not (unreachable, malformed, not finite)."""
+        asked, canonical = self._gpu_names(spec)
+        try:
+            answer = self.ctx.predictor.predict(graph=graph.to_dict(), gpus=asked, precision=spec.precision,
+                                                optimizer=spec.optimizer, steps=spec.total_steps,
+                                                num_gpus=spec.total_gpus, startup_seconds=spec.startup_seconds)
+            return from_predictor(answer, steps=spec.total_steps, asked=asked, canonical=canonical), ""
+        except (PredictorUnavailable, PredictorResponseError) as e:
+            log.warning("prediction for %s/%s failed: %s", job["metadata"]["namespace"], job["metadata"]["name"], e)
+            return None, str(e)
+
+    @staticmethod
+    def _predicted_message(prediction: Prediction) -> str:
+        best = prediction.fastest()
+        message = (f"predicted by model {prediction.model_version or '?'}: "
+                   f"{best.job_seconds:.0f}s on {best.gpu_type} (fastest allowed)" if best else "predicted")
+        corrected = max((g.correction_samples for g in prediction.gpus), default=0)
+        if corrected:
+            message += f", corrected by up to {corrected} measured sample(s)"
+        return message
+
     def _predict(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any],
                  now: datetime) -> dict[str, Any]:
         asked, canonical = self._gpu_names(spec)
-        steps = spec.total_steps
         graph = self._read_graph(job["metadata"]["namespace"], status)
         prediction: Prediction | None = None
         why = "no model graph"
         if graph is not None:
-            try:
-                answer = self.ctx.predictor.predict(graph=graph.to_dict(), gpus=asked, precision=spec.precision,
-                                                    optimizer=spec.optimizer, steps=steps, num_gpus=spec.total_gpus,
-                                                    startup_seconds=spec.startup_seconds)
-                prediction = from_predictor(answer, steps=steps, asked=asked, canonical=canonical)
-            except (PredictorUnavailable, PredictorResponseError) as e:
-                why = str(e)
-                log.warning("prediction for %s/%s fell back: %s", job["metadata"]["namespace"],
-                            job["metadata"]["name"], e)
+            prediction, why = self._ask_predictor(job, spec, graph)
         if prediction is not None:
-            best = prediction.fastest()
-            message = (f"predicted by model {prediction.model_version or '?'}: "
-                       f"{best.job_seconds:.0f}s on {best.gpu_type} (fastest allowed)" if best else "predicted")
-            corrected = max((g.correction_samples for g in prediction.gpus), default=0)
-            if corrected:
-                message += f", corrected by up to {corrected} measured sample(s)"
-            return sm.prediction_status(status=status, prediction=prediction, reason="Predicted", message=message,
-                                        now=now)
-        prediction = fallback(asked=asked, canonical=canonical, steps=steps, estimated_seconds=spec.estimated_seconds,
-                              startup_seconds=spec.startup_seconds, settings=self.ctx.settings.fallback)
+            return sm.prediction_status(status=status, prediction=prediction, reason="Predicted",
+                                        message=self._predicted_message(prediction), now=now)
+        prediction = fallback(asked=asked, canonical=canonical, steps=spec.total_steps,
+                              estimated_seconds=spec.estimated_seconds, startup_seconds=spec.startup_seconds,
+                              settings=self.ctx.settings.fallback)  # fmt: skip
         used = ("the user's estimate (spec.estimatedSeconds)" if prediction.source == "user-estimate"
                 else f"a conservative default ({self.ctx.settings.fallback.default_step_seconds}s per step)")
         reason = "NoGraph" if graph is None else "PredictorUnavailable"
         message = f"{why}: using {used}, {prediction.gpus[0].job_seconds:.0f}s"
         self.ctx.kube.emit_event(job, type="Warning", reason=reason, message=message, now=now)
-        return sm.prediction_status(status=status, prediction=prediction, reason=reason, message=message, now=now)
+        out = sm.prediction_status(status=status, prediction=prediction, reason=reason, message=message, now=now)
+        if graph is not None:  # the predictor is asked again while the job waits (sm.wants_reprediction)
+            retry_at = now + timedelta(seconds=self.ctx.settings.predict_retry.backoff(1))
+            out.update(predictionRetries=0, nextPredictionTime=sm.rfc3339(retry_at))
+        return out
+
+    def _repredict(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any],
+                   now: datetime) -> dict[str, Any]:
+        """Replace a waiting job's fallback with the predictor's answer (status and pod annotations)."""
+        graph = self._read_graph(job["metadata"]["namespace"], status)
+        if graph is None:
+            return sm.reprediction_failed_status(status=status, message="the job's model graph is unreadable",
+                                                 now=now, backoff=self.ctx.settings.predict_retry.backoff)
+        prediction, why = self._ask_predictor(job, spec, graph)
+        if prediction is None:
+            return sm.reprediction_failed_status(status=status, message=why, now=now,
+                                                 backoff=self.ctx.settings.predict_retry.backoff)
+        remaining = remaining_seconds(prediction, completed_steps=int(status.get("completedSteps") or 0))
+        annotation = podspecs.predicted_annotation(remaining)
+        for pod in status.get("pods") or []:
+            self.ctx.kube.patch_pod_annotations(job["metadata"]["namespace"], pod, annotation)
+        message = f"re-predicted after a fallback: {self._predicted_message(prediction)}"
+        self.ctx.kube.emit_event(job, type="Normal", reason="Repredicted", message=message, now=now)
+        return sm.reprediction_status(status=status, prediction=prediction, message=message, now=now)
 
     def _create_training_pods(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any], *,
                               attempt: int, completed: int) -> None:

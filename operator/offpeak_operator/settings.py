@@ -36,6 +36,17 @@ class RequeueSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class PredictRetrySettings:
+    """Backoff between re-predictions of a waiting job that got a fallback: base * 2**(try-1), capped."""
+
+    base_seconds: float = 15.0
+    max_seconds: float = 300.0
+
+    def backoff(self, tries: int) -> float:
+        return min(self.max_seconds, self.base_seconds * 2 ** max(0, tries - 1))
+
+
+@dataclass(frozen=True, slots=True)
 class PredictorSettings:
     url: str = "http://offpeak-predictor:8080"
     timeout_seconds: float = 10.0
@@ -57,6 +68,7 @@ class OperatorSettings:
     analysis: AnalysisSettings = field(default_factory=AnalysisSettings)
     requeue: RequeueSettings = field(default_factory=RequeueSettings)
     fallback: FallbackSettings = field(default_factory=FallbackSettings)
+    predict_retry: PredictRetrySettings = field(default_factory=PredictRetrySettings)
     resync_seconds: float = 5.0  # level-triggered re-check of every TrainingJob
     peering: PeeringSettings | None = None  # None: standalone (or kopf's own choice); the resync loop never pauses
     watch_server_timeout_seconds: int = 300

@@ -9,7 +9,7 @@ status and the observed pods, so a restarted operator resumes without duplicates
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -117,6 +117,12 @@ class Predict:
 
 
 @dataclass(frozen=True, slots=True)
+class Repredict:
+    """Ask the predictor again for a waiting job that holds a fallback; on success replace the prediction in the
+    status and in the waiting pods' annotations, else schedule the next try (backoff)."""
+
+
+@dataclass(frozen=True, slots=True)
 class CreateTrainingPods:
     attempt: int
     completed_steps: int
@@ -165,7 +171,7 @@ class EmitEvent:
 
 
 Action = (CreateAnalysisPod | DeleteAnalysisPod | CollectGraph | LoadUserGraph | ExtractInProcess | Predict
-          | CreateTrainingPods | DeletePods | ReportSample | RecordOutcome | RecordRequeue | EmitEvent)
+          | Repredict | CreateTrainingPods | DeletePods | ReportSample | RecordOutcome | RecordRequeue | EmitEvent)
 
 
 @dataclass(slots=True)
@@ -359,7 +365,39 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
     running = [v for v in present if v.phase in ("Running", "Succeeded")]
     if running and len(running) == len(present):
         return _running(spec, status, present, prediction, now)
+    if all(v.phase == "Pending" for v in present) and wants_reprediction(status, now=now):
+        return Decision(actions=[Repredict()])
     return Decision()
+
+
+def wants_reprediction(status: Mapping[str, Any], *, now: datetime) -> bool:
+    """A waiting job whose prediction is a fallback although it has a model graph: try the predictor again once
+    `nextPredictionTime` has come. Running jobs keep their prediction (their placement is made)."""
+    if status.get("phase") != Phase.WAITING:
+        return False
+    prediction = status.get("prediction") or {}
+    if prediction.get("source") in (None, "predictor") or not (status.get("graph") or {}).get("configMap"):
+        return False
+    next_at = parse_time(status.get("nextPredictionTime"))
+    return next_at is None or now >= next_at
+
+
+def reprediction_failed_status(*, status: Mapping[str, Any], message: str, now: datetime,
+                               backoff: Callable[[int], float]) -> dict[str, Any]:
+    """Status after a failed re-prediction: the fallback stays; the next try after `backoff(tries)` seconds."""
+    tries = int(status.get("predictionRetries") or 0) + 1
+    next_at = now + timedelta(seconds=backoff(tries))
+    conds = cond.set_condition(_conditions(status), type=cond.PREDICTED, ok=False, reason="PredictorUnavailable",
+                               message=f"{message}; retry {tries} at {rfc3339(next_at)}", now=now)
+    return {"predictionRetries": tries, "nextPredictionTime": rfc3339(next_at), "conditions": conds}
+
+
+def reprediction_status(*, status: Mapping[str, Any], prediction: Prediction, message: str,
+                        now: datetime) -> dict[str, Any]:
+    """Status after a successful re-prediction: the real prediction replaces the fallback; the phase stays."""
+    out = prediction_status(status=status, prediction=prediction, reason="Predicted", message=message, now=now)
+    out.pop("phase")
+    return {**out, "predictionRetries": None, "nextPredictionTime": None}
 
 
 def _attempt_start(status: Mapping[str, Any], pods: Sequence[PodView], now: datetime) -> datetime:

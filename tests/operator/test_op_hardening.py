@@ -1,0 +1,118 @@
+"""Issue #16 (operator): re-predicting a fallback, no NaN in annotations or status, API errors recorded,
+per-job gauges removed, hfConfig never a path."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from optestkit import NOW, job_body, small_graph
+from test_op_reconciler import FakePredictor, MemoryKube, graph_cm, make
+
+from offpeak_operator import statemachine as sm
+from offpeak_operator.graphstore import GraphDecodeError, decode_bytes, encode_graph
+from offpeak_operator.predictions import PredictorResponseError, from_predictor
+
+
+class PatchingKube(MemoryKube):
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        if name in self.pods:
+            self.pods[name]["metadata"].setdefault("annotations", {}).update(annotations)
+
+
+def _waiting_with_fallback():
+    pred = FakePredictor(fail=True)
+    rec, kube, _, clock = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}), predictor=pred)
+    rec.ctx.kube = kube = PatchingKube(kube.job)
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    assert kube.job["status"]["prediction"]["source"] == "default"
+    return rec, kube, pred, clock
+
+
+def _annotation(kube: MemoryKube) -> dict[str, Any]:
+    return json.loads(kube.pods["train-1-a1-w0"]["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])
+
+
+def test_a_fallback_is_replaced_when_the_predictor_returns() -> None:
+    rec, kube, pred, clock = _waiting_with_fallback()
+    assert _annotation(kube)["T4"]["p50"] == 1000.0  # 1 s/step fallback
+    retry_at = sm.parse_time(kube.job["status"]["nextPredictionTime"])
+    assert retry_at == NOW + timedelta(seconds=15)
+
+    clock.now = NOW + timedelta(seconds=5)  # before the backoff: not asked again
+    asked = len(pred.requests)
+    rec.reconcile("ns", "train-1")
+    assert len(pred.requests) == asked
+
+    clock.now = NOW + timedelta(seconds=16)  # still down: the backoff doubles
+    rec.reconcile("ns", "train-1")
+    status = kube.job["status"]
+    assert len(pred.requests) == asked + 1 and status["predictionRetries"] == 1
+    assert sm.parse_time(status["nextPredictionTime"]) == clock.now + timedelta(seconds=15)
+    clock.now += timedelta(seconds=16)
+    rec.reconcile("ns", "train-1")
+    assert kube.job["status"]["predictionRetries"] == 2
+    assert sm.parse_time(kube.job["status"]["nextPredictionTime"]) == clock.now + timedelta(seconds=30)
+
+    pred.fail = False  # the predictor is back
+    clock.now += timedelta(seconds=31)
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    status = kube.job["status"]
+    assert status["prediction"]["source"] == "predictor" and status["attempts"] == 1
+    assert "nextPredictionTime" not in status and "predictionRetries" not in status
+    predicted = next(c for c in status["conditions"] if c["type"] == "Predicted")
+    assert predicted["status"] == "True"
+    assert _annotation(kube)["T4"] == {"p50": 100.0, "p90": 200.0}  # the waiting pod now carries the real one
+    assert ("Normal", "Repredicted") in [e[:2] for e in kube.events]
+    asked = len(pred.requests)
+    clock.now += timedelta(seconds=600)
+    rec.reconcile("ns", "train-1")
+    assert len(pred.requests) == asked  # a real prediction is never asked for again
+
+
+def test_a_running_job_keeps_its_fallback() -> None:
+    status = {"phase": "Running", "prediction": {"source": "default", "gpus": [{"gpuType": "T4"}]},
+              "graph": {"configMap": "g"}}
+    assert not sm.wants_reprediction(status, now=NOW)
+    assert sm.wants_reprediction({**status, "phase": "Waiting"}, now=NOW)
+    assert not sm.wants_reprediction({**status, "phase": "Waiting", "graph": {}}, now=NOW)  # nothing to ask with
+    later = sm.rfc3339(NOW + timedelta(seconds=1))
+    assert not sm.wants_reprediction({**status, "phase": "Waiting", "nextPredictionTime": later}, now=NOW)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
+def test_a_non_finite_predictor_answer_falls_back_and_never_reaches_annotations(bad: float) -> None:
+    class NanPredictor(FakePredictor):
+        def predict(self, **body: Any) -> dict[str, Any]:
+            answer = super().predict(**body)
+            answer["predictions"][0]["job_seconds"] = bad
+            return answer
+
+    rec, kube, _, _ = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}), predictor=NanPredictor())
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    status = kube.job["status"]
+    assert status["prediction"]["source"] == "default"
+    for g in status["prediction"]["gpus"]:
+        assert all(math.isfinite(g[k]) for k in ("stepSeconds", "jobSeconds", "jobSecondsP90"))
+    text = kube.pods["train-1-a1-w0"]["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"]
+    assert "NaN" not in text and "Infinity" not in text
+    with pytest.raises(PredictorResponseError, match="job_seconds"):
+        from_predictor({"predictions": [{"gpu": "T4", "step_seconds": 1.0, "job_seconds": bad}]}, steps=1,
+                       asked=["T4"], canonical=["T4"])
+
+
+def test_a_graph_with_nan_flops_is_refused_as_invalid() -> None:
+    graph = small_graph()
+    graph.ops[1].flops = float("nan")
+    with pytest.raises(GraphDecodeError, match=r"ops\.flops\[1\]"):
+        decode_bytes(encode_graph(graph).data)
+    rec, kube, pred, _ = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}))
+    kube.configmaps["user-graph"] = graph_cm(graph)
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    ready = next(c for c in kube.job["status"]["conditions"] if c["type"] == "GraphReady")
+    assert ready["status"] == "False" and ready["reason"] == "GraphInvalid" and pred.requests == []
