@@ -116,3 +116,43 @@ def test_a_graph_with_nan_flops_is_refused_as_invalid() -> None:
     assert rec.reconcile("ns", "train-1") == "Waiting"
     ready = next(c for c in kube.job["status"]["conditions"] if c["type"] == "GraphReady")
     assert ready["status"] == "False" and ready["reason"] == "GraphInvalid" and pred.requests == []
+
+
+def _job_series(metrics) -> int:
+    return sum(len(m.samples) for m in metrics.registry.collect() if m.name in ("offpeak_job_predicted_seconds",
+                                                                                   "offpeak_job_actual_seconds"))
+
+
+def test_a_deleted_jobs_gauges_are_removed_and_series_are_bounded() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from offpeak_operator.metrics import OperatorMetrics
+
+    metrics = OperatorMetrics(CollectorRegistry(), max_jobs_with_series=3)
+    for i in range(2):
+        metrics.set_phase(f"ns/j{i}", "Succeeded")
+        metrics.job_finished(job=f"j{i}", namespace="ns", gpu_type="T4", model_family="mlp", predicted_seconds=10,
+                             actual_seconds=12)
+    assert _job_series(metrics) == 4
+    metrics.set_phase("ns/j0", None)  # the job was deleted
+    assert _job_series(metrics) == 2
+    assert metrics.registry.get_sample_value("offpeak_job_actual_seconds", {
+        "trainingjob": "j0", "job_namespace": "ns", "gpu_type": "T4", "model_family": "mlp"}) is None
+    for i in range(10, 20):
+        metrics.job_finished(job=f"j{i}", namespace="ns", gpu_type="T4", model_family="", predicted_seconds=1,
+                             actual_seconds=1)
+    assert _job_series(metrics) == 2 * 3  # only the 3 most recent jobs keep series
+
+
+def test_the_reconciler_forgets_a_deleted_jobs_gauges() -> None:
+    rec, kube, _, clock = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}))
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    rec.reconcile("ns", "train-1")
+    for name in kube.pods:
+        kube.set_pod(name, "Succeeded", node="n2", finish=NOW + timedelta(seconds=120))
+    clock.now = NOW + timedelta(seconds=125)
+    assert rec.reconcile("ns", "train-1") == "Succeeded"
+    assert _job_series(rec.ctx.metrics) == 2
+    kube.get_job = lambda namespace, name: None  # deleted
+    assert rec.reconcile("ns", "train-1") is None
+    assert _job_series(rec.ctx.metrics) == 0
