@@ -11,6 +11,7 @@ GRAPH_READY = "GraphReady"
 PREDICTED = "Predicted"
 SCHEDULED = "Scheduled"
 FINISHED = "Finished"
+API_ACCEPTED = "ApiAccepted"  # False while the API server refuses what the operator asks (quota, conflict)
 
 
 def rfc3339(t: datetime) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 from offpeak_graph.schema import ModelGraph
 
+from offpeak_operator import conditions as cond
 from offpeak_operator import names, podspecs
 from offpeak_operator import statemachine as sm
 from offpeak_operator.extraction import ExtractionFailed, extract_in_process
@@ -36,6 +37,9 @@ from offpeak_operator.settings import OperatorSettings
 log = logging.getLogger(__name__)
 MAX_STEPS_PER_RECONCILE = 6  # Pending -> Analyzing -> Predicted -> Waiting can happen in one pass
 REJECTED = frozenset({400, 422})  # the object itself is invalid: retrying cannot help
+# Refusals recorded as a condition and an Event (quota 403, conflict 409, invalid 422 outside pod creation); the
+# job's phase stays, so the next reconcile tries again (pod creation is idempotent by name).
+RECORDED_API_ERRORS = frozenset({403, 409, 422})
 SLOW_ACTIONS = (sm.ExtractInProcess,)  # status is written before these run (never before pod creation)
 
 
@@ -149,10 +153,33 @@ class Reconciler:
             patch = {}
         for action in decision.actions:
             current = {**status, **patch}
-            extra = self._act(action, job, spec, current, now)
+            try:
+                extra = self._act(action, job, spec, current, now)
+            except ApiException as e:
+                if e.status not in RECORDED_API_ERRORS:
+                    raise  # transient (API down): the next reconcile tries again
+                self._record_api_error(job, status, action, e, now)
+                return {}  # the decision's status is not written: it is retried as it was
             if extra:
                 patch.update(extra)
+        if patch and cond.is_true(status.get("conditions"), cond.API_ACCEPTED) is False:
+            patch["conditions"] = sm.api_accepted(patch.get("conditions") or status.get("conditions") or [], now=now)
         return patch
+
+    def _record_api_error(self, job: Mapping[str, Any], status: dict[str, Any], action: sm.Action,
+                          e: ApiException, now: datetime) -> None:
+        """Say in a condition and an Event why the API server refused an action (once per distinct refusal)."""
+        meta = job["metadata"]
+        patch = sm.api_error_status(status=status, action=type(action).__name__, code=int(e.status or 0),
+                                    message=_api_message(e), now=now)
+        if patch is None:
+            return  # the same refusal is already recorded
+        condition = sm.api_error_condition(patch)
+        log.warning("%s/%s: %s", meta["namespace"], meta["name"], condition["message"])
+        self.ctx.kube.emit_event(job, type="Warning", reason=condition["reason"], message=condition["message"],
+                                 now=now)
+        self.ctx.kube.patch_job_status(meta["namespace"], meta["name"], patch)
+        _apply(status, patch)
 
     # ---- actions -----------------------------------------------------------------------------------------
 

@@ -584,3 +584,33 @@ def rejected_status(*, status: Mapping[str, Any], message: str, now: datetime) -
     conds = cond.set_condition(_conditions(status), type=cond.FINISHED, ok=False, reason="PodRejected",
                                message=message, now=now)
     return {"phase": Phase.FAILED, "finishTime": rfc3339(now), "message": message, "conditions": conds}
+
+
+API_ERROR_REASONS = {403: "Forbidden", 409: "Conflict", 422: "Invalid"}
+
+
+def api_error_status(*, status: Mapping[str, Any], action: str, code: int, message: str,
+                     now: datetime) -> dict[str, Any] | None:
+    """Status recording that the API server refused `action` (e.g. 403 exceeded quota): an ApiAccepted=False
+    condition whose reason names the action and the refusal; None when exactly that is recorded already."""
+    reason = f"{action}{API_ERROR_REASONS.get(code, 'Refused')}"
+    text = f"the API server refused {action} ({code}): {message}"[:1000]
+    current = cond.get_condition(status.get("conditions"), cond.API_ACCEPTED) or {}
+    if current.get("status") == "False" and current.get("reason") == reason and current.get("message") == text:
+        return None
+    conds = cond.set_condition(_conditions(status), type=cond.API_ACCEPTED, ok=False, reason=reason, message=text,
+                               now=now)
+    return {"conditions": conds, "message": f"{text}; retrying"}
+
+
+def api_error_condition(patch: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ApiAccepted condition of an `api_error_status` patch."""
+    found = cond.get_condition(patch.get("conditions"), cond.API_ACCEPTED)
+    assert found is not None
+    return found
+
+
+def api_accepted(conditions: Sequence[Mapping[str, Any]], *, now: datetime) -> list[dict[str, Any]]:
+    """Conditions after the API server accepted the operator's requests again."""
+    return cond.set_condition(conditions, type=cond.API_ACCEPTED, ok=True, reason="Accepted",
+                              message="the API server accepts the operator's requests", now=now)

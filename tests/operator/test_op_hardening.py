@@ -156,3 +156,34 @@ def test_the_reconciler_forgets_a_deleted_jobs_gauges() -> None:
     kube.get_job = lambda namespace, name: None  # deleted
     assert rec.reconcile("ns", "train-1") is None
     assert _job_series(rec.ctx.metrics) == 0
+
+
+@pytest.mark.parametrize(("code", "reason"), [(403, "CreateTrainingPodsForbidden"),
+                                              (409, "CreateTrainingPodsConflict")])
+def test_a_refused_pod_creation_is_a_condition_and_an_event_and_is_retried(code: int, reason: str) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    rec, kube, _, clock = make(job_body())
+    create = kube.create_pod
+
+    def refuse(body):
+        e = ApiException(status=code, reason="Forbidden")
+        e.body = json.dumps({"message": 'pods "train-1-a1-w0" is forbidden: exceeded quota: gpu-quota'})
+        raise e
+
+    kube.create_pod = refuse
+    rec.reconcile("ns", "train-1")
+    status = kube.job["status"]
+    assert status["phase"] == "Predicted" and not kube.pods  # not Waiting: the launch is retried as it was
+    api = next(c for c in status["conditions"] if c["type"] == "ApiAccepted")
+    assert api["status"] == "False" and api["reason"] == reason and "exceeded quota" in api["message"]
+    assert [e for e in kube.events if e[1] == reason] and "exceeded quota" in status["message"]
+    events = len(kube.events)
+    rec.reconcile("ns", "train-1")
+    assert len(kube.events) == events  # the same refusal is not re-announced every resync
+
+    kube.create_pod = create  # quota freed
+    clock.now = NOW + timedelta(seconds=30)
+    assert rec.reconcile("ns", "train-1") == "Waiting" and kube.pods
+    api = next(c for c in kube.job["status"]["conditions"] if c["type"] == "ApiAccepted")
+    assert api["status"] == "True"

@@ -419,10 +419,10 @@ def test_transient_api_errors_propagate_for_a_retry() -> None:
 
     rec, kube, _, _ = make(job_body())
 
-    def quota(body):
-        raise ApiException(status=403, reason="Forbidden: exceeded quota")
+    def down(body):
+        raise ApiException(status=503, reason="Service Unavailable")
 
-    kube.create_pod = quota
+    kube.create_pod = down
     with pytest.raises(ApiException):
         rec.reconcile("ns", "train-1")
     assert kube.job["status"].get("phase") in (None, "Analyzing", "Predicted")  # Waiting never recorded
