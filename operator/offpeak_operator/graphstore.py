@@ -162,6 +162,40 @@ def graph_from_configmap(configmap: Mapping[str, Any], *, key: str) -> ModelGrap
     return decode_bytes(raw)
 
 
+MAX_HF_CONFIG_BYTES = 256 * 1024
+
+
+class HfConfigError(ValueError):
+    """An hfConfigMap that cannot be used; `reason` is the GraphReady condition's (InvalidModelSource fails the
+    job). Messages never quote the ConfigMap's contents."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def hf_config_from_configmap(configmap: Mapping[str, Any], *, key: str) -> str:
+    """The HF config JSON text under `key` of a ConfigMap dict (data), checked to be one JSON object."""
+    name = configmap.get("metadata", {}).get("name", "?")
+    text = (configmap.get("data") or {}).get(key)
+    if not isinstance(text, str):
+        keys = sorted(configmap.get("data") or {})
+        raise HfConfigError("InvalidModelSource",
+                            f"ConfigMap {name} has no data key {key!r} (keys: {', '.join(keys) or 'none'})")
+    if len(text.encode()) > MAX_HF_CONFIG_BYTES:
+        raise HfConfigError("InvalidModelSource", f"ConfigMap {name} key {key!r} is larger than "
+                                                  f"{MAX_HF_CONFIG_BYTES} bytes")  # fmt: skip
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise HfConfigError("InvalidModelSource", f"ConfigMap {name} key {key!r} is not JSON "
+                                                  f"(line {e.lineno}, column {e.colno})") from e  # fmt: skip
+    if not isinstance(data, dict):
+        raise HfConfigError("InvalidModelSource", f"ConfigMap {name} key {key!r} must hold a JSON object "
+                                                  "(a HuggingFace config.json)")  # fmt: skip
+    return text
+
+
 # The analysis pod's last container prints the encoded graph between these markers, in short lines (container
 # runtimes split long log lines), and the operator reads it back from the pod's log.
 LOG_BEGIN = "OFFPEAK-GRAPH-BEGIN"

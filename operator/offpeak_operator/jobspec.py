@@ -13,10 +13,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from offpeak_graph.hf_presets import preset, preset_names
+
 from offpeak_operator import names
 
-SourceKind = Literal["entrypoint", "graphConfigMap", "torchvision", "hfConfig", "none"]
-SOURCE_KINDS: tuple[str, ...] = ("entrypoint", "graphConfigMap", "torchvision", "hfConfig")
+SourceKind = Literal["entrypoint", "graphConfigMap", "torchvision", "hfConfig", "hfConfigMap", "none"]
+SOURCE_KINDS: tuple[str, ...] = ("entrypoint", "graphConfigMap", "torchvision", "hfConfig", "hfConfigMap")
+HF_CONFIG_KEY = "config.json"  # default key of modelSource.hfConfigMap
 PRECISIONS = ("fp32", "fp16", "bf16")
 OPTIMIZERS = ("sgd", "adam", "adamw")
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
@@ -33,8 +36,9 @@ class SpecError(ValueError):
 @dataclass(frozen=True, slots=True)
 class ModelSource:
     kind: SourceKind
-    value: str = ""  # entrypoint, ConfigMap name, torchvision or HF name
-    key: str = names.GRAPH_KEY  # ConfigMap key for graphConfigMap
+    value: str = ""  # entrypoint, ConfigMap name, torchvision or HF preset name
+    key: str = names.GRAPH_KEY  # ConfigMap key for graphConfigMap / hfConfigMap
+    config_json: str = ""  # hfConfigMap: the config text the operator read from the ConfigMap (never a path)
 
     @property
     def needs_analysis_pod(self) -> bool:
@@ -42,7 +46,7 @@ class ModelSource:
 
     @property
     def in_process(self) -> bool:
-        return self.kind in ("torchvision", "hfConfig")
+        return self.kind in ("torchvision", "hfConfig", "hfConfigMap")
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,11 +153,12 @@ def _model_source(raw: Any) -> ModelSource:
     if len(given) > 1:
         raise SpecError(f"spec.modelSource must name one source, got {', '.join(given)}")
     kind = given[0]
-    if kind == "graphConfigMap":
+    if kind in ("graphConfigMap", "hfConfigMap"):
         ref = raw[kind]
         if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str) or not ref["name"]:
-            raise SpecError("spec.modelSource.graphConfigMap needs a name")
-        return ModelSource("graphConfigMap", ref["name"], str(ref.get("key") or names.GRAPH_KEY))
+            raise SpecError(f"spec.modelSource.{kind} needs a name")
+        default_key = names.GRAPH_KEY if kind == "graphConfigMap" else HF_CONFIG_KEY
+        return ModelSource(kind, ref["name"], str(ref.get("key") or default_key))
     value = raw[kind]
     if not isinstance(value, str) or not value:
         raise SpecError(f"spec.modelSource.{kind} must be a non-empty string")
@@ -255,10 +260,7 @@ def validate(spec: JobSpec, *, job_name: str, resolve_gpu: GpuResolver | None) -
     if spec.model_source.kind == "entrypoint" and not spec.input_shape and spec.seq_len is None:
         problems.append(Problem("InvalidModelSource", "an entrypoint model needs spec.inputShape (float input, "
                                                       "e.g. [3, 224, 224]) or spec.seqLen (token ids)"))
-    if spec.model_source.kind == "graphConfigMap" and not _DNS_LABEL.match(spec.model_source.value):
-        problems.append(Problem("InvalidModelSource",
-                                f"spec.modelSource.graphConfigMap.name {spec.model_source.value!r} "
-                                "is not a valid name"))
+    problems += _source_problems(spec.model_source)
     for section in ("requests", "limits"):
         if names.GPU_RESOURCE in spec.resources.get(section, {}):
             problems.append(Problem("InvalidSpec", f"spec.resources.{section} must not set {names.GPU_RESOURCE}; "
@@ -272,6 +274,19 @@ def validate(spec: JobSpec, *, job_name: str, resolve_gpu: GpuResolver | None) -
         problems.append(Problem("InvalidSpec", f"spec.podLabels must not set {', '.join(reserved)}"))
     problems.extend(_gpu_problems(spec.gpu_types, resolve_gpu))
     return problems
+
+
+def _source_problems(source: ModelSource) -> list[Problem]:
+    """ConfigMap names that are names; an hfConfig that is a built-in preset (a path is never read)."""
+    if source.kind in ("graphConfigMap", "hfConfigMap") and not _DNS_LABEL.match(source.value):
+        return [Problem("InvalidModelSource", f"spec.modelSource.{source.kind}.name {source.value!r} is not a valid "
+                                              "name")]  # fmt: skip
+    if source.kind == "hfConfig" and preset(source.value) is None:
+        return [Problem("InvalidModelSource",
+                        "spec.modelSource.hfConfig must name a built-in config "
+                        f"({', '.join(preset_names())}); for your own config.json use modelSource.hfConfigMap "
+                        "(a ConfigMap in the job's namespace): the operator never reads paths")]
+    return []
 
 
 def _gpu_problems(gpu_types: tuple[str, ...], resolve_gpu: GpuResolver | None) -> list[Problem]:

@@ -37,11 +37,15 @@ def _metadata(job: Mapping[str, Any], *, name: str, role: str, labels: Mapping[s
     }
 
 
-def extract_args(spec: JobSpec, *, out: str) -> list[str]:
-    """Arguments of `offpeak extract` for this job's model source and shapes (shared with in-process runs)."""
+def extract_args(spec: JobSpec, *, out: str, hf_config_file: str = "") -> list[str]:
+    """Arguments of `offpeak extract` for this job's model source and shapes (shared with in-process runs).
+
+    HF sources are extracted from `hf_config_file`, a config the operator itself wrote (never the user's path)."""
     source = spec.model_source
-    flag = {"entrypoint": "--entrypoint", "torchvision": "--torchvision", "hfConfig": "--hf-config"}[source.kind]
-    args = ["extract", flag, source.value, "--batch-size", str(spec.batch_size), "--precision", spec.precision,
+    flag = {"entrypoint": "--entrypoint", "torchvision": "--torchvision", "hfConfig": "--hf-config",
+            "hfConfigMap": "--hf-config"}[source.kind]  # fmt: skip
+    value = hf_config_file if source.kind in ("hfConfig", "hfConfigMap") else source.value
+    args = ["extract", flag, value, "--batch-size", str(spec.batch_size), "--precision", spec.precision,
             "--optimizer", spec.optimizer, "--out", out]
     if spec.input_shape:
         args[5:5] = ["--input-shape", ",".join(str(d) for d in spec.input_shape)]

@@ -12,7 +12,7 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,9 +23,9 @@ from offpeak_operator import conditions as cond
 from offpeak_operator import names, podspecs
 from offpeak_operator import statemachine as sm
 from offpeak_operator.extraction import ExtractionFailed, extract_in_process
-from offpeak_operator.graphstore import (EncodedGraph, GraphDecodeError, GraphTooLarge, decode_bytes, encode_graph,
-                                         from_log, graph_from_configmap)
-from offpeak_operator.jobspec import GpuResolver, JobSpec, Problem, SpecError, parse_spec, validate
+from offpeak_operator.graphstore import (EncodedGraph, GraphDecodeError, GraphTooLarge, HfConfigError, decode_bytes,
+                                         encode_graph, from_log, graph_from_configmap, hf_config_from_configmap)
+from offpeak_operator.jobspec import GpuResolver, JobSpec, ModelSource, Problem, SpecError, parse_spec, validate
 from offpeak_operator.kube import KubeIO
 from offpeak_operator.metrics import OperatorMetrics
 from offpeak_operator.observe import observe
@@ -298,6 +298,11 @@ class Reconciler:
     def _extract_in_process(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any],
                             now: datetime) -> dict[str, Any]:
         source = spec.model_source
+        if source.kind == "hfConfigMap":
+            try:
+                spec = replace(spec, model_source=replace(source, config_json=self._hf_config_map(job, source)))
+            except HfConfigError as e:
+                return self._graph_done(status, now, source=source.kind, ok=False, reason=e.reason, message=str(e))
         try:
             graph = self.ctx.extract(spec, float(self.ctx.settings.analysis.in_process_timeout_seconds))
             encoded = encode_graph(graph, limit_bytes=self.ctx.settings.analysis.configmap_limit_bytes)
@@ -309,6 +314,14 @@ class Reconciler:
         return self._graph_done(status, end, source=source.kind, ok=True, reason="Extracted",
                                 message=f"model graph of {source.value} extracted ({encoded.original_ops} ops)",
                                 graph=info)
+
+    def _hf_config_map(self, job: Mapping[str, Any], source: ModelSource) -> str:
+        """The HF config text held in the job's own namespace (ConfigMap `source.value`, key `source.key`)."""
+        cm = self.ctx.kube.get_configmap(job["metadata"]["namespace"], source.value)
+        if cm is None:
+            raise HfConfigError("HfConfigMapNotFound",
+                                f"ConfigMap {source.value} not found in {job['metadata']['namespace']}")
+        return hf_config_from_configmap(cm, key=source.key)
 
     def _read_graph(self, namespace: str, status: Mapping[str, Any]) -> ModelGraph | None:
         info = status.get("graph") or {}

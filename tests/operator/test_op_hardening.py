@@ -187,3 +187,64 @@ def test_a_refused_pod_creation_is_a_condition_and_an_event_and_is_retried(code:
     assert rec.reconcile("ns", "train-1") == "Waiting" and kube.pods
     api = next(c for c in kube.job["status"]["conditions"] if c["type"] == "ApiAccepted")
     assert api["status"] == "True"
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "/var/run/secrets/kubernetes.io/serviceaccount/token",
+                                  "etc/hostname", "../../etc/passwd", "/tmp/config.json"])
+def test_an_hf_config_path_is_an_invalid_model_source_and_never_read(path: str) -> None:
+    read = []
+    rec, kube, pred, _ = make(job_body(modelSource={"hfConfig": path}, seqLen=128),
+                              extract=lambda spec, timeout: read.append(spec) or small_graph())
+    assert rec.reconcile("ns", "train-1") == "Failed"
+    status = kube.job["status"]
+    valid = next(c for c in status["conditions"] if c["type"] == "Valid")
+    assert valid["reason"] == "InvalidModelSource" and "never reads paths" in valid["message"]
+    assert "root:" not in json.dumps(status) and "root:" not in json.dumps(kube.events)
+    assert read == [] and pred.requests == [] and not kube.pods
+
+
+def test_an_hf_preset_is_extracted_from_a_file_the_operator_wrote(tmp_path) -> None:
+    from offpeak_operator.extraction import hf_config_text
+    from offpeak_operator.jobspec import parse_spec, validate
+    from offpeak_operator.podspecs import extract_args
+
+    spec = parse_spec(job_body(modelSource={"hfConfig": "gpt2"}, seqLen=128)["spec"])
+    assert validate(spec, job_name="j", resolve_gpu=None) == []
+    assert json.loads(hf_config_text(spec) or "{}")["model_type"] == "gpt2"
+    args = extract_args(spec, out="/o", hf_config_file=str(tmp_path / "gpt2" / "config.json"))
+    assert args[args.index("--hf-config") + 1] == str(tmp_path / "gpt2" / "config.json")
+
+
+def test_an_hf_config_map_in_the_jobs_namespace_is_extracted() -> None:
+    seen = []
+    rec, kube, pred, _ = make(job_body(modelSource={"hfConfigMap": {"name": "my-config"}}, seqLen=128),
+                              extract=lambda spec, timeout: seen.append(spec) or small_graph())
+    kube.configmaps["my-config"] = {"metadata": {"name": "my-config"},
+                                    "data": {"config.json": json.dumps({"model_type": "gpt2", "n_layer": 2})}}
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    assert json.loads(seen[0].model_source.config_json)["n_layer"] == 2
+    assert kube.job["status"]["prediction"]["source"] == "predictor"
+
+
+def test_a_bad_hf_config_map_fails_the_job_without_quoting_it() -> None:
+    rec, kube, _, _ = make(job_body(modelSource={"hfConfigMap": {"name": "my-config"}}, seqLen=128),
+                           extract=lambda spec, timeout: small_graph())
+    kube.configmaps["my-config"] = {"metadata": {"name": "my-config"}, "data": {"config.json": "SECRET-LINE not json"}}
+    assert rec.reconcile("ns", "train-1") == "Failed"
+    status = kube.job["status"]
+    assert "InvalidModelSource" in [c["reason"] for c in status["conditions"]]
+    assert "SECRET-LINE" not in json.dumps(status) and "SECRET-LINE" not in json.dumps(kube.events)
+
+
+def test_the_hf_config_file_holds_the_preset_or_the_configmap_text(tmp_path) -> None:
+    from dataclasses import replace
+
+    from offpeak_operator.extraction import _write_hf_config
+    from offpeak_operator.jobspec import parse_spec
+
+    spec = parse_spec(job_body(modelSource={"hfConfig": "openai-community/gpt2-large"}, seqLen=128)["spec"])
+    path = _write_hf_config(spec, tmp_path)
+    assert path.startswith(str(tmp_path)) and json.loads(open(path).read())["model_type"] == "gpt2"
+    cm_spec = parse_spec(job_body(modelSource={"hfConfigMap": {"name": "c"}}, seqLen=128)["spec"])
+    cm_spec = replace(cm_spec, model_source=replace(cm_spec.model_source, config_json='{"model_type": "bert"}'))
+    assert json.loads(open(_write_hf_config(cm_spec, tmp_path)).read()) == {"model_type": "bert"}
