@@ -408,12 +408,25 @@ class Reconciler:
             return sm.reprediction_failed_status(status=status, message=why, now=now,
                                                  backoff=self.ctx.settings.predict_retry.backoff)
         remaining = remaining_seconds(prediction, completed_steps=int(status.get("completedSteps") or 0))
-        annotation = podspecs.predicted_annotation(remaining)
-        for pod in status.get("pods") or []:
-            self.ctx.kube.patch_pod_annotations(job["metadata"]["namespace"], pod, annotation)
         message = f"re-predicted after a fallback: {self._predicted_message(prediction)}"
+        if not self._annotate_waiting_pods(job, status, podspecs.predicted_annotation(remaining)):
+            message += "; the waiting pods keep the fallback annotation (the operator may not patch pods)"
         self.ctx.kube.emit_event(job, type="Normal", reason="Repredicted", message=message, now=now)
         return sm.reprediction_status(status=status, prediction=prediction, message=message, now=now)
+
+    def _annotate_waiting_pods(self, job: Mapping[str, Any], status: Mapping[str, Any],
+                               annotation: Mapping[str, str]) -> bool:
+        """Put the new prediction on the current attempt's pods; False when the API server refuses (no RBAC)."""
+        try:
+            for pod in status.get("pods") or []:
+                self.ctx.kube.patch_pod_annotations(job["metadata"]["namespace"], pod, annotation)
+        except ApiException as e:
+            if e.status not in RECORDED_API_ERRORS:
+                raise
+            log.warning("cannot annotate the pods of %s/%s with the new prediction: %s", job["metadata"]["namespace"],
+                        job["metadata"]["name"], _api_message(e))
+            return False
+        return True
 
     def _create_training_pods(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any], *,
                               attempt: int, completed: int) -> None:

@@ -248,3 +248,23 @@ def test_the_hf_config_file_holds_the_preset_or_the_configmap_text(tmp_path) -> 
     cm_spec = parse_spec(job_body(modelSource={"hfConfigMap": {"name": "c"}}, seqLen=128)["spec"])
     cm_spec = replace(cm_spec, model_source=replace(cm_spec.model_source, config_json='{"model_type": "bert"}'))
     assert json.loads(open(_write_hf_config(cm_spec, tmp_path)).read()) == {"model_type": "bert"}
+
+
+def test_a_reprediction_is_recorded_even_when_pods_may_not_be_patched() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    rec, kube, pred, clock = _waiting_with_fallback()
+
+    def forbidden(namespace, name, annotations):
+        raise ApiException(status=403, reason="Forbidden")
+
+    kube.patch_pod_annotations = forbidden
+    pred.fail = False
+    clock.now = NOW + timedelta(seconds=16)
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    status = kube.job["status"]
+    assert status["prediction"]["source"] == "predictor" and "may not patch pods" in status["message"]
+    asked = len(pred.requests)
+    clock.now += timedelta(seconds=600)
+    rec.reconcile("ns", "train-1")
+    assert len(pred.requests) == asked
