@@ -158,7 +158,7 @@ def _model_source(raw: Any) -> ModelSource:
         if not isinstance(ref, Mapping) or not isinstance(ref.get("name"), str) or not ref["name"]:
             raise SpecError(f"spec.modelSource.{kind} needs a name")
         default_key = names.GRAPH_KEY if kind == "graphConfigMap" else HF_CONFIG_KEY
-        return ModelSource(kind, ref["name"], str(ref.get("key") or default_key))
+        return ModelSource(kind, ref["name"], str(ref.get("key") or default_key))  # type: ignore[arg-type]
     value = raw[kind]
     if not isinstance(value, str) or not value:
         raise SpecError(f"spec.modelSource.{kind} must be a non-empty string")

@@ -2,7 +2,6 @@
 
 import asyncio
 import json
-import threading
 import time
 
 import numpy as np
@@ -129,28 +128,27 @@ def test_predictor_caches_stay_bounded_with_many_distinct_graphs(tiny_model):
 
 
 def test_healthz_answers_while_a_big_prediction_runs(tiny_model, monkeypatch):
-    started = threading.Event()
+    started: list[float] = []
     original = Predictor.predict
 
     def slow_predict(self, *args, **kwargs):
-        started.set()
-        time.sleep(1.5)  # a 100k-op graph's worth of work, holding the worker thread (the GIL is released)
+        started.append(time.perf_counter())
+        time.sleep(1.5)  # a 100k-op graph's worth of work (on the event loop, this would block /healthz)
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Predictor, "predict", slow_predict)
 
     async def scenario(client):
         big = asyncio.create_task(client.post("/v1/predict", json={"graph": mlp_graph().to_dict(), "gpus": ["T4"]}))
-        while not started.is_set():
+        while not started:
             await asyncio.sleep(0.01)
-        t0 = time.perf_counter()
         health = await client.get("/healthz")
-        health_s = time.perf_counter() - t0
+        answered_after = time.perf_counter() - started[0]
         resp = await big
-        return health.status, health_s, resp.status
+        return health.status, answered_after, resp.status
 
-    health_status, health_s, predict_status = _run(tiny_model, scenario)
-    assert health_status == 200 and health_s < 0.5
+    health_status, answered_after, predict_status = _run(tiny_model, scenario)
+    assert health_status == 200 and answered_after < 1.0  # well before the prediction's 1.5 s are over
     assert predict_status == 200
 
 
