@@ -36,6 +36,10 @@ class SizedLRU(Generic[K, V]):
         self._items.move_to_end(key)
         return hit[0]
 
+    def clear(self) -> None:
+        self._items.clear()
+        self.bytes = 0
+
     def put(self, key: K, value: V) -> None:
         """Store a value (one larger than the whole budget is not kept) and evict the oldest beyond the budget."""
         size = self._sizeof(value) + ENTRY_OVERHEAD_BYTES

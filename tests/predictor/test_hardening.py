@@ -161,3 +161,10 @@ def test_a_prediction_past_its_deadline_is_a_503(tiny_model, monkeypatch):
 
     status, body = _run(tiny_model, scenario, predict_deadline_s=0.2)
     assert status == 503 and "longer than" in body["error"]
+
+
+def test_sized_lru_clear_empties_it():
+    cache: SizedLRU[str, str] = SizedLRU(max_bytes=10_000, sizeof=len)
+    cache.put("a", "x" * 100)
+    cache.clear()
+    assert len(cache) == 0 and cache.bytes == 0 and cache.get("a") is None
