@@ -230,6 +230,9 @@ class GraphError(ValueError):
 
 
 def _check_number(value: Any, field_name: str, *, integer: bool = False, maximum: float = MAX_NUMBER) -> None:
+    kind = type(value)
+    if (kind is int or (kind is float and not integer)) and 0 <= value <= maximum:
+        return  # the common case, fast (NaN fails the comparison)
     ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok_type:
         raise GraphError(f"{field_name} must be {'an integer' if integer else 'a number'} (got {value!r})")
