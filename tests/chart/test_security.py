@@ -97,6 +97,7 @@ OPERATOR_NAMESPACED = {
     ("offpeak.io", "trainingjobs", "watch"), ("offpeak.io", "trainingjobs", "patch"),
     ("offpeak.io", "trainingjobs/status", "patch"),
     ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "create"), ("", "pods", "delete"),
+    ("", "pods", "patch"),  # a real prediction replaces a fallback in the waiting pods' annotation
     ("", "pods/log", "get"),
     ("", "configmaps", "get"), ("", "configmaps", "create"),
     ("", "events", "create"),
