@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from offpeak_graph.schema import ModelGraph
+from offpeak_graph.schema import MODES, PRECISIONS, ModelGraph
 from offpeak_predictor.correction import Correction, CorrectionTable, keys_for
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, summarise
@@ -22,8 +22,8 @@ from offpeak_predictor.model import RuntimeModel
 MAX_STEPS = 10**12
 MAX_STARTUP_SECONDS = 1e7
 GRAPH_BYTES_PER_OP = 700  # an Op object with its small lists, for the graph-object cache's budget
-MODES = ("train", "inference")
-PRECISIONS = ("fp32", "fp16", "bf16")
+# Overrides a request may ask for: the graph's own modes and precisions (one home: the schema), and the optimizers
+# the runtime model was trained to price (narrower than the schema's, which also lists what the memory model knows).
 OPTIMIZERS = ("sgd", "adam", "adamw", "none")
 
 
