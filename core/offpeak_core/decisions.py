@@ -10,6 +10,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
+from offpeak_core.goodput import GoodputAdmission, min_window
 from offpeak_core.humanize import duration
 from offpeak_core.model import FilterResult, NodeView, OfflinePod, PodRequest, Prediction
 
@@ -75,6 +76,7 @@ class _Assessment(NamedTuple):
     need: float
     left: float
     capped: bool = False  # need was capped at a few checkpoint intervals
+    by_goodput: bool = False  # need was lowered to the shortest window with enough expected goodput
     no_memory: bool = False  # the GPU type cannot hold one step (predicted peak memory)
 
 
@@ -90,8 +92,19 @@ def _checkpoint_cap(pod: PodRequest, checkpoint_intervals: int) -> float:
     return math.inf
 
 
+def _goodput_need(pod: PodRequest, pred: Prediction, goodput: GoodputAdmission | None) -> float:
+    """Shortest window with enough expected goodput for a checkpointing pod (inf: rule off or not checkpointing)."""
+    interval = pod.checkpoint_interval_seconds
+    if goodput is None or not pod.checkpointing or interval is None or interval <= 0:
+        return math.inf
+    need = min_window(survival=goodput.survival, runtime=pred.p90, checkpoint_interval=interval,
+                      settings=goodput.settings, members=goodput.members)
+    return max(need, 1.0)  # some window: GPUs free now and forecast free for a moment
+
+
 def _assessor(
-    pod: PodRequest, now: float, margin: float, checkpoint_intervals: int = 0
+    pod: PodRequest, now: float, margin: float, checkpoint_intervals: int = 0,
+    goodput: GoodputAdmission | None = None,
 ) -> Callable[[NodeView], _Assessment]:
     """Build the per-node check for one pod; GPU-type lookups are memoised for the request (hot path)."""
     gpus = pod.gpus
@@ -99,6 +112,7 @@ def _assessor(
     factor = 1.0 + margin
     cap = _checkpoint_cap(pod, checkpoint_intervals)
     by_type: dict[str, tuple[Prediction | None, bool]] = {}
+    short: dict[str, float] = {}
 
     def assess(node: NodeView) -> _Assessment:
         if node.gpus_free_now < gpus:
@@ -117,8 +131,14 @@ def _assessor(
         capped = need > cap
         if capped:
             need = cap
+        g_need = short.get(node.gpu_type)
+        if g_need is None:
+            g_need = short[node.gpu_type] = _goodput_need(pod, pred, goodput)
+        by_goodput = g_need < need
+        if by_goodput:
+            need, capped = g_need, False
         left = window_left(node=node, gpus=gpus, now=now)
-        return _Assessment(left >= need, False, pred, exact, need, left, capped)
+        return _Assessment(left >= need, False, pred, exact, need, left, capped, by_goodput=by_goodput)
 
     return assess
 
@@ -134,6 +154,8 @@ def _reason(pod: PodRequest, node: NodeView, a: _Assessment, margin: float) -> s
     factor = f"p90 x{1 + margin:g}"
     if a.capped:
         factor = f"{factor} capped at a few checkpoints"
+    elif a.by_goodput:
+        factor = f"{factor} lowered by expected goodput"
     basis = f"({factor}) on {node.gpu_type}" if a.exact else f"({factor}, slowest known GPU type)"
     if a.left <= 0:
         return f"no idle window for {pod.gpus} GPU(s) now, job needs ~{duration(a.need)} {basis}"
@@ -147,19 +169,22 @@ def filter_nodes(
     now: float,
     margin: float = DEFAULT_MARGIN,
     checkpoint_intervals: int = 0,
+    goodput: GoodputAdmission | None = None,
 ) -> FilterResult:
     """Keep nodes with the GPUs free now whose idle window outlasts the pod's p90 runtime × (1 + margin).
 
     Runtime-blind pods (`predicted is None`) and nodes with stale forecasts only need to fit now.
-    Checkpoint-aware rule (off by default): with `checkpoint_intervals=k > 0`, a checkpointing pod with a known
-    `checkpoint_interval_seconds` only needs a window of min(p90 × (1 + margin), k × interval): it loses at most
-    one interval of work when the window closes early, and resumes elsewhere.
+    Expected-goodput admission (off unless `goodput` is given): a checkpointing pod with a known
+    `checkpoint_interval_seconds` only needs the shortest forecast window in which its expected useful work (saved
+    at checkpoints, given how long such windows really lasted) is at least `min_efficiency` of the GPU time it
+    holds (`offpeak_core.goodput.min_window`); a pod that cannot checkpoint still needs its whole run.
+    Older, cruder rule (off by default): with `checkpoint_intervals=k > 0` the need is capped at k × interval.
     """
     if margin < 0:
         raise ValueError(f"margin must be >= 0, got {margin}")
     passed: list[str] = []
     failed: dict[str, str] = {}
-    assess = _assessor(pod, now, margin, checkpoint_intervals)
+    assess = _assessor(pod, now, margin, checkpoint_intervals, goodput)
     for node in nodes:
         a = assess(node)
         if a.fits:
@@ -183,6 +208,7 @@ def prioritize_nodes(
     now: float,
     margin: float = DEFAULT_MARGIN,
     checkpoint_intervals: int = 0,
+    goodput: GoodputAdmission | None = None,
 ) -> dict[str, int]:
     """Score nodes 0..10: fastest GPU type for the job, tightest window that still fits, fullest node.
 
@@ -191,7 +217,7 @@ def prioritize_nodes(
     """
     scores: dict[str, int] = {}
     timed: list[tuple[NodeView, _Assessment]] = []
-    assess = _assessor(pod, now, margin, checkpoint_intervals)
+    assess = _assessor(pod, now, margin, checkpoint_intervals, goodput)
     for node in nodes:
         a = assess(node)
         if not a.fits:

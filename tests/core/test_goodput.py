@@ -1,0 +1,100 @@
+"""Expected-goodput admission: survival tables, expected useful work, the shortest worthwhile window."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from offpeak_core.decisions import filter_nodes
+from offpeak_core.goodput import (
+    GoodputAdmission,
+    GoodputSettings,
+    expected_goodput,
+    min_window,
+    survival_from_observations,
+)
+from offpeak_core.model import NodeView, PodRequest, Prediction
+
+H = 3600.0
+NOW = 1_000_000.0
+A100 = "A100-SXM4-40GB"
+
+
+def _survival(left: float, lasted: list[float], outlasted: list[bool] | None = None):
+    n = len(lasted)
+    return survival_from_observations(forecast_left=[left] * n, lasted=lasted, outlasted=outlasted or [False] * n)
+
+
+def test_expected_work_equals_the_average_over_the_observed_windows() -> None:
+    rng = np.random.default_rng(1)
+    lasted = (rng.integers(0, 60, 500) * 300.0).tolist()  # bin-aligned, so the table loses nothing
+    sv = _survival(H, lasted)
+    runtime, interval, startup = 3 * H, 1800.0, 600.0
+    useful, held = [], []
+    for t in lasted:  # replay each window: work kept at the last checkpoint before it closed, or the whole run
+        if t >= startup + runtime:
+            useful.append(runtime)
+            held.append(startup + runtime)
+        else:
+            useful.append(math.floor(max(0.0, t - startup) / interval) * interval)
+            held.append(t)
+    g = expected_goodput(survival=sv, left=H, runtime=runtime, checkpoint_interval=interval, startup_seconds=startup)
+    assert g.useful == pytest.approx(np.mean(useful))
+    assert g.held == pytest.approx(np.mean(held))
+    assert g.finish == pytest.approx(np.mean(np.array(lasted) >= startup + runtime))
+    assert 0 < g.efficiency < 1
+
+
+def test_a_checkpointing_job_may_take_a_window_shorter_than_its_run() -> None:
+    sv = _survival(H, [2 * H] * 50)  # windows forecast at 1 h really last 2 h
+    s = GoodputSettings(min_efficiency=0.8, startup_seconds=0.0)
+    # 10 h job, checkpoints every 30 min: everything held is saved at the 2 h mark -> efficiency 1
+    assert min_window(survival=sv, runtime=10 * H, checkpoint_interval=1800.0, settings=s) == 3600.0
+    # checkpoints every 3 h: 2 h held, nothing saved
+    assert min_window(survival=sv, runtime=10 * H, checkpoint_interval=3 * H, settings=s) == math.inf
+    # no checkpoints at all: needs a window for the whole run, whatever the table says
+    assert min_window(survival=sv, runtime=10 * H, checkpoint_interval=None, settings=s) == math.inf
+
+
+def test_untrusted_classes_admit_nothing() -> None:
+    sv = _survival(H, [2 * H] * 5)
+    s = GoodputSettings(startup_seconds=0.0, min_samples=30)
+    assert min_window(survival=sv, runtime=10 * H, checkpoint_interval=1800.0, settings=s) == math.inf
+    s5 = GoodputSettings(startup_seconds=0.0, min_samples=5)
+    assert min_window(survival=sv, runtime=10 * H, checkpoint_interval=1800.0, settings=s5) == 3600.0
+
+
+def test_a_gang_is_as_fragile_as_its_weakest_window() -> None:
+    # half of the windows last 4 h, half close at once
+    sv = _survival(H, [4 * H] * 40 + [0.0] * 40)
+    s = GoodputSettings(min_efficiency=0.4, startup_seconds=0.0)
+    one = expected_goodput(survival=sv, left=H, runtime=10 * H, checkpoint_interval=1800.0)
+    two = expected_goodput(survival=sv, left=H, runtime=10 * H, checkpoint_interval=1800.0, members=2)
+    assert one.useful == pytest.approx(0.5 * 4 * H)
+    assert two.useful == pytest.approx(0.25 * 4 * H)
+    assert min_window(survival=sv, runtime=10 * H, checkpoint_interval=1800.0, settings=s) == 3600.0
+    assert min_window(survival=sv, runtime=10 * H, checkpoint_interval=1800.0, settings=s, members=3) == 3600.0
+    with_startup = GoodputSettings(min_efficiency=0.99, startup_seconds=600.0)
+    assert min_window(survival=sv, runtime=10 * H, checkpoint_interval=1800.0, settings=with_startup) == math.inf
+
+
+def test_windows_that_outlast_the_horizon_count_as_survivors() -> None:
+    sv = _survival(H, [0.0] * 10, outlasted=[True] * 10)
+    g = expected_goodput(survival=sv, left=H, runtime=30 * H, checkpoint_interval=1800.0)
+    assert g.finish == 1.0 and g.efficiency == pytest.approx(1.0)
+
+
+def test_filter_admits_by_goodput_only_checkpointing_pods() -> None:
+    sv = _survival(H, [3 * H] * 50)
+    adm = GoodputAdmission(sv, GoodputSettings(startup_seconds=0.0))
+    preds = {A100: Prediction(p50=8 * H, p90=10 * H)}
+    ck = PodRequest("ck", gpus=2, predicted=preds, checkpointing=True, checkpoint_interval_seconds=1800.0)
+    plain = PodRequest("plain", gpus=2, predicted=preds)
+    nodes = [NodeView("hour", A100, 8, 4, window_end=NOW + 1.2 * H), NodeView("none", A100, 8, 4, window_end=NOW)]
+    res = filter_nodes(pod=ck, nodes=nodes, now=NOW, goodput=adm)
+    assert res.passed == ("hour",)
+    assert "lowered by expected goodput" in res.failed["none"]
+    assert filter_nodes(pod=ck, nodes=nodes, now=NOW).passed == ()  # rule off: needs 11.5 h
+    assert filter_nodes(pod=plain, nodes=nodes, now=NOW, goodput=adm).passed == ()  # cannot checkpoint
