@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from offpeak_core.forecast import ForecastSettings
+from offpeak_extender.gangs import GangSettings
 from offpeak_extender.server import ServerSettings
 from offpeak_extender.service import DecisionSettings
 
@@ -34,6 +35,7 @@ class ExtenderConfig:
     server: ServerSettings
     metrics_host: str = "0.0.0.0"  # noqa: S104 - probes and scrapes come to the pod IP
     metrics_port: int | None = None  # None: /healthz, /readyz and /metrics only on the main port
+    gangs: GangSettings = GangSettings()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExtenderConfig:
@@ -47,7 +49,8 @@ class ExtenderConfig:
         stale = args.stale_seconds or max(3 * args.refresh_seconds, 2 * args.step_seconds)
         server = ServerSettings(max_body_bytes=args.max_body_bytes, deadline_seconds=args.deadline_seconds)
         return cls(args.host, args.port, args.kubeconfig, args.prometheus_url, args.refresh_seconds, stale,
-                   forecast, DecisionSettings(margin=args.margin), server, args.metrics_host, args.metrics_port)
+                   forecast, DecisionSettings(margin=args.margin), server, args.metrics_host, args.metrics_port,
+                   GangSettings(timeout_seconds=args.gang_timeout_seconds))
 
 
 async def serve_apps(sites: Sequence[tuple[web.Application, str, int]]) -> None:
@@ -87,7 +90,7 @@ def serve_extender(config: ExtenderConfig) -> None:
                           freeze_gc=True)
     informer.start()
     refresher.start()
-    service = ExtenderService(store=store, metrics=metrics, settings=config.decisions)
+    service = ExtenderService(store=store, metrics=metrics, settings=config.decisions, gangs=config.gangs)
     log.info("extender on http://%s:%d (history: %s, day=%gs, step=%gs, margin=%g)", config.host, config.port,
              config.prometheus_url or "local pod samples", config.forecast.season_seconds,
              config.forecast.step_seconds, config.decisions.margin)

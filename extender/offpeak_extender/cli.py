@@ -11,6 +11,7 @@ import os
 
 from offpeak.errors import UserError
 from offpeak_core.decisions import DEFAULT_MARGIN
+from offpeak_core.gangs import DEFAULT_GANG_TIMEOUT_SECONDS
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -64,6 +65,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--max-body-bytes", type=int,
                    default=int(_env_float("OFFPEAK_EXTENDER_MAX_BODY_BYTES", 8 * 1024 * 1024)),
                    help="largest /filter or /prioritize body accepted (413 above); default 8 MiB")
+    p.add_argument("--gang-timeout-seconds", type=float,
+                   default=_env_float("OFFPEAK_GANG_TIMEOUT_SECONDS", DEFAULT_GANG_TIMEOUT_SECONDS),
+                   help="release a gang's reserved places when not every worker is bound this long after the first "
+                   "worker reserved them")
     p.add_argument("--log-level", default=_env("OFFPEAK_LOG_LEVEL", "INFO"))
     p.set_defaults(func=run_extender)
 
@@ -87,7 +92,7 @@ def _check(args: argparse.Namespace) -> None:
     for name in ("refresh_seconds", "step_seconds", "season_seconds", "history_days"):
         if getattr(args, name, 1) is not None and getattr(args, name, 1) <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be > 0")
-    for name in ("deadline_seconds", "max_body_bytes"):
+    for name in ("deadline_seconds", "max_body_bytes", "gang_timeout_seconds"):
         if getattr(args, name, 1) <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be > 0")
     if getattr(args, "margin", 0) < 0:

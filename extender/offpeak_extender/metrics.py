@@ -9,12 +9,15 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from offpeak_core.evictions import EVICTION_REASONS
+from offpeak_core.gangs import END_OUTCOMES
 
 _REASON_KINDS = (
     ("needs ", "gpus_not_free_now"),
     ("window ends in", "window_too_short"),
     ("no idle window", "no_window"),
     ("unknown node", "unknown_node"),
+    ("gang of ", "gang_no_room"),  # a gang's workers do not all fit: no node is admitted for any of them
+    ("gang ", "gang_place_elsewhere"),  # a gang worker goes to its reserved place, not here
 )
 
 
@@ -28,6 +31,9 @@ MANAGED, PASSTHROUGH, ERROR, BAD_PREDICTION = "managed", "passthrough", "error",
 # (both fail-open: every node passes, scores 0).
 TOO_LARGE, DEADLINE, INTERNAL_ERROR = "too-large", "deadline", "internal-error"
 _TRANSPORT_OUTCOMES = (TOO_LARGE, DEADLINE, INTERNAL_ERROR)
+# Every value of offpeak_extender_gang_reservations_total{outcome}: made, then ended one of END_OUTCOMES ways.
+GANG_CREATED = "created"
+GANG_OUTCOMES = (GANG_CREATED, *END_OUTCOMES)
 REQUEST_OUTCOMES = {FILTER: (MANAGED, PASSTHROUGH, ERROR, BAD_PREDICTION, *_TRANSPORT_OUTCOMES),
                     PRIORITIZE: (MANAGED, PASSTHROUGH, ERROR, *_TRANSPORT_OUTCOMES)}
 
@@ -59,6 +65,9 @@ class ExtenderMetrics:
     data_stale: Gauge
     history_refresh_seconds: Histogram
     nodes_known: Gauge
+    gang_reservations: Gauge
+    gang_reserved_gpus: Gauge
+    gang_events: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> ExtenderMetrics:
@@ -86,10 +95,25 @@ class ExtenderMetrics:
                 registry=registry,
             ),
             nodes_known=Gauge("offpeak_extender_nodes", "GPU nodes in the extender's cache.", registry=registry),
+            gang_reservations=Gauge(
+                "offpeak_extender_gang_reservations_active",
+                "Gangs holding reserved places now (as of the last filter call or scrape).", registry=registry,
+            ),
+            gang_reserved_gpus=Gauge(
+                "offpeak_extender_gang_reserved_gpus", "GPUs held back for gang workers not yet bound (as of the last "
+                "filter call or scrape).", registry=registry,
+            ),
+            gang_events=Counter(
+                "offpeak_extender_gang_reservations_total", "Gang reservations made (created) and ended, by how "
+                "(complete: all workers bound, gone: the gang's pods were deleted, expired: the timeout passed).",
+                ["outcome"], registry=registry,
+            ),
         )
         # Known label values exported at 0 from the start, so increase()/rate() see the first event.
         for kind in FILTER_REASON_KINDS:
             metrics.filtered_out.labels(kind)
+        for outcome in GANG_OUTCOMES:
+            metrics.gang_events.labels(outcome)
         for verb, outcomes in REQUEST_OUTCOMES.items():
             metrics.decision_seconds.labels(verb)
             for outcome in outcomes:

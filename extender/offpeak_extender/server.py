@@ -125,6 +125,7 @@ async def metrics(request: web.Request) -> web.Response:
     service = request.app[SERVICE_KEY]
     service.metrics.data_stale.set(1 if service.store.data_stale() else 0)
     service.metrics.nodes_known.set(len(service.store.node_names()))
+    service.gangs.sweep(service.store.clock())
     body = generate_latest(request.app[REGISTRY_KEY])
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

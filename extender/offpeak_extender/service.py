@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from offpeak_core.decisions import DEFAULT_MARGIN, filter_nodes, prioritize_nodes
+from offpeak_core.decisions import DEFAULT_MARGIN, prioritize_nodes
 from offpeak_core.model import NodeView
+from offpeak_extender.gangs import GangPlacer, GangSettings
 from offpeak_extender.metrics import (
     BAD_PREDICTION,
     ERROR,
@@ -85,10 +86,12 @@ def fail_open(verb: str, args: ExtenderArgs | None, reason: str) -> bytes:
 
 
 class ExtenderService:
-    def __init__(self, *, store: ClusterStore, metrics: ExtenderMetrics, settings: DecisionSettings) -> None:
+    def __init__(self, *, store: ClusterStore, metrics: ExtenderMetrics, settings: DecisionSettings,
+                 gangs: GangSettings | None = None) -> None:
         self.store = store
         self.metrics = metrics
         self.settings = settings
+        self.gangs = GangPlacer(store=store, metrics=metrics, settings=gangs or GangSettings())
 
     def answer(self, verb: str, raw: bytes, attempt: Attempt | None = None) -> bytes:
         """A whole call: JSON bytes in, JSON bytes out (what the HTTP handler runs in its worker thread)."""
@@ -135,13 +138,20 @@ class ExtenderService:
         if args.prediction_error:
             log.warning("pod %s: %s; scheduling it runtime-blind", args.pod.key, args.prediction_error)
             self.metrics.requests.labels(FILTER, BAD_PREDICTION).inc()
+        if args.gang_error:
+            log.warning("pod %s: %s; placing it alone, not as part of a gang", args.pod.key, args.gang_error)
         views, unknown = self.store.views(args.node_names)
         if args.node_objects is not None:
             views.extend(self._unknown_views(args, unknown))
         # (names only: an unknown node has no GPU count to check, so it passes fits-now; added below)
         if attempt is not None:
             attempt.check()
-        result = filter_nodes(pod=args.pod, nodes=views, now=self.store.clock(), margin=self.settings.margin)
+        now = self.store.clock()
+        if args.gang is not None:
+            result = self.gangs.filter_worker(pod=args.pod, gang=args.gang, views=views, now=now,
+                                              margin=self.settings.margin)
+        else:
+            result = self.gangs.filter_other(pod=args.pod, views=views, now=now, margin=self.settings.margin)
         if attempt is not None:
             attempt.check()
         for kind, n in count_reason_kinds(result.failed.values()).items():

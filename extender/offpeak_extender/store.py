@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from offpeak_core.forecast import DemandForecast, ForecastSettings, fit_seasonal, forecast_demand, forecast_now
+from offpeak_core.gangs import GangKey
 from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_core.model import NodeView, OfflinePod
 from offpeak_core.schedules import BusySchedule, parse_busy_hours
@@ -32,6 +33,7 @@ from offpeak_extender.wire import (
     TRAININGJOB_LABEL,
     WORKLOAD_LABEL,
     WireError,
+    parse_gang,
     parse_quantity,
     pod_gpus,
 )
@@ -67,6 +69,7 @@ class PodInfo:
     unschedulable: bool = False  # PodScheduled=False, reason Unschedulable
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity_in: Mapping[str, frozenset[str]] = field(default_factory=dict)  # required nodeAffinity `In` terms
+    gang: GangKey | None = None  # one worker of a gang (offpeak.io/gang-size > 1)
 
     def may_run_on(self, node: NodeInfo) -> bool:
         """Whether the pod's nodeSelector and required node affinity (`In` expressions) allow `node`."""
@@ -128,6 +131,10 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         gpus = pod_gpus(obj)
     except WireError:
         gpus = 0
+    try:
+        gang = parse_gang(meta)
+    except WireError:
+        gang = None  # the extender places such a pod alone (and says so when it filters it)
     return PodInfo(
         uid=str(meta.get("uid") or f"{meta.get('namespace')}/{meta.get('name')}"),
         name=str(meta.get("name", "")),
@@ -144,6 +151,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
                           and c.get("reason") == "Unschedulable" for c in status.get("conditions") or []),
         node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
         affinity_in=_affinity_in(spec),
+        gang=None if gang is None else gang.key,
     )
 
 
@@ -187,6 +195,7 @@ class ClusterStore:
         max_samples = int(settings.history_seconds / settings.step_seconds) + 1
         self._samples: dict[str, deque[tuple[float, float]]] = {}
         self._max_samples = max_samples
+        self._gangs: dict[GangKey, dict[str, str | None]] = {}  # gang -> its live pods (uid -> node or None)
         self.synced = False
         self._nodes_synced = False
         self._pods_synced = False
@@ -208,6 +217,9 @@ class ClusterStore:
             if pinfos is not None:
                 self._pods = pinfos
                 self._pods_synced = True
+                self._gangs = {}
+                for pod in pinfos.values():
+                    self._index_gang(pod, +1)
             self._recount(changed)
             self.synced = self._nodes_synced and self._pods_synced
         self.views(self.node_names())  # rebuild invalidated views here, in the informer's thread, not per request
@@ -233,6 +245,8 @@ class ClusterStore:
             self._pods[info.uid] = info
             self._account(old, -1)
             self._account(info, +1)
+            self._index_gang(old, -1)
+            self._index_gang(info, +1)
             for pod in (old, info):
                 if pod is not None and pod.node is not None:
                     self._ready.pop(pod.node, None)
@@ -242,6 +256,7 @@ class ClusterStore:
         with self._lock:
             old = self._pods.pop(uid, None)
             self._account(old, -1)
+            self._index_gang(old, -1)
             if old is not None and old.node is not None:
                 self._ready.pop(old.node, None)
 
@@ -256,6 +271,26 @@ class ClusterStore:
         else:
             u.other += sign * pod.gpus
         u.version += 1
+
+    def _index_gang(self, pod: PodInfo | None, sign: int) -> None:
+        """Add (+1) or remove (-1) a gang worker in the gang index; pods being deleted or finished are gone."""
+        if pod is None or pod.gang is None:
+            return
+        members = self._gangs.get(pod.gang)
+        if sign < 0:
+            if members is not None:
+                members.pop(pod.uid, None)
+                if not members:
+                    del self._gangs[pod.gang]
+            return
+        if pod.deleting or pod.phase not in ACTIVE_PHASES:
+            return
+        self._gangs.setdefault(pod.gang, {})[pod.uid] = pod.node
+
+    def gang_members(self, key: GangKey) -> dict[str, str | None]:
+        """The gang's live pods: pod uid -> the node it is bound to (None while pending)."""
+        with self._lock:
+            return dict(self._gangs.get(key, {}))
 
     def _bump(self, node: str) -> None:
         self._usage.setdefault(node, _Usage()).version += 1

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from offpeak_core.gangs import MAX_GANG_SIZE, GangKey
 from offpeak_core.model import PodRequest, Prediction
 
 
@@ -21,6 +22,10 @@ CHECKPOINTING_ANNOTATION = "offpeak.io/checkpointing"
 BUSY_HOURS_ANNOTATION = "offpeak.io/busy-hours"
 WORKLOAD_LABEL = "offpeak.io/workload"
 TRAININGJOB_LABEL = "offpeak.io/trainingjob"
+ATTEMPT_LABEL = "offpeak.io/attempt"
+WORKER_LABEL = "offpeak.io/worker"
+# Workers of one attempt placed all-or-none ("<N>"; absent or "1": no gang). Gang key: namespace, job, attempt.
+GANG_SIZE_ANNOTATION = "offpeak.io/gang-size"
 GPU_RESOURCE = "nvidia.com/gpu"
 MAX_EXTENDER_PRIORITY = 10
 MAX_POD_GPUS = 1024  # far above any node; keeps GPU counts small integers
@@ -55,6 +60,39 @@ class ExtenderArgs:
     node_objects: Mapping[str, Mapping[str, Any]] | None  # None when nodeCacheCapable (names only)
     managed: bool  # the pod carries a runtime prediction: offpeak decides; otherwise pass through
     prediction_error: str | None = None
+    gang: Gang | None = None  # the pod is one worker of a gang (gang size > 1)
+    gang_error: str | None = None  # a gang annotation or label that could not be read (the pod goes alone)
+
+
+@dataclass(frozen=True)
+class Gang:
+    """The gang a worker pod belongs to, as its labels and annotation say."""
+
+    key: GangKey
+    size: int
+
+
+def parse_gang(meta: Mapping[str, Any]) -> Gang | None:
+    """A pod's gang from `offpeak.io/gang-size` and the job and attempt labels; None for a lone pod (no annotation,
+    or "1"); WireError when the size is not an integer in 1..MAX_GANG_SIZE or the job label is missing."""
+    ann = _mapping(meta.get("annotations"), "Pod.metadata.annotations")
+    text = ann.get(GANG_SIZE_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        size = int(str(text).strip())
+    except ValueError as e:
+        raise WireError(f"{GANG_SIZE_ANNOTATION} must be a whole number of workers, got {str(text)[:40]!r}") from e
+    if not 1 <= size <= MAX_GANG_SIZE:
+        raise WireError(f"{GANG_SIZE_ANNOTATION} must be in 1..{MAX_GANG_SIZE}, got {size}")
+    if size == 1:
+        return None
+    labels = _mapping(meta.get("labels"), "Pod.metadata.labels")
+    job = labels.get(TRAININGJOB_LABEL)
+    if not job:
+        raise WireError(f"{GANG_SIZE_ANNOTATION} needs the {TRAININGJOB_LABEL} label (the gang is job and attempt)")
+    key = GangKey(str(meta.get("namespace") or "default"), str(job), str(labels.get(ATTEMPT_LABEL, "")))
+    return Gang(key, size)
 
 
 _QUANTITY_SUFFIXES = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
@@ -218,14 +256,21 @@ def parse_extender_args(body: Any) -> ExtenderArgs:
     if not isinstance(pod, dict):
         raise WireError("ExtenderArgs.Pod is missing")
     req, managed, error = parse_pod(pod)
+    gang: Gang | None = None
+    gang_error: str | None = None
+    if managed:
+        try:
+            gang = parse_gang(_mapping(pod.get("metadata"), "Pod.metadata"))
+        except WireError as e:
+            gang_error = str(e)
     names = body.get("NodeNames")
     if names is not None:
-        return ExtenderArgs(req, _node_names(names), None, managed, error)
+        return ExtenderArgs(req, _node_names(names), None, managed, error, gang, gang_error)
     nodes = body.get("Nodes")
     if nodes is not None:
         objects = _node_objects(_mapping(nodes, "ExtenderArgs.Nodes"))
-        return ExtenderArgs(req, tuple(objects), objects, managed, error)
-    return ExtenderArgs(req, (), None, managed, error)
+        return ExtenderArgs(req, tuple(objects), objects, managed, error, gang, gang_error)
+    return ExtenderArgs(req, (), None, managed, error, gang, gang_error)
 
 
 def filter_result(

@@ -1,0 +1,144 @@
+"""The extender's gang placement: the core's plan and reservation table behind a lock, fed by the store.
+
+The first worker of a gang filtered plans places for every worker not yet bound (`offpeak_core.gangs.plan_gang`)
+and reserves them; each worker is then admitted on one reserved place only; every other managed pod sees the
+reserved GPUs as taken. Reservations end when all workers are bound, when the gang's pods are gone, or after
+`GangSettings.timeout_seconds`. No network call: gang membership comes from the store's informer-fed index.
+Planning runs outside the lock; a reservation is committed only if the table did not change meanwhile.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from offpeak_core.decisions import DEFAULT_MARGIN, filter_nodes
+from offpeak_core.gangs import (
+    DEFAULT_GANG_TIMEOUT_SECONDS,
+    EXPIRED,
+    GangKey,
+    GangReservations,
+    plan_gang,
+    withhold,
+)
+from offpeak_core.model import FilterResult, NodeView, PodRequest
+from offpeak_extender.metrics import GANG_CREATED, ExtenderMetrics
+from offpeak_extender.store import ClusterStore
+from offpeak_extender.wire import Gang
+
+log = logging.getLogger(__name__)
+
+_PLAN_TRIES = 3  # plans raced by another reservation are redone this often, then the worker waits for a retry
+
+
+@dataclass(frozen=True)
+class GangSettings:
+    """Gang placement. `timeout_seconds`: a reservation not completed (every worker bound) this long after it was
+    made is released, so a gang whose workers do not all arrive cannot hold GPUs for ever."""
+
+    timeout_seconds: float = DEFAULT_GANG_TIMEOUT_SECONDS
+
+    def __post_init__(self) -> None:
+        if not self.timeout_seconds > 0:
+            raise ValueError(f"gang timeout must be > 0 seconds, got {self.timeout_seconds}")
+
+
+def _withheld_views(views: Sequence[NodeView], withheld: dict[str, int]) -> list[NodeView]:
+    return [withhold(v, withheld[v.name]) if v.name in withheld else v for v in views]
+
+
+def _noting_withheld(failed: Mapping[str, str], withheld: Mapping[str, int]) -> dict[str, str]:
+    """Reasons that say when a node's GPUs are held for a gang (else "0 of 8 free now" on an idle node puzzles)."""
+    if not withheld:
+        return dict(failed)
+    return {n: f"{r}; {withheld[n]} GPU(s) reserved for a gang" if n in withheld else r for n, r in failed.items()}
+
+
+class GangPlacer:
+    """Lock-protected reservation table plus the two filter paths that read it (gang worker, any other pod)."""
+
+    def __init__(self, *, store: ClusterStore, metrics: ExtenderMetrics, settings: GangSettings) -> None:
+        self.store = store
+        self.metrics = metrics
+        self.settings = settings
+        self.table = GangReservations(timeout_seconds=settings.timeout_seconds)
+        self._lock = threading.Lock()
+
+    def _sweep_locked(self, now: float) -> None:
+        """End reservations that completed, lost their pods or timed out; publish the gauges."""
+        for key in self.table.keys():
+            outcome = self.table.observe(key, self.store.gang_members(key))
+            if outcome is not None:
+                self.metrics.gang_events.labels(outcome).inc()
+                log.info("gang %s: reservation ended (%s)", key, outcome)
+        for key in self.table.expire(now=now):
+            self.metrics.gang_events.labels(EXPIRED).inc()
+            log.info("gang %s: reservation expired after %gs without every worker bound", key,
+                     self.settings.timeout_seconds)
+        self.metrics.gang_reservations.set(len(self.table))
+        self.metrics.gang_reserved_gpus.set(sum(self.table.withheld().values()))
+
+    def sweep(self, now: float) -> None:
+        """End finished or timed-out reservations now (the metrics endpoint calls this, so the gauges stay true
+        while no pod is being filtered)."""
+        if len(self.table):
+            with self._lock:
+                self._sweep_locked(now)
+
+    def filter_other(self, *, pod: PodRequest, views: Sequence[NodeView], now: float, margin: float = DEFAULT_MARGIN
+                     ) -> FilterResult:
+        """The usual filter for a pod outside any gang, with GPUs reserved for gangs counted as taken."""
+        if len(self.table):  # unlocked peek: an empty table (the usual case) costs nothing
+            with self._lock:
+                self._sweep_locked(now)
+                withheld = self.table.withheld()
+        else:
+            withheld = {}
+        if not withheld:
+            return filter_nodes(pod=pod, nodes=views, now=now, margin=margin)
+        result = filter_nodes(pod=pod, nodes=_withheld_views(views, withheld), now=now, margin=margin)
+        return FilterResult(result.passed, _noting_withheld(result.failed, withheld))
+
+    def filter_worker(self, *, pod: PodRequest, gang: Gang, views: Sequence[NodeView], now: float,
+                      margin: float = DEFAULT_MARGIN) -> FilterResult:
+        """One node (the worker's reserved place) or none: reserve places for the whole gang first if needed."""
+        key = gang.key
+        worker = pod.uid or pod.key
+        names = [v.name for v in views]
+        for _ in range(_PLAN_TRIES):
+            with self._lock:
+                self._sweep_locked(now)
+                if self.table.get(key) is not None:
+                    return self._admit_locked(key, worker, names)
+                withheld = self.table.withheld(exclude=key)
+                version = self.table.version
+            members = self.store.gang_members(key)
+            bound = sum(1 for uid, node in members.items() if node is not None and uid != worker)
+            remaining = max(1, gang.size - bound)
+            plan = plan_gang(pod=pod, workers=remaining, nodes=_withheld_views(views, withheld), now=now,
+                             margin=margin)  # outside the lock
+            if not plan.fits:
+                return FilterResult((), _noting_withheld(plan.failed, withheld))
+            with self._lock:
+                if self.table.version != version or self.table.get(key) is not None:
+                    continue  # another request changed the reservations meanwhile: plan again
+                self.table.reserve(key, places=plan.places, gpus=pod.gpus, now=now)
+                self.metrics.gang_events.labels(GANG_CREATED).inc()
+                log.info("gang %s: reserved %d place(s) for %d worker(s) (%d bound): %s", key, len(plan.places),
+                         remaining, bound, ", ".join(plan.places))
+                self._sweep_locked(now)  # publish the gauges
+                return self._admit_locked(key, worker, names)
+        reason = f"gang {key}: reservations kept changing while placing it; the scheduler will retry"
+        return FilterResult((), dict.fromkeys(names, reason))
+
+    def _admit_locked(self, key: GangKey, worker: str, names: Sequence[str]) -> FilterResult:
+        node = self.table.admit(key, worker, candidates=set(names))
+        if node is None:
+            res = self.table.get(key)
+            held = ", ".join(f"{n} x{c}" for n, c in res.places.items()) if res is not None else "none"
+            reason = f"gang {key}: no reserved place left for this worker among the nodes offered (reserved: {held})"
+            return FilterResult((), dict.fromkeys(names, reason))
+        reason = f"gang {key}: this worker's reserved place is on {node}"
+        return FilterResult((node,), {n: reason for n in names if n != node})
