@@ -10,7 +10,9 @@ VALID = "Valid"
 GRAPH_READY = "GraphReady"
 PREDICTED = "Predicted"
 SCHEDULED = "Scheduled"
-FINISHED = "Finished"
+FINISHED = "Finished"  # True once the job has ended either way; its reason says how (Succeeded, MaxAttemptsReached..)
+SUCCEEDED = "Succeeded"  # True when the job succeeded: `kubectl wait --for=condition=Succeeded`
+FAILED = "Failed"  # True when the job failed for good: `kubectl wait --for=condition=Failed`
 API_ACCEPTED = "ApiAccepted"  # False while the API server refuses what the operator asks (quota, conflict)
 
 
@@ -36,6 +38,15 @@ def set_condition(conditions: Sequence[Mapping[str, Any]], *, type: str, ok: boo
         out.append({"type": type, "status": status, "reason": reason, "message": message,
                     "lastTransitionTime": rfc3339(now)})
     return out
+
+
+def finished(conditions: Sequence[Mapping[str, Any]], *, succeeded: bool, reason: str, message: str,
+             now: datetime) -> list[dict[str, Any]]:
+    """Terminal conditions by the API conventions: `Finished` and `Succeeded` or `Failed` all True, the outcome in
+    the reason, so `kubectl wait --for=condition=...` returns for either ending."""
+    out = set_condition(conditions, type=FINISHED, ok=True, reason=reason, message=message, now=now)
+    return set_condition(out, type=SUCCEEDED if succeeded else FAILED, ok=True, reason=reason, message=message,
+                         now=now)
 
 
 def get_condition(conditions: Sequence[Mapping[str, Any]] | None, type: str) -> Mapping[str, Any] | None:

@@ -10,17 +10,18 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from offpeak_graph.hf_presets import preset, preset_names
 
-from offpeak_operator import names
+from offpeak_operator import names, podtemplate
 
 SourceKind = Literal["entrypoint", "graphConfigMap", "torchvision", "hfConfig", "hfConfigMap", "none"]
 SOURCE_KINDS: tuple[str, ...] = ("entrypoint", "graphConfigMap", "torchvision", "hfConfig", "hfConfigMap")
 HF_CONFIG_KEY = "config.json"  # default key of modelSource.hfConfigMap
 PRECISIONS = ("fp32", "fp16", "bf16")
+DEFAULT_CHECKPOINT_PATH = "/checkpoints"
 OPTIMIZERS = ("sgd", "adam", "adamw")
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -47,6 +48,20 @@ class ModelSource:
     @property
     def in_process(self) -> bool:
         return self.kind in ("torchvision", "hfConfig", "hfConfigMap")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSpec:
+    """Where a job's checkpoints live (a claim every attempt mounts) and how often the training code writes one."""
+
+    path: str = DEFAULT_CHECKPOINT_PATH
+    interval_seconds: float = 600.0  # how much work an eviction may lose, at most
+    grace_period_seconds: int = 60  # SIGTERM -> SIGKILL on eviction: time to write the last checkpoint
+    claim_name: str = ""  # an existing PersistentVolumeClaim of the job's namespace
+    claim_template: dict[str, Any] | None = None  # or a claim the operator makes once per job: {metadata?, spec}
+
+    def claim(self, job_name: str) -> str:
+        return self.claim_name or names.checkpoint_claim_name(job_name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +96,22 @@ class JobSpec:
     max_attempts: int = 3
     pod_annotations: dict[str, str] = field(default_factory=dict)
     pod_labels: dict[str, str] = field(default_factory=dict)
+    template: dict[str, Any] | None = None  # spec.template as the user wrote it (None: the short form)
+    template_conflicts: tuple[str, ...] = ()  # where the template sets what the operator owns
+    image_pull_secrets: tuple[dict[str, Any], ...] = ()  # from the template: the analysis pod pulls the image too
+    checkpoint: CheckpointSpec | None = None
+
+    def pod_template(self) -> dict[str, Any]:
+        """The user's PodTemplateSpec: spec.template, or the one the short form means."""
+        if self.template is not None:
+            return self.template
+        return podtemplate.shorthand_template({
+            "image": self.image, "imagePullPolicy": self.image_pull_policy, "command": self.command,
+            "args": self.args, "workingDir": self.working_dir, "env": self.env, "resources": self.resources,
+            "nodeSelector": self.node_selector, "tolerations": self.tolerations,
+            "serviceAccountName": self.service_account, "priorityClassName": self.priority_class,
+            "podLabels": self.pod_labels, "podAnnotations": self.pod_annotations,
+        })  # fmt: skip
 
     @property
     def total_steps(self) -> int:
@@ -165,6 +196,61 @@ def _model_source(raw: Any) -> ModelSource:
     return ModelSource(kind, value)  # type: ignore[arg-type]
 
 
+def _checkpoint(raw: Any) -> CheckpointSpec | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise SpecError("spec.checkpoint must be an object")
+    path = raw.get("path", DEFAULT_CHECKPOINT_PATH)
+    interval = raw.get("intervalSeconds", 600)
+    grace = raw.get("gracePeriodSeconds", 60)
+    claim, template = raw.get("claimName") or "", raw.get("claimTemplate")
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise SpecError(f"spec.checkpoint.path must be an absolute path, got {path!r}")
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or not math.isfinite(interval) \
+            or interval <= 0:
+        raise SpecError(f"spec.checkpoint.intervalSeconds must be a number > 0, got {interval!r}")
+    if isinstance(grace, bool) or not isinstance(grace, int) or grace < 1:
+        raise SpecError(f"spec.checkpoint.gracePeriodSeconds must be an integer >= 1, got {grace!r}")
+    if not isinstance(claim, str) or (template is not None and not isinstance(template, Mapping)):
+        raise SpecError("spec.checkpoint.claimName must be a name and claimTemplate a {metadata, spec} object")
+    if bool(claim) == (template is not None):
+        raise SpecError("spec.checkpoint needs exactly one of claimName (an existing PersistentVolumeClaim) or "
+                        "claimTemplate (a claim the operator creates for the job)")
+    if template is not None and not isinstance(template.get("spec"), Mapping):
+        raise SpecError("spec.checkpoint.claimTemplate.spec must be a PersistentVolumeClaim spec")
+    return CheckpointSpec(path=path, interval_seconds=float(interval), grace_period_seconds=grace, claim_name=claim,
+                          claim_template=dict(template) if template is not None else None)
+
+
+def _template_parts(raw: Mapping[str, Any], checkpoint: CheckpointSpec | None) -> dict[str, Any]:
+    """JobSpec fields a template decides: the image, env and working directory the analysis pod runs the
+    extractor with (the training container's), its pull secrets, and the template's conflicts."""
+    template = raw.get("template")
+    if template is None:
+        return {}
+    if not isinstance(template, Mapping):
+        raise SpecError("spec.template must be a PodTemplateSpec object")
+    conflicts = podtemplate.template_conflicts(template, spec=raw,
+                                               checkpoint_path=checkpoint.path if checkpoint else None)
+    out: dict[str, Any] = {"template": dict(template), "template_conflicts": tuple(conflicts)}
+    raw_pod = template.get("spec")
+    pod: Mapping[str, Any] = raw_pod if isinstance(raw_pod, Mapping) else {}
+    raw_containers = pod.get("containers")
+    containers: list[Any] = raw_containers if isinstance(raw_containers, list) else []
+    index = podtemplate.train_container_index(containers) if containers else None
+    if index is not None and isinstance(containers[index], Mapping):
+        train = containers[index]
+        out["image"] = str(raw.get("image") or train.get("image") or "")
+        out["env"] = tuple(dict(e) for e in train.get("env") or [] if isinstance(e, Mapping) and e.get("name"))
+        out["working_dir"] = str(train.get("workingDir") or "")
+        if train.get("imagePullPolicy"):
+            out["image_pull_policy"] = str(train["imagePullPolicy"])
+    secrets = pod.get("imagePullSecrets") or []
+    out["image_pull_secrets"] = tuple(dict(s) for s in secrets if isinstance(s, Mapping))
+    return out
+
+
 def parse_spec(raw: Mapping[str, Any]) -> JobSpec:
     """Build a JobSpec from the custom resource's `spec`, applying the CRD defaults."""
     if not isinstance(raw, Mapping):
@@ -186,7 +272,8 @@ def parse_spec(raw: Mapping[str, Any]) -> JobSpec:
     if startup is not None and (isinstance(startup, bool) or not isinstance(startup, int | float)
                                 or not math.isfinite(startup) or startup < 0):  # fmt: skip
         raise SpecError(f"spec.startupSeconds must be a number >= 0, got {startup!r}")
-    return JobSpec(
+    checkpoint = _checkpoint(raw.get("checkpoint"))
+    spec = JobSpec(
         image=_str(raw, "image"),
         batch_size=_int(raw, "batchSize", 0) or 0,
         gpu_types=gpu_types,
@@ -213,11 +300,14 @@ def parse_spec(raw: Mapping[str, Any]) -> JobSpec:
         estimated_seconds=float(estimate) if estimate is not None else None,
         startup_seconds=float(startup) if startup is not None else None,
         preemptible=_bool(raw, "preemptible", True),
-        checkpointing=_bool(raw, "checkpointing", False),
+        checkpointing=_bool(raw, "checkpointing", False) or checkpoint is not None,
         max_attempts=_int(raw, "maxAttempts", 3) or 3,
         pod_annotations=_str_map(raw, "podAnnotations"),
         pod_labels=_str_map(raw, "podLabels"),
+        checkpoint=checkpoint,
     )
+    parts = _template_parts(raw, checkpoint)
+    return replace(spec, **parts) if parts else spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,8 +324,14 @@ def validate(spec: JobSpec, *, job_name: str, resolve_gpu: GpuResolver | None) -
     if len(job_name) > names.MAX_JOB_NAME:
         problems.append(Problem("NameTooLong", f"TrainingJob name must be at most {names.MAX_JOB_NAME} characters "
                                                f"(pod names and label values derive from it), got {len(job_name)}"))
-    if not spec.image.strip():
-        problems.append(Problem("InvalidSpec", "spec.image is required"))
+    if spec.template_conflicts:
+        problems.append(Problem("TemplateConflict", "; ".join(spec.template_conflicts)))
+    elif not spec.image.strip():
+        problems.append(Problem("InvalidSpec", "spec.image is required (or spec.template with the training "
+                                               "container's image)"))
+    if spec.workers > 1 and not re.match(r"^[a-z]", job_name):
+        problems.append(Problem("InvalidSpec", "a multi-worker TrainingJob's name must start with a letter (it "
+                                               "names the workers' rendezvous Service)"))
     if spec.batch_size < 1:
         problems.append(Problem("InvalidSpec", "spec.batchSize must be at least 1"))
     if spec.steps is not None and (spec.epochs is not None or spec.dataset_size is not None):

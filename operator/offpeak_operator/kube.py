@@ -153,6 +153,15 @@ class KubeIO:
         """Create; False when a ConfigMap of that name already exists."""
         return _create_if_absent(self.core.create_namespaced_config_map, body)
 
+    # -- what a job owns besides pods: its rendezvous Service, its checkpoint claim
+    def create_service(self, body: Mapping[str, Any]) -> bool:
+        """Create; False when a Service of that name already exists."""
+        return _create_if_absent(self.core.create_namespaced_service, body)
+
+    def create_pvc(self, body: Mapping[str, Any]) -> bool:
+        """Create; False when a PersistentVolumeClaim of that name already exists."""
+        return _create_if_absent(self.core.create_namespaced_persistent_volume_claim, body)
+
     # -- Events
     def emit_event(self, job: Mapping[str, Any], *, type: str, reason: str, message: str,
                    now: datetime | None = None) -> None:

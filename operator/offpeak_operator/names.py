@@ -24,8 +24,13 @@ ANN_PREEMPTIBLE = "offpeak.io/preemptible"
 ANN_EVICTION_REASON = "offpeak.io/eviction-reason"
 ANN_GRAPH_HASH = "offpeak.io/graph-hash"
 ANN_GRAPH_REDUCED = "offpeak.io/graph-reduced"
+ANN_GANG_SIZE = "offpeak.io/gang-size"  # workers of the attempt, placed all or none (the extender's gang key:
+#                                         namespace, offpeak.io/trainingjob, offpeak.io/attempt)
+ANN_CHECKPOINT_INTERVAL = "offpeak.io/checkpoint-interval-seconds"  # how much work an eviction may lose
+ANN_TRAIN_CONTAINER = "offpeak.io/train-container"  # a template's training container not named `train`
 
-RESERVED_POD_ANNOTATIONS = frozenset({ANN_PREDICTED, ANN_CHECKPOINTING, ANN_PREEMPTIBLE})
+RESERVED_POD_ANNOTATIONS = frozenset({ANN_PREDICTED, ANN_CHECKPOINTING, ANN_PREEMPTIBLE, ANN_GANG_SIZE,
+                                      ANN_CHECKPOINT_INTERVAL, ANN_TRAIN_CONTAINER})
 RESERVED_POD_LABELS = frozenset({LABEL_WORKLOAD, LABEL_JOB, LABEL_ROLE, LABEL_ATTEMPT, LABEL_WORKER})
 
 SCHEDULER_NAME = "offpeak-scheduler"
@@ -41,6 +46,21 @@ MAX_JOB_NAME = 50
 
 def training_pod_name(job: str, *, attempt: int, worker: int) -> str:
     return f"{job}-a{attempt}-w{worker}"
+
+
+def worker_hostname(job: str, *, worker: int) -> str:
+    """The stable hostname of a worker across attempts (`<hostname>.<service>` resolves in the namespace)."""
+    return f"{job}-w{worker}"
+
+
+def worker_service_name(job: str) -> str:
+    """The headless Service a multi-worker job rendezvouses through."""
+    return f"{job}-workers"
+
+
+def checkpoint_claim_name(job: str) -> str:
+    """The claim the operator makes from spec.checkpoint.claimTemplate, once per job, for every attempt."""
+    return f"{job}-checkpoint"
 
 
 def analysis_pod_name(job: str) -> str:

@@ -52,15 +52,36 @@ def _extract_result(pod: Mapping[str, Any]) -> tuple[int | None, str]:
     return None, ""
 
 
+def _train_container(pod: Mapping[str, Any]) -> str:
+    """The training container's name: `train`, or what the pod's template called it (annotated by the operator)."""
+    return str((pod.get("metadata", {}).get("annotations") or {}).get(names.ANN_TRAIN_CONTAINER)
+               or names.TRAIN_CONTAINER)
+
+
 def _progress(pod: Mapping[str, Any]) -> Progress | None:
     """The offpeak.progress report in the training container's termination message, once it has ended."""
     for cs in pod.get("status", {}).get("containerStatuses") or []:
-        if cs.get("name") != names.TRAIN_CONTAINER:
+        if cs.get("name") != _train_container(pod):
             continue
         terminated = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
         if terminated:
             return parse(terminated.get("message"))
     return None
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> str:
+    """The scheduler's message on a pod it could not place (PodScheduled=False, reason Unschedulable)."""
+    for c in pod.get("status", {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
+            return str(c.get("message") or "")[:MAX_MESSAGE]
+    return ""
+
+
+def _train_terminated(pod: Mapping[str, Any]) -> bool:
+    for cs in pod.get("status", {}).get("containerStatuses") or []:
+        if cs.get("name") == _train_container(pod) and (cs.get("state") or {}).get("terminated"):
+            return True
+    return False
 
 
 def pod_view(pod: Mapping[str, Any], *, node_gpu_types: Mapping[str, str]) -> PodView:
@@ -88,6 +109,9 @@ def pod_view(pod: Mapping[str, Any], *, node_gpu_types: Mapping[str, str]) -> Po
         extract_exit_code=exit_code,
         extract_message=exit_message,
         progress=_progress(pod),
+        unschedulable=_unschedulable(pod),
+        deletion_deadline=parse_time(meta.get("deletionTimestamp")),
+        terminated=_train_terminated(pod),
     )
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from offpeak_core.gpuproducts import GFD_PRODUCT_LABEL, gfd_products
-from offpeak_operator import names
+from offpeak_operator import names, podtemplate
 from offpeak_operator.graphstore import EncodedGraph
 from offpeak_operator.jobspec import JobSpec
 from offpeak_operator.settings import AnalysisSettings
@@ -95,6 +96,7 @@ def analysis_pod(job: Mapping[str, Any], spec: JobSpec, settings: AnalysisSettin
                  "volumeMounts": mounts[1:], "resources": small},
             ],
             "volumes": [{"name": "offpeak", "emptyDir": {}}, {"name": "graph", "emptyDir": {}}],
+            **({"imagePullSecrets": [dict(s) for s in spec.image_pull_secrets]} if spec.image_pull_secrets else {}),
         },
     }
 
@@ -104,26 +106,64 @@ def predicted_annotation(remaining: Mapping[str, Mapping[str, Any]]) -> dict[str
     return {names.ANN_PREDICTED: json.dumps(remaining, sort_keys=True, separators=(",", ":"), allow_nan=False)}
 
 
+RENDEZVOUS_PORT = 29500  # torchrun's default MASTER_PORT
+
+
+def rendezvous_env(job: Mapping[str, Any], spec: JobSpec, *, worker: int) -> list[dict[str, str]]:
+    """torchrun-compatible environment: plain `torchrun train.py` (PET_* options) and `init_process_group("env://")`
+    with one process per pod both work. WORLD_SIZE counts processes (workers x GPUs per worker) and RANK is the
+    global rank of this pod's first process, as torch.distributed defines them; NODE_RANK is the worker index."""
+    meta = job["metadata"]
+    gpus = spec.gpus_per_worker
+    if spec.workers > 1:
+        master = (f"{names.worker_hostname(meta['name'], worker=0)}.{names.worker_service_name(meta['name'])}."
+                  f"{meta['namespace']}.svc")
+    else:
+        master = "127.0.0.1"
+    values = {
+        "MASTER_ADDR": master, "MASTER_PORT": str(RENDEZVOUS_PORT), "WORLD_SIZE": str(spec.workers * gpus),
+        "RANK": str(worker * gpus), "NODE_RANK": str(worker), "LOCAL_WORLD_SIZE": str(gpus),
+        "PET_NNODES": str(spec.workers), "PET_NPROC_PER_NODE": str(gpus), "PET_NODE_RANK": str(worker),
+        "PET_MASTER_ADDR": master, "PET_MASTER_PORT": str(RENDEZVOUS_PORT),
+    }  # fmt: skip
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
 def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker: int,
                  gpu_types: tuple[str, ...], remaining: Mapping[str, Mapping[str, float]],
                  completed_steps: int) -> dict[str, Any]:
-    """One data-parallel worker, placed by offpeak-scheduler on a node of an allowed GPU type."""
+    """One data-parallel worker: the user's pod template (or the short form's) with the operator's parts added,
+    placed by offpeak-scheduler on a node of an allowed GPU type. `jobspec.validate` has refused templates that
+    set any of those parts (podtemplate.template_conflicts)."""
     job_name = job["metadata"]["name"]
+    template = copy.deepcopy(spec.pod_template())
+    user_meta = template.get("metadata") or {}
+    pod_spec: dict[str, Any] = template["spec"]
+    index = podtemplate.train_container_index(pod_spec["containers"])
+    assert index is not None, "validate() refuses templates without a training container"
+    container: dict[str, Any] = pod_spec["containers"][index]
+    container.setdefault("image", spec.image)
     annotations = {
-        **spec.pod_annotations,
+        **(user_meta.get("annotations") or {}),
         **predicted_annotation(remaining),
         names.ANN_CHECKPOINTING: "true" if spec.checkpointing else "false",
         names.ANN_PREEMPTIBLE: "true" if spec.preemptible else "false",
     }
-    labels = {**spec.pod_labels, names.LABEL_WORKLOAD: "offline", names.LABEL_ATTEMPT: str(attempt),
+    if container.get("name") != names.TRAIN_CONTAINER:
+        annotations[names.ANN_TRAIN_CONTAINER] = str(container.get("name"))
+    if spec.workers > 1:
+        annotations[names.ANN_GANG_SIZE] = str(spec.workers)
+    if spec.checkpoint is not None:
+        annotations[names.ANN_CHECKPOINT_INTERVAL] = f"{spec.checkpoint.interval_seconds:g}"
+    labels = {**(user_meta.get("labels") or {}), names.LABEL_WORKLOAD: "offline", names.LABEL_ATTEMPT: str(attempt),
               names.LABEL_WORKER: str(worker)}
     gpus = str(spec.gpus_per_worker)
-    resources = {
-        "requests": {**spec.resources.get("requests", {}), names.GPU_RESOURCE: gpus},
-        "limits": {**spec.resources.get("limits", {}), names.GPU_RESOURCE: gpus},
+    resources = container.get("resources") or {}
+    container["resources"] = {
+        "requests": {**(resources.get("requests") or {}), names.GPU_RESOURCE: gpus},
+        "limits": {**(resources.get("limits") or {}), names.GPU_RESOURCE: gpus},
     }
     env = [
-        *spec.env,
         {"name": "OFFPEAK_TRAININGJOB", "value": job_name},
         {"name": "OFFPEAK_WORKER_INDEX", "value": str(worker)},
         {"name": "OFFPEAK_WORKERS", "value": str(spec.workers)},
@@ -131,31 +171,35 @@ def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker:
         {"name": "OFFPEAK_TOTAL_STEPS", "value": str(spec.total_steps)},
         {"name": "OFFPEAK_COMPLETED_STEPS", "value": str(completed_steps)},
         {"name": "OFFPEAK_PROGRESS_FILE", "value": names.TERMINATION_LOG},
+        *rendezvous_env(job, spec, worker=worker),
     ]
-    container: dict[str, Any] = {
-        "name": names.TRAIN_CONTAINER, "image": spec.image, "imagePullPolicy": spec.image_pull_policy, "env": env,
-        "resources": resources,
-        # offpeak.progress writes its report here; the operator reads it back from state.terminated.message
-        "terminationMessagePath": names.TERMINATION_LOG, "terminationMessagePolicy": "FallbackToLogsOnError",
-    }  # fmt: skip
-    for key, value in (("command", list(spec.command)), ("args", list(spec.args)), ("workingDir", spec.working_dir)):
-        if value:
-            container[key] = value
-    pod_spec: dict[str, Any] = {
-        "schedulerName": names.SCHEDULER_NAME,
-        "restartPolicy": "Never",
-        "containers": [container],
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": gpu_type_terms(gpu_types)}}},
-        "tolerations": [{"key": names.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
-                        *spec.tolerations],
-    }
-    if spec.node_selector:
-        pod_spec["nodeSelector"] = dict(spec.node_selector)
-    if spec.service_account:
-        pod_spec["serviceAccountName"] = spec.service_account
-    if spec.priority_class:
-        pod_spec["priorityClassName"] = spec.priority_class
+    if spec.checkpoint is not None:
+        env += [{"name": "OFFPEAK_CHECKPOINT_DIR", "value": spec.checkpoint.path},
+                {"name": "OFFPEAK_CHECKPOINT_INTERVAL_SECONDS", "value": f"{spec.checkpoint.interval_seconds:g}"}]
+        container["volumeMounts"] = [*(container.get("volumeMounts") or []),
+                                     {"name": podtemplate.CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.path}]
+        pod_spec["volumes"] = [*(pod_spec.get("volumes") or []), {
+            "name": podtemplate.CHECKPOINT_VOLUME,
+            "persistentVolumeClaim": {"claimName": spec.checkpoint.claim(job_name)}}]
+        pod_spec["terminationGracePeriodSeconds"] = max(int(pod_spec.get("terminationGracePeriodSeconds") or 0),
+                                                        spec.checkpoint.grace_period_seconds)
+    container["env"] = [*(container.get("env") or []), *env]
+    # offpeak.progress writes its report here; the operator reads it back from state.terminated.message
+    container["terminationMessagePath"] = names.TERMINATION_LOG
+    container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+    pod_spec["schedulerName"] = names.SCHEDULER_NAME
+    pod_spec["restartPolicy"] = "Never"
+    affinity = pod_spec.setdefault("affinity", {})
+    node_affinity = affinity.setdefault("nodeAffinity", {})
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = {
+        "nodeSelectorTerms": podtemplate.merge_node_terms(required.get("nodeSelectorTerms") or [],
+                                                          gpu_type_terms(gpu_types))}
+    pod_spec["tolerations"] = [{"key": names.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+                               *(pod_spec.get("tolerations") or [])]
+    if spec.workers > 1:  # a stable name the rendezvous address points at, whatever the attempt
+        pod_spec["hostname"] = names.worker_hostname(job_name, worker=worker)
+        pod_spec["subdomain"] = names.worker_service_name(job_name)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -163,6 +207,32 @@ def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker:
                               role="training", labels=labels, annotations=annotations),
         "spec": pod_spec,
     }
+
+
+def worker_service(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The owned headless Service of a multi-worker job: `<worker hostname>.<service>` resolves to each worker's
+    pod from the moment it has an IP (not-ready addresses published), so rank 0 is reachable during start-up."""
+    job_name = job["metadata"]["name"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(job, name=names.worker_service_name(job_name), role="rendezvous"),
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                 "selector": {names.LABEL_JOB: job_name, names.LABEL_ROLE: "training"},
+                 "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT}]},
+    }
+
+
+def checkpoint_claim(job: Mapping[str, Any], spec: JobSpec) -> dict[str, Any] | None:
+    """The owned PersistentVolumeClaim made from spec.checkpoint.claimTemplate (None: the job names its own)."""
+    ckpt = spec.checkpoint
+    if ckpt is None or ckpt.claim_template is None:
+        return None
+    user_meta = ckpt.claim_template.get("metadata") or {}
+    meta = _metadata(job, name=names.checkpoint_claim_name(job["metadata"]["name"]), role="checkpoint",
+                     labels=user_meta.get("labels") or {}, annotations=user_meta.get("annotations") or {})
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta,
+            "spec": copy.deepcopy(dict(ckpt.claim_template["spec"]))}
 
 
 def graph_configmap(job: Mapping[str, Any], encoded: EncodedGraph, *, source: str) -> dict[str, Any]:

@@ -179,13 +179,24 @@ def remaining_fraction(*, total_steps: int, completed_steps: int) -> float:
     return max(0.0, min(1.0, (total_steps - completed_steps) / total_steps))
 
 
-def remaining_seconds(prediction: Prediction, *, completed_steps: int) -> dict[str, dict[str, Any]]:
+def remaining_seconds(prediction: Prediction, *, completed_steps: int,
+                      measured_step_seconds: Mapping[str, float] | None = None) -> dict[str, dict[str, Any]]:
     """Per GPU type p50/p90 seconds of the work left, and the memory verdict when there is one: the
-    `offpeak.io/predicted-job-seconds` annotation the extender places by."""
+    `offpeak.io/predicted-job-seconds` annotation the extender places by.
+
+    A resumed job that measured its own step time on a GPU type (its progress reports) is timed by that, not by
+    the prediction: start-up plus the steps left at the measured pace; the p90 keeps the prediction's spread."""
     frac = remaining_fraction(total_steps=prediction.steps, completed_steps=completed_steps)
+    measured = measured_step_seconds or {}
     out: dict[str, dict[str, Any]] = {}
     for p in prediction.gpus:
-        entry: dict[str, Any] = {"p50": round(p.job_seconds * frac, 3), "p90": round(p.job_seconds_p90 * frac, 3)}
+        p50, p90 = p.job_seconds * frac, p.job_seconds_p90 * frac
+        step = measured.get(p.gpu_type)
+        if step is not None and completed_steps > 0 and prediction.steps > 0 and p.job_seconds > 0:
+            startup = max(0.0, p.job_seconds - prediction.steps * p.step_seconds)
+            left = max(0, prediction.steps - completed_steps)
+            p50, p90 = startup + left * step, (startup + left * step) * p.job_seconds_p90 / p.job_seconds
+        entry: dict[str, Any] = {"p50": round(p50, 3), "p90": round(p90, 3)}
         if p.fits_memory is not None:
             entry["fits_memory"] = p.fits_memory
             if p.peak_memory_gib is not None:
@@ -193,6 +204,18 @@ def remaining_seconds(prediction: Prediction, *, completed_steps: int) -> dict[s
             if p.gpu_memory_gib is not None:
                 entry["gpu_memory_gib"] = p.gpu_memory_gib
         out[p.gpu_type] = entry
+    return out
+
+
+def measured_step_seconds(measurements: Any) -> dict[str, float]:
+    """The latest step time the job's own progress reports measured, per GPU type (status.measurements)."""
+    out: dict[str, float] = {}
+    for m in measurements or []:
+        if not isinstance(m, Mapping) or m.get("source") != "progress":
+            continue
+        step = _optional_float(m.get("stepSeconds"))
+        if step and isinstance(m.get("gpuType"), str):
+            out[m["gpuType"]] = step  # later entries are later attempts
     return out
 
 

@@ -30,7 +30,7 @@ from offpeak_operator.kube import KubeIO
 from offpeak_operator.metrics import OperatorMetrics
 from offpeak_operator.observe import observe
 from offpeak_operator.predictions import Prediction, PredictorResponseError, fallback, from_predictor
-from offpeak_operator.predictions import remaining_seconds
+from offpeak_operator.predictions import measured_step_seconds, remaining_seconds
 from offpeak_operator.predictor_http import PredictorHTTP, PredictorUnavailable
 from offpeak_operator.settings import OperatorSettings
 
@@ -73,6 +73,14 @@ def _api_message(e: ApiException) -> str:
         return str(json.loads(e.body or "{}").get("message") or e.reason)
     except (ValueError, AttributeError):
         return str(e.reason)
+
+
+class _Rejected(Exception):
+    """The API server refused one of a launch's objects as invalid (400/422): retrying cannot help."""
+
+    def __init__(self, what: str, error: ApiException) -> None:
+        super().__init__(what)
+        self.what, self.error = what, error
 
 
 def _apply(status: dict[str, Any], patch: Mapping[str, Any]) -> None:
@@ -164,6 +172,10 @@ class Reconciler:
                 patch.update(extra)
         if patch and cond.is_true(status.get("conditions"), cond.API_ACCEPTED) is False:
             patch["conditions"] = sm.api_accepted(patch.get("conditions") or status.get("conditions") or [], now=now)
+        patch.update(sm.display_fields(status, patch))
+        generation = meta.get("generation")
+        if isinstance(generation, int) and status.get("observedGeneration") != generation:
+            patch["observedGeneration"] = generation  # this spec has been read and acted on
         return patch
 
     def _record_api_error(self, job: Mapping[str, Any], status: dict[str, Any], action: sm.Action,
@@ -222,10 +234,8 @@ class Reconciler:
                 assert spec is not None
                 try:
                     self._create_training_pods(job, spec, status, attempt=attempt, completed=completed)
-                except ApiException as e:
-                    if e.status not in REJECTED:
-                        raise
-                    message = f"the API server rejected the training pod: {_api_message(e)}"
+                except _Rejected as e:
+                    message = f"the API server rejected the {e.what}: {_api_message(e.error)}"
                     kube.emit_event(job, type="Warning", reason="PodRejected", message=message, now=now)
                     return sm.rejected_status(status=status, message=message, now=now)
             case sm.DeletePods(pod_names=pod_names):
@@ -436,11 +446,23 @@ class Reconciler:
             prediction = fallback(asked=canonical, canonical=canonical, steps=spec.total_steps,
                                   estimated_seconds=spec.estimated_seconds, startup_seconds=spec.startup_seconds,
                                   settings=self.ctx.settings.fallback)
-        remaining = remaining_seconds(prediction, completed_steps=completed)
-        for worker in range(spec.workers):
-            self.ctx.kube.create_pod(podspecs.training_pod(job, spec, attempt=attempt, worker=worker,
-                                                           gpu_types=tuple(canonical), remaining=remaining,
-                                                           completed_steps=completed))
+        remaining = remaining_seconds(prediction, completed_steps=completed,
+                                      measured_step_seconds=measured_step_seconds(status.get("measurements")))
+        claim = podspecs.checkpoint_claim(job, spec)
+        owned = [("checkpoint claim", self.ctx.kube.create_pvc, claim)] if claim is not None else []
+        if spec.workers > 1:
+            owned.append(("rendezvous Service", self.ctx.kube.create_service, podspecs.worker_service(job)))
+        owned += [("training pod", self.ctx.kube.create_pod,
+                   podspecs.training_pod(job, spec, attempt=attempt, worker=worker, gpu_types=tuple(canonical),
+                                         remaining=remaining, completed_steps=completed))
+                  for worker in range(spec.workers)]
+        for what, create, body in owned:  # each create is idempotent by name (a 409 is "made before")
+            try:
+                create(body)
+            except ApiException as e:
+                if e.status in REJECTED:
+                    raise _Rejected(what, e) from e
+                raise
 
     def _report_sample(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any],
                        action: sm.ReportSample) -> dict[str, Any]:

@@ -30,6 +30,9 @@ class RequeueSettings:
 
     base_seconds: float = 10.0
     max_seconds: float = 600.0
+    # an evicted checkpointing pod is waited for until its deletionTimestamp (the end of its grace period) plus
+    # this slack, so its final progress report (the checkpoint it wrote on SIGTERM) is read before requeueing
+    termination_slack_seconds: float = 10.0
 
     def backoff(self, attempt: int) -> float:
         return min(self.max_seconds, self.base_seconds * 2 ** max(0, attempt - 1))

@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from offpeak.progress import Progress
+from offpeak_core.humanize import duration
 
 from offpeak_operator import conditions as cond
 from offpeak_operator import names
@@ -69,6 +70,9 @@ class PodView:
     extract_exit_code: int | None = None  # analysis pod: the `extract` init container's exit status, once ended
     extract_message: str = ""  # its termination message (last line of its log)
     progress: Progress | None = None  # training pod: the offpeak.progress report in its termination message
+    unschedulable: str = ""  # PodScheduled=False/Unschedulable: the scheduler's (and extender's) words why
+    deletion_deadline: datetime | None = None  # deletionTimestamp: when the kubelet kills it (request + grace)
+    terminated: bool = False  # the training container has ended (its report, if any, is in `progress`)
 
     @property
     def evicted(self) -> bool:
@@ -233,9 +237,11 @@ def _invalid(status: Mapping[str, Any], problems: Sequence[Problem], now: dateti
     message = "; ".join(p.message for p in problems)
     conds = cond.set_condition(_conditions(status), type=cond.VALID, ok=False, reason=problems[0].reason,
                                message=message, now=now)
+    conds = cond.finished(conds, succeeded=False, reason=problems[0].reason, message=f"invalid TrainingJob: {message}",
+                          now=now)
     return Decision(
         status={"phase": Phase.FAILED, "message": f"invalid TrainingJob: {message}", "conditions": conds,
-                "finishTime": rfc3339(now)},
+                "finishTime": rfc3339(now), "reason": problems[0].reason},
         actions=[EmitEvent("Warning", p.reason, p.message) for p in problems],
     )
 
@@ -310,10 +316,10 @@ def _invalid_source(status: Mapping[str, Any], detail: str, now: datetime) -> De
     message = f"invalid model source: {detail}"
     conds = cond.set_condition(_conditions(status), type=cond.GRAPH_READY, ok=False, reason=INVALID_MODEL_SOURCE,
                                message=detail, now=now)
-    conds = cond.set_condition(conds, type=cond.FINISHED, ok=False, reason=INVALID_MODEL_SOURCE, message=message,
-                               now=now)
+    conds = cond.finished(conds, succeeded=False, reason=INVALID_MODEL_SOURCE, message=message, now=now)
     return Decision(
-        status={"phase": Phase.FAILED, "message": message, "conditions": conds, "finishTime": rfc3339(now)},
+        status={"phase": Phase.FAILED, "message": message, "conditions": conds, "finishTime": rfc3339(now),
+                "reason": INVALID_MODEL_SOURCE},
         actions=[EmitEvent("Warning", INVALID_MODEL_SOURCE, message)],
     )
 
@@ -336,7 +342,8 @@ def _launch(job_name: str, spec: JobSpec, status: Mapping[str, Any], now: dateti
                                message=message, now=now)
     return Decision(
         status={"phase": Phase.WAITING, "attempts": attempt, "pods": list(pods), "message": message,
-                "conditions": conds, "nextAttemptTime": None, "node": None, "gpuType": None},
+                "conditions": conds, "nextAttemptTime": None, "node": None, "gpuType": None,
+                "reason": "WaitingForWindow"},
         actions=[CreateTrainingPods(attempt=attempt, completed_steps=completed)],
     )
 
@@ -351,6 +358,8 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
     present = [v for v in views if v is not None]
     evicted = [v for v in present if v.evicted]
     failed = [v for v in present if not v.evicted and v.phase == "Failed"]
+    if evicted and spec.checkpointing and _writing_checkpoint(evicted, now, settings):
+        return Decision()  # the evicted pods are saving a checkpoint: read their final report before requeueing
     if gone or evicted:
         if evicted:
             what = f"pod {evicted[0].name} evicted ({evicted[0].eviction_reason or evicted[0].reason or 'deleted'})"
@@ -365,9 +374,46 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
     running = [v for v in present if v.phase in ("Running", "Succeeded")]
     if running and len(running) == len(present):
         return _running(spec, status, present, prediction, now)
-    if all(v.phase == "Pending" for v in present) and wants_reprediction(status, now=now):
-        return Decision(actions=[Repredict()])
+    if all(v.phase == "Pending" for v in present):
+        if wants_reprediction(status, now=now):
+            return Decision(actions=[Repredict()])
+        return _why_waiting(spec, status, present, now)
     return Decision()
+
+
+def _writing_checkpoint(evicted: Sequence[PodView], now: datetime, settings: OperatorSettings) -> bool:
+    """Whether an evicted checkpointing pod is still within its grace period without having ended: its training
+    code is writing a checkpoint, and the report it leaves on exit says how far it got."""
+    slack = timedelta(seconds=settings.requeue.termination_slack_seconds)
+    return any(p.deleting and not p.terminated and p.phase == "Running" and p.deletion_deadline is not None
+               and now < p.deletion_deadline + slack for p in evicted)
+
+
+def _why_waiting(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], now: datetime) -> Decision:
+    """Say in the job why its pods wait: the scheduler's words, which carry the extender's per-node reasons
+    (no window long enough, earliest window, memory); nothing when they say nothing new."""
+    said = next((p.unschedulable for p in pods if p.unschedulable), "")
+    if not said:
+        return Decision()
+    message = f"attempt {status.get('attempts') or 1}/{spec.max_attempts}: waiting: {said}"[:1000]
+    if status.get("message") == message:
+        return Decision()
+    conds = cond.set_condition(_conditions(status), type=cond.SCHEDULED, ok=False, reason="Unschedulable",
+                               message=message, now=now)
+    return Decision(status={"message": message, "conditions": conds, "reason": "Unschedulable"})
+
+
+def display_fields(status: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """The human-unit twins of the seconds fields (`kubectl get tj` shows `1h12m`, not `4331.52`), where `patch`
+    makes them stale; empty when they agree already."""
+    out: dict[str, Any] = {}
+    merged = {**status, **patch}
+    for seconds, text in (("predictedSeconds", "predicted"), ("actualSeconds", "actual")):
+        value = merged.get(seconds)
+        want = duration(float(value)) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if merged.get(text) != want:
+            out[text] = want
+    return out
 
 
 def wants_reprediction(status: Mapping[str, Any], *, now: datetime) -> bool:
@@ -424,7 +470,7 @@ def _running(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     message = f"running on {', '.join(nodes) or 'unknown node'} ({lead.gpu_type or 'unknown GPU type'})"
     out: dict[str, Any] = {
         "phase": Phase.RUNNING, "node": lead.node or None, "gpuType": lead.gpu_type or None,
-        "attemptStartTime": rfc3339(start), "message": message,
+        "attemptStartTime": rfc3339(start), "message": message, "reason": "Running",
         "conditions": cond.set_condition(_conditions(status), type=cond.SCHEDULED, ok=True, reason="Running",
                                          message=message, now=now),
     }  # fmt: skip
@@ -466,8 +512,9 @@ def _succeeded(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView]
     out: dict[str, Any] = {
         "phase": Phase.SUCCEEDED, "finishTime": rfc3339(finish), "actualSeconds": round(actual, 3),
         "message": message, "node": lead.node or status.get("node"), "gpuType": gpu_type or None,
-        "conditions": cond.set_condition(_conditions(status), type=cond.FINISHED, ok=True, reason="Succeeded",
-                                         message=message, now=now),
+        "conditions": cond.finished(_conditions(status), succeeded=True, reason="Succeeded", message=message,
+                                    now=now),
+        "reason": "Succeeded",
     }  # fmt: skip
     if not status.get("startTime"):
         out["startTime"] = rfc3339(start)
@@ -531,11 +578,10 @@ def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     conds = _conditions(status)
     if attempt >= spec.max_attempts:
         message = f"{what}; no attempts left ({attempt}/{spec.max_attempts})"
-        conds = cond.set_condition(conds, type=cond.FINISHED, ok=False, reason="MaxAttemptsReached",
-                                   message=message, now=now)
+        conds = cond.finished(conds, succeeded=False, reason="MaxAttemptsReached", message=message, now=now)
         return Decision(
             status={"phase": Phase.FAILED, "finishTime": rfc3339(now), "message": message, "conditions": conds,
-                    "completedSteps": completed},
+                    "completedSteps": completed, "reason": "MaxAttemptsReached"},
             actions=[DeletePods(alive), EmitEvent("Warning", "MaxAttemptsReached", message)],
         )
     delay = settings.requeue.backoff(attempt)
@@ -544,7 +590,7 @@ def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     message = f"{what}; attempt {attempt + 1}/{spec.max_attempts} in {delay:.0f}s{resume}"
     conds = cond.set_condition(conds, type=cond.SCHEDULED, ok=False, reason=reason, message=message, now=now)
     out = {"phase": Phase.REQUEUED, "nextAttemptTime": rfc3339(next_at), "message": message, "conditions": conds,
-           "completedSteps": completed}
+           "completedSteps": completed, "reason": reason}
     actions: list[Action] = [DeletePods(alive), RecordRequeue(reason), EmitEvent("Warning", reason, message)]
     if measured is not None:  # the interrupted attempt reported its step time: learn from it too
         out["measurements"] = with_measurement(status.get("measurements"), measured)
@@ -581,9 +627,9 @@ def graph_status(*, status: Mapping[str, Any], ok: bool, reason: str, message: s
 
 def rejected_status(*, status: Mapping[str, Any], message: str, now: datetime) -> dict[str, Any]:
     """Status when the API server refuses a training pod as invalid: Failed, the server's words in a condition."""
-    conds = cond.set_condition(_conditions(status), type=cond.FINISHED, ok=False, reason="PodRejected",
-                               message=message, now=now)
-    return {"phase": Phase.FAILED, "finishTime": rfc3339(now), "message": message, "conditions": conds}
+    conds = cond.finished(_conditions(status), succeeded=False, reason="PodRejected", message=message, now=now)
+    return {"phase": Phase.FAILED, "finishTime": rfc3339(now), "message": message, "conditions": conds,
+            "reason": "PodRejected"}
 
 
 API_ERROR_REASONS = {403: "Forbidden", 409: "Conflict", 422: "Invalid"}

@@ -74,3 +74,19 @@ def test_training_pod_progress_report_from_the_termination_message() -> None:
         {"name": "train", "state": {"terminated": {"exitCode": 1, "message": "Traceback: boom"}}}])
     assert pod_view(crashed, node_gpu_types={}).progress is None  # a log tail is no report
     assert pod_view(pod("j-a2-w0"), node_gpu_types={}).progress is None
+
+
+def test_a_pending_pod_carries_the_schedulers_reason_and_a_deleted_one_its_deadline() -> None:
+
+    said = "0/2 nodes are available: 2 gang of 2 needs 2 nodes with a fitting window, 1 has one."
+    pending = {"metadata": {"name": "p"}, "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": said}]}}
+    assert pod_view(pending, node_gpu_types={}).unschedulable == said
+    deleting = {"metadata": {"name": "p", "deletionTimestamp": "2026-11-21T06:01:00Z",
+                             "annotations": {"offpeak.io/train-container": "trainer"}},
+                "spec": {"nodeName": "n1"},
+                "status": {"phase": "Running", "containerStatuses": [
+                    {"name": "trainer", "state": {"terminated": {"exitCode": 143, "message": "x"}}}]}}
+    view = pod_view(deleting, node_gpu_types={"n1": "T4"})
+    assert view.deleting and view.deletion_deadline is not None and view.deletion_deadline.minute == 1
+    assert view.terminated and not pod_view(pending, node_gpu_types={}).terminated

@@ -34,6 +34,8 @@ class MemoryKube:
         self.logs: dict[str, str] = {}
         self.nodes = {"n1": "T4", "n2": "A100-SXM4-40GB"}
         self.status_patches = 0
+        self.services: dict[str, dict[str, Any]] = {}
+        self.pvcs: dict[str, dict[str, Any]] = {}
 
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.job)
@@ -73,6 +75,15 @@ class MemoryKube:
         if body["metadata"]["name"] in self.configmaps:
             return False
         self.configmaps[body["metadata"]["name"]] = copy.deepcopy(body)
+        return True
+
+    def create_service(self, body: dict[str, Any]) -> bool:
+        return self.services.setdefault(body["metadata"]["name"], copy.deepcopy(body)) is not None
+
+    def create_pvc(self, body: dict[str, Any]) -> bool:
+        if body["metadata"]["name"] in self.pvcs:
+            return False
+        self.pvcs[body["metadata"]["name"]] = copy.deepcopy(body)
         return True
 
     def emit_event(self, job: dict[str, Any], *, type: str, reason: str, message: str, now: datetime | None = None):
@@ -426,3 +437,57 @@ def test_transient_api_errors_propagate_for_a_retry() -> None:
     with pytest.raises(ApiException):
         rec.reconcile("ns", "train-1")
     assert kube.job["status"].get("phase") in (None, "Analyzing", "Predicted")  # Waiting never recorded
+
+
+def test_a_launch_makes_the_rendezvous_service_and_checkpoint_claim_once_and_records_the_generation() -> None:
+    claim = {"spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}
+    job = job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}, workers=2,
+                   checkpoint={"claimTemplate": claim})
+    job["metadata"]["generation"] = 3
+    rec, kube, _, _ = make(job)
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    assert list(kube.services) == ["train-1-workers"] and list(kube.pvcs) == ["train-1-checkpoint"]
+    status = kube.job["status"]
+    assert status["observedGeneration"] == 3
+    assert status["predicted"] == "2m" and status["predictedSeconds"] == 100.0  # human twin of the seconds
+    for pod in kube.pods.values():
+        assert pod["spec"]["volumes"][-1]["persistentVolumeClaim"]["claimName"] == "train-1-checkpoint"
+
+
+def test_a_rejected_checkpoint_claim_fails_the_job_naming_the_claim() -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    class Refusing(MemoryKube):
+        def create_pvc(self, body: dict[str, Any]) -> bool:
+            raise ApiException(status=422, reason="Unprocessable Entity")
+
+    job = job_body(modelSource={"graphConfigMap": {"name": "user-graph"}},
+                   checkpoint={"claimTemplate": {"spec": {"accessModes": ["Bogus"]}}})
+    rec, _, _, _ = make(job)
+    kube = Refusing(job)
+    rec.ctx.kube = kube
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    assert rec.reconcile("ns", "train-1") == "Failed"
+    assert "rejected the checkpoint claim" in kube.job["status"]["message"] and not kube.pods
+    finished = {c["type"]: c for c in kube.job["status"]["conditions"]}
+    assert finished["Failed"]["status"] == "True" and finished["Failed"]["reason"] == "PodRejected"
+
+
+def test_a_resumed_job_is_timed_by_the_step_time_it_measured_not_the_prediction() -> None:
+    from offpeak.progress import Progress
+
+    rec, kube, _, clock = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}},
+                                        checkpoint={"claimName": "ckpt"}))
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    rec.reconcile("ns", "train-1")
+    kube.set_pod("train-1-a1-w0", "Failed", node="n1", finish=NOW + timedelta(seconds=60), reason="Evicted")
+    report = Progress(steps=500, attempt_steps=500, step_seconds=0.3, startup_seconds=5.0, checkpoint_steps=500)
+    kube.pods["train-1-a1-w0"]["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = report.to_json()
+    clock.now = NOW + timedelta(seconds=61)
+    assert rec.reconcile("ns", "train-1") == "Requeued" and kube.job["status"]["completedSteps"] == 500
+    clock.now = NOW + timedelta(seconds=200)
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    ann = json.loads(kube.pods["train-1-a2-w0"]["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])
+    assert ann["T4"] == {"p50": 150.0, "p90": 300.0}  # 500 steps left at the measured 0.3 s (p90: x2 as predicted)
+    assert ann["A100-SXM4-40GB"] == {"p50": 50.0, "p90": 100.0}  # not measured there: half the prediction

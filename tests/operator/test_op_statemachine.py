@@ -302,7 +302,9 @@ def test_invalid_entrypoint_fails_the_job_and_creates_no_training_pod() -> None:
         assert d.phase == "Failed" and d.status["finishTime"]
         graph, finished = cond(d.status, "GraphReady"), cond(d.status, "Finished")
         assert graph["status"] == "False" and graph["reason"] == "InvalidModelSource" and graph["message"] == line
-        assert finished["status"] == "False" and finished["reason"] == "InvalidModelSource"
+        assert finished["status"] == "True" and finished["reason"] == "InvalidModelSource"
+        assert cond(d.status, "Failed")["status"] == "True"
+        assert not any(c["type"] == "Succeeded" for c in d.status["conditions"])
         assert kinds(d) == ["EmitEvent"]  # no Predict, no training pods
         assert d.actions[0].type == "Warning" and d.actions[0].reason == "InvalidModelSource"
         assert line in d.actions[0].message and line in d.status["message"]
@@ -329,3 +331,61 @@ def test_in_process_invalid_source_condition_fails_the_job() -> None:
     other = {**graph, "reason": "ExtractionFailed", "message": "extraction of x ran past 180s"}
     d = decide({**ANALYZING, "conditions": [other]}, spec=torchvision)
     assert d.phase is None and kinds(d) == ["Predict"]
+
+
+# ---- status by the API conventions -----------------------------------------------------------------------
+
+
+def _types_true(status: dict[str, Any]) -> set[str]:
+    return {c["type"] for c in status["conditions"] if c["status"] == "True"}
+
+
+def test_every_ending_sets_finished_and_its_outcome_true_so_kubectl_wait_returns() -> None:
+    done = sm.PodView("train-1-a1-w0", phase="Succeeded", node="n1", gpu_type="T4", started_at=NOW,
+                      finished_at=NOW + timedelta(seconds=10))
+    ok = decide(waiting(phase="Running"), observed=pods(done), now=NOW + timedelta(seconds=11))
+    assert {"Finished", "Succeeded"} <= _types_true(ok.status) and "Failed" not in _types_true(ok.status)
+    assert ok.status["reason"] == "Succeeded"
+    failed = sm.PodView("train-1-a3-w0", phase="Failed", reason="Error")
+    out = decide(waiting(attempts=3), observed=pods(failed))
+    assert {"Finished", "Failed"} <= _types_true(out.status) and "Succeeded" not in _types_true(out.status)
+    assert cond(out.status, "Failed")["reason"] == out.status["reason"] == "MaxAttemptsReached"
+    invalid = decide({}, problems=[Problem("UnknownGPUType", "unknown GPU type(s) in spec.gpuTypes: Z9")])
+    assert {"Finished", "Failed"} <= _types_true(invalid.status)
+    assert cond(invalid.status, "Finished")["reason"] == "UnknownGPUType"
+
+
+def test_display_fields_give_human_units_and_nothing_once_they_agree() -> None:
+    out = sm.display_fields({"predictedSeconds": 100.0}, {"predictedSeconds": 4331.52, "actualSeconds": 59.2})
+    assert out == {"predicted": "1h13m", "actual": "1m"}
+    assert sm.display_fields({"predictedSeconds": 4331.52, "predicted": "1h13m"}, {"phase": "Running"}) == {}
+    assert sm.display_fields({"predicted": "5m"}, {"predictedSeconds": None}) == {"predicted": None}
+
+
+def test_waiting_job_says_why_in_the_schedulers_words_once() -> None:
+    said = "0/4 nodes are available: 4 window 12m is shorter than the 1h03m (p90) the job needs on L4."
+    view = sm.PodView("train-1-a1-w0", phase="Pending", unschedulable=said)
+    d = decide(waiting(), observed=pods(view))
+    assert said in d.status["message"] and d.status["reason"] == "Unschedulable" and d.actions == []
+    assert cond(d.status, "Scheduled") == {**cond(d.status, "Scheduled"), "status": "False",
+                                           "reason": "Unschedulable"}
+    assert decide({**waiting(), **d.status}, observed=pods(view)).status == {}  # nothing new: no write
+
+
+def test_an_evicted_checkpointing_pod_is_waited_for_until_it_has_written_its_report() -> None:
+    deadline = NOW + timedelta(seconds=60)
+    saving = sm.PodView("train-1-a1-w0", phase="Running", node="n1", gpu_type="T4", started_at=NOW,
+                        eviction_reason="online-load", deleting=True, deletion_deadline=deadline)
+    ckpt = {"checkpointing": True}
+    assert decide(waiting(phase="Running"), spec=ckpt, observed=pods(saving), now=NOW + timedelta(seconds=30)) \
+        == sm.Decision()
+    # without checkpoints there is nothing to wait for; past the grace period (and its slack) neither
+    assert decide(waiting(phase="Running"), observed=pods(saving), now=NOW + timedelta(seconds=30)).phase == "Requeued"
+    late = NOW + timedelta(seconds=60 + SETTINGS.requeue.termination_slack_seconds + 1)
+    assert decide(waiting(phase="Running"), spec=ckpt, observed=pods(saving), now=late).phase == "Requeued"
+    report = Progress(steps=640, attempt_steps=640, step_seconds=0.5, startup_seconds=20.0, checkpoint_steps=600)
+    ended = sm.PodView("train-1-a1-w0", phase="Running", node="n1", gpu_type="T4", started_at=NOW,
+                       eviction_reason="online-load", deleting=True, deletion_deadline=deadline, terminated=True,
+                       progress=report)
+    d = decide(waiting(phase="Running"), spec=ckpt, observed=pods(ended), now=NOW + timedelta(seconds=31))
+    assert d.phase == "Requeued" and d.status["completedSteps"] == 600
