@@ -45,46 +45,61 @@ class GoodputSettings:
 
 @dataclass(frozen=True, eq=False)
 class WindowSurvival:
-    """Observed idle-window lengths per forecast class.
+    """Observed idle-window lengths per forecast class (a Kaplan-Meier table).
 
-    `counts[c, k]`: windows of class c that stayed idle for [k, k+1) × `bin_seconds`; the last column counts
-    those that outlasted the observation horizon (`bins × bin_seconds`). Survival is read conservatively: a
-    window in bin k counts as having lasted k × `bin_seconds`.
+    `closed[c, k]`: windows of class c seen closing after [k, k+1) × `bin_seconds`; the last column counts those
+    that outlasted the observation horizon (`bins × bin_seconds`). `open_at[c, k]` (optional): windows still idle
+    when last looked at, aged [k, k+1) bins (right-censored, so recent long windows are not left out). Read
+    conservatively: a window closing in bin k counts as having lasted k bins; where fewer than `min_at_risk`
+    windows were followed that far, survival is taken as 0 (no evidence, no admission).
     """
 
     edges: tuple[float, ...]
     bin_seconds: float
-    counts: np.ndarray  # int [classes, bins + 1]
-    _tail: np.ndarray = field(init=False, repr=False)
+    closed: np.ndarray  # int [classes, bins + 1]
+    open_at: np.ndarray | None = None  # int [classes, bins + 1]
+    min_at_risk: int = 10
+    _surv: np.ndarray = field(init=False, repr=False)
+    _n: np.ndarray = field(init=False, repr=False)
     _memo: dict[tuple[float, float, float, int, float, int], float] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.counts.ndim != 2 or self.counts.shape[0] != len(self.edges) or self.counts.shape[1] < 2:
-            raise ValueError("counts must be [len(edges), bins + 1]")
+        d = np.asarray(self.closed, dtype=float)
+        if d.ndim != 2 or d.shape[0] != len(self.edges) or d.shape[1] < 2:
+            raise ValueError("closed must be [len(edges), bins + 1]")
         if self.bin_seconds <= 0 or list(self.edges) != sorted(self.edges) or self.edges[0] != 0.0:
             raise ValueError("bin_seconds must be > 0 and edges ascending from 0")
-        tail = np.cumsum(self.counts[:, ::-1], axis=1)[:, ::-1]  # tail[c, k] = windows lasting >= k bins
-        object.__setattr__(self, "_tail", tail.astype(float))
+        c = np.zeros_like(d) if self.open_at is None else np.asarray(self.open_at, dtype=float)
+        if c.shape != d.shape:
+            raise ValueError("open_at must have the shape of closed")
+        bins = d.shape[1] - 1
+        rev = lambda a: np.cumsum(a[:, ::-1], axis=1)[:, ::-1]  # noqa: E731  # [c, k] = sum over j >= k
+        # at risk of closing in bin j: known to have lasted >= j bins, or still open at an age beyond bin j
+        at_risk = rev(d) + np.concatenate([rev(c)[:, 1:], np.zeros((d.shape[0], 1))], axis=1)
+        hazard = np.divide(d[:, :bins], at_risk[:, :bins], out=np.ones_like(d[:, :bins]), where=at_risk[:, :bins] > 0)
+        surv = np.concatenate([np.ones((d.shape[0], 1)), np.cumprod(1.0 - hazard, axis=1)], axis=1)
+        surv[at_risk < self.min_at_risk] = 0.0  # not followed that far often enough
+        surv = np.minimum.accumulate(surv, axis=1)
+        object.__setattr__(self, "_surv", surv)
+        object.__setattr__(self, "_n", d.sum(axis=1) + c.sum(axis=1))
         object.__setattr__(self, "_memo", {})
 
     @property
     def horizon_seconds(self) -> float:
-        return (self.counts.shape[1] - 1) * self.bin_seconds
+        return (self.closed.shape[1] - 1) * self.bin_seconds
 
     def klass(self, left: float) -> int:
         """Forecast class of a window with `left` seconds to go (inf: open-ended)."""
         return max(0, int(np.searchsorted(self.edges, left, side="right")) - 1)
 
     def samples(self) -> np.ndarray:
-        """Observed windows per class."""
-        return self._tail[:, 0]
+        """Observed windows per class (closed or still open)."""
+        return self._n
 
     def curve(self, t: np.ndarray) -> np.ndarray:
-        """P(idle for at least t seconds) for every class: [classes, len(t)] (0 where a class has no sample)."""
-        k = np.minimum(np.ceil(np.asarray(t, dtype=float) / self.bin_seconds - 1e-9), self.counts.shape[1] - 1)
-        k = np.maximum(k, 0).astype(int)
-        n = np.maximum(self._tail[:, :1], 1.0)
-        return self._tail[:, k] / n
+        """P(idle for at least t seconds) for every class: [classes, len(t)] (0 where a class has no evidence)."""
+        k = np.minimum(np.ceil(np.asarray(t, dtype=float) / self.bin_seconds - 1e-9), self.closed.shape[1] - 1)
+        return self._surv[:, np.maximum(k, 0).astype(int)]
 
 
 def survival_from_observations(
@@ -95,6 +110,7 @@ def survival_from_observations(
     edges: tuple[float, ...] = DEFAULT_CLASS_EDGES,
     bin_seconds: float = 300.0,
     horizon_seconds: float = 86400.0,
+    min_at_risk: int = 10,
 ) -> WindowSurvival:
     """Build a survival table from observed windows: what the forecast said, how long they lasted, and whether
     they were still idle when observation stopped (`outlasted`, counted beyond the horizon)."""
@@ -104,7 +120,7 @@ def survival_from_observations(
     bins = int(math.ceil(horizon_seconds / bin_seconds))
     counts = np.zeros((len(edges), bins + 1), dtype=np.int64)
     add_observations(counts, edges=edges, bin_seconds=bin_seconds, forecast_left=fl, lasted=la, outlasted=out)
-    return WindowSurvival(edges, bin_seconds, counts)
+    return WindowSurvival(edges, bin_seconds, counts, min_at_risk=min_at_risk)
 
 
 def add_observations(

@@ -47,6 +47,13 @@ def register(subparsers: Any) -> None:
                    help="predictor evaluation JSON folder for the error profile (default <repo>/reports/predictor)")
     p.add_argument("--predictor-sigma", type=float, default=None,
                    help="use a log-normal predictor error with this sigma instead of the predictor's report")
+    p.add_argument("--min-efficiency", type=float, default=None,
+                   help="goodput admission: expected useful work / GPU time held a short window must reach "
+                   "(default: GoodputSettings' 0.8)")
+    p.add_argument("--no-gangs", action="store_true",
+                   help="do not run jobs across nodes; with --fold-wide-jobs, the pre-issue-18 model")
+    p.add_argument("--fold-wide-jobs", action="store_true",
+                   help="fold jobs wider than a node onto one node with the same GPU-seconds (the old model)")
     p.add_argument("--busy-util", type=float, default=10.0, help="Alibaba: GPU duty %% that counts as online-busy (default 10)")
     p.add_argument("--hold-minutes", type=int, default=5, help="Alibaba: busy minutes hold the GPU +- this (default 5)")
     p.add_argument("--report", required=True, metavar="OUT.json", help="write the per-policy JSON report here")
@@ -56,6 +63,8 @@ def register(subparsers: Any) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
@@ -99,15 +108,23 @@ def handle(args: argparse.Namespace) -> int:
         online=OnlineSettings(busy_util_pct=args.busy_util, hold_minutes=args.hold_minutes),
         predictor_reports=reports_dir,
         predictor_sigma=args.predictor_sigma,
+        fold_wide_jobs=args.fold_wide_jobs,
     )
     if args.forecast_quantile is not None and not 0.0 <= args.forecast_quantile <= 1.0:
         raise UserError("--forecast-quantile must be within 0..1")
     fs = ForecastSettings() if args.forecast_quantile is None else ForecastSettings(quantile=args.forecast_quantile)
     feed = FeedSettings(mode=args.forecast, refresh_seconds=args.refresh_seconds, forecast=fs)
+    if args.min_efficiency is not None and not 0.0 < args.min_efficiency <= 1.0:
+        raise UserError("--min-efficiency must be within (0, 1]")
+    goodput = EngineSettings().goodput
+    if args.min_efficiency is not None:
+        goodput = replace(goodput, min_efficiency=args.min_efficiency)
     engine = EngineSettings(
         checkpoint_seconds=args.checkpoint_interval,
         eviction_grace_seconds=args.eviction_grace,
         margin=DEFAULT_MARGIN if args.margin is None else args.margin,
+        gangs=not args.no_gangs,
+        goodput=goodput,
     )
     console = Console(stderr=True)
     show = not args.quiet
@@ -146,5 +163,5 @@ def _code_version(root: Path) -> dict[str, object]:
 
     return {
         "commit": git("rev-parse", "HEAD").strip() or None,
-        "uncommitted": [ln[3:] for ln in git("status", "--porcelain", "--", "extender", "simulator").splitlines() if ln],
+        "uncommitted": [ln[3:] for ln in git("status", "--porcelain", "--", "extender", "simulator", "core").splitlines() if ln],
     }

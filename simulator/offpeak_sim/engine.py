@@ -8,6 +8,11 @@ only keeps state and does the accounting:
 - ran GPU-seconds = harvested + lost (work thrown away at evictions: since the last checkpoint);
 - a completed job's useful work, in reference seconds, equals its duration (conservation, checked by tests);
 - online demand always gets its GPUs: after the eviction step, online + offline <= capacity on every node.
+
+Wide jobs: a job that no single node can take (too few GPUs free, or no window that fits) may run as a gang of
+pods on several nodes of one GPU type (`gangs`), all or nothing: every member passes `filter_nodes` for its
+own GPU count on its node, and when online work takes any member's GPUs the whole gang is evicted (work since
+the last checkpoint lost on every member). Gangs run at the speed of a single node (no communication cost).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from offpeak_core.decisions import DEFAULT_MARGIN, choose_victims, filter_nodes, prioritize_nodes
-from offpeak_core.model import NodeView, OfflinePod, PodRequest
+from offpeak_core.goodput import GoodputAdmission, GoodputSettings, min_window
+from offpeak_core.model import NodeView, OfflinePod, PodRequest, Prediction
 
 from offpeak_sim.forecasting import WindowFeed
 from offpeak_sim.policies import Policy, believed_p50_p90, predictions
@@ -36,16 +42,20 @@ class EngineSettings:
     margin: float = DEFAULT_MARGIN  # extender filter margin on p90
     prune: bool = True  # skip jobs/nodes whose forecast bound already rules them out (same decisions, faster)
     check_invariants: bool = False  # assert capacity after every step (tests)
+    gangs: bool = True  # a job no single node can take may run across several nodes (all or nothing)
+    gang_max_nodes: int = 8  # most nodes one gang may span
+    goodput: GoodputSettings = GoodputSettings(startup_seconds=0.0)  # the engine models no startup time either
 
 
 @dataclass(slots=True)
 class Run:
     job: int
-    node: int
+    node: int  # the first member's node
     start: float
-    gpus: int
+    gpus: int  # all members together
     slowdown: float
     end: float
+    members: tuple[tuple[int, int], ...] = ()  # (node, GPUs) per pod; one entry for a single-node job
 
 
 @dataclass
@@ -93,6 +103,10 @@ class PolicyRun:
         self.node_type = np.array([self._type_index[t] for t in fl.gpu_types])
         self.slow = np.array([fl.slowdown(n) for n in range(fl.size)])
         self._views: dict[tuple[int, int, int], NodeView] = {}
+        self.gang_starts = 0
+        self._admissions: dict[int, GoodputAdmission] = {}
+        self._admissions_version = -1
+        self._type_order = np.argsort(scenario.slowdowns(), kind="stable")  # fastest GPU type first
 
     # ---- events ------------------------------------------------------------------------------------------------
 
@@ -105,23 +119,32 @@ class PolicyRun:
             if attempt != self.attempt[job] or job not in self.runs:
                 continue
             r = self.runs.pop(job)
-            del self.on_node[r.node][job]
-            self.used[r.node] -= r.gpus
+            self._release(r)
             self.t.ran_gpu_s += (end - r.start) * r.gpus
             self.useful_ref[job] += self.remaining_ref[job]
             self.remaining_ref[job] = 0.0
             self.finish[job] = end
 
-    def _start(self, job: int, node: int, now: float) -> None:
+    def _release(self, r: Run) -> None:
+        for n, g in r.members:
+            del self.on_node[n][r.job]
+            self.used[n] -= g
+
+    def _start(self, job: int, node: int, now: float, members: tuple[tuple[int, int], ...] = ()) -> None:
         g = int(self.sc.jobs.gpus[job])
+        members = members or ((node, g),)
+        assert sum(w for _, w in members) == g
         end = now + self.remaining_ref[job] * self.slow[node]
         self.attempt[job] += 1
-        r = Run(job, node, now, g, float(self.slow[node]), end)
+        r = Run(job, node, now, g, float(self.slow[node]), end, members)
         self.runs[job] = r
-        self.on_node[node][job] = r
-        self.used[node] += g
+        for n, w in members:
+            self.on_node[n][job] = r
+            self.used[n] += w
         heapq.heappush(self.heap, (end, job, int(self.attempt[job])))
         self.placements.append((job, node, now))
+        if len(members) > 1:
+            self.gang_starts += 1
         if math.isnan(self.first_start[job]):
             self.first_start[job] = now
 
@@ -131,8 +154,7 @@ class PolicyRun:
         saved = math.floor(elapsed / c) * c if c > 0 else 0.0
         lost = (elapsed - saved) * r.gpus
         self.runs.pop(r.job)
-        del self.on_node[r.node][r.job]
-        self.used[r.node] -= r.gpus
+        self._release(r)
         self.attempt[r.job] += 1  # invalidates its completion event
         self.t.ran_gpu_s += elapsed * r.gpus
         self.t.lost_gpu_s += lost
@@ -149,13 +171,16 @@ class PolicyRun:
         d_now = self.sc.demand[:, minute]
         over = d_now + self.used - fl.gpus
         for n in np.flatnonzero(over > 0):
+            short = int(d_now[n] + self.used[n] - fl.gpus[n])  # an evicted gang may already have freed this node
+            if short <= 0:
+                continue
             d_prev = int(self.sc.demand[n, minute - 1]) if minute > 0 else 0
             view = NodeView(fl.names[n], fl.gpu_types[n], int(fl.gpus[n]), max(0, int(fl.gpus[n] - self.used[n] - d_prev)))
             c = self.s.checkpoint_seconds
             pods = [
                 OfflinePod(
                     name=str(j),
-                    gpus=r.gpus,
+                    gpus=next(w for m, w in r.members if m == n),
                     checkpointing=c > 0,
                     elapsed_seconds=now - r.start,
                     seconds_since_checkpoint=((now - r.start) % c) if c > 0 else None,
@@ -165,7 +190,7 @@ class PolicyRun:
             victims = choose_victims(node=view, online_gpus_needed=int(d_now[n]) - d_prev, offline_pods=pods)
             for v in victims:
                 self._evict(self.on_node[n][int(v.name)], now, minute_index)
-            self.t.online_delay_gpu_s += float(over[n]) * self.s.eviction_grace_seconds
+            self.t.online_delay_gpu_s += float(short) * self.s.eviction_grace_seconds
             self.t.online_delay_events += 1
             if d_now[n] + self.used[n] > fl.gpus[n]:
                 raise AssertionError(f"eviction left node {n} over capacity")  # choose_victims returns all if short
@@ -199,9 +224,121 @@ class PolicyRun:
         if self.p.pick == "spread":
             return max(ok, key=lambda v: v.gpus_free_now).name
         scores = prioritize_nodes(
-            pod=pod, nodes=ok, now=now, margin=self.s.margin, checkpoint_intervals=self.p.checkpoint_intervals
+            pod=pod, nodes=ok, now=now, margin=self.s.margin, checkpoint_intervals=self.p.checkpoint_intervals,
+            goodput=self._admission(1),
         )
         return max(ok, key=lambda v: scores.get(v.name, 0)).name
+
+    def _admission(self, members: int) -> GoodputAdmission | None:
+        """The goodput rule for one pod of a job run as `members` pods (None: off, or nothing learnt yet)."""
+        if not self.p.goodput or self.feed is None or self.feed.survival is None or self.s.checkpoint_seconds <= 0:
+            return None
+        if self._admissions_version != self.feed.survival_version:
+            self._admissions = {}
+            self._admissions_version = self.feed.survival_version
+        a = self._admissions.get(members)
+        if a is None:
+            a = self._admissions[members] = GoodputAdmission(self.feed.survival, self.s.goodput, members)
+        return a
+
+    def _needs(self, p90: np.ndarray, members: int) -> np.ndarray:
+        """Window each (job, type) needs, as `filter_nodes` computes it: p90 × (1 + margin), or less by the
+        checkpoint cap or the goodput rule (for the pruning bound only; the decision is `filter_nodes`'s)."""
+        need = p90 * (1.0 + self.s.margin)
+        if self.p.checkpoint_intervals > 0 and self.s.checkpoint_seconds > 0:
+            need = np.minimum(need, self.p.checkpoint_intervals * self.s.checkpoint_seconds)
+        adm = self._admission(members)
+        if adm is not None:
+            c = self.s.checkpoint_seconds
+            short = np.array([
+                max(1.0, min_window(survival=adm.survival, runtime=float(x), checkpoint_interval=c,
+                                    settings=adm.settings, members=members))
+                for x in p90.ravel()
+            ]).reshape(p90.shape)
+            need = np.minimum(need, short)
+        return need
+
+    def _pod(self, j: int, gpus: int, predicted: dict[str, Prediction] | None) -> PodRequest:
+        return PodRequest(
+            name=str(j),
+            gpus=gpus,
+            predicted=predicted,
+            checkpointing=self.s.checkpoint_seconds > 0,
+            checkpoint_interval_seconds=self.s.checkpoint_seconds or None,
+        )
+
+    def _passes(self, j: int, n: int, w: int, free: np.ndarray, now: float, predicted: dict[str, Prediction] | None,
+                members: int) -> bool:
+        """Does node n pass `filter_nodes` for one gang member of w GPUs (of a gang of `members` pods)?"""
+        view = self._view(n, int(free[n]), now)
+        res = filter_nodes(pod=self._pod(j, w, predicted), nodes=[view], now=now, margin=self.s.margin,
+                           checkpoint_intervals=self.p.checkpoint_intervals, goodput=self._admission(members))
+        return bool(res.passed)
+
+    def _plan_gang(self, k: int, j: int, gj: int, free: np.ndarray, now: float, p90: np.ndarray | None,
+                   levels: np.ndarray | None, predicted: dict[str, Prediction] | None) -> tuple[tuple[int, int], ...] | None:
+        """Nodes of one GPU type that take the job together (all or nothing), or None.
+
+        Runtime-blind policies take free GPUs node by node (first fit in node order, or most free first);
+        windowed ones take, fastest GPU type first, the nodes with the widest admissible member first, with as
+        few members as the goodput rule for that gang size allows; every member is checked by `filter_nodes`.
+        """
+        maxn = self.s.gang_max_nodes
+        types = self._type_order if self.p.windowed else range(len(self.sc.fleet.types))
+        for ti in types:
+            on_type = np.flatnonzero((self.node_type == ti) & (free > 0))
+            if on_type.size < 2 or int(free[on_type].sum()) < gj:
+                continue
+            if not self.p.windowed:
+                order = on_type if self.p.pick == "first" else on_type[np.argsort(-free[on_type], kind="stable")]
+                plan = self._greedy(order, np.minimum(free[order], gj), gj, maxn)
+                if plan is not None and all(self._passes(j, n, w, free, now, None, len(plan)) for n, w in plan):
+                    return plan
+                continue
+            assert p90 is not None and levels is not None
+            cap_w = np.minimum(free[on_type], gj)
+            exact: dict[int, int] = {}  # node -> largest member width filter_nodes passed (checked this pass)
+            for m in range(2, maxn + 1):
+                need_m = float(self._needs(p90[k : k + 1, ti : ti + 1], m)[0, 0])
+                wmax = np.minimum((levels[1:, on_type] >= need_m).sum(axis=0), cap_w)
+                for _ in range(maxn + 1):  # re-plan while filter_nodes narrows a bound
+                    for i, n in enumerate(on_type):
+                        if int(n) in exact:
+                            wmax[i] = min(wmax[i], exact[int(n)])
+                    order = np.argsort(-wmax, kind="stable")
+                    plan = self._greedy(on_type[order], wmax[order], gj, m)
+                    if plan is None:
+                        break
+                    bad = False
+                    for n, w in plan:
+                        ok_w = w
+                        while ok_w > 0 and not self._passes(j, n, ok_w, free, now, predicted, len(plan)):
+                            ok_w -= 1
+                        if ok_w < w:
+                            exact[n] = ok_w
+                            bad = True
+                    if not bad:
+                        return plan
+                if plan is None and int(np.sum(wmax)) < gj:
+                    break  # even the widest members do not add up; larger gangs need longer windows
+        return None
+
+    @staticmethod
+    def _greedy(nodes: np.ndarray, width: np.ndarray, gj: int, maxn: int) -> tuple[tuple[int, int], ...] | None:
+        """Take nodes in order, as many GPUs as each allows, until gj; None if that needs more than maxn nodes."""
+        plan: list[tuple[int, int]] = []
+        left = gj
+        for n, w in zip(nodes, width):
+            if w <= 0:
+                continue
+            take = int(min(w, left))
+            plan.append((int(n), take))
+            left -= take
+            if left == 0:
+                return tuple(plan) if len(plan) <= maxn and len(plan) > 1 else None
+            if len(plan) >= maxn:
+                return None
+        return None
 
     def schedule(self, minute: int, now: float) -> None:
         if not self.queue:
@@ -212,63 +349,64 @@ class PolicyRun:
             return
         q = np.array(self.queue, dtype=np.int64)
         g = self.sc.jobs.gpus[q]
-        cand_mask = g <= free.max()
+        fmax = int(free.max())
+        gangs = self.s.gangs
+        cand_mask = g <= (int(np.clip(free, 0, None).sum()) if gangs else fmax)
         need = p50 = p90 = None
-        bound: dict[int, np.ndarray] = {}
+        levels = None
         if self.p.windowed:
             assert self.feed is not None
             p50, p90 = believed_p50_p90(self.p, scenario=self.sc, jobs=q, remaining_ref_s=self.remaining_ref)
-            need = p90 * (1.0 + self.s.margin)
-            if self.p.checkpoint_intervals > 0 and self.s.checkpoint_seconds > 0:
-                # the extender's checkpoint-aware rule caps the window a checkpointing pod needs; the bound must too
-                need = np.minimum(need, self.p.checkpoint_intervals * self.s.checkpoint_seconds)
+            need = np.full(p90.shape, np.inf)
+            idx = np.flatnonzero(cand_mask)
+            need[idx] = self._needs(p90[idx], 1)
+            levels = self.feed.left_bounds(now=now, offline=self.used, levels=int(fl.gpus.max()))
             if self.s.prune:
                 fits = np.zeros(len(q), dtype=bool)
-                for gv in np.unique(g[cand_mask]):
-                    left = self.feed.left_upper_bound(now=now, gpus_needed=self.used + gv)
+                for gv in np.unique(g[cand_mask & (g <= fmax)]):
+                    left = levels[int(gv)].copy()
                     left[free < gv] = -np.inf
-                    bound[int(gv)] = left
                     best = np.full(len(fl.types), -np.inf)
                     np.maximum.at(best, self.node_type, left)
                     sel = g == gv
                     fits[sel] = (need[sel] <= best[None, :]).any(axis=1)
-                cand_mask &= fits
+                cand_mask &= fits | (gangs & (g > 1))  # gang candidates are bounded in the gang planner
         placed: set[int] = set()
         names = {name: i for i, name in enumerate(fl.names)}
         for k in np.flatnonzero(cand_mask):
             j = int(q[k])
             gj = int(g[k])
-            nodes = np.flatnonzero(free >= gj)
-            if self.p.windowed and self.s.prune and nodes.size:
-                assert need is not None
-                nodes = nodes[bound[gj][nodes] >= need[k][self.node_type[nodes]]]
-            if nodes.size == 0:
-                continue
-            views = [self._view(int(n), int(free[n]), now) for n in nodes]
             predicted = None
             if self.p.windowed:
                 assert p50 is not None and p90 is not None
                 predicted = predictions(fl.types, p50[k], p90[k])
-            pod = PodRequest(
-                name=str(j),
-                gpus=gj,
-                predicted=predicted,
-                checkpointing=self.s.checkpoint_seconds > 0,
-                checkpoint_interval_seconds=self.s.checkpoint_seconds or None,
-            )
+            nodes = np.flatnonzero(free >= gj)
+            if self.p.windowed and self.s.prune and nodes.size:
+                assert need is not None and levels is not None
+                nodes = nodes[levels[gj][nodes] >= need[k][self.node_type[nodes]]]
+            chosen = None
             t0 = time.perf_counter()
-            res = filter_nodes(
-                pod=pod, nodes=views, now=now, margin=self.s.margin, checkpoint_intervals=self.p.checkpoint_intervals
-            )
-            chosen = self._pick(pod, views, res.passed, now) if res.passed else None
+            if nodes.size:
+                views = [self._view(int(n), int(free[n]), now) for n in nodes]
+                pod = self._pod(j, gj, predicted)
+                res = filter_nodes(pod=pod, nodes=views, now=now, margin=self.s.margin,
+                                   checkpoint_intervals=self.p.checkpoint_intervals, goodput=self._admission(1))
+                chosen = self._pick(pod, views, res.passed, now) if res.passed else None
+            plan = None
+            if chosen is None and gangs and gj > 1:
+                plan = self._plan_gang(k, j, gj, free, now, p90, levels, predicted)
             self.t.decision_s.append(time.perf_counter() - t0)
             self.t.decisions += 1
-            if chosen is None:
-                continue
-            n = names[chosen]
-            self._start(j, n, now)
-            free[n] -= gj
-            placed.add(j)
+            if chosen is not None:
+                n = names[chosen]
+                self._start(j, n, now)
+                free[n] -= gj
+                placed.add(j)
+            elif plan is not None:
+                self._start(j, plan[0][0], now, plan)
+                for n, w in plan:
+                    free[n] -= w
+                placed.add(j)
         if placed:
             self.queue = [j for j in self.queue if j not in placed]
 

@@ -10,6 +10,12 @@ forecast error from runtime-prediction error, and by tests.
 
 Windows are computed for the online demand alone (no offline pods) and shifted per policy by the GPUs that
 policy's offline pods hold on the node, which is what `free_profile(offline_now=...)` would give.
+
+The feed also learns how long its windows really last (`survival`, for expected-goodput admission): at every
+refresh, for every node and every free-GPU level free right now, it notes the forecast's seconds left and, from
+the demand that follows, when the GPUs were really taken back. A window counts only as far as the simulated
+clock has seen it: windows still open are right-censored at their age (Kaplan-Meier), so nothing from the
+future leaks into a decision. The table is rebuilt every `survival_seconds`.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from offpeak_core.forecast import ForecastSettings, SeasonalModel, fit_seasonal, forecast_demand, forecast_now
+from offpeak_core.goodput import DEFAULT_CLASS_EDGES, WindowSurvival, add_observations
 from offpeak_core.model import IdleWindow
 from offpeak_core.windows import FreeProfile, free_profile, idle_windows
 
@@ -33,6 +40,9 @@ class FeedSettings:
     refresh_seconds: float = 600.0
     refit_seconds: float = 86400.0
     forecast: ForecastSettings = ForecastSettings()
+    survival_seconds: float = 3600.0  # how often the window-survival table is rebuilt
+    survival_bin_seconds: float = 300.0
+    survival_horizon_seconds: float = 86400.0  # windows followed this long count as outlasting it
 
     def __post_init__(self) -> None:
         if self.mode not in ("seasonal", "exact"):
@@ -60,6 +70,12 @@ class WindowFeed:
         self._profiles: dict[int, FreeProfile] = {}
         minutes = np.arange(scenario.demand.shape[1])
         self._minute_times = minutes * 60.0
+        bins = int(np.ceil(settings.survival_horizon_seconds / settings.survival_bin_seconds))
+        self._closed = np.zeros((len(DEFAULT_CLASS_EDGES), bins + 1), dtype=np.int64)
+        self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (start, class-left, closes at)
+        self._survival_at = -np.inf
+        self.survival: WindowSurvival | None = None
+        self.survival_version = 0
 
     def maybe_refresh(self, now: float) -> bool:
         """Refresh when `refresh_seconds` have passed; return True when it did."""
@@ -73,7 +89,61 @@ class WindowFeed:
             self._exact(now)
         else:
             self._seasonal(now)
+        self._observe(now)
+        if now - self._survival_at >= self.s.survival_seconds:
+            self._survival_at = now
+            self._rebuild_survival(now)
         return True
+
+    def _observe(self, now: float) -> None:
+        """Note every (node, free-GPU level) free now: the forecast's seconds left and when it really closed."""
+        sc = self.sc
+        m0 = int(now // 60)
+        horizon = int(self.s.survival_horizon_seconds // 60)
+        future = sc.demand[:, m0 : m0 + horizon + 1].astype(np.int64)
+        if future.shape[1] == 0:
+            return
+        peak = np.maximum.accumulate(future, axis=1)  # online GPUs held at some point since now
+        cap = sc.fleet.gpus.astype(np.int64)
+        low = np.minimum.accumulate(self.free, axis=1)  # forecast free GPUs, lowest so far
+        starts, lefts, closes = [], [], []
+        for level in range(1, int(cap.max()) + 1):
+            ok_now = cap - future[:, 0] >= level
+            if not ok_now.any():
+                continue
+            run = (low >= level).sum(axis=1)
+            left = np.where(run >= self.steps, np.inf, run * self.step)
+            taken = peak > (cap - level)[:, None]
+            first = np.where(taken.any(axis=1), taken.argmax(axis=1), -1)
+            followed = future.shape[1] - 1  # minutes of demand there is to look at (less at the end of the trace)
+            close = np.where(first >= 0, now + first * 60.0, np.where(followed >= horizon, np.inf, np.nan))
+            keep = ok_now & ~np.isnan(close)
+            starts.append(np.full(int(keep.sum()), now))
+            lefts.append(left[keep])
+            closes.append(close[keep])
+        if starts:
+            self._pending.append((np.concatenate(starts), np.concatenate(lefts), np.concatenate(closes)))
+
+    def _rebuild_survival(self, now: float) -> None:
+        """Move windows seen closing (or outlasting the horizon) into the table; the rest are censored at their age."""
+        b = self.s.survival_bin_seconds
+        h = self.s.survival_horizon_seconds
+        open_at = np.zeros_like(self._closed)
+        still: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for start, left, close in self._pending:
+            known = (close <= now) | (start + h <= now)
+            if known.any():
+                lasted = np.minimum(close[known], start[known] + h) - start[known]
+                add_observations(self._closed, edges=DEFAULT_CLASS_EDGES, bin_seconds=b, forecast_left=left[known],
+                                 lasted=lasted, outlasted=lasted >= h)
+            rest = ~known
+            if rest.any():
+                still.append((start[rest], left[rest], close[rest]))
+                add_observations(open_at, edges=DEFAULT_CLASS_EDGES, bin_seconds=b, forecast_left=left[rest],
+                                 lasted=now - start[rest], outlasted=np.zeros(int(rest.sum()), dtype=bool))
+        self._pending = still
+        self.survival = WindowSurvival(DEFAULT_CLASS_EDGES, b, self._closed.copy(), open_at)
+        self.survival_version += 1
 
     def _exact(self, now: float) -> None:
         d = self.sc.demand
@@ -133,6 +203,19 @@ class WindowFeed:
             for w in self.base_windows(node)
             if w.free_gpus > offline_gpus and w.start <= now and (w.end is None or w.end > now)
         )
+
+    def left_bounds(self, *, now: float, offline: np.ndarray, levels: int) -> np.ndarray:
+        """`left_upper_bound` for `offline + w` GPUs, every w in 0..levels at once: [levels + 1, nodes]."""
+        c = int(max(0, (now - self.refreshed_at) // self.step))
+        low = np.minimum.accumulate(self.free[:, c:], axis=1)
+        span = low.shape[1]
+        out = np.empty((levels + 1, low.shape[0]))
+        for w in range(levels + 1):
+            run = (low >= (offline + w)[:, None]).sum(axis=1)
+            end = self.refreshed_at + (c + run) * self.step
+            out[w] = np.where(run >= span, np.inf, end - now + self.step)
+        out[:, self.stale] = np.inf
+        return out
 
     def left_upper_bound(self, *, now: float, gpus_needed: np.ndarray) -> np.ndarray:
         """Per node, an upper bound on seconds from `now` that `gpus_needed[n]` GPUs stay forecast free (inf: open).

@@ -1,9 +1,9 @@
 """The offline job stream from the Microsoft ITP (ElasticFlow) trace: arrivals, durations, GPU counts.
 
 Any folder with `raw/clusterNN.csv` (or `clusterNN.csv` directly) in that layout works, e.g. another time slice.
-Submission times are rebased so the first job in the folder arrives at 0. Jobs wider than a node are folded onto
-one node with the same GPU-seconds (GPUs capped at the node size, duration stretched), because the extender
-places one pod per job. The stream is thinned (seeded, every job kept with the same probability) to a target
+Submission times are rebased so the first job in the folder arrives at 0. Jobs keep their GPU count; the engine
+runs one wider than a node's free GPUs as a gang across nodes. `fold_to_node` (the older model, opt-in) instead
+folds them onto one node with the same GPU-seconds (GPUs capped at the node size, duration stretched). The stream is thinned (seeded, every job kept with the same probability) to a target
 offered load, so the job size mix is unchanged.
 """
 

@@ -61,6 +61,7 @@ def summarise(scenario: Scenario, runs: Mapping[str, PolicyRun]) -> dict[str, di
             "jobs_started": int(np.isfinite(r.first_start).sum()),
             "jobs_completed": int(np.isfinite(r.finish).sum()),
             "jobs_evicted": int((r.job_evictions > 0).sum()),
+            "gang_starts": int(r.gang_starts),
             "jct_jobs": int(done_all.sum()),
         }
         m.update(_stats((r.finish - arrival)[done_all], "jct"))

@@ -11,9 +11,13 @@ hand it (None = runtime-blind: fits-now only) and in how the final node is chose
 | offpeak | predictor p50, p90 = p50 × profile p90 ratio | extender `prioritize_nodes` |
 | oracle | true remaining runtime (p50 = p90) | extender `prioritize_nodes` |
 
-What-if, not in the default set: `offpeak-ckpt` is offpeak with the extender's optional checkpoint-aware rule on
-(`checkpoint_intervals=4`: a checkpointing job only needs a window of min(p90 × (1 + margin), 4 checkpoint
-intervals)).
+The windowed policies admit checkpointing jobs by expected goodput (`offpeak_core.goodput`, with the window
+survival the feed has learnt so far): a window shorter than the job is taken when the useful work expected
+before it closes is at least `GoodputSettings.min_efficiency` of the GPU time held.
+
+What-ifs, not in the default set: `offpeak-p90` is offpeak without the goodput rule (every job needs a window
+of p90 × (1 + margin), the rule before issue 18); `offpeak-ckpt` is that plus the older checkpoint cap
+(`checkpoint_intervals=4`: a checkpointing job only needs min(p90 × (1 + margin), 4 checkpoint intervals)).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class Policy:
     knows: str  # "blind" | "user" | "predicted" | "true"
     pick: str  # "spread" | "first" | "score"
     checkpoint_intervals: int = 0  # >0: the extender's checkpoint-aware rule with this k
+    goodput: bool = True  # windowed: admit checkpointing jobs into shorter windows by expected goodput
 
     @property
     def windowed(self) -> bool:
@@ -48,7 +53,8 @@ POLICIES: dict[str, Policy] = {
         Policy("user-estimate", "user", "score"),
         Policy("offpeak", "predicted", "score"),
         Policy("oracle", "true", "score"),
-        Policy("offpeak-ckpt", "predicted", "score", checkpoint_intervals=4),
+        Policy("offpeak-p90", "predicted", "score", goodput=False),
+        Policy("offpeak-ckpt", "predicted", "score", checkpoint_intervals=4, goodput=False),
     )
 }
 DEFAULT_SET = ("default", "backfill", "user-estimate", "offpeak", "oracle")

@@ -38,6 +38,7 @@ class ScenarioSettings:
     online: online.OnlineSettings = field(default_factory=online.OnlineSettings)
     predictor_reports: Path | None = None  # folder with the predictor's evaluation JSON
     predictor_sigma: float | None = None  # set: log-normal error with this sigma instead of any report
+    fold_wide_jobs: bool = False  # True: jobs wider than a node run on one node, longer (the old model, no gangs)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,9 @@ def build_scenario(s: ScenarioSettings) -> Scenario:
     end_s = start_s + s.days * DAY
     minutes = int(np.ceil(end_s / 60.0)) + 1
     demand = online.load_online_demand(s.online_trace, fleet=fleet, minutes=minutes, seed=s.seed, settings=s.online)
-    all_jobs = jobs_mod.fold_to_node(jobs_mod.load_jobs(s.jobs_trace, clusters=s.clusters), gpus_per_node=s.gpus_per_node)
+    all_jobs = jobs_mod.load_jobs(s.jobs_trace, clusters=s.clusters)
+    if s.fold_wide_jobs:
+        all_jobs = jobs_mod.fold_to_node(all_jobs, gpus_per_node=s.gpus_per_node)
     period = jobs_mod.window(all_jobs, start_s=s.jobs_start_day * DAY, length_s=s.days * DAY)
     if len(period) == 0:
         raise UserError(f"no jobs arrive in days {s.jobs_start_day}..{s.jobs_start_day + s.days} of {s.jobs_trace}")

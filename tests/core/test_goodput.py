@@ -11,6 +11,7 @@ from offpeak_core.decisions import filter_nodes
 from offpeak_core.goodput import (
     GoodputAdmission,
     GoodputSettings,
+    WindowSurvival,
     expected_goodput,
     min_window,
     survival_from_observations,
@@ -22,15 +23,16 @@ NOW = 1_000_000.0
 A100 = "A100-SXM4-40GB"
 
 
-def _survival(left: float, lasted: list[float], outlasted: list[bool] | None = None):
+def _survival(left: float, lasted: list[float], outlasted: list[bool] | None = None, min_at_risk: int = 10):
     n = len(lasted)
-    return survival_from_observations(forecast_left=[left] * n, lasted=lasted, outlasted=outlasted or [False] * n)
+    return survival_from_observations(forecast_left=[left] * n, lasted=lasted, outlasted=outlasted or [False] * n,
+                                      min_at_risk=min_at_risk)
 
 
 def test_expected_work_equals_the_average_over_the_observed_windows() -> None:
     rng = np.random.default_rng(1)
     lasted = (rng.integers(0, 60, 500) * 300.0).tolist()  # bin-aligned, so the table loses nothing
-    sv = _survival(H, lasted)
+    sv = _survival(H, lasted, min_at_risk=1)
     runtime, interval, startup = 3 * H, 1800.0, 600.0
     useful, held = [], []
     for t in lasted:  # replay each window: work kept at the last checkpoint before it closed, or the whole run
@@ -59,7 +61,7 @@ def test_a_checkpointing_job_may_take_a_window_shorter_than_its_run() -> None:
 
 
 def test_untrusted_classes_admit_nothing() -> None:
-    sv = _survival(H, [2 * H] * 5)
+    sv = _survival(H, [2 * H] * 5, min_at_risk=1)
     s = GoodputSettings(startup_seconds=0.0, min_samples=30)
     assert min_window(survival=sv, runtime=10 * H, checkpoint_interval=1800.0, settings=s) == math.inf
     s5 = GoodputSettings(startup_seconds=0.0, min_samples=5)
@@ -98,3 +100,23 @@ def test_filter_admits_by_goodput_only_checkpointing_pods() -> None:
     assert "lowered by expected goodput" in res.failed["none"]
     assert filter_nodes(pod=ck, nodes=nodes, now=NOW).passed == ()  # rule off: needs 11.5 h
     assert filter_nodes(pod=plain, nodes=nodes, now=NOW, goodput=adm).passed == ()  # cannot checkpoint
+
+
+def test_windows_still_open_are_counted_as_censored_not_dropped() -> None:
+    rng = np.random.default_rng(2)
+    b = 300.0
+    lasted = np.floor(rng.exponential(3 * H, 4000) / b) * b
+    age = np.floor(rng.uniform(0, 8 * H, 4000) / b) * b  # how long ago each window began, when we look
+    known = lasted <= age
+    bins = int(86400 / b)
+    closed = np.zeros((1, bins + 1), dtype=np.int64)
+    open_at = np.zeros((1, bins + 1), dtype=np.int64)
+    np.add.at(closed, (0, (lasted[known] / b).astype(int)), 1)
+    np.add.at(open_at, (0, (age[~known] / b).astype(int)), 1)
+    km = WindowSurvival((0.0,), b, closed, open_at)
+    naive = WindowSurvival((0.0,), b, closed)  # only the windows already seen closing: biased short
+    t = np.array([H, 2 * H, 4 * H])
+    truth = np.array([(lasted >= x).mean() for x in t])
+    assert np.allclose(km.curve(t)[0], truth, atol=0.04)
+    assert (naive.curve(t)[0] < truth - 0.1).all()
+    assert km.curve(np.array([20 * H]))[0, 0] == 0.0  # nobody followed 20 h: no evidence, no survival
