@@ -27,6 +27,7 @@ import atexit
 import json
 import math
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -126,8 +127,22 @@ class Tracker:
         self._attempt_steps = 0
         self._checkpoint: int | None = None
         self._last_write: float | None = None
+        self.stopping = False  # set by SIGTERM once `catch_sigterm` was called: save a checkpoint and exit
         if at_exit and self.path:
             atexit.register(self.flush)
+
+    def catch_sigterm(self) -> bool:
+        """Turn SIGTERM (an eviction: Kubernetes waits the pod's grace period before SIGKILL) into `stopping`, so
+        the loop can save a checkpoint, report it and exit instead of dying mid-step. False where signals cannot
+        be caught (not the main thread)."""
+        def stop(signum: int, frame: object) -> None:
+            self.stopping = True
+
+        try:
+            signal.signal(signal.SIGTERM, stop)
+        except ValueError:
+            return False
+        return True
 
     def step(self, n: int = 1) -> None:
         """Record `n` more finished steps (call after each optimizer step, or every n steps)."""

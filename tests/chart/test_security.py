@@ -100,6 +100,8 @@ OPERATOR_NAMESPACED = {
     ("", "pods", "patch"),  # a real prediction replaces a fallback in the waiting pods' annotation
     ("", "pods/log", "get"),
     ("", "configmaps", "get"), ("", "configmaps", "create"),
+    ("", "services", "create"),  # a multi-worker job's headless rendezvous Service
+    ("", "persistentvolumeclaims", "create"),  # spec.checkpoint.claimTemplate
     ("", "events", "create"),
 }
 # nodes get: a running job's GPU type is its node's offpeak.io/gpu-type label; kopf watches CRDs
