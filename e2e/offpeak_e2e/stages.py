@@ -12,6 +12,11 @@ from typing import Any
 import yaml
 
 SIM_RUNTIME_ANNOTATION = "offpeak.io/sim-runtime"
+# the fake training code's exit status at the end of its sim-runtime (absent: 0, the pod succeeds)
+SIM_EXIT_ANNOTATION = "offpeak.io/sim-exit-code"
+# the progress report (offpeak.progress JSON) the fake training code leaves when it is stopped: what a real one
+# writes on SIGTERM after saving its checkpoint
+SIM_PROGRESS_ANNOTATION = "offpeak.io/sim-progress"
 WORKLOAD_LABEL = "offpeak.io/workload"
 
 _NODE_STATUS = """{{ $now := Now }}
@@ -132,6 +137,59 @@ phase: Succeeded
 """
 
 
+_POD_FAILED = """{{ $now := Now }}
+{{ $root := . }}
+conditions:
+- lastProbeTime: null
+  lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  reason: PodFailed
+  type: Ready
+containerStatuses:
+{{ range $index, $item := .spec.containers }}
+- image: {{ $item.image | Quote }}
+  name: {{ $item.name | Quote }}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    terminated:
+      exitCode: {{ index $root.metadata.annotations "offpeak.io/sim-exit-code" }}
+      finishedAt: {{ $now | Quote }}
+      reason: Error
+      startedAt: {{ $root.status.startTime | Quote }}
+{{ end }}
+phase: Failed
+"""
+
+# Stopped (SIGTERM on deletion): every container ends with the progress report as its termination message.
+_POD_STOPPED = """{{ $now := Now }}
+{{ $root := . }}
+conditions:
+- lastProbeTime: null
+  lastTransitionTime: {{ $now | Quote }}
+  status: "False"
+  reason: PodFailed
+  type: Ready
+containerStatuses:
+{{ range $index, $item := .spec.containers }}
+- image: {{ $item.image | Quote }}
+  name: {{ $item.name | Quote }}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    terminated:
+      exitCode: 143
+      finishedAt: {{ $now | Quote }}
+      reason: Error
+      message: {{ index $root.metadata.annotations "offpeak.io/sim-progress" | Quote }}
+      startedAt: {{ $root.status.startTime | Quote }}
+{{ end }}
+phase: Failed
+"""
+
+
 def _stage(name: str, kind: str, expressions: list[dict[str, Any]], *, nxt: dict[str, Any],
            delay: dict[str, Any] | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {
@@ -160,6 +218,13 @@ def stages(*, pod_start_ms: int = 300, heartbeat_ms: int = 20_000) -> list[dict[
     not_deleting = _expr(".metadata.deletionTimestamp", "DoesNotExist")
     ready = '.status.conditions.[] | select( .type == "Ready" ) | .status'
     runtime = f'.metadata.annotations["{SIM_RUNTIME_ANNOTATION}"]'
+    exit_code = f'.metadata.annotations["{SIM_EXIT_ANNOTATION}"]'
+    progress = f'.metadata.annotations["{SIM_PROGRESS_ANNOTATION}"]'
+    offline = _expr(f'.metadata.labels["{WORKLOAD_LABEL}"]', "In", "offline")
+    deleting = _expr(".metadata.deletionTimestamp", "Exists")
+    no_finalizers = _expr(".metadata.finalizers", "DoesNotExist")
+    ends = {"durationMilliseconds": 1000, "durationFrom": {"expressionFrom": runtime},
+            "jitterDurationMilliseconds": 1000, "jitterDurationFrom": {"expressionFrom": runtime}}
     return [
         _stage("node-initialize", "Node", [_expr(ready, "NotIn", "True")],
                nxt={"statusTemplate": _NODE_STATUS + _NODE_INIT_EXTRA}),
@@ -171,13 +236,23 @@ def stages(*, pod_start_ms: int = 300, heartbeat_ms: int = 20_000) -> list[dict[
                nxt={"statusTemplate": _POD_RUNNING},
                delay={"durationMilliseconds": pod_start_ms, "jitterDurationMilliseconds": pod_start_ms * 2}),
         _stage("offpeak-offline-complete", "Pod",
-               [not_deleting, _expr(".status.phase", "In", "Running"), _expr(ready, "In", "True"),
-                _expr(f'.metadata.labels["{WORKLOAD_LABEL}"]', "In", "offline"), _expr(runtime, "Exists")],
-               nxt={"statusTemplate": _POD_SUCCEEDED},
-               delay={"durationMilliseconds": 1000, "durationFrom": {"expressionFrom": runtime},
-                      "jitterDurationMilliseconds": 1000, "jitterDurationFrom": {"expressionFrom": runtime}}),
-        _stage("pod-delete", "Pod",
-               [_expr(".metadata.deletionTimestamp", "Exists"), _expr(".metadata.finalizers", "DoesNotExist")],
+               [not_deleting, _expr(".status.phase", "In", "Running"), _expr(ready, "In", "True"), offline,
+                _expr(runtime, "Exists"), _expr(exit_code, "DoesNotExist")],
+               nxt={"statusTemplate": _POD_SUCCEEDED}, delay=ends),
+        _stage("offpeak-offline-fail", "Pod",
+               [not_deleting, _expr(".status.phase", "In", "Running"), _expr(ready, "In", "True"), offline,
+                _expr(runtime, "Exists"), _expr(exit_code, "Exists")],
+               nxt={"statusTemplate": _POD_FAILED}, delay=ends),
+        # a pod that reports progress is stopped as a real one is (SIGTERM, checkpoint, report, exit) and only
+        # then removed, a few seconds later, so the operator can read what it reported
+        _stage("offpeak-offline-stop", "Pod",
+               [deleting, _expr(".status.phase", "In", "Running"), _expr(progress, "Exists")],
+               nxt={"statusTemplate": _POD_STOPPED},
+               delay={"durationMilliseconds": 500, "jitterDurationMilliseconds": 1000}),
+        _stage("pod-delete-stopped", "Pod",
+               [deleting, no_finalizers, _expr(progress, "Exists"), _expr(".status.phase", "NotIn", "Running")],
+               nxt={"delete": True}, delay={"durationMilliseconds": 3000, "jitterDurationMilliseconds": 4000}),
+        _stage("pod-delete", "Pod", [deleting, no_finalizers, _expr(progress, "DoesNotExist")],
                nxt={"delete": True}, delay={"durationMilliseconds": 200, "jitterDurationMilliseconds": 400}),
     ]
 

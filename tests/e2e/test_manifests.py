@@ -13,7 +13,8 @@ from offpeak_e2e import build, nodes, schedconfig, stages
 
 def test_stages_cover_node_and_pod_lifecycle() -> None:
     names = [s["metadata"]["name"] for s in stages.stages()]
-    assert names == ["node-initialize", "node-heartbeat", "pod-start", "offpeak-offline-complete", "pod-delete"]
+    assert names == ["node-initialize", "node-heartbeat", "pod-start", "offpeak-offline-complete",
+                     "offpeak-offline-fail", "offpeak-offline-stop", "pod-delete-stopped", "pod-delete"]
     docs = list(yaml.safe_load_all(stages.stages_yaml()))
     assert all(d["kind"] == "Stage" and d["apiVersion"] == "kwok.x-k8s.io/v1alpha1" for d in docs)
 
@@ -28,6 +29,22 @@ def test_offline_completion_waits_exactly_the_sim_runtime() -> None:
     keys = {e["key"]: e for e in complete["spec"]["selector"]["matchExpressions"]}
     assert keys['.metadata.labels["offpeak.io/workload"]']["values"] == ["offline"]
     assert "phase: Succeeded" in complete["spec"]["next"]["statusTemplate"]
+
+
+def test_each_pod_matches_at_most_one_ending_and_one_deletion() -> None:
+    """A fake training pod either succeeds or fails (sim-exit-code), and a deleted one that reports progress is
+    stopped with its report before it is removed; no two stages may race for the same pod."""
+    by_name = {s["metadata"]["name"]: {e["key"]: e for e in s["spec"]["selector"]["matchExpressions"]}
+               for s in stages.stages()}
+    exit_key = '.metadata.annotations["offpeak.io/sim-exit-code"]'
+    progress_key = '.metadata.annotations["offpeak.io/sim-progress"]'
+    assert by_name["offpeak-offline-complete"][exit_key]["operator"] == "DoesNotExist"
+    assert by_name["offpeak-offline-fail"][exit_key]["operator"] == "Exists"
+    assert by_name["pod-delete"][progress_key]["operator"] == "DoesNotExist"
+    assert by_name["pod-delete-stopped"]['.status.phase']["operator"] == "NotIn"
+    assert by_name["offpeak-offline-stop"]['.status.phase']["values"] == ["Running"]
+    stop = next(s for s in stages.stages() if s["metadata"]["name"] == "offpeak-offline-stop")
+    assert '"offpeak.io/sim-progress"' in stop["spec"]["next"]["statusTemplate"]
 
 
 def test_plan_nodes_round_robin_over_gpu_types() -> None:

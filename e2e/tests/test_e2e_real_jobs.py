@@ -1,0 +1,194 @@
+"""Scenario: TrainingJobs as real teams run them (#17), on the real control plane.
+
+`kubectl wait` returns for a succeeded and for a failed job; two workers get a torchrun rendezvous through their
+headless Service and are placed together or not at all (gang); a job written as a pod template with a checkpoint
+claim is stopped on one node and resumes on another from the checkpoint it reported, mounting the same claim.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from offpeak_core.gpuproducts import node_gpu_type
+from offpeak_core.humanize import duration
+from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
+
+
+def _node_of_type(cluster: E2ECluster, gpu_type: str) -> str:
+    items = [n for n in cluster.get("nodes")["items"] if node_gpu_type(n["metadata"].get("labels") or {}) == gpu_type]
+    assert items, f"no node of type {gpu_type}"
+    return str(items[0]["metadata"]["name"])
+
+
+def _conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status.get("conditions") or []}
+
+
+def _env(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env") or []}
+
+
+# Nodes are taken out with `kubectl cordon` rather than online load: the extender's forecast rightly keeps a
+# node that was just busy short-windowed for a while, which would blur what these tests look at. These two GPU
+# types carry no online load in any other scenario either.
+FIRST, SECOND = "V100-SXM2-16GB", "H100-SXM5-80GB"
+
+
+@pytest.fixture
+def uncordon_all(e2e_cluster: E2ECluster) -> Iterator[None]:
+    yield
+    for node in e2e_cluster.nodes:
+        e2e_cluster.kubectl("uncordon", node, check=False)
+
+
+def test_kubectl_wait_returns_for_a_succeeded_and_a_failed_job(e2e_cluster: E2ECluster, e2e_namespace: str) -> None:
+    ns = e2e_namespace
+    types = ["A100-SXM4-40GB", "H100-SXM5-80GB"]
+    ok = trainingjob_manifest("waits-ok", sim_seconds=3, gpu_types=types, torchvision=None, estimated_seconds=30)
+    bad = trainingjob_manifest("waits-bad", sim_seconds=3, gpu_types=types, torchvision=None, estimated_seconds=30,
+                               extra_spec={"maxAttempts": 1, "podAnnotations": {
+                                   "offpeak.io/sim-runtime": "3000ms", "offpeak.io/sim-exit-code": "3"}})
+    for job in (ok, bad):
+        e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
+    t = time.monotonic()
+    e2e_cluster.kubectl("-n", ns, "wait", "--for=condition=Succeeded", "tj/waits-ok", "--timeout=240s", timeout=250)
+    e2e_cluster.kubectl("-n", ns, "wait", "--for=condition=Failed", "tj/waits-bad", "--timeout=240s", timeout=250)
+    print(f"[e2e] kubectl wait returned for both endings after {time.monotonic() - t:.1f}s")
+
+    done = e2e_cluster.trainingjob(ns, "waits-ok")
+    status = done["status"]
+    assert status["phase"] == "Succeeded" and status["reason"] == "Succeeded", status
+    assert _conditions(status)["Finished"]["status"] == "True" and "Failed" not in _conditions(status)
+    assert status["observedGeneration"] == done["metadata"]["generation"]
+    assert status["predicted"] == duration(status["predictedSeconds"]) and status["actual"].endswith("s")
+    failed = e2e_cluster.trainingjob(ns, "waits-bad")["status"]
+    assert failed["phase"] == "Failed" and failed["reason"] == "MaxAttemptsReached", failed
+    assert _conditions(failed)["Finished"] == {**_conditions(failed)["Finished"], "status": "True",
+                                                "reason": "MaxAttemptsReached"}
+    assert "Succeeded" not in _conditions(failed)
+    table = e2e_cluster.kubectl("-n", ns, "get", "tj").stdout
+    assert "REASON" in table.splitlines()[0] and "MaxAttemptsReached" in table and status["predicted"] in table, table
+
+
+def test_two_workers_rendezvous_and_are_placed_together_or_not_at_all(
+        e2e_cluster: E2ECluster, e2e_namespace: str, uncordon_all: None) -> None:
+    ns = e2e_namespace
+    first, second = _node_of_type(e2e_cluster, FIRST), _node_of_type(e2e_cluster, SECOND)
+    e2e_cluster.kubectl("cordon", second)  # only one node of the allowed types: room for one worker of two
+    job = trainingjob_manifest("gang", sim_seconds=20, gpu_types=[FIRST, SECOND], torchvision=None,
+                               estimated_seconds=40, workers=2, extra_spec={"gpusPerWorker": 8})
+    e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
+    selector = "offpeak.io/trainingjob=gang,offpeak.io/role=training"
+    e2e_cluster.wait_for("both workers created", lambda: len(e2e_cluster.pods(ns, selector)) == 2, timeout=120)
+
+    service = e2e_cluster.get("service", "-n", ns, "gang-workers")
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"] == {"offpeak.io/trainingjob": "gang", "offpeak.io/role": "training"}
+    pods = sorted(e2e_cluster.pods(ns, selector), key=lambda p: p["metadata"]["name"])
+    master = f"gang-w0.gang-workers.{ns}.svc"
+    for rank, pod in enumerate(pods):
+        env = _env(pod)
+        assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["WORLD_SIZE"], env["RANK"], env["NODE_RANK"],
+                env["LOCAL_WORLD_SIZE"]) == (master, "29500", "16", str(8 * rank), str(rank), "8"), env
+        assert pod["spec"]["hostname"] == f"gang-w{rank}" and pod["spec"]["subdomain"] == "gang-workers"
+
+    # one node free for a gang of two: neither worker is bound, for the whole wait, and the job says why
+    deadline = time.monotonic() + 25
+    while time.monotonic() < deadline:
+        bound = [p["metadata"]["name"] for p in e2e_cluster.pods(ns, selector) if p["spec"].get("nodeName")]
+        assert not bound, f"partial placement: {bound} bound while the gang cannot fit"
+        time.sleep(1)
+    said = [c.get("message", "") for p in e2e_cluster.pods(ns, selector)
+            for c in p["status"].get("conditions") or [] if c["type"] == "PodScheduled"]
+    assert any("gang of 2" in m for m in said), said
+    waiting = e2e_cluster.trainingjob(ns, "gang")["status"]
+    assert waiting["phase"] == "Waiting" and waiting["reason"] == "Unschedulable", waiting
+    assert "gang of 2" in waiting["message"], waiting["message"]
+
+    t = time.monotonic()
+    e2e_cluster.kubectl("uncordon", second)  # a second node frees up: both workers start together
+    e2e_cluster.wait_phase(ns, "gang", ["Running"], timeout=120)
+    placed = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in e2e_cluster.pods(ns, selector)}
+    print(f"[e2e] gang placed {time.monotonic() - t:.1f}s after the second node freed up: {placed}")
+    assert set(placed.values()) == {first, second}, placed
+    done = e2e_cluster.wait_phase(ns, "gang", ["Succeeded", "Failed"], timeout=150)
+    assert done["status"]["phase"] == "Succeeded", done["status"]
+
+
+def test_a_template_job_resumes_on_another_node_from_its_reported_checkpoint_on_the_same_claim(
+        e2e_cluster: E2ECluster, e2e_namespace: str, uncordon_all: None) -> None:
+    ns = e2e_namespace
+    first, second = _node_of_type(e2e_cluster, FIRST), _node_of_type(e2e_cluster, SECOND)
+    pv = f"ckpt-{ns}"
+    e2e_cluster.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+                       "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                                "storageClassName": "", "hostPath": {"path": f"/tmp/{pv}"},
+                                "persistentVolumeReclaimPolicy": "Delete"}})
+    e2e_cluster.kubectl("-n", ns, "create", "configmap", "train-config", "--from-literal=lr=0.1")
+    # what the fake training code reports when stopped: 130 steps done, the last checkpoint at step 120
+    report = {"offpeak_progress": 1, "steps": 130, "attempt_steps": 130, "step_seconds": 0.1,
+              "startup_seconds": 2.0, "checkpoint_steps": 120}
+    template = {
+        "metadata": {"labels": {"team": "vision"},
+                     "annotations": {"offpeak.io/sim-runtime": "30000ms", "offpeak.io/sim-progress": json.dumps(report)}},
+        "spec": {
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
+            "volumes": [{"name": "config", "configMap": {"name": "train-config"}}],
+            "containers": [{"name": "trainer", "image": "registry.local/offpeak-e2e/train:1",
+                            "command": ["python", "train.py"],
+                            "volumeMounts": [{"name": "config", "mountPath": "/etc/train"}]}],
+        },
+    }
+    checkpoint = {"claimTemplate": {"spec": {"volumeName": pv, "storageClassName": "", "accessModes": ["ReadWriteOnce"],
+                                             "resources": {"requests": {"storage": "1Gi"}}}},
+                  "path": "/ckpt", "intervalSeconds": 30, "gracePeriodSeconds": 20}
+    job = trainingjob_manifest("resume", sim_seconds=30, gpu_types=[FIRST, SECOND], torchvision=None,
+                               estimated_seconds=60, steps=300)
+    spec = job["spec"]
+    for key in ("image", "command", "podAnnotations"):
+        spec.pop(key)
+    spec.update(template=template, checkpoint=checkpoint, gpusPerWorker=4)
+    e2e_cluster.kubectl("cordon", second)  # the first attempt lands on the first node
+    e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
+    running = e2e_cluster.wait_phase(ns, "resume", ["Running", "Failed"], timeout=120)["status"]
+    assert running["phase"] == "Running" and running["node"] == first, running
+    claim = e2e_cluster.get("pvc", "-n", ns, "resume-checkpoint")
+    assert claim["metadata"]["ownerReferences"][0]["kind"] == "TrainingJob"
+    (pod,) = e2e_cluster.pods(ns, "offpeak.io/trainingjob=resume,offpeak.io/role=training")
+    assert pod["spec"]["securityContext"]["runAsUser"] == 1000 and pod["metadata"]["labels"]["team"] == "vision"
+    assert {"name": "offpeak-checkpoint", "mountPath": "/ckpt"} in pod["spec"]["containers"][0]["volumeMounts"]
+    assert _env(pod)["OFFPEAK_CHECKPOINT_DIR"] == "/ckpt" and pod["spec"]["terminationGracePeriodSeconds"] == 20
+
+    # the first node goes away for offline work, the second frees up; the job's pod is stopped (SIGTERM: it
+    # saves and reports)
+    e2e_cluster.kubectl("cordon", first)
+    e2e_cluster.kubectl("uncordon", second)
+    e2e_cluster.kubectl("-n", ns, "delete", "pod", pod["metadata"]["name"], "--wait=false")
+    def requeued() -> bool:
+        status = e2e_cluster.trainingjob(ns, "resume")["status"]
+        return status.get("phase") in ("Requeued", "Failed") or int(status.get("attempts") or 0) >= 2
+
+    e2e_cluster.wait_for("the stopped attempt requeued", requeued, timeout=60)
+    status = e2e_cluster.trainingjob(ns, "resume")["status"]
+    assert status["completedSteps"] == report["checkpoint_steps"], status  # from its report, not an estimate
+    lost_seconds = (report["steps"] - report["checkpoint_steps"]) * report["step_seconds"]
+    assert lost_seconds <= checkpoint["intervalSeconds"]
+    assert any(m.get("source") == "progress" for m in status.get("measurements") or []), status
+
+    resumed = e2e_cluster.wait_phase(ns, "resume", ["Running", "Failed"], timeout=120)["status"]
+    assert resumed["phase"] == "Running" and resumed["node"] == second and resumed["attempts"] == 2, resumed
+    (second,) = [p for p in e2e_cluster.pods(ns, "offpeak.io/trainingjob=resume,offpeak.io/role=training")
+                 if p["metadata"]["labels"]["offpeak.io/attempt"] == "2"]
+    assert _env(second)["OFFPEAK_COMPLETED_STEPS"] == "120"
+    volumes = {v["name"]: v for v in second["spec"]["volumes"]}
+    assert volumes["offpeak-checkpoint"]["persistentVolumeClaim"]["claimName"] == "resume-checkpoint"
+    remaining = json.loads(second["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])
+    assert remaining[SECOND]["p50"] < 60, remaining  # the work left, not the whole job again
+    done = e2e_cluster.wait_phase(ns, "resume", ["Succeeded", "Failed"], timeout=120)["status"]
+    assert done["phase"] == "Succeeded", done
+    e2e_cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
