@@ -102,7 +102,7 @@ def plan_gang(
                                        checkpoint_intervals=checkpoint_intervals)
     room = sum(capacity.values())
     if room < workers:
-        reason = (f"gang of {workers} worker(s) x {pod.gpus} GPU(s) needs {workers} place(s) in fitting windows, "
+        reason = (f"gang of {workers} worker(s) x {pod.gpus} GPU(s) needs {workers} place(s) in fitting windows; "
                   f"{room} found on {len(capacity)} node(s)")
         return GangPlan((), {**failed, **dict.fromkeys(capacity, reason)}, reason)
     fitting = [n for n in nodes if n.name in capacity]

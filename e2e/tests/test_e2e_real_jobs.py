@@ -8,6 +8,9 @@ claim is stopped on one node and resumes on another from the checkpoint it repor
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -109,6 +112,20 @@ def test_two_workers_rendezvous_and_are_placed_together_or_not_at_all(
     waiting = e2e_cluster.trainingjob(ns, "gang")["status"]
     assert waiting["phase"] == "Waiting" and waiting["reason"] == "Unschedulable", waiting
     assert "gang of 2" in waiting["message"], waiting["message"]
+    # ... and so do the user's commands, in human units
+    cli = [sys.executable, "-m", "offpeak"]
+    kubeconfig = ["--kubeconfig", str(e2e_cluster.kubeconfig), "-n", ns]
+    listing = subprocess.run([*cli, "jobs", *kubeconfig], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "COLUMNS": "200"})
+    assert listing.returncode == 0, listing.stderr
+    assert "gang" in listing.stdout and "Unschedulable" in listing.stdout and "2x8 on" in listing.stdout, listing.stdout
+    explained = subprocess.run([*cli, "explain", "gang", *kubeconfig], capture_output=True, text=True, timeout=60)
+    assert explained.returncode == 0, explained.stderr
+    assert "Pod gang-a1-w0: Pending" in explained.stdout and "  1 gang of 2 worker(s)" in explained.stdout, \
+        explained.stdout
+    missing = subprocess.run([*cli, "explain", "no-such-job", *kubeconfig], capture_output=True, text=True,
+                             timeout=60)
+    assert missing.returncode == 2 and "not found" in missing.stderr, missing
 
     t = time.monotonic()
     e2e_cluster.kubectl("uncordon", second)  # a second node frees up: both workers start together

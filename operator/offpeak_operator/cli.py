@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import os
 import random
@@ -58,6 +59,110 @@ def register(subparsers: Any) -> None:
                    help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--verbose", "-v", action="store_true")
     p.set_defaults(func=run_operator)
+
+    jobs = subparsers.add_parser(
+        "jobs", help="list TrainingJobs: predicted and actual runtime, the window each waits for and why",
+        description="Offline work in human units: phase and reason, GPUs, predicted (p50, p90) and actual time, "
+                    "the idle window a waiting job needs and, when it cannot be placed, the scheduler's words.")
+    jobs_scope = jobs.add_mutually_exclusive_group()
+    jobs_scope.add_argument("--namespace", "-n", help="one namespace (default: the kubeconfig's)")
+    jobs_scope.add_argument("--all-namespaces", "-A", action="store_true")
+    jobs.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
+    jobs.set_defaults(func=run_jobs)
+
+    explain = subparsers.add_parser(
+        "explain", help="why a TrainingJob is where it is: its prediction, the window it needs, per-pod reasons",
+        description="Explain one TrainingJob: its phase and message, the prediction per GPU type (with memory "
+                    "fit and corrections), the idle window it needs, its measured step times, and for each pod the "
+                    "scheduler's reasons (which carry the extender's per-node verdicts, grouped).")
+    explain.add_argument("job", help="TrainingJob name")
+    explain.add_argument("--namespace", "-n", help="namespace (default: the kubeconfig's)")
+    explain.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
+    explain.set_defaults(func=run_explain)
+
+
+def _namespace(kubeconfig: str | None, given: str | None) -> str:
+    """The namespace asked for, else the kubeconfig context's, else `default`."""
+    if given:
+        return given
+    from kubernetes import config  # noqa: PLC0415
+
+    try:
+        _, context = config.list_kube_config_contexts(config_file=kubeconfig)
+        return str((context or {}).get("context", {}).get("namespace") or "default")
+    except (config.ConfigException, OSError):
+        return "default"
+
+
+def run_jobs(args: argparse.Namespace) -> int:
+    """`offpeak jobs`: one row per TrainingJob."""
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    from kubernetes import client  # noqa: PLC0415
+    from rich.console import Console  # noqa: PLC0415
+    from rich.table import Table  # noqa: PLC0415
+
+    from offpeak_operator import names  # noqa: PLC0415
+    from offpeak_operator.kube import load_api_client  # noqa: PLC0415
+    from offpeak_operator.userview import job_row  # noqa: PLC0415
+
+    api = load_api_client(args.kubeconfig)
+    custom = client.CustomObjectsApi(api)
+    try:
+        if args.all_namespaces:
+            items = custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL)["items"]
+        else:
+            ns = _namespace(args.kubeconfig, args.namespace)
+            items = custom.list_namespaced_custom_object(names.GROUP, names.VERSION, ns, names.PLURAL)["items"]
+    except client.ApiException as e:
+        raise UserError(f"cannot list TrainingJobs: {e.status} {e.reason}") from e
+    now = datetime.now(UTC)
+    rows = sorted((job_row(j, now=now) for j in items), key=lambda r: (r.namespace, r.name))
+    table = Table(box=None, pad_edge=False)
+    columns = (["NAMESPACE"] if args.all_namespaces else []) + [
+        "NAME", "PHASE", "REASON", "GPUS", "PREDICTED", "ACTUAL", "ERROR", "NEEDS WINDOW", "AGE"]
+    for column in columns:
+        table.add_column(column, overflow="fold")
+    for r in rows:
+        table.add_row(*([r.namespace] if args.all_namespaces else []), r.name, r.phase, r.reason, r.gpus,
+                      r.predicted, r.actual, r.error, r.needs, r.age)
+    console = Console()
+    if not rows:
+        console.print("no TrainingJobs" + ("" if args.all_namespaces else f" in namespace {args.namespace or ''}"))
+        return 0
+    console.print(table)
+    for r in rows:
+        if r.why:
+            console.print(f"[bold]{r.name}[/bold] waits: {r.why}", highlight=False)
+    return 0
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    """`offpeak explain JOB`."""
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    from kubernetes import client  # noqa: PLC0415
+
+    from offpeak_operator import names  # noqa: PLC0415
+    from offpeak_operator.kube import load_api_client  # noqa: PLC0415
+    from offpeak_operator.userview import explain_lines  # noqa: PLC0415
+
+    api = load_api_client(args.kubeconfig)
+    ns = _namespace(args.kubeconfig, args.namespace)
+    try:
+        job = client.CustomObjectsApi(api).get_namespaced_custom_object(names.GROUP, names.VERSION, ns,
+                                                                        names.PLURAL, args.job)
+        response = client.CoreV1Api(api).list_namespaced_pod(
+            ns, label_selector=f"{names.LABEL_JOB}={args.job},{names.LABEL_ROLE}=training", _preload_content=False)
+        pods = json.loads(response.data)["items"]  # the API's own JSON, as the pure view reads it
+    except client.ApiException as e:
+        if e.status == 404:
+            raise UserError(f"TrainingJob {ns}/{args.job} not found") from e
+        raise UserError(f"cannot read TrainingJob {ns}/{args.job}: {e.status} {e.reason}") from e
+    attempt = str((job.get("status") or {}).get("attempts") or "")
+    current = [p for p in pods if (p.get("metadata") or {}).get("labels", {}).get(names.LABEL_ATTEMPT) == attempt]
+    print("\n".join(explain_lines(job, current, now=datetime.now(UTC))))
+    return 0
 
 
 def build_settings(args: argparse.Namespace) -> Any:

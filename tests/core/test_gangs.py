@@ -38,7 +38,7 @@ def test_one_fitting_node_for_two_workers_of_a_full_node_each_places_none() -> N
     nodes = [node("a"), node("b", end=NOW + 0.5 * H)]  # b's window is too short for the job
     plan = plan_gang(pod=worker(gpus=8), workers=2, nodes=nodes, now=NOW)
     assert not plan.fits and plan.places == ()
-    assert plan.reason == "gang of 2 worker(s) x 8 GPU(s) needs 2 place(s) in fitting windows, 1 found on 1 node(s)"
+    assert plan.reason == "gang of 2 worker(s) x 8 GPU(s) needs 2 place(s) in fitting windows; 1 found on 1 node(s)"
     assert plan.failed["a"] == plan.reason  # a fits one worker, but the gang is all or none
     assert plan.failed["b"].startswith("window ends in 30m")  # b keeps its own reason
 

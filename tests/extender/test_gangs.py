@@ -92,7 +92,7 @@ def test_with_one_fitting_node_no_worker_of_a_two_worker_gang_is_admitted() -> N
     for i in (0, 1, 0):
         passed, failed = c.filter(worker(i))
         assert passed == []
-        assert failed["a"] == "gang of 2 worker(s) x 8 GPU(s) needs 2 place(s) in fitting windows, 1 found on 1 node(s)"
+        assert failed["a"] == "gang of 2 worker(s) x 8 GPU(s) needs 2 place(s) in fitting windows; 1 found on 1 node(s)"
         assert failed["b"].startswith("needs 8 GPU(s), 0 of 8 free now")
         assert failed["c"].startswith("window ends in")
     assert c.metric("offpeak_extender_filtered_out_total", reason="gang_no_room") == 3

@@ -1,0 +1,176 @@
+"""What `offpeak jobs` and `offpeak explain` show a user, from TrainingJob and pod objects. Pure.
+
+A user asks two questions: how long will my job take and when does it run (the table), and why is it not running
+(the explanation: the prediction per GPU type, the window it needs, and the scheduler's and extender's reasons
+node by node). Everything here turns plain dicts into rows and lines; the CLI fetches and prints them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from offpeak_core.decisions import DEFAULT_MARGIN
+from offpeak_core.humanize import duration
+
+from offpeak_operator.statemachine import parse_time
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """One line of `offpeak jobs`."""
+
+    namespace: str
+    name: str
+    phase: str
+    reason: str
+    gpus: str  # "2x8 on H100, A100"
+    predicted: str  # "1h12m (p90 1h31m)"
+    actual: str
+    error: str  # actual vs predicted, "+12%"
+    needs: str  # the window it waits for: "a 1h45m window of 8 GPUs"
+    age: str
+    why: str  # why it waits (the scheduler's words), else ""
+
+
+def _seconds(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _remaining_gpu(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The prediction entry the job is timed by: its GPU type once placed, else the fastest allowed."""
+    gpus = [g for g in (status.get("prediction") or {}).get("gpus") or [] if isinstance(g, Mapping)]
+    chosen = status.get("gpuType")
+    for g in gpus:
+        if chosen and g.get("gpuType") == chosen:
+            return g
+    timed = [g for g in gpus if _seconds(g.get("jobSeconds")) is not None]
+    return min(timed, key=lambda g: float(g["jobSeconds"])) if timed else None
+
+
+def window_needed(status: Mapping[str, Any], *, margin: float = DEFAULT_MARGIN) -> float | None:
+    """Seconds of idle window the extender asks for the remaining work: its p90 on the fastest allowed GPU type,
+    with the margin (a checkpointing job may also use shorter windows)."""
+    gpu = _remaining_gpu(status)
+    if gpu is None:
+        return None
+    p50, p90 = _seconds(gpu.get("jobSeconds")), _seconds(gpu.get("jobSecondsP90"))
+    total = int((status.get("prediction") or {}).get("steps") or status.get("totalSteps") or 0)
+    done = int(status.get("completedSteps") or 0)
+    share = max(0.0, (total - done) / total) if total > 0 else 1.0
+    base = p90 if p90 is not None else p50
+    return base * share * (1.0 + margin) if base is not None else None
+
+
+def _gpu_summary(spec: Mapping[str, Any]) -> str:
+    workers, per = int(spec.get("workers") or 1), int(spec.get("gpusPerWorker") or 1)
+    types = ", ".join(str(t) for t in spec.get("gpuTypes") or [])
+    shape = f"{workers}x{per}" if workers > 1 else str(per)
+    return f"{shape} on {types}" if types else shape
+
+
+def job_row(job: Mapping[str, Any], *, now: datetime) -> JobRow:
+    meta, spec, status = job.get("metadata") or {}, job.get("spec") or {}, job.get("status") or {}
+    predicted_s = _seconds(status.get("predictedSeconds"))
+    actual_s = _seconds(status.get("actualSeconds"))
+    gpu = _remaining_gpu(status)
+    p90 = _seconds(gpu.get("jobSecondsP90")) if gpu else None
+    predicted = duration(predicted_s) if predicted_s is not None else ""
+    if predicted and p90 is not None and status.get("phase") not in ("Succeeded", "Failed"):
+        predicted += f" (p90 {duration(p90)})"
+    error = ""
+    if predicted_s and actual_s is not None:
+        error = f"{actual_s / predicted_s - 1:+.0%}"
+    needs = ""
+    phase = str(status.get("phase") or "Pending")
+    if phase in ("Predicted", "Waiting", "Requeued"):
+        seconds = window_needed(status)
+        per = int(spec.get("gpusPerWorker") or 1)
+        workers = int(spec.get("workers") or 1)
+        if seconds is not None:
+            needs = f"{duration(seconds)} x {per} GPU(s)" + (f" on {workers} node(s)" if workers > 1 else "")
+    created = parse_time(meta.get("creationTimestamp"))
+    why = str(status.get("message") or "") if status.get("reason") == "Unschedulable" else ""
+    return JobRow(
+        namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""), phase=phase,
+        reason=str(status.get("reason") or ""), gpus=_gpu_summary(spec), predicted=predicted,
+        actual=duration(actual_s) if actual_s is not None else "", error=error, needs=needs,
+        age=duration((now - created).total_seconds()) if created else "", why=why,
+    )  # fmt: skip
+
+
+# "0/4 nodes are available: 1 gang of 2 ..., 2 node(s) didn't match Pod's node affinity/selector. preemption: ..."
+_AVAILABLE = re.compile(r"^\s*(\d+/\d+ nodes are available):\s*(.*)$", re.S)
+
+
+def scheduler_reasons(message: str) -> list[str]:
+    """The scheduler's one-line summary split into its reasons (each `<count> <reason>`), preemption left out."""
+    text = message.split(" preemption:", 1)[0].strip().rstrip(".")
+    match = _AVAILABLE.match(text)
+    if not match:
+        return [text] if text else []
+    head, rest = match.groups()
+    parts = re.split(r",\s+(?=\d+\s)", rest)  # reasons start with their node count
+    return [head, *(p.strip() for p in parts if p.strip())]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeVerdict:
+    """The extender's answer for one node: passes, or the reason it does not."""
+
+    node: str
+    passes: bool
+    reason: str
+
+
+def node_verdicts(result: Mapping[str, Any], *, asked: Sequence[str]) -> list[NodeVerdict]:
+    """An ExtenderFilterResult as one verdict per asked node: passing nodes first, then by reason."""
+    passed = set(result.get("NodeNames") or [])
+    failed = {**(result.get("FailedNodes") or {}), **(result.get("FailedAndUnresolvableNodes") or {})}
+    out = [NodeVerdict(n, n in passed and n not in failed, str(failed.get(n, "" if n in passed else "not answered")))
+           for n in asked]
+    return sorted(out, key=lambda v: (not v.passes, v.reason, v.node))
+
+
+def explain_lines(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, now: datetime) -> list[str]:
+    """A readable account of one job: where it stands, what it was predicted to need, and why it waits."""
+    meta, spec, status = job.get("metadata") or {}, job.get("spec") or {}, job.get("status") or {}
+    row = job_row(job, now=now)
+    lines = [f"TrainingJob {row.namespace}/{row.name}: {row.phase}" + (f" ({row.reason})" if row.reason else ""),
+             f"  {status.get('message') or 'no message yet'}",
+             f"  GPUs: {row.gpus}; attempts {status.get('attempts') or 0}/{spec.get('maxAttempts') or 3}; "
+             f"steps {status.get('completedSteps') or 0}/{status.get('totalSteps') or '?'} done before this attempt"]
+    prediction = status.get("prediction") or {}
+    if prediction:
+        lines.append(f"Prediction ({prediction.get('source') or '?'}, model {prediction.get('modelVersion') or '-'}):")
+        for g in prediction.get("gpus") or []:
+            job_s, p90 = _seconds(g.get("jobSeconds")), _seconds(g.get("jobSecondsP90"))
+            text = f"  {g.get('gpuType')}: {duration(job_s) if job_s is not None else '?'}"
+            text += f" (p90 {duration(p90)})" if p90 is not None else ""
+            if g.get("fitsMemory") is False:
+                text += f"; needs ~{g.get('peakMemoryGiB')} GiB: does not fit ({g.get('gpuMemoryGiB')} GiB)"
+            if g.get("correctionSamples"):
+                text += f"; corrected by {g['correctionSamples']} measured run(s) (x{g.get('correctionFactor')})"
+            lines.append(text)
+    needed = window_needed(status)
+    if needed is not None and row.phase in ("Predicted", "Waiting", "Requeued"):
+        lines.append(f"Needs an idle window of {duration(needed)} (p90 of the work left + {DEFAULT_MARGIN:.0%} "
+                     "margin) on an allowed GPU type" + ("; a checkpointing job may use shorter ones"
+                                                         if spec.get("checkpoint") or spec.get("checkpointing")
+                                                         else ""))
+    for m in (status.get("measurements") or [])[-3:]:
+        lines.append(f"Measured (attempt {m.get('attempt')}, {m.get('gpuType')}): {m.get('stepSeconds')} s/step "
+                     f"({m.get('source')})" + (f", {m['error']:+.0%} against the prediction"
+                                               if isinstance(m.get("error"), int | float) else ""))
+    for pod in pods:
+        pmeta, pstatus = pod.get("metadata") or {}, pod.get("status") or {}
+        node = (pod.get("spec") or {}).get("nodeName")
+        lines.append(f"Pod {pmeta.get('name')}: {pstatus.get('phase') or 'Pending'}"
+                     + (f" on {node}" if node else ""))
+        for c in pstatus.get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("status") == "False":
+                lines += [f"  {r}" for r in scheduler_reasons(str(c.get("message") or ""))]
+    return lines

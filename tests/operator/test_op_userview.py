@@ -1,0 +1,68 @@
+"""What `offpeak jobs` and `offpeak explain` show, from plain TrainingJob and pod objects."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from optestkit import NOW
+
+from offpeak_operator.userview import explain_lines, job_row, node_verdicts, scheduler_reasons, window_needed
+
+SAID = ("0/4 nodes are available: 1 gang of 2 worker(s) x 8 GPU(s) needs 2 place(s) in fitting windows; 1 found "
+        "on 1 node(s), 1 window ends in 6s, job needs ~2m (p90 x1.15) on L4, 2 node(s) didn't match Pod's node "
+        "affinity/selector. preemption: 0/4 nodes are available: 2 No preemption victims found for incoming pod.")
+
+
+def job(**status) -> dict:
+    return {
+        "metadata": {"name": "vit", "namespace": "team", "creationTimestamp": "2026-11-21T05:00:00Z"},
+        "spec": {"workers": 2, "gpusPerWorker": 8, "gpuTypes": ["H100", "A100"], "checkpoint": {"claimName": "c"}},
+        "status": {"phase": "Waiting", "reason": "Unschedulable", "message": f"attempt 1/3: waiting: {SAID}",
+                   "totalSteps": 1000, "completedSteps": 250, "attempts": 1, "prediction": {
+                       "source": "predictor", "modelVersion": "m7", "steps": 1000, "gpus": [
+                           {"gpuType": "H100-SXM5-80GB", "jobSeconds": 3600.0, "jobSecondsP90": 4000.0},
+                           {"gpuType": "A100-SXM4-80GB", "jobSeconds": 7200.0, "jobSecondsP90": 8000.0,
+                            "fitsMemory": False, "peakMemoryGiB": 90.5, "gpuMemoryGiB": 80.0}]},
+                   "predictedSeconds": 2700.0, **status},
+    }
+
+
+def test_a_waiting_job_row_says_what_window_it_needs_and_why_in_human_units() -> None:
+    row = job_row(job(), now=NOW)
+    assert (row.phase, row.reason, row.gpus) == ("Waiting", "Unschedulable", "2x8 on H100, A100")
+    assert row.predicted == "45m (p90 1h07m)"  # the remaining p50; p90 of the fastest type, whole job
+    # 3/4 of the work left at the fastest type's p90 (4000 s) plus the 15 % margin: 3450 s
+    assert window_needed(job()["status"]) == 3000.0 * 1.15
+    assert row.needs == "58m x 8 GPU(s) on 2 node(s)"
+    assert row.age == "1h" and "gang of 2" in row.why
+    done = job_row(job(phase="Succeeded", reason="Succeeded", actualSeconds=3000.0, predictedSeconds=2500.0,
+                       gpuType="H100-SXM5-80GB"), now=NOW)
+    assert (done.actual, done.error, done.needs, done.why) == ("50m", "+20%", "", "")
+    assert done.predicted == "42m"  # no p90 once it is over
+
+
+def test_the_schedulers_summary_splits_into_its_reasons_without_preemption() -> None:
+    assert scheduler_reasons(SAID) == [
+        "0/4 nodes are available",
+        "1 gang of 2 worker(s) x 8 GPU(s) needs 2 place(s) in fitting windows; 1 found on 1 node(s)",
+        "1 window ends in 6s, job needs ~2m (p90 x1.15) on L4",
+        "2 node(s) didn't match Pod's node affinity/selector"]
+    assert scheduler_reasons("something else") == ["something else"] and scheduler_reasons("") == []
+
+
+def test_explain_lists_the_prediction_memory_verdict_window_and_pod_reasons() -> None:
+    pod = {"metadata": {"name": "vit-a1-w0"}, "spec": {}, "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": SAID}]}}
+    text = "\n".join(explain_lines(job(), [pod], now=NOW + timedelta(minutes=1)))
+    assert "TrainingJob team/vit: Waiting (Unschedulable)" in text
+    assert "H100-SXM5-80GB: 1h (p90 1h07m)" in text
+    assert "A100-SXM4-80GB: 2h (p90 2h14m); needs ~90.5 GiB: does not fit (80.0 GiB)" in text
+    assert "Needs an idle window of 58m" in text and "a checkpointing job may use shorter ones" in text
+    assert "Pod vit-a1-w0: Pending" in text and "  1 gang of 2 worker(s)" in text
+
+
+def test_extender_verdicts_put_passing_nodes_first() -> None:
+    result = {"NodeNames": ["b"], "FailedNodes": {"a": "window ends in 6s", "c": "needs ~90 GiB"}}
+    verdicts = node_verdicts(result, asked=["a", "b", "c", "d"])
+    assert [(v.node, v.passes) for v in verdicts] == [("b", True), ("c", False), ("d", False), ("a", False)]
+    assert verdicts[2].reason == "not answered"
