@@ -55,7 +55,7 @@ def test_service_monitors_only_when_enabled(default_objects, custom_objects) -> 
     assert find(default_objects, "ServiceMonitor") == []
     monitors = find(custom_objects, "ServiceMonitor")
     assert {m["metadata"]["name"] for m in monitors} == {
-        f"gpu-harvest-{c}" for c in ("operator", "predictor", "scheduler", "evictor", "agent")
+        f"gpu-harvest-{c}" for c in ("operator", "predictor", "extender", "evictor", "agent")
     }
     services = {s["metadata"]["name"]: s for s in find(custom_objects, "Service")}
     for monitor in monitors:
@@ -150,7 +150,11 @@ def test_component_commands_follow_the_contract(default_objects: list[dict[str, 
     assert "--predictor-url=http://offpeak-predictor.offpeak-system.svc:8080" in args("-operator")
     assert "--metrics-port=9090" in args("-operator")
     assert args("-predictor")[:2] == ["predictor", "serve"] and "--port=8080" in args("-predictor")
-    assert args("-scheduler", container=1)[0] == "extender" and "--port=8888" in args("-scheduler", container=1)
+    (scheduler,) = find(default_objects, "Deployment", "-scheduler")
+    assert [c["name"] for c in scheduler["spec"]["template"]["spec"]["containers"]] == ["kube-scheduler"]
+    assert args("-extender")[0] == "extender"
+    assert {"--host=0.0.0.0", "--port=8888", "--metrics-port=8889", "--gang-timeout-seconds=60"} <= set(
+        args("-extender"))
     assert args("-evictor")[0] == "evictor" and "--metrics-port=9091" in args("-evictor")
     assert args("-agent", kind="DaemonSet")[0] == "agent" and "--port=9400" in args("-agent", kind="DaemonSet")
 

@@ -13,7 +13,7 @@ WRITE_VERBS = {"create", "update", "patch", "delete", "deletecollection", "*"}
 
 def test_pods_run_non_root_with_seccomp(objects: list[dict[str, Any]]) -> None:
     specs = dict(pod_specs(objects))
-    assert len(specs) == 5
+    assert len(specs) == 6  # operator, predictor, scheduler, extender, evictor, agent
     for name, spec in specs.items():
         pod = spec["securityContext"]
         assert pod["runAsNonRoot"] is True, name
@@ -154,9 +154,12 @@ def test_scheduler_bindings_and_own_lease(default_objects) -> None:
     lease_rules = _rules(default_objects, "offpeak-scheduler-lease")
     named = [r for r in lease_rules if r.get("resourceNames")]
     assert named and named[0]["resourceNames"] == ["offpeak-scheduler"]
-    # the extender's Informer (extender/offpeak_extender/kube.py) only lists and watches
-    assert _grants(_rules(default_objects, "offpeak-scheduler-extender")) == {
-        ("", r, v) for r in ("nodes", "pods") for v in ("list", "watch")
+    # nothing else: the extender's role is bound to the extender's own ServiceAccount (test_extender_pod.py)
+    assert bindings == {
+        ("ClusterRoleBinding", None, "system:kube-scheduler"),
+        ("ClusterRoleBinding", None, "system:volume-scheduler"),
+        ("RoleBinding", "kube-system", "extension-apiserver-authentication-reader"),
+        ("RoleBinding", "offpeak-system", "offpeak-scheduler-lease"),
     }
 
 
@@ -166,13 +169,19 @@ def test_predictor_has_no_api_access(default_objects) -> None:
     assert not [o for o in default_objects if o["kind"] in ("ClusterRole", "Role") and "predictor" in o["metadata"]["name"]]
 
 
-def test_scheduler_config_calls_the_extender_on_loopback(objects) -> None:
+def test_scheduler_config_calls_the_extender_service(objects) -> None:
     config = yaml.safe_load(scheduler_config(objects))
     assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
     assert config["kind"] == "KubeSchedulerConfiguration"
     (profile,) = config["profiles"]
     (extender,) = config["extenders"]
-    assert extender["urlPrefix"] == "http://127.0.0.1:8888"
+    # the extender's own Service, in the release namespace (default: offpeak/offpeak-system; custom: gpu-harvest/gpu)
+    (service,) = find(objects, "Service", "-extender")
+    namespace = service["metadata"]["namespace"]
+    assert extender["urlPrefix"] == f"http://{service['metadata']['name']}.{namespace}.svc:8888"
+    assert {"name": "http", "port": 8888, "targetPort": "http", "protocol": "TCP"} in service["spec"]["ports"]
+    # gangs: every feasible node is offered to the extender, not a sample (docs/extender.md, "Gang placement")
+    assert config["percentageOfNodesToScore"] == 100
     assert (extender["filterVerb"], extender["prioritizeVerb"]) == ("filter", "prioritize")
     assert extender["nodeCacheCapable"] is True and extender["ignorable"] is True
     assert extender["managedResources"] == [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
