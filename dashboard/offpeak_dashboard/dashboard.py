@@ -28,6 +28,14 @@ EXTENDER_LATENCY = "offpeak_extender_decision_seconds"
 EXTENDER_STALE = "offpeak_extender_data_stale"
 EVICTIONS = "offpeak_evictions_total"
 LOST_GPU_SECONDS = "offpeak_evicted_gpu_seconds_lost_total"
+# Exported by the predictor service: what it learns from finished jobs (issue #15).
+MODEL_INFO = "offpeak_predictor_model_info"
+SAMPLE_OUTCOMES = "offpeak_predictor_sample_outcomes_total"
+CORRECTED_KEYS = "offpeak_predictor_corrected_keys"
+# Exported by the extender: gang placement of multi-worker jobs.
+GANG_RESERVATIONS = "offpeak_extender_gang_reservations_active"
+GANG_RESERVED_GPUS = "offpeak_extender_gang_reserved_gpus"
+GANG_EVENTS = "offpeak_extender_gang_reservations_total"
 # Exported by the node agent (offpeak_agent): GPUs per node, held by online work, held by offline work.
 NODE_GPUS = "offpeak_node_gpus"
 NODE_ONLINE_GPUS = "offpeak_node_online_gpus"
@@ -206,6 +214,52 @@ EVICTION = Row(
     ),
 )
 
+LEARNING = Row(
+    "Learning from jobs, and gangs",
+    (
+        Panel(
+            "Model version served",
+            "table",
+            (Query(f"max by (model_version) ({MODEL_INFO})", instant=True, table=True),),
+            description="The predictor model each predictor replica serves (one row per version: two rows during "
+            "a roll-out). Every prediction in a TrainingJob's status names its version too.",
+            width=6,
+            transformations=({"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True}}},),
+            options={"showHeader": True, "cellHeight": "sm"},
+        ),
+        Panel(
+            "Measured samples by outcome",
+            "timeseries",
+            (Query(f"sum by (status) (increase({SAMPLE_OUTCOMES}[$__rate_interval]))", legend="{{status}}"),),
+            description="Step times measured by finished (or evicted) jobs, as the predictor judged them: accepted "
+            "(the next prediction of that model on that GPU type is corrected), quarantined (implausibly far from "
+            "the prediction), and the rest.",
+            stacked=True,
+            width=6,
+        ),
+        Panel(
+            "Corrected prediction keys",
+            "timeseries",
+            (Query(f"sum by (level) ({CORRECTED_KEYS})", legend="{{level}}"),),
+            description="Keys (a model graph, or a model family, on a GPU type with its precision and batch) that "
+            "measured samples correct: how much of the cluster's work the predictor has learned from.",
+            width=6,
+        ),
+        Panel(
+            "Gang reservations",
+            "timeseries",
+            (
+                Query(f"max({GANG_RESERVATIONS})", legend="gangs holding places"),
+                Query(f"max({GANG_RESERVED_GPUS})", legend="GPUs held back"),
+                Query(f"sum by (outcome) (increase({GANG_EVENTS}[$__rate_interval]))", legend="{{outcome}}"),
+            ),
+            description="Multi-worker jobs placed all-or-nothing: places held for workers not yet bound, and how "
+            "reservations ended (complete, gone, expired: a partial gang released after the timeout).",
+            width=6,
+        ),
+    ),
+)
+
 LATENCY = Row(
     "Latency",
     (
@@ -246,7 +300,7 @@ def build_dashboard() -> dict[str, Any]:
         title=TITLE,
         description="Predicted vs actual runtimes, harvest of idle GPU windows, evictions and service latency.",
         tags=("offpeak", "gpu", "training"),
-        rows=(PREDICTIONS, HARVEST, EVICTION, LATENCY),
+        rows=(PREDICTIONS, LEARNING, HARVEST, EVICTION, LATENCY),
     )
 
 
