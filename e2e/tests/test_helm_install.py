@@ -1,7 +1,9 @@
 """`helm install` of charts/offpeak into the real local control plane: every object is accepted by a real
 kube-apiserver (RBAC bindings to the bootstrap roles, the CRD, PDB-free defaults), every Deployment becomes
 available and the node agent DaemonSet runs on every fake GPU node (kwok marks pods Running; images are not
-pulled), NOTES tell the user what to do next, and uninstall removes it."""
+pulled), NOTES tell the user what to do next, and uninstall removes it. The chart's NetworkPolicies are accepted
+by the API server here; this cluster has no network plugin, so nothing enforces them (tests/chart evaluates what
+they admit)."""
 
 from __future__ import annotations
 
@@ -62,8 +64,18 @@ def test_helm_install_all_components_available(e2e_cluster: E2ECluster, e2e_name
         ready, state = _available(e2e_cluster, ns)
         assert ready, state
         names = set(state)
-        for component in ("operator", "predictor", "scheduler", "evictor", "agent"):
+        for component in ("operator", "predictor", "scheduler", "extender", "evictor", "agent"):
             assert f"{release}-offpeak-{component}" in names, names
+        (scheduler,) = [d for d in e2e_cluster.get("deployments", "-n", ns)["items"]
+                        if d["metadata"]["name"] == f"{release}-offpeak-scheduler"]
+        assert [c["name"] for c in scheduler["spec"]["template"]["spec"]["containers"]] == ["kube-scheduler"]
+        policies = e2e_cluster.get("networkpolicies", "-n", ns)["items"]
+        assert {p["metadata"]["name"] for p in policies} == {
+            f"{release}-offpeak-{c}" for c in ("extender", "predictor", "operator", "evictor", "agent")}
+        service = e2e_cluster.get("service", "-n", ns, f"{release}-offpeak-extender")
+        assert {(p["name"], p["port"]) for p in service["spec"]["ports"]} == {("http", 8888), ("http-metrics", 8889)}
+        config = e2e_cluster.get("configmap", "-n", ns, f"{release}-offpeak-scheduler-config")
+        assert f"urlPrefix: http://{release}-offpeak-extender.{ns}.svc:8888" in config["data"]["config.yaml"]
         (agent,) = e2e_cluster.get("daemonsets", "-n", ns)["items"]
         assert agent["status"]["desiredNumberScheduled"] == len(e2e_cluster.nodes)  # one per fake GPU node
 
@@ -91,6 +103,12 @@ def test_helm_install_all_components_available(e2e_cluster: E2ECluster, e2e_name
         assert not can("scheduler", "update", "leases/some-other-controller", "-n", ns)
         assert can("scheduler", "get", "configmaps/extension-apiserver-authentication", "-n", "kube-system")
         assert not can("predictor", "list", "pods", "-n", ns)
+        # the extender's own ServiceAccount: list/watch nodes and pods, nothing of the scheduler's
+        assert can("extender", "list", "pods", "-A") and can("extender", "watch", "nodes")
+        assert not can("extender", "get", "pods", "-A") and not can("extender", "patch", "pods", "-A")
+        assert not can("extender", "create", "pods", "--subresource=binding", "-A")
+        assert not can("extender", "update", "leases/offpeak-scheduler", "-n", ns)
+        assert not can("extender", "get", "configmaps/extension-apiserver-authentication", "-n", "kube-system")
     finally:
         removed = _helm(e2e_cluster, "uninstall", release, "--namespace", ns, "--wait", "--timeout", "2m")
         assert removed.returncode == 0, removed.stderr
@@ -112,7 +130,7 @@ def test_chart_passes_the_restricted_pod_security_standard(e2e_cluster: E2EClust
         assert "violate PodSecurity" not in installed.stderr
         ready, state = _available(e2e_cluster, ns)
         assert ready, state
-        assert len(state) == 4  # operator, predictor, scheduler, evictor
+        assert len(state) == 5  # operator, predictor, scheduler, extender, evictor
         events = e2e_cluster.get("events", "-n", ns)["items"]
         assert not [e for e in events if "forbidden" in e.get("message", "") and "PodSecurity" in e["message"]]
     finally:

@@ -58,11 +58,12 @@ def test_real_kube_scheduler_accepts_the_chart_config(tmp_path: Path, overrides:
     (profile,) = config["profiles"]
     assert profile["schedulerName"] == ("harvest" if overrides else "offpeak-scheduler")
     (extender,) = config["extenders"]
-    assert extender["urlPrefix"] == "http://127.0.0.1:8888"
+    assert extender["urlPrefix"] == "http://offpeak-extender.offpeak-system.svc:8888"  # the extender's Service
     assert (extender["filterVerb"], extender["prioritizeVerb"]) == ("filter", "prioritize")
     assert extender["nodeCacheCapable"] is True and extender["ignorable"] is True
     assert extender["managedResources"][0]["name"] == "nvidia.com/gpu"
     assert extender["weight"] == (3 if overrides else 5)
+    assert config["percentageOfNodesToScore"] == 100  # gangs: every feasible node reaches the extender
     election = config["leaderElection"]
     assert election["leaderElect"] is True
     assert election["resourceName"] == ("h" if overrides else "offpeak-scheduler")
