@@ -91,6 +91,14 @@ def _attrs(node: Any) -> dict[str, Any]:
 _PRECISIONS: dict[int, str] = {1: "fp32", 10: "fp16", 16: "bf16"}  # TensorProto element types
 
 
+def _file_precision(float_inputs: list[int], asked: str) -> str:
+    """The file's first float input decides; an fp32 file asked for as tf32 stays tf32 (same tensors)."""
+    if not float_inputs:
+        return asked
+    found = _PRECISIONS[float_inputs[0]]
+    return "tf32" if found == "fp32" and asked == "tf32" else found
+
+
 @dataclass(slots=True)
 class _Tensors:
     """What is known about every named tensor of the model."""
@@ -223,7 +231,7 @@ def extract_onnx(path: str, options: ExtractOptions) -> ModelGraph:
         batch_size=options.batch_size,
         seq_len=options.seq_len,
         input_shape=per_sample or None,
-        precision=_PRECISIONS[float_inputs[0]] if float_inputs else options.precision,
+        precision=_file_precision(float_inputs, options.precision),
         mode=options.mode,
         optimizer=options.optimizer,
         extraction=EXTRACTION_ONNX,

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from offpeak.errors import UserError
+from offpeak_graph.schema import PRECISIONS
 
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16")
+__all__ = ["MODES", "OPTIMIZERS", "PRECISIONS", "ExtractOptions", "parse_shape"]
 MODES: tuple[str, ...] = ("train", "inference")
 OPTIMIZERS: tuple[str, ...] = ("sgd", "adam", "adamw", "none")
 

@@ -93,7 +93,7 @@ class ModelGraph:
     ops: list[Op]
     seq_len: int | None = None
     input_shape: list[int] | None = None  # per-sample input shape, e.g. [3, 224, 224]
-    precision: str = "fp32"  # fp32 | fp16 | bf16
+    precision: str = "fp32"  # one of PRECISIONS (what each means: see there)
     mode: str = "train"  # train | inference
     optimizer: str = "adam"  # sgd | adam | adamw | none
     extraction: str = ""  # which path produced it: "fx-meta", "hooks", "onnx", ...
@@ -217,7 +217,15 @@ def load_graph(path: str | Path) -> ModelGraph:
 # --- validation: one check of a graph's numbers and enums, used by every reader (HTTP, CLI, samples, operator) ---
 
 MODES = ("train", "inference")
-PRECISIONS = ("fp32", "fp16", "bf16")
+# How a step runs its numbers (the training loop's setting, the way people train with PyTorch):
+#   fp32: fp32 weights and math with PyTorch's defaults: TF32 off for matmul, on for cuDNN convolutions
+#   tf32: fp32 weights, TF32 tensor cores for matmul too (torch.backends.cuda.matmul.allow_tf32 = True)
+#   fp16: automatic mixed precision (torch.autocast fp16, fp32 master weights, GradScaler)
+#   bf16: automatic mixed precision (torch.autocast bf16, fp32 master weights, no scaler)
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+PRECISION_HELP = ("fp32: fp32 with PyTorch's defaults (TF32 off for matmul, on for cuDNN convolutions); "
+                  "tf32: fp32 weights, TF32 tensor cores for matmul too; fp16 / bf16: automatic mixed precision "
+                  "(autocast, fp32 master weights; GradScaler for fp16)")
 OPTIMIZERS = ("sgd", "sgd-nomomentum", "adam", "adamw", "rmsprop", "adagrad", "none")  # those the memory model knows
 MAX_OPS = 200_000
 MAX_BATCH_SIZE = 1 << 24

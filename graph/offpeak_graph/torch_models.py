@@ -26,7 +26,9 @@ from offpeak_graph.hf_presets import preset, preset_names
 from offpeak_graph.options import ExtractOptions
 from offpeak_graph.torch_trace import ModelCall
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# Storage dtype of the traced graph per precision (tf32 changes the matmul units, not the tensors).
+DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
+                                  "bf16": torch.bfloat16}  # fmt: skip
 
 # torchvision models whose default input is not 224x224.
 _TORCHVISION_SIZES: dict[str, int] = {"inception_v3": 299}
