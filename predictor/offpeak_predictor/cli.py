@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from offpeak.errors import UserError
+from offpeak_graph.schema import PRECISIONS, PRECISION_HELP
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -38,7 +39,8 @@ def _register_predict(subparsers: argparse._SubParsersAction) -> None:  # type: 
     p.add_argument("--input-shape", help="per-sample input shape, e.g. 3,224,224")
     p.add_argument("--gpu", required=True, help="GPU type (canonical name or alias, e.g. A100, H100-SXM5-80GB)")
     p.add_argument("--mode", choices=["train", "inference"], default=None)
-    p.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default=None)
+    p.add_argument("--precision", choices=PRECISIONS, default=None,
+                   help=f"how the step runs (default: the graph's): {PRECISION_HELP}")
     p.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "none"], default=None,
                    help="none = forward+backward only")
     p.add_argument("--num-gpus", type=int, default=1, help="data-parallel GPUs (batch size is per GPU)")
@@ -274,7 +276,7 @@ def _register_collect(subparsers: argparse._SubParsersAction) -> None:  # type: 
     p.add_argument("--nodes", default="64", help="comma list of dense layer widths")
     p.add_argument("--batch-size", default="8", help="comma list of batch sizes")
     p.add_argument("--input-size", default="32", help="comma list of square input sizes")
-    p.add_argument("--precision", choices=["fp32", "fp16", "bf16"], default="fp32")
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32", help=PRECISION_HELP)
     p.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "none"], default="sgd")
     p.add_argument("--gpu-type", default=None, help="catalogue name to record (default: from the device name)")
     p.set_defaults(func=_cmd_collect)

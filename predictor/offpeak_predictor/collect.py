@@ -3,12 +3,15 @@
 In the spirit of the 2018 sample-workload patent: customised sample CNNs (conv layers x filters, dense layers x
 nodes, batch size, input size) plus real torchvision graphs. Each workload runs steps 1..N+1; step 1 is warm-up
 and the row keeps the mean (and spread) of steps 2..N+1. The graph is saved next to the graph cache so the row
-can train the model-level correction.
+can train the model-level correction. Precisions mean what a request means by them (`offpeak_graph.schema.
+PRECISIONS`): fp16/bf16 train with autocast on fp32 weights (GradScaler for fp16), tf32 turns TF32 on for matmul.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from collections.abc import Iterator
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,7 +114,7 @@ def run_collect(*, plan: CollectPlan, db: BenchmarkDB, device: str = "auto", gpu
         sync = lambda: None  # noqa: E731
     spec = find_gpu(gpu_type or device_name)
     gpu_label = spec.name if spec else device_name
-    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[plan.precision]
+    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(plan.precision)  # None: fp32 weights and math
     software = f"pytorch-{torch.__version__} cuda-{torch.version.cuda} device={device_name}"
     graph_dir = cache_dir() / "collected"
     graph_dir.mkdir(parents=True, exist_ok=True)
@@ -135,24 +138,28 @@ def run_collect(*, plan: CollectPlan, db: BenchmarkDB, device: str = "auto", gpu
                 except ValueError as e:
                     raise UserError(f"unknown torchvision model {w['name']!r}") from e
                 name, family, classes = w["name"], _family(w["name"]), 1000  # resnet18 -> resnet (hold-outs)
-            model = model.to(dev, dtype).train()
-            x = torch.randn(bs, 3, size, size, device=dev, dtype=dtype)
+            model = model.to(dev).train()  # fp32 master weights at every precision (fp16/bf16 = autocast)
+            x = torch.randn(bs, 3, size, size, device=dev)
             y = torch.randint(0, classes, (bs,), device=dev)
             graph = extract_module(model, batch_size=bs, input_shape=(3, size, size), precision=plan.precision,
                                    mode="train", optimizer=plan.optimizer, model_name=name,
                                    model_family=family)  # fmt: skip
             opt = _optimizer(plan.optimizer, model)
             loss_fn = torch.nn.CrossEntropyLoss()
+            scaler = torch.amp.GradScaler(dev.type, enabled=plan.precision == "fp16" and dev.type == "cuda")
 
             def step() -> None:
-                out = model(x)
-                loss = loss_fn(out.float(), y)
-                loss.backward()
+                with torch.autocast(dev.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None):
+                    out = model(x)
+                    loss = loss_fn(out.float(), y)
+                scaler.scale(loss).backward()
                 if opt is not None:
-                    opt.step()
+                    scaler.step(opt)
+                    scaler.update()
                     opt.zero_grad(set_to_none=True)
 
-            mean, std = time_steps(step, steps=plan.steps, sync=sync)
+            with tf32_setting(plan.precision):
+                mean, std = time_steps(step, steps=plan.steps, sync=sync)
             path = graph_dir / f"{graph.content_hash().split(':')[1][:24]}.json.gz"
             save_graph(graph, path)
             rows.append({
@@ -164,6 +171,21 @@ def run_collect(*, plan: CollectPlan, db: BenchmarkDB, device: str = "auto", gpu
             })  # fmt: skip
             progress.advance(task)
     return db.append("model_samples", pd.DataFrame(rows))
+
+
+@contextlib.contextmanager
+def tf32_setting(precision: str) -> Iterator[None]:
+    """TF32 as the precision says: PyTorch's defaults (matmul off, cuDNN convolutions on) except for tf32 (both on);
+    the process's own settings are restored afterwards."""
+    import torch
+
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
 
 
 def _optimizer(name: str, model: Any) -> Any:

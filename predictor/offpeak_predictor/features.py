@@ -37,7 +37,7 @@ BACKWARD_FACTOR: dict[str, float] = {
     "gemm": 2.0, "conv": 2.0, "norm": 2.0, "softmax": 1.5, "elementwise": 1.5, "memory": 1.0, FREE: 0.0,
 }  # fmt: skip
 
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp64": 8}
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2, "fp64": 8}
 
 # A kernel launch never takes less than a few microseconds, whatever the GPU.
 LAUNCH_FLOOR_S = 3e-6
@@ -99,12 +99,12 @@ def make_op_table(
 def roofline_times(table: OpTable, gpu: GpuSpec, precision: str) -> tuple[np.ndarray, np.ndarray]:
     """(compute seconds, memory seconds) of each op at the GPU's peak rates.
 
-    gemm/conv can use tensor cores at reduced precision; other ops run on the plain FP32 units.
+    gemm/conv use the units their precision runs on (`GpuSpec.peak_flops`: fp32 convolutions use TF32, fp32 matmul
+    does not); other ops run on the plain FP32 units.
     """
-    peak_mm = gpu.peak_flops(precision)
     peak_vec = gpu.fp32_tflops * 1e12 * (2.0 if precision in ("fp16", "bf16") else 1.0)
-    mac = np.isin(table.op_class, ("gemm", "conv"))
-    peak = np.where(mac, peak_mm, peak_vec)
+    peak = np.where(table.op_class == "gemm", gpu.peak_flops(precision, op_class="gemm"), peak_vec)
+    peak = np.where(table.op_class == "conv", gpu.peak_flops(precision, op_class="conv"), peak)
     return table.flops / peak, table.bytes / gpu.bandwidth_bytes
 
 

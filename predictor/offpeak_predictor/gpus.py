@@ -40,11 +40,16 @@ class GpuSpec:
     year: int
     tdp_watts: float  # board power limit (catalogue data; tried as a model feature, it made CV worse)
 
-    def peak_flops(self, precision: str) -> float:
-        """Peak FLOP/s for a precision (fp32 = plain CUDA cores; fp16/bf16 = tensor cores)."""
-        tflops = {"fp32": self.fp32_tflops, "fp16": self.fp16_tflops, "bf16": self.bf16_tflops}.get(
-            precision, self.fp32_tflops
-        )
+    def peak_flops(self, precision: str, *, op_class: str = "gemm") -> float:
+        """Peak FLOP/s of a matmul-like op (gemm, conv) at a precision, as PyTorch runs it by default:
+        fp32 = plain CUDA cores for matmul but TF32 for cuDNN convolutions; tf32 = TF32 tensor cores for both;
+        fp16/bf16 (autocast) = half-precision tensor cores. Pre-Ampere cards list their FP32 figure as TF32/BF16."""
+        if precision in ("fp16", "bf16"):
+            tflops = self.fp16_tflops if precision == "fp16" else self.bf16_tflops
+        elif precision == "tf32" or (precision == "fp32" and op_class == "conv"):
+            tflops = max(self.tf32_tflops, self.fp32_tflops)
+        else:
+            tflops = self.fp32_tflops
         return tflops * 1e12
 
     @property

@@ -15,7 +15,7 @@ from offpeak_predictor.features import BACKWARD_FACTOR, FREE, OP_CLASSES, OpTabl
 from offpeak_predictor.gpus import GPU_FEATURES, GpuSpec
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4, "bool": 1}
-_PRECISION_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+_PRECISION_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
 OPTIMIZER_BYTES_PER_PARAM = {"none": 0.0, "sgd": 20.0, "adam": 32.0, "adamw": 32.0}  # fp32 states, grads, params
 # Eager frameworks pay a host-side cost per launched kernel, whatever the GPU: a step can never be faster than
 # launching its kernels (forward op, ~2 backward kernels per op, optimizer kernels per parameter tensor).

@@ -354,6 +354,57 @@ def load_jcjohnson(root: Path) -> pd.DataFrame:
     return _finish(df, MODEL_COLUMNS)
 
 
+def load_offpeak_h100_models(root: Path) -> pd.DataFrame:
+    """Our own H100 rows (offpeak-h100/h100_models.jsonl): real train/inference steps, PyTorch 2.11, fp32 (TF32 off
+    for matmul) and AMP (fp16/bf16 = autocast). Held out: the modern slice of `offpeak eval-predictor`."""
+    base = root / "offpeak-h100"
+    raw = pd.read_json(base / "h100_models.jsonl", lines=True)
+    vision = raw["kind"] == "vision"
+    df = pd.DataFrame(
+        {"gpu": _canonical(raw["device"].astype(str)), "precision": raw["precision"], "mode": raw["mode"],
+         "optimizer": raw["optimizer"], "model_name": raw["model"], "family": raw["model"].map(_family),
+         "graph_kind": np.where(vision, "torchvision", "hf_config"),
+         "graph_ref": np.where(vision, raw["model"], [str(base / "hf_configs" / f"{m}.json") for m in raw["model"]]),
+         "batch_size": raw["batch_size"].astype(int), "seq_len": raw["seq_len"],
+         "input_shape": vision.map({True: "[3, 224, 224]", False: None}), "num_gpus": 1, "time_s": raw["step_s"],
+         "time_std": np.nan, "software": "pytorch-" + raw["torch"].astype(str).str.split("+").str[0]}
+    )  # fmt: skip
+    return _finish(df.assign(source="offpeak-h100"), MODEL_COLUMNS)
+
+
+_H100_VECTOR_OPS = {"add": "elementwise", "gelu": "elementwise", "softmax": "softmax", "layernorm_fwd": "norm"}
+
+
+def load_offpeak_h100_ops(root: Path) -> pd.DataFrame:
+    """Our own H100 single ops (offpeak-h100/h100_ops.csv), forward only: GEMM, conv2d (same padding) and
+    vector ops; fp32 (TF32 off), tf32, and plain fp16/bf16 tensors. Held out: checks the op model per precision."""
+    raw = pd.read_csv(root / "offpeak-h100" / "h100_ops.csv")
+    size = raw["precision"].map(DTYPE_BYTES).astype(float)
+    frames = []
+    gemm = raw["op"] == "gemm"
+    flops, bytes_ = gemm_cost(batch=1, m=raw["m"], k_in=raw["k"], n_out=raw["n"], dtype_bytes=size)
+    frames.append(pd.DataFrame({"op_class": "gemm", "flops": flops, "bytes": bytes_, "out_numel": raw["m"] * raw["n"],
+                                "lead_dim": raw["m"]})[gemm])  # fmt: skip
+    conv = raw["op"] == "conv2d_fwd"
+    flops, bytes_, out_numel = conv2d_cost(batch=raw["n"], c_in=raw["c"], c_out=raw["k"], kernel=raw["r"],
+                                           size=raw["hw"], stride=raw["stride"], padding=raw["r"] // 2,
+                                           dtype_bytes=size)  # fmt: skip
+    frames.append(pd.DataFrame({"op_class": "conv", "flops": flops, "bytes": bytes_, "out_numel": out_numel,
+                                "lead_dim": raw["n"]})[conv])  # fmt: skip
+    vector = raw["op"].isin(list(_H100_VECTOR_OPS))
+    frames.append(pd.DataFrame({"op_class": raw["op"].map(_H100_VECTOR_OPS), "flops": raw["numel"],
+                                "bytes": raw["bytes"], "out_numel": raw["numel"], "lead_dim": 1.0})[vector])  # fmt: skip
+    df = pd.concat(frames).sort_index()
+    df = df.assign(source="offpeak-h100-ops", gpu=find_gpu("H100").name, precision=raw["precision"],  # type: ignore[union-attr]
+                   mode="fwd", dtype_bytes=size, time_s=raw["time_s"], time_std=np.nan, software="pytorch-2.11")  # fmt: skip
+    return _finish(df, OP_COLUMNS)
+
+
+# Modern rows the evaluation holds out (a GPU, software and models no training row comes from).
+HOLDOUT_MODEL_LOADERS: dict[str, Callable[[Path], pd.DataFrame]] = {"offpeak-h100": load_offpeak_h100_models}
+HOLDOUT_OP_LOADERS: dict[str, Callable[[Path], pd.DataFrame]] = {"offpeak-h100-ops": load_offpeak_h100_ops}
+
+
 OP_LOADERS: dict[str, Callable[[Path], pd.DataFrame]] = {
     "neusight-op": load_neusight_ops,
     "justus2018": load_justus_layers,

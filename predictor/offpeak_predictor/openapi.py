@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from offpeak_graph.schema import PRECISIONS, PRECISION_HELP
+
 _PREDICTION = {
     "type": "object",
     "properties": {
@@ -49,7 +51,7 @@ def openapi_document(gpus: list[str]) -> dict[str, Any]:
                                   "numbers, known mode/precision/optimizer, batch_size >= 1, 1..200,000 ops"},
                         "gpus": {"type": "array", "items": {"type": "string", "enum": gpus}, "minItems": 1},
                         "mode": {"type": "string", "enum": ["train", "inference"]},
-                        "precision": {"type": "string", "enum": ["fp32", "fp16", "bf16"]},
+                        "precision": {"type": "string", "enum": list(PRECISIONS), "description": PRECISION_HELP},
                         "optimizer": {"type": "string", "enum": ["sgd", "adam", "adamw", "none"]},
                         "steps": {"type": "integer", "minimum": 0, "maximum": 10**12},
                         "startup_seconds": {"type": "number", "minimum": 0,
@@ -81,7 +83,7 @@ def openapi_document(gpus: list[str]) -> dict[str, Any]:
                                    "steps": {"type": "integer", "minimum": 0, "maximum": 10**12},
                                    "startup_seconds": {"type": "number", "minimum": 0},
                                    "mode": {"type": "string", "enum": ["train", "inference"]},
-                                   "precision": {"type": "string", "enum": ["fp32", "fp16", "bf16"]},
+                                   "precision": {"type": "string", "enum": list(PRECISIONS)},
                                    "optimizer": {"type": "string", "enum": ["sgd", "adam", "adamw", "none"]},
                                    "num_gpus": {"type": "integer", "minimum": 1},
                                    "batch_size": {"type": "integer", "minimum": 0},
