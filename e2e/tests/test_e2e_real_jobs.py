@@ -209,3 +209,56 @@ def test_a_template_job_resumes_on_another_node_from_its_reported_checkpoint_on_
     done = e2e_cluster.wait_phase(ns, "resume", ["Succeeded", "Failed"], timeout=120)["status"]
     assert done["phase"] == "Succeeded", done
     e2e_cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
+
+
+def test_a_labelled_batch_job_is_predicted_unsuspended_placed_and_recorded(
+        e2e_cluster: E2ECluster, e2e_namespace: str) -> None:
+    ns = e2e_namespace
+    job = {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "nightly"},
+        "spec": {"suspend": True, "backoffLimit": 2, "template": {
+            "metadata": {"labels": {"offpeak.io/offline": "true"},
+                         "annotations": {"offpeak.io/batch-size": "32", "offpeak.io/steps": "100",
+                                         "offpeak.io/estimated-seconds": "20", "offpeak.io/gpu-types": FIRST,
+                                         "offpeak.io/sim-runtime": "3000ms"}},
+            "spec": {"schedulerName": "offpeak-scheduler", "restartPolicy": "Never",
+                     "containers": [{"name": "train", "image": "registry.local/offpeak-e2e/train:1",
+                                     "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}},
+    }  # fmt: skip
+    e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
+
+    def state() -> str:
+        return str(e2e_cluster.get("job", "-n", ns, "nightly")["metadata"].get("annotations", {})
+                   .get("offpeak.io/state", ""))
+
+    e2e_cluster.wait_for("the Job predicted and unsuspended", lambda: state().startswith("Predicted"), timeout=90)
+    seen = e2e_cluster.get("job", "-n", ns, "nightly")
+    assert seen["spec"]["suspend"] is False
+    template = seen["spec"]["template"]
+    remaining = json.loads(template["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])
+    assert set(remaining) == {FIRST} and remaining[FIRST]["p50"] == 20.0, remaining
+    assert template["metadata"]["labels"]["offpeak.io/workload"] == "offline"
+    e2e_cluster.kubectl("-n", ns, "wait", "--for=condition=Complete", "job/nightly", "--timeout=120s", timeout=130)
+    (pod,) = e2e_cluster.pods(ns, "job-name=nightly")
+    node = e2e_cluster.get("node", pod["spec"]["nodeName"])
+    assert node_gpu_type(node["metadata"]["labels"]) == FIRST  # placed by offpeak on an allowed GPU type
+    scheduled = [e for e in e2e_cluster.get("events", "-n", ns, "--field-selector",
+                                            f"involvedObject.name={pod['metadata']['name']}")["items"]
+                 if e["reason"] == "Scheduled"]
+    assert (scheduled[0].get("reportingComponent") or scheduled[0]["source"].get("component")) == "offpeak-scheduler"
+    e2e_cluster.wait_for("the Job's ending recorded", lambda: state().startswith("Finished"), timeout=60)
+    assert "succeeded in" in state()
+    reasons = {e["reason"] for e in e2e_cluster.get("events", "-n", ns, "--field-selector",
+                                                    "involvedObject.name=nightly")["items"]}
+    assert {"Predicted", "Succeeded"} <= reasons, reasons
+
+    # a Job that cannot be predicted stays suspended and says why
+    bad = json.loads(json.dumps(job))
+    bad["metadata"]["name"] = "nightly-bad"
+    bad["spec"]["template"]["spec"]["schedulerName"] = "default-scheduler"
+    e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(bad))
+    e2e_cluster.wait_for("the bad Job marked Invalid", lambda: str(
+        e2e_cluster.get("job", "-n", ns, "nightly-bad")["metadata"].get("annotations", {})
+        .get("offpeak.io/state", "")).startswith("Invalid"), timeout=60)
+    assert e2e_cluster.get("job", "-n", ns, "nightly-bad")["spec"]["suspend"] is True
+    assert not e2e_cluster.pods(ns, "job-name=nightly-bad")

@@ -57,6 +57,10 @@ def register(subparsers: Any) -> None:
                    help="backoff before the 2nd attempt; doubles per attempt")
     p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None,
                    help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    p.add_argument("--batch-jobs", action=argparse.BooleanOptionalAction,
+                   default=_env("OFFPEAK_BATCH_JOBS", "true").lower() == "true",
+                   help="also predict and admit batch/v1 Jobs whose pod template has the label "
+                        "offpeak.io/offline=true (docs/trainingjob.md; env OFFPEAK_BATCH_JOBS)")
     p.add_argument("--verbose", "-v", action="store_true")
     p.set_defaults(func=run_operator)
 
@@ -109,11 +113,13 @@ def run_jobs(args: argparse.Namespace) -> int:
     api = load_api_client(args.kubeconfig)
     custom = client.CustomObjectsApi(api)
     try:
+        listed: Any
         if args.all_namespaces:
-            items = custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL)["items"]
+            listed = custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL)
         else:
             ns = _namespace(args.kubeconfig, args.namespace)
-            items = custom.list_namespaced_custom_object(names.GROUP, names.VERSION, ns, names.PLURAL)["items"]
+            listed = custom.list_namespaced_custom_object(names.GROUP, names.VERSION, ns, names.PLURAL)
+        items: list[dict[str, Any]] = listed["items"]
     except client.ApiException as e:
         raise UserError(f"cannot list TrainingJobs: {e.status} {e.reason}") from e
     now = datetime.now(UTC)
@@ -150,9 +156,9 @@ def run_explain(args: argparse.Namespace) -> int:
     api = load_api_client(args.kubeconfig)
     ns = _namespace(args.kubeconfig, args.namespace)
     try:
-        job = client.CustomObjectsApi(api).get_namespaced_custom_object(names.GROUP, names.VERSION, ns,
-                                                                        names.PLURAL, args.job)
-        response = client.CoreV1Api(api).list_namespaced_pod(
+        job: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(names.GROUP, names.VERSION, ns,
+                                                                             names.PLURAL, args.job)
+        response: Any = client.CoreV1Api(api).list_namespaced_pod(
             ns, label_selector=f"{names.LABEL_JOB}={args.job},{names.LABEL_ROLE}=training", _preload_content=False)
         pods = json.loads(response.data)["items"]  # the API's own JSON, as the pure view reads it
     except client.ApiException as e:
@@ -182,6 +188,7 @@ def build_settings(args: argparse.Namespace) -> Any:
         analysis=AnalysisSettings(image=args.image, timeout_seconds=args.analysis_timeout_seconds),
         requeue=RequeueSettings(base_seconds=args.requeue_base_seconds),
         resync_seconds=args.resync_seconds,
+        watch_batch_jobs=bool(getattr(args, "batch_jobs", True)),
     )
 
 

@@ -48,6 +48,7 @@ class KubeIO:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self.batch = client.BatchV1Api(api_client)
         self._nodes: dict[str, tuple[float, str]] = {}
         self._node_ttl = node_cache_seconds
         self._lock = threading.Lock()
@@ -153,6 +154,24 @@ class KubeIO:
         """Create; False when a ConfigMap of that name already exists."""
         return _create_if_absent(self.core.create_namespaced_config_map, body)
 
+    # -- batch/v1 Jobs that opt in (offpeak_operator.workloads)
+    def get_batch_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return _json(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def patch_batch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """JSON merge patch of a Job (a Job deleted meanwhile is not an error)."""
+        try:
+            self.batch.patch_namespaced_job(name, namespace, dict(patch), _preload_content=False,
+                                            _content_type="application/merge-patch+json")
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
     # -- what a job owns besides pods: its rendezvous Service, its checkpoint claim
     def create_service(self, body: Mapping[str, Any]) -> bool:
         """Create; False when a Service of that name already exists."""
@@ -170,7 +189,8 @@ class KubeIO:
         stamp = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": names.API_VERSION, "kind": names.KIND, "name": meta["name"],
+            "involvedObject": {"apiVersion": job.get("apiVersion") or names.API_VERSION,
+                               "kind": job.get("kind") or names.KIND, "name": meta["name"],
                                "namespace": meta["namespace"], "uid": meta.get("uid")},
             "type": type, "reason": reason, "message": message[:1024],
             "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,

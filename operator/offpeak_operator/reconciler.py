@@ -67,7 +67,7 @@ class Context:
     extract: Extractor = field(default=_default_extractor)
 
 
-def _api_message(e: ApiException) -> str:
+def api_message(e: ApiException) -> str:
     """The API server's own message from an error response (falls back to the HTTP reason)."""
     try:
         return str(json.loads(e.body or "{}").get("message") or e.reason)
@@ -183,7 +183,7 @@ class Reconciler:
         """Say in a condition and an Event why the API server refused an action (once per distinct refusal)."""
         meta = job["metadata"]
         patch = sm.api_error_status(status=status, action=type(action).__name__, code=int(e.status or 0),
-                                    message=_api_message(e), now=now)
+                                    message=api_message(e), now=now)
         if patch is None:
             return  # the same refusal is already recorded
         condition = sm.api_error_condition(patch)
@@ -210,7 +210,7 @@ class Reconciler:
                 except ApiException as e:
                     if e.status not in REJECTED:
                         raise  # transient (quota, API down): the next reconcile tries again
-                    message = f"the API server rejected the analysis pod: {_api_message(e)}"
+                    message = f"the API server rejected the analysis pod: {api_message(e)}"
                     kube.emit_event(job, type="Warning", reason="AnalysisPodRejected", message=message, now=now)
                     return self._graph_done(status, now, source="entrypoint", ok=False,
                                             reason="AnalysisPodRejected", message=message)
@@ -235,7 +235,7 @@ class Reconciler:
                 try:
                     self._create_training_pods(job, spec, status, attempt=attempt, completed=completed)
                 except _Rejected as e:
-                    message = f"the API server rejected the {e.what}: {_api_message(e.error)}"
+                    message = f"the API server rejected the {e.what}: {api_message(e.error)}"
                     kube.emit_event(job, type="Warning", reason="PodRejected", message=message, now=now)
                     return sm.rejected_status(status=status, message=message, now=now)
             case sm.DeletePods(pod_names=pod_names):
@@ -345,7 +345,7 @@ class Reconciler:
         except GraphDecodeError:
             return None
 
-    def _gpu_names(self, spec: JobSpec) -> tuple[list[str], list[str]]:
+    def gpu_names(self, spec: JobSpec) -> tuple[list[str], list[str]]:
         asked = list(dict.fromkeys(spec.gpu_types))
         canonical = []
         for gpu in asked:
@@ -358,10 +358,10 @@ class Reconciler:
             canonical.append(canon)
         return asked, canonical
 
-    def _ask_predictor(self, job: Mapping[str, Any], spec: JobSpec,
+    def ask_predictor(self, job: Mapping[str, Any], spec: JobSpec,
                        graph: ModelGraph) -> tuple[Prediction | None, str]:  # fmt: skip
         """The predictor's answer as a Prediction, or None and why not (unreachable, malformed, not finite)."""
-        asked, canonical = self._gpu_names(spec)
+        asked, canonical = self.gpu_names(spec)
         try:
             answer = self.ctx.predictor.predict(graph=graph.to_dict(), gpus=asked, precision=spec.precision,
                                                 optimizer=spec.optimizer, steps=spec.total_steps,
@@ -383,12 +383,12 @@ class Reconciler:
 
     def _predict(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any],
                  now: datetime) -> dict[str, Any]:
-        asked, canonical = self._gpu_names(spec)
+        asked, canonical = self.gpu_names(spec)
         graph = self._read_graph(job["metadata"]["namespace"], status)
         prediction: Prediction | None = None
         why = "no model graph"
         if graph is not None:
-            prediction, why = self._ask_predictor(job, spec, graph)
+            prediction, why = self.ask_predictor(job, spec, graph)
         if prediction is not None:
             return sm.prediction_status(status=status, prediction=prediction, reason="Predicted",
                                         message=self._predicted_message(prediction), now=now)
@@ -413,7 +413,7 @@ class Reconciler:
         if graph is None:
             return sm.reprediction_failed_status(status=status, message="the job's model graph is unreadable",
                                                  now=now, backoff=self.ctx.settings.predict_retry.backoff)
-        prediction, why = self._ask_predictor(job, spec, graph)
+        prediction, why = self.ask_predictor(job, spec, graph)
         if prediction is None:
             return sm.reprediction_failed_status(status=status, message=why, now=now,
                                                  backoff=self.ctx.settings.predict_retry.backoff)
@@ -434,14 +434,14 @@ class Reconciler:
             if e.status not in RECORDED_API_ERRORS:
                 raise
             log.warning("cannot annotate the pods of %s/%s with the new prediction: %s", job["metadata"]["namespace"],
-                        job["metadata"]["name"], _api_message(e))
+                        job["metadata"]["name"], api_message(e))
             return False
         return True
 
     def _create_training_pods(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any], *,
                               attempt: int, completed: int) -> None:
         prediction = Prediction.from_status(status.get("prediction"))
-        _, canonical = self._gpu_names(spec)
+        _, canonical = self.gpu_names(spec)
         if prediction is None:  # cannot happen through Predicted, but never launch without an annotation
             prediction = fallback(asked=canonical, canonical=canonical, steps=spec.total_steps,
                                   estimated_seconds=spec.estimated_seconds, startup_seconds=spec.startup_seconds,

@@ -76,3 +76,6 @@ class OperatorSettings:
     peering: PeeringSettings | None = None  # None: standalone (or kopf's own choice); the resync loop never pauses
     watch_server_timeout_seconds: int = 300
     watch_client_timeout_seconds: int = 330
+    # also predict and admit batch/v1 Jobs whose pod template carries offpeak.io/offline: "true" (needs RBAC on
+    # jobs: list/watch/get/patch)
+    watch_batch_jobs: bool = True

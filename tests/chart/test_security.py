@@ -102,6 +102,8 @@ OPERATOR_NAMESPACED = {
     ("", "configmaps", "get"), ("", "configmaps", "create"),
     ("", "services", "create"),  # a multi-worker job's headless rendezvous Service
     ("", "persistentvolumeclaims", "create"),  # spec.checkpoint.claimTemplate
+    # opted-in batch/v1 Jobs: watched, their template annotated and unsuspended
+    ("batch", "jobs", "get"), ("batch", "jobs", "list"), ("batch", "jobs", "watch"), ("batch", "jobs", "patch"),
     ("", "events", "create"),
 }
 # nodes get: a running job's GPU type is its node's offpeak.io/gpu-type label; kopf watches CRDs

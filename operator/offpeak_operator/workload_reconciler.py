@@ -1,0 +1,124 @@
+"""One reconcile of one opted-in batch/v1 Job (offpeak_operator.workloads): predict, annotate, unsuspend, record.
+
+The Job stays the Job controller's: it creates, retries and finishes the pods. offpeak only decides when they may
+start and where (the prediction the extender places by), says so in annotations and Events, and records how long
+the Job really took against the prediction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+from offpeak_graph.schema import ModelGraph
+
+from offpeak_operator import workloads
+from offpeak_operator.extraction import ExtractionFailed
+from offpeak_operator.graphstore import GraphDecodeError, graph_from_configmap
+from offpeak_operator.jobspec import JobSpec
+from offpeak_operator.predictions import fallback, remaining_seconds
+from offpeak_operator.reconciler import Reconciler, api_message
+
+log = logging.getLogger(__name__)
+
+
+class WorkloadReconciler:
+    """Reconciles opted-in Jobs with the TrainingJob reconciler's context (API, predictor, extractor, metrics)."""
+
+    def __init__(self, reconciler: Reconciler) -> None:
+        self.reconciler = reconciler
+        self.ctx = reconciler.ctx
+
+    def reconcile(self, namespace: str, name: str) -> str:
+        """Bring one Job forward; returns the state word it is left in ("" when it is not offpeak's)."""
+        kube = self.ctx.kube
+        job = kube.get_batch_job(namespace, name)
+        if job is None or not workloads.opted_in(job):
+            return ""
+        current = workloads.state(job)
+        suspended = bool((job.get("spec") or {}).get("suspend"))
+        if current == "Finished":
+            return current
+        if current == "Predicted":
+            return self._track(job)
+        if not suspended:
+            if current != "Unpredicted":  # say it once
+                self._say(job, "Unpredicted", "the Job was created unsuspended, so its pods may start before their "
+                          "runtime is predicted; create opted-in Jobs with spec.suspend: true", warning=True)
+            return "Unpredicted"
+        spec, problems = workloads.workload_spec(job, resolve_gpu=self.ctx.resolve_gpu)
+        if spec is None:
+            message = "; ".join(p.message for p in problems)
+            if job["metadata"].get("annotations", {}).get(workloads.ANN_STATE) != f"Invalid: {message}"[:1000]:
+                self._say(job, "Invalid", message, warning=True, reason=problems[0].reason)
+            return "Invalid"  # stays suspended: nothing runs that offpeak cannot place
+        return self._admit(job, spec)
+
+    def _graph(self, job: Mapping[str, Any], spec: JobSpec) -> ModelGraph | None:
+        source = spec.model_source
+        try:
+            if source.in_process:
+                return self.ctx.extract(spec, float(self.ctx.settings.analysis.in_process_timeout_seconds))
+            if source.kind == "graphConfigMap":
+                cm = self.ctx.kube.get_configmap(job["metadata"]["namespace"], source.value)
+                return graph_from_configmap(cm, key=source.key) if cm is not None else None
+        except (ExtractionFailed, GraphDecodeError) as e:
+            log.warning("no graph for Job %s/%s: %s", job["metadata"]["namespace"], job["metadata"]["name"], e)
+        return None
+
+    def _admit(self, job: Mapping[str, Any], spec: JobSpec) -> str:
+        meta = job["metadata"]
+        asked, canonical = self.reconciler.gpu_names(spec)
+        graph = self._graph(job, spec)
+        prediction, why = self.reconciler.ask_predictor(job, spec, graph) if graph is not None else (None, "no graph")
+        if prediction is None:
+            prediction = fallback(asked=asked, canonical=canonical, steps=spec.total_steps,
+                                  estimated_seconds=spec.estimated_seconds, startup_seconds=spec.startup_seconds,
+                                  settings=self.ctx.settings.fallback)  # fmt: skip
+        remaining = remaining_seconds(prediction, completed_steps=0)
+        patch = workloads.admission_patch(job, spec, gpu_types=tuple(canonical), remaining=remaining)
+        try:
+            self.ctx.kube.patch_batch_job(meta["namespace"], meta["name"], patch)
+            self.ctx.kube.patch_batch_job(meta["namespace"], meta["name"], {"spec": {"suspend": False}})
+        except ApiException as e:
+            if e.status not in (400, 403, 409, 422):
+                raise  # transient: the next event tries again
+            self._say(job, "Invalid", f"the API server refused the prediction's patch ({e.status}): "
+                      f"{api_message(e)}", warning=True, reason="PatchRefused")
+            return "Invalid"
+        best = prediction.fastest()
+        used = "predictor" if prediction.source == "predictor" else f"{prediction.source} ({why})"
+        message = (f"predicted {best.job_seconds:.0f}s (p90 {best.job_seconds_p90:.0f}s) on {best.gpu_type} by the "
+                   f"{used}; unsuspended for offpeak-scheduler" if best else "unsuspended")
+        self._say(job, "Predicted", message, prediction=workloads.prediction_summary(remaining,
+                                                                                      source=prediction.source))
+        return "Predicted"
+
+    def _track(self, job: Mapping[str, Any]) -> str:
+        end = workloads.ending(job)
+        if end is None:
+            return "Predicted"
+        meta = job["metadata"]
+        predicted = workloads.template_annotations(job).get("offpeak.io/predicted-job-seconds", "")
+        outcome = "succeeded" if end.succeeded else "failed"
+        took = f" in {end.seconds:.0f}s" if end.seconds is not None else ""
+        self._say(job, "Finished", f"the Job {outcome}{took}; offpeak predicted {predicted or 'nothing'}",
+                  warning=not end.succeeded, reason="Succeeded" if end.succeeded else "Failed")
+        log.info("Job %s/%s %s%s", meta["namespace"], meta["name"], outcome, took)
+        return "Finished"
+
+    def _say(self, job: Mapping[str, Any], word: str, message: str, *, warning: bool = False, reason: str = "",
+             prediction: str | None = None) -> None:
+        """Record the decision on the Job (annotation) and as an Event."""
+        meta = job["metadata"]
+        self.ctx.kube.patch_batch_job(meta["namespace"], meta["name"],
+                                      workloads.state_patch(word, message, prediction=prediction))
+        self.ctx.kube.emit_event(dict(job), type="Warning" if warning else "Normal", reason=reason or word,
+                                 message=message, now=self.ctx.clock())
+
+
+def is_opted_in_job(body: Mapping[str, Any]) -> bool:
+    """The kopf filter: only Jobs whose pod template asks for offpeak reach the reconciler."""
+    return workloads.opted_in(body)

@@ -1,0 +1,152 @@
+"""batch/v1 Jobs that opt in by a pod-template label: parsed, predicted, annotated, unsuspended, recorded."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import kubernetes_validate
+from optestkit import NOW
+from prometheus_client import CollectorRegistry
+
+from offpeak_operator import workloads
+from offpeak_operator.metrics import OperatorMetrics
+from offpeak_operator.reconciler import Context, Reconciler
+from offpeak_operator.settings import OperatorSettings
+from offpeak_operator.workload_reconciler import WorkloadReconciler
+
+
+def batch_job(*, suspend: bool = True, scheduler: str = "offpeak-scheduler", **ann: str) -> dict[str, Any]:
+    annotations = {"offpeak.io/batch-size": "32", "offpeak.io/steps": "1000", "offpeak.io/gpu-types": "A100,T4",
+                   "offpeak.io/estimated-seconds": "600", **ann}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "nightly", "namespace": "team", "uid": "u1", "annotations": {}},
+        "spec": {"suspend": suspend, "backoffLimit": 4, "template": {
+            "metadata": {"labels": {"offpeak.io/offline": "true"}, "annotations": annotations},
+            "spec": {"schedulerName": scheduler, "restartPolicy": "Never",
+                     "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                         "nodeSelectorTerms": [{"matchExpressions": [
+                             {"key": "pool", "operator": "In", "values": ["batch"]}]}]}}},
+                     "containers": [{"name": "train", "image": "example/train:1",
+                                     "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}},
+    }  # fmt: skip
+
+
+def test_only_jobs_whose_template_carries_the_label_opt_in() -> None:
+    job = batch_job()
+    assert workloads.opted_in(job)
+    job["spec"]["template"]["metadata"]["labels"] = {"offpeak.io/offline": "false"}
+    assert not workloads.opted_in(job)
+
+
+def test_a_jobs_annotations_become_a_predictable_spec() -> None:
+    spec, problems = workloads.workload_spec(batch_job(**{"offpeak.io/model-source": "torchvision:resnet50",
+                                                          "offpeak.io/precision": "bf16"}), resolve_gpu=None)
+    assert problems == [] and spec is not None
+    assert (spec.batch_size, spec.steps, spec.gpus_per_worker, spec.precision) == (32, 1000, 4, "bf16")
+    assert spec.model_source.kind == "torchvision" and spec.model_source.value == "resnet50"
+    assert spec.gpu_types == ("A100", "T4") and spec.estimated_seconds == 600.0
+
+
+def test_what_cannot_be_predicted_says_which_annotation_or_field() -> None:
+    _, problems = workloads.workload_spec(batch_job(scheduler="default-scheduler"), resolve_gpu=None)
+    assert "schedulerName: offpeak-scheduler" in problems[0].message
+    _, problems = workloads.workload_spec(batch_job(**{"offpeak.io/model-source": "s3://x"}), resolve_gpu=None)
+    assert "must be one of torchvision:<name>" in problems[0].message
+    _, problems = workloads.workload_spec(batch_job(**{"offpeak.io/batch-size": "many"}), resolve_gpu=None)
+    assert "offpeak.io/batch-size must be an integer" in problems[0].message
+    no_gpus = batch_job()
+    del no_gpus["spec"]["template"]["metadata"]["annotations"]["offpeak.io/gpu-types"]
+    assert any("gpuTypes" in p.message for p in workloads.workload_spec(no_gpus, resolve_gpu=None)[1])
+
+
+def test_the_admission_patch_is_a_valid_job_with_the_prediction_and_anded_affinity() -> None:
+    job = batch_job()
+    spec, _ = workloads.workload_spec(job, resolve_gpu=None)
+    remaining = {"A100-SXM4-40GB": {"p50": 500.0, "p90": 700.0}}
+    patch = workloads.admission_patch(job, spec, gpu_types=("A100-SXM4-40GB",), remaining=remaining)
+    merged = copy.deepcopy(job)
+    merged["spec"]["template"]["metadata"]["annotations"].update(patch["spec"]["template"]["metadata"]["annotations"])
+    merged["spec"]["template"]["metadata"]["labels"].update(patch["spec"]["template"]["metadata"]["labels"])
+    merged["spec"]["template"]["spec"]["affinity"] = patch["spec"]["template"]["spec"]["affinity"]
+    kubernetes_validate.validate(merged, "1.32", strict=True)
+    ann = merged["spec"]["template"]["metadata"]["annotations"]
+    assert json.loads(ann["offpeak.io/predicted-job-seconds"]) == remaining
+    terms = merged["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert all(t["matchExpressions"][0]["key"] == "pool" for t in terms) and len(terms) == 2
+
+
+class JobKube:
+    """Just enough of KubeIO for batch Jobs: merge patches applied to a stored Job."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        self.job, self.events, self.patches = job, [], []
+
+    def get_batch_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.job)
+
+    def patch_batch_job(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        self.patches.append(patch)
+        _merge(self.job, patch)
+
+    def get_configmap(self, namespace: str, name: str) -> None:
+        return None
+
+    def emit_event(self, job: dict[str, Any], *, type: str, reason: str, message: str, now=None) -> None:
+        self.events.append((job["kind"], type, reason, message))
+
+
+def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    for k, v in patch.items():
+        if isinstance(v, dict) and isinstance(target.get(k), dict):
+            _merge(target[k], v)
+        else:
+            target[k] = copy.deepcopy(v)
+
+
+def make(job: dict[str, Any]) -> tuple[WorkloadReconciler, JobKube]:
+    kube = JobKube(job)
+
+    class NoPredictor:
+        def predict(self, **_: Any) -> dict[str, Any]:
+            raise AssertionError("no graph: the predictor is not asked")
+
+    ctx = Context(settings=OperatorSettings(), kube=kube, predictor=NoPredictor(),  # type: ignore[arg-type]
+                  metrics=OperatorMetrics(CollectorRegistry()), resolve_gpu=None, clock=lambda: NOW)
+    return WorkloadReconciler(Reconciler(ctx)), kube
+
+
+def test_a_suspended_job_is_predicted_annotated_and_unsuspended_then_its_ending_recorded() -> None:
+    rec, kube = make(batch_job())
+    assert rec.reconcile("team", "nightly") == "Predicted"
+    assert kube.job["spec"]["suspend"] is False
+    assert kube.patches[0]["spec"]["template"] and kube.patches[1] == {"spec": {"suspend": False}}  # template first
+    ann = kube.job["spec"]["template"]["metadata"]["annotations"]
+    assert json.loads(ann["offpeak.io/predicted-job-seconds"])["T4"]["p50"] == 600.0  # the user's estimate
+    assert kube.job["metadata"]["annotations"]["offpeak.io/state"].startswith("Predicted: predicted 600s")
+    assert json.loads(kube.job["metadata"]["annotations"]["offpeak.io/prediction"])["source"] == "user-estimate"
+    assert kube.events[-1][:3] == ("Job", "Normal", "Predicted")
+    assert rec.reconcile("team", "nightly") == "Predicted" and len(kube.patches) == 3  # nothing more to do
+    kube.job["status"] = {"startTime": "2026-11-21T06:00:00Z", "completionTime": "2026-11-21T06:11:00Z",
+                          "conditions": [{"type": "Complete", "status": "True"}]}
+    assert rec.reconcile("team", "nightly") == "Finished"
+    assert "succeeded in 660s" in kube.job["metadata"]["annotations"]["offpeak.io/state"]
+    assert rec.reconcile("team", "nightly") == "Finished" and kube.events[-1][2] == "Succeeded"
+
+
+def test_an_invalid_job_stays_suspended_and_says_why_once() -> None:
+    rec, kube = make(batch_job(scheduler="default-scheduler"))
+    assert rec.reconcile("team", "nightly") == "Invalid"
+    assert kube.job["spec"]["suspend"] is True and len(kube.events) == 1 and kube.events[0][1] == "Warning"
+    assert rec.reconcile("team", "nightly") == "Invalid" and len(kube.events) == 1
+
+
+def test_an_unsuspended_job_is_warned_about_once_and_left_alone() -> None:
+    rec, kube = make(batch_job(suspend=False))
+    assert rec.reconcile("team", "nightly") == "Unpredicted"
+    assert rec.reconcile("team", "nightly") == "Unpredicted" and len(kube.events) == 1
+    assert "spec.suspend: true" in kube.events[0][3]
+    assert "offpeak.io/predicted-job-seconds" not in kube.job["spec"]["template"]["metadata"]["annotations"]
