@@ -193,3 +193,14 @@ def test_every_offpeak_container_command_parses_with_the_real_cli(objects: list[
             assert callable(getattr(parsed, "func", None)), args
             checked += 1
     assert checked == 5
+
+
+def test_agent_is_ready_only_with_nvml_and_scraped_anyway(default_objects: list[dict[str, Any]]) -> None:
+    """Readiness means data (/readyz: NVML answers); the headless Service still lists a not-ready agent, so
+    Prometheus scrapes its offpeak_agent_nvml_up 0."""
+    (ds,) = [o for o in default_objects if o["kind"] == "DaemonSet" and o["metadata"]["name"].endswith("-agent")]
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    (svc,) = [o for o in default_objects if o["kind"] == "Service" and o["metadata"]["name"].endswith("-agent")]
+    assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
