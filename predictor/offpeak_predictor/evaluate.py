@@ -1,7 +1,11 @@
 """`offpeak eval-predictor`: grouped cross-validation of whole-step predictions against baselines.
 
 Folds: leave-one-GPU-out (the GPU's op rows AND model rows are removed before training) and
-leave-one-model-family-out. Methods: offpeak, roofline, FLOPs-linear (PALEO-style), per-layer MLP (Justus 2018).
+leave-one-model-family-out; where the full data has our own H100 rows (offpeak-h100), a "modern" slice: every
+method trained on all other rows, then asked for those (a GPU, software and models it never saw).
+Methods: offpeak, roofline, FLOPs-linear (PALEO-style), per-layer MLP (Justus 2018).
+Intervals: each fold calibrates its p50/p90 from its own training rows only (`train.fit_calibration`, as the shipped
+model does), so a test row's residual never informs its own interval; coverage and width per slice.
 Writes `predictor_eval.json` and `predicted_vs_actual.png` into the output folder.
 """
 
@@ -19,20 +23,28 @@ import numpy as np
 import pandas as pd
 
 from offpeak_predictor.baselines import FlopsLinear, LayerMLP, roofline_step
+from offpeak_predictor.features import make_op_table
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphcache import get_graph
 from offpeak_predictor.graphfeatures import GraphSummary
+from offpeak_predictor.intervals import interval_metrics, regime_of
+from offpeak_predictor.loaders import HOLDOUT_MODEL_LOADERS, HOLDOUT_OP_LOADERS
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.pipeline import load_tables, rich_progress
 from offpeak_predictor.train import (
-    TrainSettings, attach_graphs, context_of, fit_op_boosters, fit_step_booster, op_matrix, source_weights,
-    step_matrix,
+    TrainSettings, attach_graphs, context_of, fit_calibration, fit_op_boosters, fit_step_booster, op_matrix,
+    source_weights, step_matrix,
 )  # fmt: skip
 
 log = logging.getLogger(__name__)
 METHODS = ("offpeak", "roofline", "flops_linear", "layer_mlp")
 # Published mean errors on NeuSight's model-level set for an unseen H100 (NeuSight paper, ASPLOS'25).
 PUBLISHED_ANCHORS = {"neusight": 6.6, "li_et_al": 16.7, "roofline": 35.0}
+# The interval before calibration (model file of 2026-11-22): p90 = model seconds x 2.13 everywhere.
+LEGACY_P90_LOG_MARGIN = 0.7568449609344708
+# Interval columns of a fold's offpeak predictions (beside METHODS): calibrated p90, the model's own point
+# estimate (before the p50 offset) and the legacy fixed-multiplier p90.
+INTERVAL_COLUMNS = ("offpeak_p90", "offpeak_model", "offpeak_legacy_p90")
 
 
 def metrics(actual: np.ndarray, pred: np.ndarray) -> dict[str, float]:
@@ -73,13 +85,23 @@ def _fold_predictions(
         mlp = full_mlp
         x_train, base_train = x_all[~test], base_all[~test]
     y_train = np.log(train_rows["time_s"].to_numpy(dtype=np.float64)) - np.log(base_train)
-    op_model.step_booster = fit_step_booster(x_train, y_train, settings, weights=source_weights(train_rows))
+    weights = source_weights(train_rows)
+    op_model.step_booster = fit_step_booster(x_train, y_train, settings, weights=weights)
+    op_model.calibration = fit_calibration(x=x_train, y=y_train, base=base_train, rows=train_rows.reset_index(drop=True),
+                                           settings=settings, weights=weights, clip=op_model.correction_clip)  # fmt: skip
     train_ctx = [context_of(r) for _, r in train_rows.iterrows()]
     flin = FlopsLinear().fit(train_sums, train_rows, train_ctx)
-    out: dict[str, list[float]] = {m: [] for m in METHODS}
+    out: dict[str, list[float]] = {m: [] for m in (*METHODS, *INTERVAL_COLUMNS)}
+    uncalibrated = RuntimeModel(op_boosters=op_model.op_boosters, step_booster=op_model.step_booster,
+                                p90_log_margin=LEGACY_P90_LOG_MARGIN)  # fmt: skip
+    uncalibrated._op_cache = op_model._op_cache
     for (_, row), summary in zip(test_rows.iterrows(), test_sums, strict=True):
         gpu, ctx = resolve_gpu(str(row["gpu"])), context_of(row)
-        out["offpeak"].append(op_model.predict_step(summary, gpu, ctx).step_seconds)
+        pred, legacy = op_model.predict_step(summary, gpu, ctx), uncalibrated.predict_step(summary, gpu, ctx)
+        out["offpeak"].append(pred.step_seconds)
+        out["offpeak_p90"].append(pred.step_seconds_p90)
+        out["offpeak_model"].append(legacy.step_seconds)
+        out["offpeak_legacy_p90"].append(legacy.step_seconds_p90)
         out["roofline"].append(roofline_step(summary, gpu, ctx))
         out["flops_linear"].append(flin.predict(summary, gpu, ctx))
         out["layer_mlp"].append(mlp.predict_step(summary, gpu, ctx))
@@ -113,7 +135,7 @@ def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = Fa
             groups = sorted(models[column].unique())
             if quick:
                 groups = groups[:3]
-            table = {m: np.full(len(models), np.nan) for m in METHODS}
+            table = {m: np.full(len(models), np.nan) for m in (*METHODS, *INTERVAL_COLUMNS)}
             for i, group in enumerate(groups):
                 test = (models[column] == group).to_numpy()
                 if test.all() or not test.any():
@@ -123,20 +145,97 @@ def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = Fa
                     ops=ops, models=models, summaries=summaries, test=test, settings=settings,
                     retrain_ops=retrain, full=full, ops_test_gpu=group if retrain else None,
                 )  # fmt: skip
-                for m in METHODS:
-                    table[m][test] = fold[m]
+                for m, values in fold.items():
+                    table[m][test] = values
                 progress(scheme, i + 1, len(groups))
             preds[scheme] = table
-    try:
-        margin = RuntimeModel.load().p90_log_margin
-    except (OSError, ValueError):
-        margin = math.log(1.25)
-    report = build_report(models, preds, started=started, quick=quick, p90_log_margin=margin)
+        modern = _modern_slice(root=root, ops=ops, models=models, summaries=summaries, settings=settings,
+                               full=full, progress=progress)  # fmt: skip
+    report = build_report(models, preds, started=started, quick=quick)
+    frames = [_predictions_frame(models, preds)]
+    if modern is not None:
+        rows, pred = modern
+        report["schemes"]["modern_offpeak_h100"] = _scheme_report(rows, pred, per_model=True)
+        report["headline"]["mape_percent"]["modern_offpeak_h100"] = {
+            m: round(report["schemes"]["modern_offpeak_h100"]["overall"][m].get("mape", math.nan), 1)
+            for m in METHODS}  # fmt: skip
+        report["headline"]["intervals"]["modern_offpeak_h100"] = _interval_headline(
+            report["schemes"]["modern_offpeak_h100"])
+        frames.append(_predictions_frame(rows, {"modern_offpeak_h100": pred}))
+    report["modern_ops"] = modern_op_report(root=root, model=full[0])
+    report = json_safe(report)
     out_dir.mkdir(parents=True, exist_ok=True)
-    _predictions_frame(models, preds).to_csv(out_dir / "predictions.csv.gz", index=False)
+    pd.concat(frames, ignore_index=True).to_csv(out_dir / "predictions.csv.gz", index=False)
     write_report(report, out_dir / "predictor_eval.json")
     scatter_png(models, preds, out_dir / "predicted_vs_actual.png")
     return report
+
+
+def _modern_slice(
+    *, root: Path, ops: pd.DataFrame, models: pd.DataFrame, summaries: list[GraphSummary], settings: TrainSettings,
+    full: tuple[RuntimeModel, LayerMLP, np.ndarray, np.ndarray], progress: Any,
+) -> tuple[pd.DataFrame, dict[str, np.ndarray]] | None:  # fmt: skip
+    """Every method trained on all loaded rows, then asked for the held-out modern rows (None: not in the data)."""
+    parts = []
+    for name, loader in HOLDOUT_MODEL_LOADERS.items():
+        try:
+            parts.append(loader(root))
+        except FileNotFoundError:
+            log.info("no %s rows under %s: no modern slice from them", name, root)
+    if not parts:
+        return None
+    held = pd.concat(parts, ignore_index=True)
+    held, held_sums = attach_graphs(held, get_graph, progress)
+    if not len(held):
+        return None
+    both = pd.concat([models, held], ignore_index=True)
+    test = np.r_[np.zeros(len(models), dtype=bool), np.ones(len(held), dtype=bool)]
+    full_model, full_mlp, x_all, base_all = full
+    x_held, base_held = step_matrix(full_model, held, held_sums)
+    fold = _fold_predictions(
+        ops=ops, models=both, summaries=[*summaries, *held_sums], test=test, settings=settings, retrain_ops=False,
+        full=(full_model, full_mlp, np.vstack([x_all, x_held]), np.r_[base_all, base_held]), ops_test_gpu=None,
+    )  # fmt: skip
+    return held, fold
+
+
+def modern_op_report(*, root: Path, model: RuntimeModel) -> dict[str, Any] | None:
+    """Held-out single ops (our H100 rows) priced by an op model that never saw them: error per class and precision,
+    and the measured vs predicted speed-up of tf32 and bf16 over fp32 on the same GEMM shapes."""
+    parts = []
+    for name, loader in HOLDOUT_OP_LOADERS.items():
+        try:
+            parts.append(loader(root))
+        except FileNotFoundError:
+            log.info("no %s rows under %s", name, root)
+    if not parts:
+        return None
+    ops = pd.concat(parts, ignore_index=True)
+    pred = np.full(len(ops), np.nan)
+    for (gpu_name, precision), part in ops.groupby(["gpu", "precision"], sort=True):
+        table = make_op_table(op_class=part["op_class"].to_numpy(), flops=part["flops"].to_numpy(),
+                              bytes_=part["bytes"].to_numpy(), out_numel=part["out_numel"].to_numpy(),
+                              lead_dim=part["lead_dim"].to_numpy(), dtype_bytes=part["dtype_bytes"].to_numpy())  # fmt: skip
+        pred[part.index.to_numpy()] = model._price_ops(table, resolve_gpu(str(gpu_name)), str(precision))
+    actual = ops["time_s"].to_numpy(dtype=np.float64)
+    out: dict[str, Any] = {"rows": len(ops), "per_class_precision": {}}
+    for (cls, precision), part in ops.groupby(["op_class", "precision"], sort=True):
+        idx = part.index.to_numpy()
+        out["per_class_precision"][f"{cls}/{precision}"] = metrics(actual[idx], pred[idx])
+    gemm = ops[ops["op_class"] == "gemm"].assign(pred=pred[(ops["op_class"] == "gemm").to_numpy()])
+    wide = gemm.pivot_table(index=["flops", "out_numel", "lead_dim"], columns="precision", values=["time_s", "pred"])
+    speedups = {}
+    for other in ("tf32", "bf16", "fp16"):
+        if ("time_s", other) in wide and ("time_s", "fp32") in wide:
+            measured = wide[("time_s", "fp32")] / wide[("time_s", other)]
+            predicted = wide[("pred", "fp32")] / wide[("pred", other)]
+            big = wide[("time_s", "fp32")] >= 1e-4  # shapes large enough not to be launch-bound
+            speedups[f"{other}_over_fp32"] = {
+                "median_measured": float(np.median(measured[big])), "median_predicted": float(np.median(predicted[big])),
+                "n_shapes": int(big.sum()),
+            }  # fmt: skip
+    out["gemm_speedup_fp32_shapes_over_100us"] = speedups
+    return out
 
 
 def _breakdown(frame: pd.DataFrame, pred: dict[str, np.ndarray], by: str) -> dict[str, dict[str, Any]]:
@@ -157,45 +256,82 @@ def _predictions_frame(models: pd.DataFrame, preds: dict[str, dict[str, np.ndarr
     return frame
 
 
-def build_report(models: pd.DataFrame, preds: dict[str, dict[str, np.ndarray]], *, started: float, quick: bool,
-                 p90_log_margin: float = math.log(1.25)) -> dict[str, Any]:  # fmt: skip
+def build_report(models: pd.DataFrame, preds: dict[str, dict[str, np.ndarray]], *, started: float,
+                 quick: bool) -> dict[str, Any]:  # fmt: skip
     report: dict[str, Any] = {
         "generated_by": "offpeak eval-predictor" + (" --quick" if quick else ""),
         "seconds": round(time.time() - started, 1),
         "rows": len(models),
         "published_anchors_unseen_h100_neusight_model_level_mape": PUBLISHED_ANCHORS,
-        "p90_log_margin_of_shipped_model": p90_log_margin,
+        "legacy_p90_log_margin": LEGACY_P90_LOG_MARGIN,
         "notes": [
             "leave_one_gpu_out removes the GPU's op rows and model rows before training every method",
             "fold op boosters use 15k rows and 80 rounds per booster (the shipped model: 60k and 160)",
-            "H100 is not in the shared data: the NeuSight anchors are for an unseen H100, ours for each unseen GPU",
+            "offpeak is the p50 as served (the model's estimate; the calibration does not move it unless recentre)",
+            "intervals: each fold calibrates p50/p90 on its training rows only (5 grouped folds by family and by GPU)",
+            "intervals.legacy_fixed_multiplier: p90 = model seconds x 2.13, the interval before calibration",
+            "modern_offpeak_h100: trained on every other row (no H100 anywhere), asked for our own H100 rows",
         ],
         "schemes": {},
     }
     headline: dict[str, Any] = {}
+    intervals: dict[str, Any] = {}
     for scheme, pred in preds.items():
         done = ~np.isnan(pred["offpeak"])
         frame = models[done].reset_index(drop=True)
         p = {m: v[done] for m, v in pred.items()}
-        overall = {m: metrics(frame["time_s"].to_numpy(), p[m]) for m in METHODS}
-        ns_train = (frame["source"] == "neusight-model") & (frame["mode"] == "train")
-        ns_idx = np.flatnonzero(ns_train.to_numpy())
-        neusight_train = {m: metrics(frame["time_s"].to_numpy()[ns_idx], p[m][ns_idx]) for m in METHODS}
-        covered = frame["time_s"].to_numpy() <= p["offpeak"] * math.exp(p90_log_margin)
-        report["schemes"][scheme] = {
-            "overall": overall,
-            "offpeak_p90_coverage": float(covered.mean()) if len(covered) else math.nan,
-            "neusight_model_level_train": neusight_train,
-            "per_gpu": _breakdown(frame, p, "gpu"),
-            "per_source": _breakdown(frame, p, "source"),
-            "per_family": _breakdown(frame, p, "family"),
-        }
+        report["schemes"][scheme] = _scheme_report(frame, p)
+        overall = report["schemes"][scheme]["overall"]
+        neusight_train = report["schemes"][scheme]["neusight_model_level_train"]
         headline[scheme] = {m: round(overall[m].get("mape", math.nan), 1) for m in METHODS}
         headline[scheme + "_neusight_train_rows"] = {
             m: round(neusight_train[m].get("mape", math.nan), 1) for m in METHODS
         }
-    report["headline"] = {"mape_percent": headline}
+        intervals[scheme] = _interval_headline(report["schemes"][scheme])
+    report["headline"] = {"mape_percent": headline, "intervals": intervals}
     return json_safe(report)
+
+
+def _interval_headline(scheme: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for name in ("calibrated", "legacy_fixed_multiplier"):
+        m = scheme["intervals"][name]
+        out[name] = {k: round(m[k], 3) if k in m else None for k in ("p90_coverage", "median_width")}
+    return out
+
+
+def _scheme_report(frame: pd.DataFrame, p: dict[str, np.ndarray], *, per_model: bool = False) -> dict[str, Any]:
+    """Accuracy of every method and the p90's coverage and width for one slice (rows aligned with `p`)."""
+    frame = frame.reset_index(drop=True)
+    actual = frame["time_s"].to_numpy(dtype=np.float64)
+    overall = {m: metrics(actual, p[m]) for m in METHODS}
+    overall["offpeak_model"] = metrics(actual, p["offpeak_model"])
+    ns_idx = np.flatnonzero(((frame["source"] == "neusight-model") & (frame["mode"] == "train")).to_numpy())
+    regimes = np.array([regime_of(mode=str(m), precision=str(q), step_seconds=float(t))
+                        for m, q, t in zip(frame["mode"], frame["precision"], p["offpeak_model"], strict=True)])  # fmt: skip
+
+    def intervals_by(keys: np.ndarray) -> dict[str, dict[str, float]]:
+        return {str(k): interval_metrics(actual=actual[keys == k], p50=p["offpeak"][keys == k],
+                                         p90=p["offpeak_p90"][keys == k]) for k in sorted(set(keys))}  # fmt: skip
+
+    return {
+        "overall": overall,
+        "offpeak_p90_coverage": float((actual <= p["offpeak_p90"]).mean()) if len(actual) else math.nan,
+        "intervals": {
+            "calibrated": interval_metrics(actual=actual, p50=p["offpeak"], p90=p["offpeak_p90"]),
+            "legacy_fixed_multiplier": interval_metrics(actual=actual, p50=p["offpeak_model"],
+                                                        p90=p["offpeak_legacy_p90"]),  # fmt: skip
+            "per_regime": intervals_by(regimes),
+            "per_gpu": intervals_by(frame["gpu"].astype(str).to_numpy()),
+            "per_family": intervals_by(frame["family"].astype(str).to_numpy()),
+            "per_source": intervals_by(frame["source"].astype(str).to_numpy()),
+        },
+        "neusight_model_level_train": {m: metrics(actual[ns_idx], p[m][ns_idx]) for m in METHODS},
+        "per_gpu": _breakdown(frame, p, "gpu"),
+        "per_source": _breakdown(frame, p, "source"),
+        "per_family": _breakdown(frame, p, "family"),
+        **({"per_model": _breakdown(frame, p, "model_name")} if per_model else {}),
+    }
 
 
 def json_safe(value: Any) -> Any:

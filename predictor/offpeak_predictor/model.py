@@ -1,7 +1,8 @@
-"""The trained predictor: op-level LightGBM boosters + model-level correction booster + p90 calibration.
+"""The trained predictor: op-level LightGBM boosters + model-level correction booster + interval calibration.
 
 `RuntimeModel.predict_step` is the whole inference path: graph summary -> per-op forward seconds on the GPU ->
-analytic step composition (backward, optimizer) -> learned model-level correction -> p50 and p90.
+analytic step composition (backward, optimizer) -> learned model-level correction -> calibrated p50 and p90
+(per-regime conformal offsets, `intervals.Calibration`).
 Boosters are injectable (tests build tiny ones); `load`/`save` use one gzipped JSON file.
 """
 
@@ -21,6 +22,7 @@ import numpy as np
 from offpeak_predictor.features import OP_CLASSES, OpTable, base_times, op_feature_matrix
 from offpeak_predictor.gpus import GpuSpec
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, step_composition, step_features
+from offpeak_predictor.intervals import Calibration
 from offpeak_predictor.lru import SizedLRU
 
 # Op classes grouped into the boosters that price them (memory-bound classes share one).
@@ -49,7 +51,8 @@ class RuntimeModel:
 
     op_boosters: dict[str, lgb.Booster]
     step_booster: lgb.Booster | None = None
-    p90_log_margin: float = math.log(1.25)  # p90 = p50 * exp(margin), from cross-validated residuals
+    p90_log_margin: float = math.log(1.25)  # pooled log(p90 / p50); only where no calibration is stored
+    calibration: Calibration | None = None  # per-regime p50/p90 offsets from out-of-model residuals
     correction_clip: float = math.log(4.0)  # the correction never moves the analytic estimate beyond x4
     version: str = "untrained"
     training_summary: dict[str, Any] = field(default_factory=dict)
@@ -96,11 +99,15 @@ class RuntimeModel:
                                               ctx=ctx)])  # fmt: skip
             correction = float(self.step_booster.predict(feats, num_threads=1)[0])
             correction = max(-self.correction_clip, min(self.correction_clip, correction))
-        p50 = base * math.exp(correction)
-        return StepPrediction(
-            step_seconds=p50, step_seconds_p90=p50 * math.exp(self.p90_log_margin), base_seconds=base,
-            forward_seconds=float(fwd.sum()),
-        )  # fmt: skip
+        p50, p90 = self.interval(base * math.exp(correction), ctx)
+        return StepPrediction(step_seconds=p50, step_seconds_p90=p90, base_seconds=base,
+                              forward_seconds=float(fwd.sum()))  # fmt: skip
+
+    def interval(self, model_seconds: float, ctx: StepContext) -> tuple[float, float]:
+        """(p50, p90) step seconds from the model's point estimate: the calibration's offsets for its regime."""
+        calibration = self.calibration or Calibration.fixed(self.p90_log_margin)
+        q50, q90 = calibration.offsets(mode=ctx.mode, precision=ctx.precision, step_seconds=model_seconds)
+        return model_seconds * math.exp(q50), model_seconds * math.exp(q90)
 
     def predict_steps_batch(
         self, items: list[tuple[GraphSummary, GpuSpec, StepContext]]
@@ -117,12 +124,11 @@ class RuntimeModel:
                            self.correction_clip)  # fmt: skip
         else:
             corr = np.zeros(len(rows))
-        margin = math.exp(self.p90_log_margin)
-        return [
-            StepPrediction(step_seconds=b * math.exp(c), step_seconds_p90=b * math.exp(c) * margin, base_seconds=b,
-                           forward_seconds=f)
-            for (b, f), c in zip(bases, corr, strict=True)
-        ]  # fmt: skip
+        out = []
+        for (b, f), c, (_, _, ctx) in zip(bases, corr, items, strict=True):
+            p50, p90 = self.interval(b * math.exp(c), ctx)
+            out.append(StepPrediction(step_seconds=p50, step_seconds_p90=p90, base_seconds=b, forward_seconds=f))
+        return out
 
     # ------------------------------------------------------------------ persistence
 
@@ -131,6 +137,7 @@ class RuntimeModel:
             "format": "offpeak-runtime-model/v1",
             "version": self.version,
             "p90_log_margin": self.p90_log_margin,
+            "calibration": self.calibration.to_dict() if self.calibration else None,
             "correction_clip": self.correction_clip,
             "training_summary": self.training_summary,
             "op_boosters": {k: b.model_to_string() for k, b in self.op_boosters.items()},
@@ -145,6 +152,7 @@ class RuntimeModel:
             op_boosters={k: lgb.Booster(model_str=s) for k, s in data["op_boosters"].items()},
             step_booster=lgb.Booster(model_str=data["step_booster"]) if data.get("step_booster") else None,
             p90_log_margin=float(data["p90_log_margin"]),
+            calibration=Calibration.from_dict(data["calibration"]) if data.get("calibration") else None,
             correction_clip=float(data.get("correction_clip", math.log(4.0))),
             version=str(data["version"]),
             training_summary=dict(data.get("training_summary", {})),

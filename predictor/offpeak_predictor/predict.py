@@ -6,6 +6,7 @@ every GPU type; the scheduler re-asks) skip feature extraction.
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -160,7 +161,8 @@ class Predictor:
                 keys = keys_for(graph_hash=graph_hash, family=graph.model_family, gpu_type=spec.name,
                                 precision=ctx.precision, mode=ctx.mode, batch_size=graph.batch_size,
                                 num_gpus=ctx.num_gpus)  # fmt: skip
-                correction = self.corrections.lookup(keys, p90_log_margin=self.model.p90_log_margin)
+                margin = math.log(pred.step_seconds_p90 / pred.step_seconds)  # this prediction's calibrated width
+                correction = self.corrections.lookup(keys, p90_log_margin=margin)
                 step, step_p90 = correction.apply(pred.step_seconds)
                 item.update(step_seconds=step, step_seconds_p90=step_p90,
                             correction=correction_fields(correction, model_step_seconds=pred.step_seconds))

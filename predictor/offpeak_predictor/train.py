@@ -19,6 +19,7 @@ import pandas as pd
 from offpeak_predictor.features import base_times, make_op_table, op_feature_matrix
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, step_composition, step_features, summarise
+from offpeak_predictor.intervals import Calibration, calibrate, regime_of
 from offpeak_predictor.loaders import graph_args_of
 from offpeak_predictor.model import BOOSTER_OF_CLASS, RuntimeModel
 
@@ -37,6 +38,12 @@ class TrainSettings:
     step_min_leaf: int = 10
     threads: int = 2
     p90_quantile: float = 0.9
+    # Interval calibration: residuals of grouped folds, once grouped by model family (a new model) and once by GPU
+    # (a new GPU type); a regime needs `calibration_min_count` residuals, else it uses its pool.
+    calibration_groups: tuple[str, ...] = ("family", "gpu")
+    calibration_folds: int = 5
+    calibration_min_count: int = 30
+    calibration_recentre_p50: bool = False  # see intervals.py: off, it cost held-out accuracy
 
 
 def _framework(software: object) -> str:
@@ -159,20 +166,54 @@ def source_weights(rows: pd.DataFrame) -> np.ndarray:
     return 1.0 / np.sqrt(sizes)
 
 
-def grouped_residuals(
-    model: RuntimeModel, x: np.ndarray, y: np.ndarray, groups: np.ndarray, settings: TrainSettings,
-    weights: np.ndarray,
-) -> np.ndarray:  # fmt: skip
-    """Out-of-group residuals log(actual / predicted) of the correction booster (leave one group out)."""
-    resid = np.zeros(len(y))
-    for g in sorted(set(groups)):
-        test = groups == g
-        if test.all():
+def grouped_folds(groups: np.ndarray, k: int, seed: int) -> list[np.ndarray]:
+    """Boolean test masks of up to k folds; every group lies wholly in one fold (groups shuffled by seed)."""
+    names = sorted({str(g) for g in groups})
+    order = np.random.default_rng(seed).permutation(len(names))
+    fold_of = {names[j]: i % k for i, j in enumerate(order)}
+    labels = np.array([fold_of[str(g)] for g in groups])
+    return [labels == f for f in range(min(k, len(names)))]
+
+
+def calibration_residuals(
+    *, x: np.ndarray, y: np.ndarray, base: np.ndarray, rows: pd.DataFrame, settings: TrainSettings,
+    weights: np.ndarray, clip: float,
+) -> tuple[np.ndarray, list[str]]:  # fmt: skip
+    """Out-of-group residuals log(measured / predicted) of the correction booster and the regime of each, for
+    each grouping in `settings.calibration_groups` (a row appears once per grouping)."""
+    resid: list[np.ndarray] = []
+    regimes: list[str] = []
+    modes, precisions = rows["mode"].astype(str).to_numpy(), rows["precision"].astype(str).to_numpy()
+    for column in settings.calibration_groups:
+        groups = rows[column].astype(str).to_numpy()
+        if len(set(groups)) < 2:
             continue
-        booster = fit_step_booster(x[~test], y[~test], settings, weights=weights[~test])
-        pred = np.clip(booster.predict(x[test]), -model.correction_clip, model.correction_clip)
-        resid[test] = y[test] - pred
-    return resid
+        r, seconds = np.full(len(y), np.nan), np.full(len(y), np.nan)
+        for test in grouped_folds(groups, settings.calibration_folds, settings.seed):
+            booster = fit_step_booster(x[~test], y[~test], settings, weights=weights[~test])
+            pred = np.clip(booster.predict(x[test], num_threads=settings.threads), -clip, clip)
+            r[test] = y[test] - pred
+            seconds[test] = base[test] * np.exp(pred)
+        resid.append(r)
+        regimes.extend(regime_of(mode=m, precision=p, step_seconds=t)
+                       for m, p, t in zip(modes, precisions, seconds, strict=True))  # fmt: skip
+    if not resid:
+        return np.zeros(0), []
+    return np.concatenate(resid), regimes
+
+
+def fit_calibration(
+    *, x: np.ndarray, y: np.ndarray, base: np.ndarray, rows: pd.DataFrame, settings: TrainSettings,
+    weights: np.ndarray, clip: float,
+) -> Calibration | None:  # fmt: skip
+    """The interval calibration of a correction booster trained on these rows (None: too few groups)."""
+    resid, regimes = calibration_residuals(x=x, y=y, base=base, rows=rows, settings=settings, weights=weights,
+                                           clip=clip)  # fmt: skip
+    if not len(resid):
+        return None
+    return calibrate(residuals=resid, regimes=regimes, quantile=settings.p90_quantile,
+                     min_count=settings.calibration_min_count, recentre=settings.calibration_recentre_p50,
+                     source=f"{settings.calibration_folds}-fold grouped by {' and by '.join(settings.calibration_groups)}")  # fmt: skip
 
 
 def train_model(
@@ -195,8 +236,11 @@ def train_model(
         model.step_booster = fit_step_booster(x, y, settings, weights=weights)
         if progress:
             progress("step booster", 1, 2)
-        resid = grouped_residuals(model, x, y, models["gpu"].to_numpy(), settings, weights)
-        model.p90_log_margin = float(max(np.quantile(resid, settings.p90_quantile), 0.0))
+        model.calibration = fit_calibration(x=x, y=y, base=base, rows=models, settings=settings, weights=weights,
+                                            clip=model.correction_clip)  # fmt: skip
+        if model.calibration is not None:
+            _, pooled = model.calibration.lookup("all")
+            model.p90_log_margin = max(pooled.q90, 0.0)
         if progress:
             progress("step booster", 2, 2)
     model.version = "offpeak-rt-" + dt.datetime.now(dt.UTC).strftime("%Y%m%d")
@@ -216,7 +260,8 @@ def summary_of(ops: pd.DataFrame, models: pd.DataFrame, settings: TrainSettings)
         "gpus_seen": sorted(set(ops["gpu"]) | set(models["gpu"] if len(models) else [])),
         "model_families_seen": sorted(set(models["family"])) if len(models) else [],
         "settings": asdict(settings),
-        "log_margin_note": "p90 = p50 * exp(p90_log_margin), the 90th percentile of leave-one-GPU-out residuals",
+        "interval_note": "p50/p90 = model seconds x exp(q50/q90) of the prediction's regime (model calibration): "
+                         "conformal quantiles of grouped out-of-family and out-of-GPU residuals",
     }
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from offpeak_predictor.baselines import FlopsLinear, LayerMLP, roofline_step
-from offpeak_predictor.evaluate import METHODS, build_report, metrics
+from offpeak_predictor.evaluate import INTERVAL_COLUMNS, METHODS, build_report, metrics
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import StepContext, summarise
 
@@ -53,11 +53,19 @@ def test_layer_mlp_learns_a_simple_relation():
 
 def test_report_has_every_method_and_breakdown():
     models = pd.DataFrame({"time_s": [1.0, 2.0, 3.0], "gpu": ["T4", "T4", "L4"], "source": ["neusight-model"] * 3,
-                           "family": ["bert", "gpt2", "bert"], "mode": ["train", "train", "inference"]})  # fmt: skip
-    preds = {"leave_one_gpu_out": {m: np.array([1.1, 2.2, 2.7]) for m in METHODS}}
+                           "family": ["bert", "gpt2", "bert"], "mode": ["train", "train", "inference"],
+                           "precision": ["fp32", "bf16", "fp32"]})  # fmt: skip
+    preds = {"leave_one_gpu_out": {m: np.array([1.1, 2.2, 2.7]) for m in (*METHODS, *INTERVAL_COLUMNS)}}
+    preds["leave_one_gpu_out"]["offpeak_p90"] = np.array([1.5, 1.9, 3.3])  # covers rows 0 and 2
+    preds["leave_one_gpu_out"]["offpeak_legacy_p90"] = np.array([1.1, 2.2, 2.7]) * 2.13
     report = build_report(models, preds, started=0.0, quick=True)
     scheme = report["schemes"]["leave_one_gpu_out"]
-    assert set(scheme["overall"]) == set(METHODS)
+    assert set(scheme["overall"]) == {*METHODS, "offpeak_model"}
+    calibrated = scheme["intervals"]["calibrated"]
+    assert calibrated["p90_coverage"] == pytest.approx(2 / 3) and calibrated["median_width"] == pytest.approx(3.3 / 2.7)  # widths 1.36, 0.86, 1.22
+    assert scheme["intervals"]["legacy_fixed_multiplier"]["median_width"] == pytest.approx(2.13)
+    assert report["headline"]["intervals"]["leave_one_gpu_out"]["calibrated"]["p90_coverage"] == pytest.approx(0.667)
+    assert set(scheme["intervals"]["per_gpu"]) == {"T4", "L4"}
     assert set(scheme["per_gpu"]) == {"T4", "L4"} and scheme["neusight_model_level_train"]["offpeak"]["n"] == 2
     assert report["headline"]["mape_percent"]["leave_one_gpu_out"]["offpeak"] == pytest.approx(10.0)
 
@@ -67,9 +75,10 @@ def test_slices_without_rows_are_null_in_valid_json(tmp_path):
 
     # No NeuSight train rows, and one scheme where no fold ran (every prediction NaN): empty slices.
     models = pd.DataFrame({"time_s": [1.0, 2.0], "gpu": ["T4", "L4"], "source": ["ryujaehun"] * 2,
-                           "family": ["resnet", "vgg"], "mode": ["train", "train"]})  # fmt: skip
-    preds = {"leave_one_gpu_out": {m: np.array([1.1, 1.8]) for m in METHODS},
-             "leave_one_family_out": {m: np.full(2, np.nan) for m in METHODS}}  # fmt: skip
+                           "family": ["resnet", "vgg"], "mode": ["train", "train"], "precision": ["fp32"] * 2})  # fmt: skip
+    columns = (*METHODS, *INTERVAL_COLUMNS)
+    preds = {"leave_one_gpu_out": {m: np.array([1.1, 1.8]) for m in columns},
+             "leave_one_family_out": {m: np.full(2, np.nan) for m in columns}}  # fmt: skip
     report = build_report(models, preds, started=0.0, quick=True)
     headline = report["headline"]["mape_percent"]
     assert headline["leave_one_gpu_out"]["offpeak"] == pytest.approx(10.0)
