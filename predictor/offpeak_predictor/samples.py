@@ -131,16 +131,22 @@ class Feedback:
         self.table = table if table is not None else CorrectionTable(settings.correction)
         predictor.corrections = self.table
 
-    def _model_step(self, sample: Sample, graph: ModelGraph | None) -> float | None:
+    def _model_answer(self, sample: Sample, graph: ModelGraph | None) -> tuple[float, float] | None:
+        """(p50, p90) step seconds of the model alone for the sample's graph and GPU type."""
         if graph is None:
             return None
         answer = self.predictor.predict(graph, [sample.gpu_type], sample.options(), graph_hash=sample.graph_hash,
                                         corrected=False)  # fmt: skip
-        return float(answer[0]["step_seconds"])
+        return float(answer[0]["step_seconds"]), float(answer[0]["step_seconds_p90"])
+
+    def _model_step(self, sample: Sample, graph: ModelGraph | None) -> float | None:
+        answer = self._model_answer(sample, graph)
+        return None if answer is None else answer[0]
 
     def ingest(self, sample: Sample, graph: ModelGraph | None, graph_dict: dict[str, Any] | None) -> Outcome:
         """Judge, store, learn (when accepted), then apply retention."""
-        judgement = judge(measured=sample.step_seconds, predicted=self._model_step(sample, graph),
+        model = self._model_answer(sample, graph)
+        judgement = judge(measured=sample.step_seconds, predicted=None if model is None else model[0],
                           settings=self.settings.correction)  # fmt: skip
         sample_id = self.db.add_job_sample(
             job=sample.job, gpu=sample.gpu_type, graph_hash=sample.graph_hash, step_seconds=sample.step_seconds,
@@ -153,7 +159,8 @@ class Feedback:
         correction = None
         if judgement.log_ratio is not None:
             self.table.add(sample.keys(), judgement.log_ratio)
-            correction = self.table.lookup(sample.keys(), p90_log_margin=self.predictor.model.p90_log_margin)
+            margin = math.log(model[1] / model[0]) if model else self.predictor.model.p90_log_margin
+            correction = self.table.lookup(sample.keys(), p90_log_margin=margin)  # as /v1/predict would answer
         self._retain()
         return Outcome(id=sample_id, judgement=judgement, correction=correction)
 

@@ -47,6 +47,24 @@ def test_an_accepted_sample_corrects_the_very_next_prediction(tiny_model, tmp_pa
     assert _predict(fb, graph, corrected=False)["step_seconds"] == model_step  # the model itself is untouched
 
 
+def test_the_samples_answer_shows_the_correction_predict_then_serves(tiny_model, tmp_path) -> None:
+    from dataclasses import replace
+
+    from offpeak_predictor.intervals import POOLED, Calibration, Cell
+
+    # A model whose train/full regimes are wider than its pool: the answer must use the prediction's own regime.
+    wide = {f"train/full/{size}": Cell(q50=0.0, q90=math.log(3.0), n=100) for size in ("small", "medium", "large")}
+    model = replace(tiny_model, calibration=Calibration(cells={**wide, POOLED: Cell(q50=0.0, q90=0.1, n=300)}))
+    model.p90_log_margin = 0.1
+    fb, graph = _feedback(model, tmp_path), mlp_graph()
+    before = _predict(fb, graph)
+    assert before["step_seconds_p90"] / before["step_seconds"] == pytest.approx(3.0)
+    outcome = fb.ingest(_sample(graph, before["step_seconds"] * 1.2), graph, graph.to_dict())
+    after = _predict(fb, graph)
+    assert outcome.correction is not None
+    assert outcome.correction.p90_factor == pytest.approx(after["correction"]["p90_factor"])
+
+
 def test_repeated_measurements_converge_on_them(tiny_model, tmp_path) -> None:
     fb, graph = _feedback(tiny_model, tmp_path), mlp_graph()
     model_step = _predict(fb, graph)["step_seconds"]
