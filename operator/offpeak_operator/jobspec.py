@@ -14,13 +14,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from offpeak_graph.hf_presets import preset, preset_names
+from offpeak_graph.schema import PRECISIONS
 
 from offpeak_operator import names, podtemplate
 
 SourceKind = Literal["entrypoint", "graphConfigMap", "torchvision", "hfConfig", "hfConfigMap", "none"]
 SOURCE_KINDS: tuple[str, ...] = ("entrypoint", "graphConfigMap", "torchvision", "hfConfig", "hfConfigMap")
 HF_CONFIG_KEY = "config.json"  # default key of modelSource.hfConfigMap
-PRECISIONS = ("fp32", "fp16", "bf16")
 DEFAULT_CHECKPOINT_PATH = "/checkpoints"
 OPTIMIZERS = ("sgd", "adam", "adamw")
 _ENTRYPOINT = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")

@@ -108,3 +108,11 @@ def test_measurement_and_correction_status_fields_are_declared_so_they_are_not_p
     schema = VERSION["schema"]["openAPIV3Schema"]["properties"]["status"]
     assert _undeclared(written, schema) == []
     jsonschema.validate({"status": written}, {"type": "object", "properties": {"status": _jsonschema(schema)}})
+
+
+def test_the_crd_precisions_are_the_graph_schemas() -> None:
+    """One list of precisions (offpeak_graph.schema.PRECISIONS): the CRD may not offer one the predictor refuses."""
+    from offpeak_graph.schema import PRECISIONS
+
+    precision = VERSION["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["precision"]
+    assert precision["enum"] == list(PRECISIONS) and "tf32" in precision["enum"]
