@@ -152,7 +152,8 @@ def test_a_template_job_resumes_on_another_node_from_its_reported_checkpoint_on_
               "startup_seconds": 2.0, "checkpoint_steps": 120}
     template = {
         "metadata": {"labels": {"team": "vision"},
-                     "annotations": {"offpeak.io/sim-runtime": "30000ms", "offpeak.io/sim-progress": json.dumps(report)}},
+                     "annotations": {"offpeak.io/sim-runtime": "30000ms",
+                                     "offpeak.io/sim-progress": json.dumps(report)}},
         "spec": {
             "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
             "volumes": [{"name": "config", "configMap": {"name": "train-config"}}],
