@@ -135,6 +135,9 @@ def op_feature_matrix(table: OpTable, gpu: GpuSpec, precision: str) -> np.ndarra
         ]
     )
     hw = np.tile(np.asarray(gpu.feature_vector(precision)), (n, 1))
+    if precision == "tf32":  # tf32 differs from fp32 only in its GEMMs: every other op is described as in fp32
+        not_gemm = table.op_class != "gemm"
+        hw[not_gemm] = np.asarray(gpu.feature_vector("fp32"))
     return np.hstack([onehot, cols, hw])
 
 

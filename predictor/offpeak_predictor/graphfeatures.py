@@ -144,5 +144,7 @@ def step_features(
         float(ctx.framework == "tensorflow"), float(ctx.framework == "torch7"), float(ctx.framework == "pytorch-ngc"),
         math.log(max(host_seconds(summary, ctx), 1e-6) / base_step),
         *time_share, *flop_share, summary.flops_third[0], summary.flops_third[2],
-        *gpu.feature_vector(ctx.precision),
+        # No whole-step row is tf32: the step-level correction sees it as the fp32 step it learned from; the TF32
+        # matmul speed-up comes from the op level (base_step, time shares).
+        *gpu.feature_vector("fp32" if ctx.precision == "tf32" else ctx.precision),
     ]  # fmt: skip

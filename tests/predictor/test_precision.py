@@ -53,6 +53,18 @@ def test_tf32_prices_a_compute_bound_training_step_faster_than_fp32(tiny_model):
     assert StepContext(precision="tf32").precision == "tf32"
 
 
+def test_tf32_changes_only_the_gemms_a_conv_or_vector_op_costs_what_it_costs_in_fp32(tiny_model):
+    from offpeak_predictor.features import op_feature_matrix
+
+    table = make_op_table(op_class=["gemm", "conv", "norm"], flops=[1e12, 1e12, 1e8], bytes_=[1e7, 1e7, 1e8],
+                          out_numel=[1e6] * 3, lead_dim=[64] * 3, dtype_bytes=[4] * 3)  # fmt: skip
+    a100 = resolve_gpu("A100")
+    fp32, tf32 = op_feature_matrix(table, a100, "fp32"), op_feature_matrix(table, a100, "tf32")
+    assert np.array_equal(fp32[1:], tf32[1:]) and not np.array_equal(fp32[0], tf32[0])
+    priced = {p: tiny_model._price_ops(table, a100, p) for p in ("fp32", "tf32")}
+    assert priced["tf32"][0] < priced["fp32"][0] and np.array_equal(priced["tf32"][1:], priced["fp32"][1:])
+
+
 def test_h100_loaders_read_our_own_rows(tmp_path):
     folder = tmp_path / "offpeak-h100"
     folder.mkdir()
