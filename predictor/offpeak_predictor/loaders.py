@@ -377,8 +377,15 @@ _H100_VECTOR_OPS = {"add": "elementwise", "gelu": "elementwise", "softmax": "sof
 
 def load_offpeak_h100_ops(root: Path) -> pd.DataFrame:
     """Our own H100 single ops (offpeak-h100/h100_ops.csv), forward only: GEMM, conv2d (same padding) and
-    vector ops; fp32 (TF32 off), tf32, and plain fp16/bf16 tensors. Held out: checks the op model per precision."""
+    vector ops; fp32 (TF32 off), tf32, and plain fp16/bf16 tensors. Held out: checks the op model per precision.
+
+    measure_ops.py turned TF32 off for cuDNN too in its fp32 rows, which no precision of ours means (fp32 keeps
+    PyTorch's default, TF32 convolutions): a convolution's tf32 row is what our fp32 (and tf32) runs, so it is
+    kept as fp32 and its TF32-off row is left out."""
     raw = pd.read_csv(root / "offpeak-h100" / "h100_ops.csv")
+    is_conv = raw["op"] == "conv2d_fwd"
+    raw = raw[~(is_conv & (raw["precision"] == "fp32"))].copy()
+    raw.loc[(raw["op"] == "conv2d_fwd") & (raw["precision"] == "tf32"), "precision"] = "fp32"
     size = raw["precision"].map(DTYPE_BYTES).astype(float)
     frames = []
     gemm = raw["op"] == "gemm"

@@ -83,11 +83,13 @@ def test_h100_loaders_read_our_own_rows(tmp_path):
     (folder / "h100_ops.csv").write_text(
         "op,precision,bytes,c,flops,head_dim,heads,hw,k,m,n,numel,r,seq,stride,time_s\n"
         "gemm,tf32,,,8388608,,,,256,128,128,,,,,3.0e-05\n"
-        "conv2d_fwd,fp32,,64,7398752256,,,56,64,,32,,3,,1,2.5e-04\n"
+        "conv2d_fwd,fp32,,64,7398752256,,,56,64,,32,,3,,1,9.9e-04\n"  # TF32 off for cuDNN: no precision of ours
+        "conv2d_fwd,tf32,,64,7398752256,,,56,64,,32,,3,,1,2.5e-04\n"
         "add,bf16,196608,,,,,,,,,65536,,,,2.0e-05\n"
         "sdpa_fwd,fp16,,,6442450944,64,12,,,,8,,,512,,1.0e-04\n")  # fmt: skip
     ops = load_offpeak_h100_ops(tmp_path)
     assert list(ops["op_class"]) == ["gemm", "conv", "elementwise"]  # SDPA has no single-op class: left out
     assert list(ops["precision"]) == ["tf32", "fp32", "bf16"] and list(ops["dtype_bytes"]) == [4, 4, 2]
+    assert ops["time_s"][1] == 2.5e-04  # the TF32 convolution, which is what fp32 runs by default
     assert ops["flops"][0] == 2 * 128 * 256 * 128 and ops["flops"][1] == pytest.approx(7398752256)  # same padding
     assert np.all(ops["mode"] == "fwd")
