@@ -1,17 +1,35 @@
 #!/usr/bin/env bash
-# Regenerate every committed simulator report and plot (about 3 minutes each on the 2-core dev machine).
+# Regenerate every committed simulator report and plot: every policy on the same 3 days (DAYS) of Alibaba and
+# Helios online demand, 3 seeds, 200 nodes x 8 GPUs. Why 3 days, not a week: with gangs and short-window
+# admission a week of six policies took > 15 min per run on the shared 2-core dev machine (about 10 min of CPU),
+# too long for 3 seeds x 2 traces; 3 days take ~4 min of CPU each (the whole script ~30 min with two in parallel).
+# DAYS=7 for the full week. SEEDS="0" for one seed.
 # Usage: reports/sim/regenerate.sh   (from the repository root; OFFPEAK_SHARED_DATA overrides the data root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OP=${OFFPEAK:-.venv/bin/offpeak}
 DATA=${OFFPEAK_SHARED_DATA:-../shared/data}
-# headline: Alibaba GenAI online demand, ITP jobs, extender's seasonal forecaster
-nice "$OP" simulate --report reports/sim/week-alibaba.json --plots reports/sim/week-alibaba --quiet
-# same week with a perfect forecaster: separates forecast error from runtime-prediction error
-nice "$OP" simulate --forecast exact --report reports/sim/week-alibaba-exact.json --plots reports/sim/week-alibaba-exact --quiet
-# Helios per-VC occupancy as the online side (long, diurnal idle windows)
-nice "$OP" simulate --online-trace "$DATA/traces/helios-earth-vc-2020-05" \
-  --report reports/sim/week-helios.json --plots reports/sim/week-helios --quiet
-# what-if: checkpoint-aware admission (offpeak-ckpt), next to backfill and offpeak
-nice "$OP" simulate --policies backfill,offpeak,offpeak-ckpt \
-  --report reports/sim/week-alibaba-ckpt.json --plots reports/sim/week-alibaba-ckpt --quiet
+SEEDS=${SEEDS:-"0 1 2"}
+DAYS=${DAYS:-3}
+POLICIES=default,backfill,user-estimate,offpeak,offpeak-p90,oracle
+HELIOS="$DATA/traces/helios-earth-vc-2020-05"
+log() { echo "$(date -u +%H:%M:%S) $*" >&2; }
+for s in $SEEDS; do
+  # Alibaba GenAI online demand, ITP jobs (wide jobs as gangs), the extender's seasonal forecaster
+  log "alibaba seed $s"
+  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" --report "reports/sim/days-alibaba-s$s.json" \
+    --plots "reports/sim/days-alibaba-s$s" --quiet
+  # Helios per-VC occupancy as the online side
+  log "helios seed $s"
+  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" --online-trace "$HELIOS" \
+    --report "reports/sim/days-helios-s$s.json" --plots "reports/sim/days-helios-s$s" --quiet
+  # the model before issue 18 (wide jobs folded onto one node, no gangs), for the before/after table
+  log "before: alibaba and helios seed $s"
+  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs \
+    --report "reports/sim/before-alibaba-s$s.json" --quiet
+  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs --online-trace "$HELIOS" \
+    --report "reports/sim/before-helios-s$s.json" --quiet
+done
+log "summary"
+if [ "${SUMMARY:-1}" = 1 ]; then .venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md; fi
+log "done"
