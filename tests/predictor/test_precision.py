@@ -93,3 +93,11 @@ def test_h100_loaders_read_our_own_rows(tmp_path):
     assert ops["time_s"][1] == 2.5e-04  # the TF32 convolution, which is what fp32 runs by default
     assert ops["flops"][0] == 2 * 128 * 256 * 128 and ops["flops"][1] == pytest.approx(7398752256)  # same padding
     assert np.all(ops["mode"] == "fwd")
+
+
+def test_without_our_h100_rows_the_modern_checks_are_simply_absent(tmp_path, tiny_model):
+    from offpeak_predictor.evaluate import modern_op_report
+
+    with pytest.raises(FileNotFoundError):
+        load_offpeak_h100_models(tmp_path)
+    assert modern_op_report(root=tmp_path, model=tiny_model) is None
