@@ -68,7 +68,8 @@ def test_unknown_torchvision_model_fails_with_invalid_model_source(e2e_cluster: 
     graph, finished = conds["GraphReady"], conds["Finished"]
     assert graph["status"] == "False" and graph["reason"] == "InvalidModelSource", graph
     assert "no_such_model_xyz" in graph["message"] and "\n" not in graph["message"], graph  # the extractor's line
-    assert finished["status"] == "False" and finished["reason"] == "InvalidModelSource", finished
+    assert finished["status"] == "True" and finished["reason"] == "InvalidModelSource", finished  # it has ended
+    assert conds["Failed"]["status"] == "True" and "Succeeded" not in conds, conds
     assert "prediction" not in status and not status.get("attempts"), status  # never predicted, never launched
     events = e2e_cluster.get("events", "-n", ns, "--field-selector", "involvedObject.name=no-such-model")["items"]
     warnings = [e for e in events if e["type"] == "Warning" and e["reason"] == "InvalidModelSource"]
