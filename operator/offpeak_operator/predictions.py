@@ -36,6 +36,7 @@ class GpuPrediction:
     peak_memory_gib: float | None = None  # a step's predicted peak GPU memory (None: not predicted)
     gpu_memory_gib: float | None = None  # this GPU type's memory
     fits_memory: bool | None = None  # the predictor's verdict: peak within 95 % of the GPU's memory
+    interconnect: str = ""  # the links a multi-GPU prediction assumed (in a node, between nodes), in words
 
     def memory_fields(self) -> dict[str, Any]:
         """The memory verdict, when the predictor gave one (status keys)."""
@@ -53,6 +54,8 @@ class GpuPrediction:
         if self.correction_samples:
             out.update(correctionSamples=self.correction_samples, correctionFactor=self.correction_factor)
         out.update(self.memory_fields())
+        if self.interconnect:
+            out["interconnect"] = self.interconnect
         return out
 
     @classmethod
@@ -67,6 +70,7 @@ class GpuPrediction:
             peak_memory_gib=_optional_float(raw.get("peakMemoryGiB")),
             gpu_memory_gib=_optional_float(raw.get("gpuMemoryGiB")),
             fits_memory=raw["fitsMemory"] if isinstance(raw.get("fitsMemory"), bool) else None,
+            interconnect=str(raw.get("interconnect", "")),
         )  # fmt: skip
 
 
@@ -132,6 +136,7 @@ def from_predictor(response: Mapping[str, Any], *, steps: int, asked: Sequence[s
                 peak_memory_gib=_optional_float(row.get("peak_memory_gib")),
                 gpu_memory_gib=_optional_float(row.get("gpu_memory_gib")),
                 fits_memory=row["fits_memory"] if isinstance(row.get("fits_memory"), bool) else None,
+                interconnect=interconnect_words(row.get("interconnect")),
             ))  # fmt: skip
     except (KeyError, TypeError, ValueError) as e:
         if isinstance(e, PredictorResponseError):
@@ -140,6 +145,15 @@ def from_predictor(response: Mapping[str, Any], *, steps: int, asked: Sequence[s
     return Prediction(source="predictor", steps=steps, gpus=tuple(gpus),
                       model_version=str(response.get("model_version", "")),
                       graph_hash=str(response.get("graph_hash", "")))
+
+
+def interconnect_words(raw: Any) -> str:
+    """The predictor's `interconnect` object in one line for the status: layout, then each link it assumed."""
+    if not isinstance(raw, Mapping):
+        return ""
+    layout = f"{raw.get('nodes', 1)} node(s) x {raw.get('gpus_per_node', '?')} GPU(s)"
+    links = [f"{where.replace('_', ' ')}: {raw[where]}" for where in ("within_node", "between_nodes") if raw.get(where)]
+    return "; ".join([layout, *links])[:500]
 
 
 def _seconds(value: Any, field_name: str, gpu: str) -> float:

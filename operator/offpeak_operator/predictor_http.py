@@ -40,10 +40,11 @@ class PredictorHTTP:
             self.metrics.predictor_request_seconds.labels(endpoint=endpoint).observe(time.perf_counter() - started)
 
     def predict(self, *, graph: dict[str, Any], gpus: list[str], precision: str, optimizer: str, steps: int,
-                num_gpus: int, startup_seconds: float | None = None) -> dict[str, Any]:
+                num_gpus: int, startup_seconds: float | None = None,
+                gpus_per_node: int | None = None) -> dict[str, Any]:
         return self._call("/v1/predict", lambda: self.client.predict(
             graph, gpus, mode="train", precision=precision, optimizer=optimizer, steps=steps, num_gpus=num_gpus,
-            startup_seconds=startup_seconds))
+            startup_seconds=startup_seconds, gpus_per_node=gpus_per_node))
 
     def report_sample(self, *, gpu: str, step_seconds: float, job_seconds: float, steps: int, job: str,
                       graph_hash: str, graph: dict[str, Any] | None, startup_seconds: float = 0.0,

@@ -365,7 +365,9 @@ class Reconciler:
         try:
             answer = self.ctx.predictor.predict(graph=graph.to_dict(), gpus=asked, precision=spec.precision,
                                                 optimizer=spec.optimizer, steps=spec.total_steps,
-                                                num_gpus=spec.total_gpus, startup_seconds=spec.startup_seconds)
+                                                num_gpus=spec.total_gpus, startup_seconds=spec.startup_seconds,
+                                                # workers land on different nodes (gang): the network is crossed
+                                                gpus_per_node=spec.gpus_per_worker if spec.workers > 1 else None)
             return from_predictor(answer, steps=spec.total_steps, asked=asked, canonical=canonical), ""
         except (PredictorUnavailable, PredictorResponseError) as e:
             log.warning("prediction for %s/%s failed: %s", job["metadata"]["namespace"], job["metadata"]["name"], e)

@@ -14,6 +14,7 @@ from typing import Any
 
 from offpeak.errors import UserError
 from offpeak_graph.schema import PRECISIONS, PRECISION_HELP
+from offpeak_predictor.interconnect import DEFAULT_NETWORK_GBITS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -44,6 +45,11 @@ def _register_predict(subparsers: argparse._SubParsersAction) -> None:  # type: 
     p.add_argument("--optimizer", choices=["sgd", "adam", "adamw", "none"], default=None,
                    help="none = forward+backward only")
     p.add_argument("--num-gpus", type=int, default=1, help="data-parallel GPUs (batch size is per GPU)")
+    p.add_argument("--gpus-per-node", type=int, default=None,
+                   help="GPUs of the job in one node (divides --num-gpus; default: all in one node); the gradients' "
+                        "all-reduce across the other nodes is added, over --network-gbits")
+    p.add_argument("--network-gbits", type=float, default=DEFAULT_NETWORK_GBITS,
+                   help="network per node between the nodes of a multi-node job, Gbit/s (default %(default)s)")
     p.add_argument("--steps", type=int, help="steps of the job: adds job_seconds and job_seconds_p90")
     p.add_argument("--epochs", type=float, help="with --dataset-size: derive --steps")
     p.add_argument("--dataset-size", type=int, help="training samples per epoch (with --epochs)")
@@ -120,9 +126,10 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                                      batch_size=graph.batch_size, num_gpus=args.num_gpus)  # fmt: skip
         except ValueError as e:
             raise UserError(str(e)) from e
-    predictor = Predictor(_load_model(args.model))
+    predictor = Predictor(_load_model(args.model), network_gbits=args.network_gbits)
     options = PredictOptions(
         mode=args.mode, precision=args.precision, optimizer=args.optimizer, num_gpus=args.num_gpus, steps=steps,
+        gpus_per_node=args.gpus_per_node,
         startup_seconds=DEFAULT_STARTUP_SECONDS if args.startup_seconds is None else args.startup_seconds,
     )  # fmt: skip
     result = predictor.predict(graph, [args.gpu], options)[0]
@@ -159,6 +166,10 @@ def _register_predictor(subparsers: argparse._SubParsersAction) -> None:  # type
     s.add_argument("--token-file", default=os.environ.get("OFFPEAK_PREDICTOR_TOKEN_FILE"),
                    help="shared secret POST /v1/samples must present as a bearer token; without it no sample is "
                         "accepted (env OFFPEAK_PREDICTOR_TOKEN_FILE)")
+    s.add_argument("--network-gbits", type=float,
+                   default=float(os.environ.get("OFFPEAK_NETWORK_GBITS", str(DEFAULT_NETWORK_GBITS))),
+                   help="network per node between the nodes of a multi-node job, Gbit/s: the all-reduce a "
+                        "multi-node prediction adds (env OFFPEAK_NETWORK_GBITS, default %(default)s)")
     s.add_argument("--max-samples", type=int, default=int(os.environ.get("OFFPEAK_PREDICTOR_MAX_SAMPLES", "10000")),
                    help="job samples kept in the DB; the oldest are dropped and unlearned (default 10000)")
     s.add_argument("--prior-strength", type=float, default=0.5,
@@ -182,8 +193,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise UserError("--max-samples must be at least 1")
     if args.prior_strength <= 0:
         raise UserError("--prior-strength must be positive")
+    if args.network_gbits <= 0:
+        raise UserError("--network-gbits must be positive")
     settings = ServerSettings(host=args.host, port=args.port, max_body_bytes=args.max_body_bytes,
-                              token_file=args.token_file or None)  # fmt: skip
+                              token_file=args.token_file or None, network_gbits=args.network_gbits)  # fmt: skip
     feedback = FeedbackSettings(correction=CorrectionSettings(prior_strength=args.prior_strength),
                                 max_samples=args.max_samples)  # fmt: skip
     db = BenchmarkDB(args.db or default_db_path())

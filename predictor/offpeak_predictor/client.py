@@ -64,15 +64,17 @@ class PredictorClient:
     def predict(
         self, graph: dict[str, Any], gpus: list[str], *, mode: str | None = None, precision: str | None = None,
         optimizer: str | None = None, steps: int | None = None, num_gpus: int | None = None,
-        startup_seconds: float | None = None,
+        startup_seconds: float | None = None, gpus_per_node: int | None = None,
     ) -> dict[str, Any]:  # fmt: skip
         """POST /v1/predict; returns the whole response ({model_version, graph_hash, predictions}).
 
         startup_seconds: the job's start-up before its first step; None = the predictor's default.
+        gpus_per_node: the job's GPUs in one node when it spans several (None: all in one node).
         """
         payload: dict[str, Any] = {"graph": graph, "gpus": list(gpus)}
         for key, value in (("mode", mode), ("precision", precision), ("optimizer", optimizer), ("steps", steps),
-                           ("num_gpus", num_gpus), ("startup_seconds", startup_seconds)):  # fmt: skip
+                           ("num_gpus", num_gpus), ("startup_seconds", startup_seconds),
+                           ("gpus_per_node", gpus_per_node)):  # fmt: skip
             if value is not None:
                 payload[key] = value
         return self._post("/v1/predict", payload)

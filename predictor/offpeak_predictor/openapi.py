@@ -58,6 +58,11 @@ def openapi_document(gpus: list[str]) -> dict[str, Any]:
                                             "description": "seconds before the first step (pod start, data "
                                                            "loading) added to job_seconds; default 60"},
                         "num_gpus": {"type": "integer", "minimum": 1},
+                        "gpus_per_node": {"type": "integer", "minimum": 1,
+                                          "description": "GPUs of the job in one node (it must divide num_gpus); "
+                                                         "the rest talk over the network, whose all-reduce is "
+                                                         "added and named in each answer's interconnect; default: "
+                                                         "all in one node"},
                     },
                     "required": ["graph", "gpus"],
                 }}}},

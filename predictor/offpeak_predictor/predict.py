@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from offpeak_graph.schema import MODES, PRECISIONS, ModelGraph
+from offpeak_predictor import interconnect
 from offpeak_predictor.correction import Correction, CorrectionTable, keys_for
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, summarise
@@ -38,6 +39,11 @@ class PredictOptions:
     num_gpus: int = 1
     steps: int | None = None
     startup_seconds: float = DEFAULT_STARTUP_SECONDS
+    gpus_per_node: int | None = None  # None: all num_gpus in one node; else num_gpus / gpus_per_node nodes
+
+    @property
+    def nodes(self) -> int:
+        return self.num_gpus // (self.gpus_per_node or self.num_gpus)
 
     def validate(self) -> None:
         from offpeak.errors import UserError
@@ -48,6 +54,8 @@ class PredictOptions:
                 raise UserError(f"{name} must be one of {', '.join(allowed)} (got {value!r})")
         if self.num_gpus < 1:
             raise UserError("num_gpus must be >= 1")
+        if self.gpus_per_node is not None and (self.gpus_per_node < 1 or self.num_gpus % self.gpus_per_node):
+            raise UserError(f"gpus_per_node must divide num_gpus ({self.num_gpus}), got {self.gpus_per_node}")
         if self.steps is not None and self.steps < 0:
             raise UserError("steps must be >= 0")
         if self.steps is not None and self.steps > MAX_STEPS:
@@ -69,9 +77,11 @@ class Predictor:
     samples). One lock serialises predictions, so a thread pool may call it."""
 
     def __init__(self, model: RuntimeModel, *, cache_bytes: int = 256 * 2**20,
-                 corrections: CorrectionTable | None = None) -> None:  # fmt: skip
+                 corrections: CorrectionTable | None = None,
+                 network_gbits: float = interconnect.DEFAULT_NETWORK_GBITS) -> None:  # fmt: skip
         self.model = model
         self.corrections = corrections
+        self.network = interconnect.network(network_gbits)  # between the nodes of a multi-node job
         self.lock = threading.RLock()
         self._cache: SizedLRU[str, GraphSummary] = SizedLRU(max_bytes=cache_bytes // 2, sizeof=approx_bytes)
         # Content hashes of graph objects seen recently (hashing a 1,000-op graph costs ~1.5 ms). Holding the
@@ -143,16 +153,24 @@ class Predictor:
             mode=mode, optimizer=(options.optimizer or graph.optimizer) if mode == "train" else "none",
             precision=options.precision or graph.precision, num_gpus=options.num_gpus,
         )  # fmt: skip
-        preds = self.model.predict_steps_batch([(summary, spec, ctx) for spec in specs])
+        nodes = options.nodes
+        # the model prices one node's data parallelism (what it was trained on); the network comes on top
+        node_ctx = replace(ctx, num_gpus=options.num_gpus // nodes)
+        preds = self.model.predict_steps_batch([(summary, spec, node_ctx) for spec in specs])
+        between = interconnect.between_nodes_seconds(params=summary.params, nodes=nodes, link=self.network)
         memory = self.memory(graph, graph_hash=graph_hash, ctx=ctx)
         out = []
         for asked, spec, pred in zip(gpus, specs, preds, strict=True):
-            step, step_p90 = pred.step_seconds, pred.step_seconds_p90
+            model_step, model_p90 = pred.step_seconds + between, pred.step_seconds_p90 + between
+            step, step_p90 = model_step, model_p90
             item: dict[str, Any] = {
                 "gpu": asked, "gpu_type": spec.name, "step_seconds": step, "step_seconds_p90": step_p90,
                 "model_version": self.version,
                 "mode": ctx.mode, "precision": ctx.precision, "optimizer": ctx.optimizer, "num_gpus": ctx.num_gpus,
             }  # fmt: skip
+            if ctx.num_gpus > 1:
+                item["interconnect"] = interconnect.describe(gpu=spec, gpus_per_node=node_ctx.num_gpus, nodes=nodes,
+                                                             net=self.network, between_seconds=between)
             if memory is not None:
                 gpu_bytes = spec.memory_gb * 1e9  # the catalogue's GB are decimal
                 item.update(peak_memory_gib=round(memory.peak_gib, 3), gpu_memory_gib=round(gpu_bytes / 2**30, 2),
@@ -161,11 +179,11 @@ class Predictor:
                 keys = keys_for(graph_hash=graph_hash, family=graph.model_family, gpu_type=spec.name,
                                 precision=ctx.precision, mode=ctx.mode, batch_size=graph.batch_size,
                                 num_gpus=ctx.num_gpus)  # fmt: skip
-                margin = math.log(pred.step_seconds_p90 / pred.step_seconds)  # this prediction's calibrated width
+                margin = math.log(model_p90 / model_step)  # this prediction's calibrated width
                 correction = self.corrections.lookup(keys, p90_log_margin=margin)
-                step, step_p90 = correction.apply(pred.step_seconds)
+                step, step_p90 = correction.apply(model_step)
                 item.update(step_seconds=step, step_seconds_p90=step_p90,
-                            correction=correction_fields(correction, model_step_seconds=pred.step_seconds))
+                            correction=correction_fields(correction, model_step_seconds=model_step))
             if options.steps is not None:
                 job = job_estimate(step_seconds=step, step_seconds_p90=step_p90, steps=options.steps,
                                    startup_seconds=options.startup_seconds)  # fmt: skip

@@ -25,6 +25,7 @@ from offpeak_graph.schema import GraphError, ModelGraph, validate_graph
 from offpeak_predictor.auth import SharedSecret
 from offpeak_predictor.correction import Level
 from offpeak_predictor.db import BenchmarkDB
+from offpeak_predictor.interconnect import DEFAULT_NETWORK_GBITS
 from offpeak_predictor.gpus import known_gpus, resolve_gpu
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.openapi import openapi_document
@@ -45,6 +46,7 @@ class ServerSettings:
     predict_workers: int = 1  # the Predictor serialises on its lock; more threads only queue
     max_gpus_per_request: int = 64
     token_file: str | None = None  # the shared secret state-changing requests must present (None: no writes)
+    network_gbits: float = DEFAULT_NETWORK_GBITS  # per node, between the nodes of a multi-node job
 
 
 class Metrics:
@@ -183,7 +185,7 @@ class PredictorApp:
     def __init__(self, *, model: RuntimeModel, db: BenchmarkDB | None, settings: ServerSettings = ServerSettings(),
                  registry: CollectorRegistry | None = None, feedback: FeedbackSettings = FeedbackSettings(),
                  secret: SharedSecret | None = None) -> None:  # fmt: skip
-        self.predictor = Predictor(model)
+        self.predictor = Predictor(model, network_gbits=settings.network_gbits)
         self._pool = ThreadPoolExecutor(max_workers=settings.predict_workers, thread_name_prefix="predict")
         self.db = db
         self.settings = settings
@@ -288,6 +290,7 @@ class PredictorApp:
             optimizer=_str_choice(body, "optimizer"), num_gpus=_int(body, "num_gpus", default=1, minimum=1,
                                                                     maximum=4096) or 1,
             steps=_int(body, "steps", default=None, minimum=0),
+            gpus_per_node=_int(body, "gpus_per_node", default=None, minimum=1, maximum=4096),
         )  # fmt: skip
         if (startup := _number(body, "startup_seconds", required=False)) is not None:
             options = replace(options, startup_seconds=startup)  # absent: the default start-up

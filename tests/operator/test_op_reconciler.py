@@ -491,3 +491,27 @@ def test_a_resumed_job_is_timed_by_the_step_time_it_measured_not_the_prediction(
     ann = json.loads(kube.pods["train-1-a2-w0"]["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])
     assert ann["T4"] == {"p50": 150.0, "p90": 300.0}  # 500 steps left at the measured 0.3 s (p90: x2 as predicted)
     assert ann["A100-SXM4-40GB"] == {"p50": 50.0, "p90": 100.0}  # not measured there: half the prediction
+
+
+def test_a_multi_worker_job_is_predicted_across_nodes_and_records_the_links_assumed() -> None:
+    class Spread(FakePredictor):
+        def predict(self, **body: Any) -> dict[str, Any]:
+            answer = super().predict(**body)
+            for row in answer["predictions"]:
+                row["interconnect"] = {"gpus_per_node": body["gpus_per_node"], "nodes": 2,
+                                       "within_node": "NVLink (300 GB/s per direction); learned",
+                                       "between_nodes": "network (100 Gbit/s per node), a ring all-reduce"}
+            return answer
+
+    rec, kube, pred, _ = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}, workers=2,
+                                       gpusPerWorker=4), predictor=Spread())
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    rec.reconcile("ns", "train-1")
+    assert pred.requests[0]["num_gpus"] == 8 and pred.requests[0]["gpus_per_node"] == 4
+    (gpu, *_) = kube.job["status"]["prediction"]["gpus"]
+    assert gpu["interconnect"].startswith("2 node(s) x 4 GPU(s); within node: NVLink")
+    assert "between nodes: network (100 Gbit/s per node)" in gpu["interconnect"]
+    rec, kube, pred, _ = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}, gpusPerWorker=4))
+    kube.configmaps["user-graph"] = graph_cm(small_graph())
+    rec.reconcile("ns", "train-1")
+    assert pred.requests[0]["gpus_per_node"] is None  # one worker: all its GPUs in one node
