@@ -106,88 +106,48 @@ phase: Running
 startTime: {{ $now | Quote }}
 """
 
-_POD_SUCCEEDED = """{{ $now := Now }}
-{{ $root := . }}
+def _pod_ended(*, phase: str, ready_reason: str, exit_code: str, reason: str, message: str = "") -> str:
+    """The status template of a pod whose containers have all ended (`exit_code`, `message`: template
+    expressions, so a value may come from the pod's own annotations)."""
+    message_line = f"\n      message: {message}" if message else ""
+    return f"""{{{{ $now := Now }}}}
+{{{{ $root := . }}}}
 conditions:
 - lastProbeTime: null
-  lastTransitionTime: {{ $now | Quote }}
+  lastTransitionTime: {{{{ $now | Quote }}}}
   status: "False"
-  reason: PodCompleted
+  reason: {ready_reason}
   type: Ready
 - lastProbeTime: null
-  lastTransitionTime: {{ $now | Quote }}
+  lastTransitionTime: {{{{ $now | Quote }}}}
   status: "False"
-  reason: PodCompleted
+  reason: {ready_reason}
   type: ContainersReady
 containerStatuses:
-{{ range $index, $item := .spec.containers }}
-- image: {{ $item.image | Quote }}
-  name: {{ $item.name | Quote }}
+{{{{ range $index, $item := .spec.containers }}}}
+- image: {{{{ $item.image | Quote }}}}
+  name: {{{{ $item.name | Quote }}}}
   ready: false
   restartCount: 0
   started: false
   state:
     terminated:
-      exitCode: 0
-      finishedAt: {{ $now | Quote }}
-      reason: Completed
-      startedAt: {{ $root.status.startTime | Quote }}
-{{ end }}
-phase: Succeeded
+      exitCode: {exit_code}
+      finishedAt: {{{{ $now | Quote }}}}
+      reason: {reason}{message_line}
+      startedAt: {{{{ $root.status.startTime | Quote }}}}
+{{{{ end }}}}
+phase: {phase}
 """
 
 
-_POD_FAILED = """{{ $now := Now }}
-{{ $root := . }}
-conditions:
-- lastProbeTime: null
-  lastTransitionTime: {{ $now | Quote }}
-  status: "False"
-  reason: PodFailed
-  type: Ready
-containerStatuses:
-{{ range $index, $item := .spec.containers }}
-- image: {{ $item.image | Quote }}
-  name: {{ $item.name | Quote }}
-  ready: false
-  restartCount: 0
-  started: false
-  state:
-    terminated:
-      exitCode: {{ index $root.metadata.annotations "offpeak.io/sim-exit-code" }}
-      finishedAt: {{ $now | Quote }}
-      reason: Error
-      startedAt: {{ $root.status.startTime | Quote }}
-{{ end }}
-phase: Failed
-"""
-
-# Stopped (SIGTERM on deletion): every container ends with the progress report as its termination message.
-_POD_STOPPED = """{{ $now := Now }}
-{{ $root := . }}
-conditions:
-- lastProbeTime: null
-  lastTransitionTime: {{ $now | Quote }}
-  status: "False"
-  reason: PodFailed
-  type: Ready
-containerStatuses:
-{{ range $index, $item := .spec.containers }}
-- image: {{ $item.image | Quote }}
-  name: {{ $item.name | Quote }}
-  ready: false
-  restartCount: 0
-  started: false
-  state:
-    terminated:
-      exitCode: 143
-      finishedAt: {{ $now | Quote }}
-      reason: Error
-      message: {{ index $root.metadata.annotations "offpeak.io/sim-progress" | Quote }}
-      startedAt: {{ $root.status.startTime | Quote }}
-{{ end }}
-phase: Failed
-"""
+_POD_SUCCEEDED = _pod_ended(phase="Succeeded", ready_reason="PodCompleted", exit_code="0", reason="Completed")
+# the fake training code fails with the exit status its pod's annotation names
+_POD_FAILED = _pod_ended(phase="Failed", ready_reason="PodFailed", reason="Error",
+                         exit_code='{{ index $root.metadata.annotations "offpeak.io/sim-exit-code" }}')
+# stopped (SIGTERM on deletion): every container ends with the progress report as its termination message
+_POD_STOPPED = _pod_ended(phase="Failed", ready_reason="PodFailed", reason="Error", exit_code="143",
+                          message='{{ index $root.metadata.annotations "offpeak.io/sim-progress" | Quote }}')
 
 
 def _stage(name: str, kind: str, expressions: list[dict[str, Any]], *, nxt: dict[str, Any],
