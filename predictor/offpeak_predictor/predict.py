@@ -158,9 +158,13 @@ class Predictor:
         node_ctx = replace(ctx, num_gpus=options.num_gpus // nodes)
         preds = self.model.predict_steps_batch([(summary, spec, node_ctx) for spec in specs])
         between = interconnect.between_nodes_seconds(params=summary.params, nodes=nodes, link=self.network)
+        # measured samples are judged against the model's step with every GPU in one node (see samples.py): a
+        # corrected multi-node answer scales that same step
+        judged = preds if nodes == 1 or self.corrections is None or not corrected else \
+            self.model.predict_steps_batch([(summary, spec, ctx) for spec in specs])
         memory = self.memory(graph, graph_hash=graph_hash, ctx=ctx)
         out = []
-        for asked, spec, pred in zip(gpus, specs, preds, strict=True):
+        for asked, spec, pred, judged_pred in zip(gpus, specs, preds, judged, strict=True):
             model_step, model_p90 = pred.step_seconds + between, pred.step_seconds_p90 + between
             step, step_p90 = model_step, model_p90
             item: dict[str, Any] = {
@@ -179,9 +183,14 @@ class Predictor:
                 keys = keys_for(graph_hash=graph_hash, family=graph.model_family, gpu_type=spec.name,
                                 precision=ctx.precision, mode=ctx.mode, batch_size=graph.batch_size,
                                 num_gpus=ctx.num_gpus)  # fmt: skip
-                margin = math.log(model_p90 / model_step)  # this prediction's calibrated width
+                margin = math.log(pred.step_seconds_p90 / pred.step_seconds)  # this prediction's calibrated width
                 correction = self.corrections.lookup(keys, p90_log_margin=margin)
-                step, step_p90 = correction.apply(model_step)
+                if correction.samples:
+                    # samples are judged against the model's one-node step (their own runs crossed the real
+                    # network), so the learnt factor already carries it: no network estimate on top
+                    step, step_p90 = correction.apply(judged_pred.step_seconds)
+                    if "interconnect" in item and nodes > 1:
+                        item["interconnect"]["between_nodes_measured"] = True
                 item.update(step_seconds=step, step_seconds_p90=step_p90,
                             correction=correction_fields(correction, model_step_seconds=model_step))
             if options.steps is not None:

@@ -52,3 +52,25 @@ def test_spreading_a_job_over_nodes_adds_the_network_and_says_so(tiny_model) -> 
 def test_gpus_per_node_must_divide_the_job() -> None:
     with pytest.raises(UserError, match="gpus_per_node must divide num_gpus"):
         PredictOptions(num_gpus=16, gpus_per_node=3).validate()
+
+
+def test_measured_runs_of_a_multi_node_layout_replace_the_network_estimate(tiny_model) -> None:
+    """Samples are judged against the one-node step and their runs crossed the real network: a corrected answer
+    scales the one-node step by what was measured and adds no network estimate on top (no double counting)."""
+    import math
+
+    from offpeak_predictor.correction import CorrectionTable, keys_for
+
+    graph = mlp_graph(width=2048)
+    options = PredictOptions(num_gpus=16, gpus_per_node=8)
+    plain = Predictor(tiny_model)
+    one_node = plain.predict(graph, ["A100-SXM4-40GB"], PredictOptions(num_gpus=16))[0]["step_seconds"]
+    table = CorrectionTable()
+    keys = keys_for(graph_hash=graph.content_hash(), family=graph.model_family, gpu_type="A100-SXM4-40GB",
+                    precision="fp32", mode="train", batch_size=graph.batch_size, num_gpus=16)
+    for _ in range(20):
+        table.add(keys, math.log(1.5))  # the real runs took 1.5x the one-node model step
+    answer = Predictor(tiny_model, corrections=table).predict(graph, ["A100-SXM4-40GB"], options)[0]
+    assert answer["correction"]["samples"] > 0 and answer["interconnect"]["between_nodes_measured"] is True
+    assert answer["step_seconds"] == pytest.approx(one_node * answer["correction"]["factor"], rel=1e-5)
+    assert 1.3 < answer["step_seconds"] / one_node < 1.5
