@@ -55,13 +55,8 @@ class KubeIO:
 
     # -- TrainingJobs
     def get_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return _json(self.custom.get_namespaced_custom_object(
-                names.GROUP, names.VERSION, namespace, names.PLURAL, name, _preload_content=False))
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        return _read_if_present(lambda: self.custom.get_namespaced_custom_object(
+            names.GROUP, names.VERSION, namespace, names.PLURAL, name, _preload_content=False))
 
     def patch_job_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         try:
@@ -143,12 +138,8 @@ class KubeIO:
 
     # -- ConfigMaps
     def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return _json(self.core.read_namespaced_config_map(name, namespace, _preload_content=False))
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        return _read_if_present(lambda: self.core.read_namespaced_config_map(name, namespace,
+                                                                             _preload_content=False))
 
     def create_configmap(self, body: Mapping[str, Any]) -> bool:
         """Create; False when a ConfigMap of that name already exists."""
@@ -156,12 +147,7 @@ class KubeIO:
 
     # -- batch/v1 Jobs that opt in (offpeak_operator.workloads)
     def get_batch_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        try:
-            return _json(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
-        except ApiException as e:
-            if e.status == 404:
-                return None
-            raise
+        return _read_if_present(lambda: self.batch.read_namespaced_job(name, namespace, _preload_content=False))
 
     def patch_batch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         """JSON merge patch of a Job (a Job deleted meanwhile is not an error)."""
@@ -201,6 +187,16 @@ class KubeIO:
                                               _preload_content=False)
         except ApiException as e:
             log.warning("could not post event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], e.reason)
+
+
+def _read_if_present(read: Any) -> dict[str, Any] | None:
+    """The object a read call returns, None when it does not exist (404)."""
+    try:
+        return _json(read())
+    except ApiException as e:
+        if e.status == 404:
+            return None
+        raise
 
 
 def _create_if_absent(create: Any, body: Mapping[str, Any]) -> bool:
