@@ -21,7 +21,8 @@ from offpeak_operator import names
 from offpeak_operator.peering import PeeringGate
 from offpeak_operator.reconciler import Reconciler
 from offpeak_operator.resync import Resyncer
-from offpeak_operator.workload_reconciler import WorkloadReconciler, is_opted_in_job
+from offpeak_operator.workload_reconciler import WorkloadReconciler
+from offpeak_operator.workloads import opted_in
 from offpeak_operator.settings import OperatorSettings
 
 PEERING_NAME = "offpeak-operator"
@@ -101,7 +102,7 @@ def build_registry(reconciler: Reconciler, settings: OperatorSettings,
         jobs = WorkloadReconciler(reconciler)
 
         @kopf.on.event("batch", "v1", "jobs", registry=registry,
-                       when=lambda body, **_: is_opted_in_job(body))  # type: ignore[arg-type]
+                       when=lambda body, **_: opted_in(body))  # type: ignore[arg-type]
         def batch_job_event(*, type: str, name: str, namespace: str | None, **_: Any) -> None:
             if type != "DELETED" and namespace is not None:
                 jobs.reconcile(namespace, name)

@@ -102,16 +102,26 @@ class JobSpec:
     checkpoint: CheckpointSpec | None = None
 
     def pod_template(self) -> dict[str, Any]:
-        """The user's PodTemplateSpec: spec.template, or the one the short form means."""
+        """The user's PodTemplateSpec: spec.template, or the one the short form means (one container `train`)."""
         if self.template is not None:
             return self.template
-        return podtemplate.shorthand_template({
-            "image": self.image, "imagePullPolicy": self.image_pull_policy, "command": self.command,
-            "args": self.args, "workingDir": self.working_dir, "env": self.env, "resources": self.resources,
-            "nodeSelector": self.node_selector, "tolerations": self.tolerations,
-            "serviceAccountName": self.service_account, "priorityClassName": self.priority_class,
-            "podLabels": self.pod_labels, "podAnnotations": self.pod_annotations,
-        })  # fmt: skip
+        container: dict[str, Any] = {"name": names.TRAIN_CONTAINER, "image": self.image,
+                                     "imagePullPolicy": self.image_pull_policy}
+        for key, value in (("command", list(self.command)), ("args", list(self.args)),
+                           ("workingDir", self.working_dir)):
+            if value:
+                container[key] = value
+        container["env"] = [dict(e) for e in self.env]
+        container["resources"] = {k: dict(v) for k, v in self.resources.items()}
+        pod: dict[str, Any] = {"containers": [container]}
+        for key, pod_value in (("nodeSelector", dict(self.node_selector)),
+                               ("tolerations", [dict(t) for t in self.tolerations]),
+                               ("serviceAccountName", self.service_account),
+                               ("priorityClassName", self.priority_class)):
+            if pod_value:
+                pod[key] = pod_value
+        return {"metadata": {"labels": dict(self.pod_labels), "annotations": dict(self.pod_annotations)},
+                "spec": pod}
 
     @property
     def total_steps(self) -> int:

@@ -58,14 +58,11 @@ def _train_container(pod: Mapping[str, Any]) -> str:
                or names.TRAIN_CONTAINER)
 
 
-def _progress(pod: Mapping[str, Any]) -> Progress | None:
-    """The offpeak.progress report in the training container's termination message, once it has ended."""
+def _train_ended(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The training container's `terminated` state once it has ended (None while it runs or waits)."""
     for cs in pod.get("status", {}).get("containerStatuses") or []:
-        if cs.get("name") != _train_container(pod):
-            continue
-        terminated = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
-        if terminated:
-            return parse(terminated.get("message"))
+        if cs.get("name") == _train_container(pod):
+            return (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
     return None
 
 
@@ -75,13 +72,6 @@ def _unschedulable(pod: Mapping[str, Any]) -> str:
         if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable":
             return str(c.get("message") or "")[:MAX_MESSAGE]
     return ""
-
-
-def _train_terminated(pod: Mapping[str, Any]) -> bool:
-    for cs in pod.get("status", {}).get("containerStatuses") or []:
-        if cs.get("name") == _train_container(pod) and (cs.get("state") or {}).get("terminated"):
-            return True
-    return False
 
 
 def pod_view(pod: Mapping[str, Any], *, node_gpu_types: Mapping[str, str]) -> PodView:
@@ -95,6 +85,7 @@ def pod_view(pod: Mapping[str, Any], *, node_gpu_types: Mapping[str, str]) -> Po
         started = _condition_time(pod, "Ready") or parse_time(status.get("startTime"))
     node = spec.get("nodeName") or ""
     exit_code, exit_message = _extract_result(pod)
+    ended = _train_ended(pod)  # its termination message carries the offpeak.progress report
     return PodView(
         name=meta.get("name", ""),
         phase=phase,
@@ -108,10 +99,10 @@ def pod_view(pod: Mapping[str, Any], *, node_gpu_types: Mapping[str, str]) -> Po
         finished_at=finished,
         extract_exit_code=exit_code,
         extract_message=exit_message,
-        progress=_progress(pod),
+        progress=parse(ended.get("message")) if ended else None,
         unschedulable=_unschedulable(pod),
         deletion_deadline=parse_time(meta.get("deletionTimestamp")),
-        terminated=_train_terminated(pod),
+        terminated=ended is not None,
     )
 
 

@@ -1,7 +1,7 @@
 """The user's pod template (`spec.template`) and the parts of a training pod the operator owns. Pure.
 
 A TrainingJob gives its pod either as a full PodTemplateSpec (`spec.template`, as batch/v1 Job and the training
-operators do) or in the short form (`image`, `command`, `env`, `resources`, ...), which `shorthand_template` turns
+operators do) or in the short form (`image`, `command`, `env`, `resources`, ...), which `JobSpec.pod_template` turns
 into the same template, so one builder makes every training pod. The operator owns a few parts of every training
 pod: scheduler, restart policy, GPU requests, its labels, annotations and environment, the worker's hostname.
 `template_conflicts` names each place where a template sets one of them, so a job fails with one clear message
@@ -92,25 +92,6 @@ def template_conflicts(template: Mapping[str, Any], *, spec: Mapping[str, Any],
                if isinstance(m, Mapping)):
             out.append(f"{where}.volumeMounts mounts something else at the checkpoint path {checkpoint_path}")
     return out
-
-
-def shorthand_template(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The PodTemplateSpec the short form means (`spec` as parsed: see jobspec.JobSpec.shorthand)."""
-    container: dict[str, Any] = {"name": names.TRAIN_CONTAINER, "image": spec["image"],
-                                 "imagePullPolicy": spec["imagePullPolicy"]}
-    for key in ("command", "args", "workingDir"):
-        if spec.get(key):
-            container[key] = list(spec[key]) if isinstance(spec[key], tuple | list) else spec[key]
-    container["env"] = [dict(e) for e in spec.get("env") or ()]
-    container["resources"] = {k: dict(v) for k, v in (spec.get("resources") or {}).items()}
-    pod: dict[str, Any] = {"containers": [container]}
-    for key in ("nodeSelector", "tolerations", "serviceAccountName", "priorityClassName"):
-        if spec.get(key):
-            value = spec[key]
-            pod[key] = [dict(t) for t in value] if key == "tolerations" else (
-                dict(value) if isinstance(value, Mapping) else value)
-    return {"metadata": {"labels": dict(spec.get("podLabels") or {}),
-                         "annotations": dict(spec.get("podAnnotations") or {})}, "spec": pod}
 
 
 def merge_node_terms(user: Sequence[Mapping[str, Any]], ours: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

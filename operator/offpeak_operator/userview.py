@@ -16,6 +16,7 @@ from typing import Any
 from offpeak_core.decisions import DEFAULT_MARGIN
 from offpeak_core.humanize import duration
 
+from offpeak_operator.predictions import remaining_fraction
 from offpeak_operator.statemachine import parse_time
 
 
@@ -58,9 +59,9 @@ def window_needed(status: Mapping[str, Any], *, margin: float = DEFAULT_MARGIN) 
     if gpu is None:
         return None
     p50, p90 = _seconds(gpu.get("jobSeconds")), _seconds(gpu.get("jobSecondsP90"))
-    total = int((status.get("prediction") or {}).get("steps") or status.get("totalSteps") or 0)
-    done = int(status.get("completedSteps") or 0)
-    share = max(0.0, (total - done) / total) if total > 0 else 1.0
+    share = remaining_fraction(
+        total_steps=int((status.get("prediction") or {}).get("steps") or status.get("totalSteps") or 0),
+        completed_steps=int(status.get("completedSteps") or 0))
     base = p90 if p90 is not None else p50
     return base * share * (1.0 + margin) if base is not None else None
 

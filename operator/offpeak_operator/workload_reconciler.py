@@ -118,7 +118,3 @@ class WorkloadReconciler:
         self.ctx.kube.emit_event(dict(job), type="Warning" if warning else "Normal", reason=reason or word,
                                  message=message, now=self.ctx.clock())
 
-
-def is_opted_in_job(body: Mapping[str, Any]) -> bool:
-    """The kopf filter: only Jobs whose pod template asks for offpeak reach the reconciler."""
-    return workloads.opted_in(body)
