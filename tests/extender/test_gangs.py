@@ -23,6 +23,8 @@ from offpeak_extender.service import DecisionSettings, ExtenderService
 from offpeak_extender.store import ClusterStore, pod_info
 from offpeak_extender.wire import GANG_SIZE_ANNOTATION, WireError, parse_extender_args, parse_gang
 
+from support.clock import Clock
+
 from .k8s_objects import gpu_node, gpu_pod
 
 DAY = 600.0
@@ -30,14 +32,6 @@ SETTINGS = ForecastSettings(season_seconds=DAY, step_seconds=10.0, horizon_secon
 NOW = 70 * DAY
 PRED = {"A100-SXM4-40GB": {"p50": 100.0, "p90": 120.0}}  # needs ~138 s of window
 NODES = ["a", "b", "c"]
-
-
-class Clock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def history(busy_from: float) -> tuple[np.ndarray, np.ndarray]:

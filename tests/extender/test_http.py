@@ -17,20 +17,14 @@ from offpeak_extender.server import make_app
 from offpeak_extender.service import DecisionSettings, ExtenderService
 from offpeak_extender.store import ClusterStore
 
+from support.clock import Clock
+
 from .k8s_objects import gpu_node, gpu_pod
 
 DAY = 600.0
 SETTINGS = ForecastSettings(season_seconds=DAY, step_seconds=10.0, horizon_seconds=DAY, history_seconds=7 * DAY)
 NOW = 70 * DAY  # start of a compressed day
 PRED = {"A100-SXM4-40GB": {"p50": 100.0, "p90": 120.0}}
-
-
-class Clock:
-    def __init__(self, t: float) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def history(busy_from: float) -> tuple[np.ndarray, np.ndarray]:
