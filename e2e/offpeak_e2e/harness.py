@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_e2e import kube
 from offpeak_e2e.cluster import ClusterSettings, LocalCluster, with_services
 from offpeak_e2e.controlplane import ClusterState, ControlPlaneSettings
@@ -138,6 +139,12 @@ class E2ECluster:
         self.cluster.start_service(name)
 
     # -- TrainingJobs ---------------------------------------------------------------------------------------
+    def node_of_type(self, gpu_type: str) -> str:
+        """The first node whose GPU type (override label, else GPU feature discovery's product) is `gpu_type`."""
+        items = [n for n in self.get("nodes")["items"] if node_gpu_type(n["metadata"].get("labels") or {}) == gpu_type]
+        assert items, f"no node of type {gpu_type}"
+        return str(items[0]["metadata"]["name"])
+
     def trainingjob(self, ns: str, name: str) -> dict[str, Any]:
         return self.get(TJ, name, "-n", ns)
 

@@ -22,12 +22,6 @@ from offpeak_core.humanize import duration
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
 
 
-def _node_of_type(cluster: E2ECluster, gpu_type: str) -> str:
-    items = [n for n in cluster.get("nodes")["items"] if node_gpu_type(n["metadata"].get("labels") or {}) == gpu_type]
-    assert items, f"no node of type {gpu_type}"
-    return str(items[0]["metadata"]["name"])
-
-
 def _conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["type"]: c for c in status.get("conditions") or []}
 
@@ -81,7 +75,7 @@ def test_kubectl_wait_returns_for_a_succeeded_and_a_failed_job(e2e_cluster: E2EC
 def test_two_workers_rendezvous_and_are_placed_together_or_not_at_all(
         e2e_cluster: E2ECluster, e2e_namespace: str, uncordon_all: None) -> None:
     ns = e2e_namespace
-    first, second = _node_of_type(e2e_cluster, FIRST), _node_of_type(e2e_cluster, SECOND)
+    first, second = e2e_cluster.node_of_type(FIRST), e2e_cluster.node_of_type(SECOND)
     e2e_cluster.kubectl("cordon", second)  # only one node of the allowed types: room for one worker of two
     job = trainingjob_manifest("gang", sim_seconds=20, gpu_types=[FIRST, SECOND], torchvision=None,
                                estimated_seconds=40, workers=2, extra_spec={"gpusPerWorker": 8})
@@ -140,7 +134,7 @@ def test_two_workers_rendezvous_and_are_placed_together_or_not_at_all(
 def test_a_template_job_resumes_on_another_node_from_its_reported_checkpoint_on_the_same_claim(
         e2e_cluster: E2ECluster, e2e_namespace: str, uncordon_all: None) -> None:
     ns = e2e_namespace
-    first, second = _node_of_type(e2e_cluster, FIRST), _node_of_type(e2e_cluster, SECOND)
+    first, second = e2e_cluster.node_of_type(FIRST), e2e_cluster.node_of_type(SECOND)
     pv = f"ckpt-{ns}"
     e2e_cluster.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
                        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],

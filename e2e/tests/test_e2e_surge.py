@@ -9,14 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
-
-
-def _node_of_type(cluster: E2ECluster, gpu_type: str) -> str:
-    items = [n for n in cluster.get("nodes")["items"] if node_gpu_type(n["metadata"].get("labels") or {}) == gpu_type]
-    assert items, f"no node of type {gpu_type}"
-    return str(items[0]["metadata"]["name"])
 
 
 @pytest.fixture
@@ -29,7 +22,7 @@ def online_reset(e2e_cluster: E2ECluster) -> Iterator[None]:
 def test_online_surge_evicts_and_requeues(e2e_cluster: E2ECluster, e2e_namespace: str, online_reset: None) -> None:
     ns = e2e_namespace
     grace = e2e_cluster.cluster.settings.eviction_grace_s
-    first, other = _node_of_type(e2e_cluster, "V100-SXM2-16GB"), _node_of_type(e2e_cluster, "L4")
+    first, other = e2e_cluster.node_of_type("V100-SXM2-16GB"), e2e_cluster.node_of_type("L4")
     e2e_cluster.scale_online(other, 8)  # the L4 node is full of online work, so the job lands on the V100 node
     e2e_cluster.wait_for(f"8 online pods running on {other}", lambda: len([
         p for p in e2e_cluster.pods("online", f"app=online-{other}") if p["status"].get("phase") == "Running"
