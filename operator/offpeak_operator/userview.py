@@ -118,24 +118,6 @@ def scheduler_reasons(message: str) -> list[str]:
     return [head, *(p.strip() for p in parts if p.strip())]
 
 
-@dataclass(frozen=True, slots=True)
-class NodeVerdict:
-    """The extender's answer for one node: passes, or the reason it does not."""
-
-    node: str
-    passes: bool
-    reason: str
-
-
-def node_verdicts(result: Mapping[str, Any], *, asked: Sequence[str]) -> list[NodeVerdict]:
-    """An ExtenderFilterResult as one verdict per asked node: passing nodes first, then by reason."""
-    passed = set(result.get("NodeNames") or [])
-    failed = {**(result.get("FailedNodes") or {}), **(result.get("FailedAndUnresolvableNodes") or {})}
-    out = [NodeVerdict(n, n in passed and n not in failed, str(failed.get(n, "" if n in passed else "not answered")))
-           for n in asked]
-    return sorted(out, key=lambda v: (not v.passes, v.reason, v.node))
-
-
 def explain_lines(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, now: datetime) -> list[str]:
     """A readable account of one job: where it stands, what it was predicted to need, and why it waits."""
     meta, spec, status = job.get("metadata") or {}, job.get("spec") or {}, job.get("status") or {}

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from optestkit import NOW
 
-from offpeak_operator.userview import explain_lines, job_row, node_verdicts, scheduler_reasons, window_needed
+from offpeak_operator.userview import explain_lines, job_row, scheduler_reasons, window_needed
 
 SAID = ("0/4 nodes are available: 1 gang of 2 worker(s) x 8 GPU(s) needs 2 place(s) in fitting windows; 1 found "
         "on 1 node(s), 1 window ends in 6s, job needs ~2m (p90 x1.15) on L4, 2 node(s) didn't match Pod's node "
@@ -60,9 +60,3 @@ def test_explain_lists_the_prediction_memory_verdict_window_and_pod_reasons() ->
     assert "Needs an idle window of 58m" in text and "a checkpointing job may use shorter ones" in text
     assert "Pod vit-a1-w0: Pending" in text and "  1 gang of 2 worker(s)" in text
 
-
-def test_extender_verdicts_put_passing_nodes_first() -> None:
-    result = {"NodeNames": ["b"], "FailedNodes": {"a": "window ends in 6s", "c": "needs ~90 GiB"}}
-    verdicts = node_verdicts(result, asked=["a", "b", "c", "d"])
-    assert [(v.node, v.passes) for v in verdicts] == [("b", True), ("c", False), ("d", False), ("a", False)]
-    assert verdicts[2].reason == "not answered"
