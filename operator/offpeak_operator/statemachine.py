@@ -358,8 +358,12 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
     present = [v for v in views if v is not None]
     evicted = [v for v in present if v.evicted]
     failed = [v for v in present if not v.evicted and v.phase == "Failed"]
-    if evicted and spec.checkpointing and _writing_checkpoint(evicted, now, settings):
-        return Decision()  # the evicted pods are saving a checkpoint: read their final report before requeueing
+    if evicted and spec.checkpointing:
+        marked = tuple(p.name for p in evicted if _marked_only(p))
+        if marked:  # the evictor has marked them but not deleted them yet: delete them, so they save a checkpoint
+            return Decision(actions=[DeletePods(marked)])
+        if _writing_checkpoint(evicted, now, settings):
+            return Decision()  # the evicted pods are saving a checkpoint: read their final report before requeueing
     if gone or evicted:
         if evicted:
             what = f"pod {evicted[0].name} evicted ({evicted[0].eviction_reason or evicted[0].reason or 'deleted'})"
@@ -379,6 +383,12 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
             return Decision(actions=[Repredict()])
         return _why_waiting(spec, status, present, now)
     return Decision()
+
+
+def _marked_only(pod: PodView) -> bool:
+    """Whether a pod carries the eviction annotation but is still running undisturbed: deleting it (with its grace
+    period) rather than requeueing at once lets its training code write a checkpoint and report how far it got."""
+    return bool(pod.eviction_reason) and not pod.deleting and pod.phase == "Running" and not pod.terminated
 
 
 def _writing_checkpoint(evicted: Sequence[PodView], now: datetime, settings: OperatorSettings) -> bool:

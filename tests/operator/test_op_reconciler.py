@@ -333,6 +333,8 @@ def test_eviction_requeues_then_relaunches_with_remaining_prediction() -> None:
     assert rec.reconcile("ns", "train-1") == "Running"
     kube.pods["train-1-a1-w0"]["metadata"]["annotations"]["offpeak.io/eviction-reason"] = "online-load"
     clock.now = NOW + timedelta(seconds=100)  # 100 s at p90 0.2 s/step = 500 steps done
+    # marked by the evictor: the operator deletes it (so it can save), then requeues once it is gone
+    assert rec.reconcile("ns", "train-1") == "Running" and "train-1-a1-w0" not in kube.pods
     assert rec.reconcile("ns", "train-1") == "Requeued"
     assert kube.job["status"]["completedSteps"] == 500 and "train-1-a1-w0" not in kube.pods
     assert rec.ctx.metrics.registry.get_sample_value("offpeak_job_requeues_total", {"reason": "Evicted"}) == 1

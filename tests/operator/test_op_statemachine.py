@@ -197,15 +197,27 @@ def test_multi_worker_job_succeeds_only_when_all_workers_do() -> None:
 # ---- eviction, failure, requeue ----------------------------------------------------------------------
 
 
+def test_a_marked_checkpointing_pod_is_deleted_first_so_it_can_save_before_the_requeue() -> None:
+    marked = sm.PodView("train-1-a1-w0", phase="Running", node="n1", gpu_type="T4", started_at=NOW,
+                        eviction_reason="online-load")
+    d = decide(waiting(phase="Running"), spec={"checkpointing": True}, observed=pods(marked),
+               now=NOW + timedelta(seconds=100))
+    assert d == sm.Decision(actions=[sm.DeletePods(("train-1-a1-w0",))])
+    # without checkpoints there is nothing to save: requeue at once (and delete it)
+    d = decide(waiting(phase="Running"), observed=pods(marked), now=NOW + timedelta(seconds=100))
+    assert d.phase == "Requeued" and sm.DeletePods(("train-1-a1-w0",)) in d.actions
+
+
 def test_eviction_requeues_with_backoff_and_keeps_progress_when_checkpointing() -> None:
+    # the pod was deleted and ended without a report: credit what its predicted step time says it did
     view = sm.PodView("train-1-a1-w0", phase="Running", node="n1", gpu_type="T4", started_at=NOW,
-                      eviction_reason="online-load")
+                      eviction_reason="online-load", deleting=True, terminated=True)
     d = decide(waiting(phase="Running"), spec={"checkpointing": True}, observed=pods(view),
                now=NOW + timedelta(seconds=100))
     assert d.phase == "Requeued"
     assert d.status["completedSteps"] == 100  # 100 s at the p90 step time of 1 s on T4
     assert d.status["nextAttemptTime"] == "2026-11-21T06:01:50Z"  # now + 10 s
-    assert sm.DeletePods(("train-1-a1-w0",)) in d.actions and sm.RecordRequeue("Evicted") in d.actions
+    assert sm.RecordRequeue("Evicted") in d.actions
 
 
 def test_eviction_resumes_from_the_checkpoint_the_job_reported_and_learns_its_step_time() -> None:
@@ -278,7 +290,8 @@ def test_progress_credit_uses_whole_job_time_not_step_time() -> None:
     startup_heavy = Prediction(source="predictor", steps=1000, gpus=(
         GpuPrediction(gpu_type="T4", step_seconds=0.001, step_seconds_p90=0.002, job_seconds=61.0,
                       job_seconds_p90=100.0),))
-    view = sm.PodView("train-1-a1-w0", phase="Running", gpu_type="T4", started_at=NOW, eviction_reason="online")
+    view = sm.PodView("train-1-a1-w0", phase="Running", gpu_type="T4", started_at=NOW, eviction_reason="online",
+                      deleting=True, terminated=True)
     status = waiting(phase="Running", prediction=startup_heavy.to_status(), completedSteps=500)
     d = decide(status, spec={"checkpointing": True}, observed=pods(view), now=NOW + timedelta(seconds=10))
     # 500 steps left, p90 budget for them 50 s, 10 s done -> 100 more steps
