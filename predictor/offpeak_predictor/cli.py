@@ -160,6 +160,13 @@ def _register_predictor(subparsers: argparse._SubParsersAction) -> None:  # type
     s = sub.add_parser("serve", help="HTTP JSON API (/v1/predict, /v1/samples, /healthz, /metrics, ...)")
     s.add_argument("--port", type=int, default=int(os.environ.get("OFFPEAK_PREDICTOR_PORT", "8080")))
     s.add_argument("--host", default=os.environ.get("OFFPEAK_PREDICTOR_HOST", "0.0.0.0"))  # noqa: S104
+    s.add_argument("--metrics-port", type=int,
+                   default=int(os.environ.get("OFFPEAK_PREDICTOR_METRICS_PORT") or 0) or None,
+                   help="serve /metrics (with /healthz and /readyz, nothing else) on this port instead of --port, so "
+                        "scrapers need no access to the API (env OFFPEAK_PREDICTOR_METRICS_PORT; default: /metrics "
+                        "on --port)")
+    s.add_argument("--metrics-host", default=os.environ.get("OFFPEAK_PREDICTOR_METRICS_HOST", "0.0.0.0"),  # noqa: S104
+                   help="address of --metrics-port (default 0.0.0.0: kubelet probes and Prometheus)")
     s.add_argument("--db", default=os.environ.get("OFFPEAK_PREDICTOR_DB"), help="SQLite file for /v1/samples")
     s.add_argument("--model", default=os.environ.get("OFFPEAK_PREDICTOR_MODEL"))
     s.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
@@ -195,8 +202,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise UserError("--prior-strength must be positive")
     if args.network_gbits <= 0:
         raise UserError("--network-gbits must be positive")
+    if args.metrics_port is not None and (not 0 < args.metrics_port < 65536 or args.metrics_port == args.port):
+        raise UserError("--metrics-port must be in 1..65535 and differ from --port")
     settings = ServerSettings(host=args.host, port=args.port, max_body_bytes=args.max_body_bytes,
-                              token_file=args.token_file or None, network_gbits=args.network_gbits)  # fmt: skip
+                              token_file=args.token_file or None, network_gbits=args.network_gbits,
+                              metrics_host=args.metrics_host, metrics_port=args.metrics_port)  # fmt: skip
     feedback = FeedbackSettings(correction=CorrectionSettings(prior_strength=args.prior_strength),
                                 max_samples=args.max_samples)  # fmt: skip
     db = BenchmarkDB(args.db or default_db_path())

@@ -2,7 +2,8 @@
 
 Handlers only parse, call and serialise. Bad input is a 4xx with a reason; any other failure is a JSON 500 and
 is counted, never a crash. State-changing endpoints (PROTECTED) need the shared bearer token (`auth.py`).
-Metrics use an injectable prometheus registry.
+Metrics use an injectable prometheus registry. With `ServerSettings.metrics_port`, /metrics moves to a second,
+read-only listener (`build_metrics`), so a NetworkPolicy can admit scrapers there and nowhere near the API.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import json
 import logging
 import math
+import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -47,6 +49,8 @@ class ServerSettings:
     max_gpus_per_request: int = 64
     token_file: str | None = None  # the shared secret state-changing requests must present (None: no writes)
     network_gbits: float = DEFAULT_NETWORK_GBITS  # per node, between the nodes of a multi-node job
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - probes and scrapes come to the pod IP
+    metrics_port: int | None = None  # None: /metrics on the API port; else there only, with /healthz and /readyz
 
 
 class Metrics:
@@ -223,8 +227,17 @@ class PredictorApp:
         app.router.add_post("/v1/samples", self.samples)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
-        app.router.add_get("/metrics", self.metrics_endpoint)
+        if self.settings.metrics_port is None:
+            app.router.add_get("/metrics", self.metrics_endpoint)
         app.router.add_get("/openapi.json", self.openapi)
+        return app
+
+    def build_metrics(self) -> web.Application:
+        """The metrics listener: /metrics, /healthz and /readyz only (GETs that read; no body is accepted)."""
+        app = web.Application(client_max_size=1024)
+        app.router.add_get("/metrics", self.metrics_endpoint)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
         return app
 
     @web.middleware
@@ -367,10 +380,33 @@ class PredictorApp:
         return web.json_response(openapi_document(known_gpus()))
 
 
+async def serve_apps(sites: list[tuple[web.Application, str, int]]) -> None:
+    """Serve each (app, host, port) on one event loop until SIGINT or SIGTERM."""
+    runners: list[web.AppRunner] = []
+    try:
+        for app, host, port in sites:
+            runner = web.AppRunner(app)
+            await runner.setup()
+            runners.append(runner)
+            await web.TCPSite(runner, host, port).start()
+            log.info("serving on http://%s:%d", host, port)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        for runner in reversed(runners):
+            await runner.cleanup()
+
+
 def run_server(*, model: RuntimeModel, db: BenchmarkDB | None, settings: ServerSettings,
                feedback: FeedbackSettings = FeedbackSettings()) -> None:  # fmt: skip
-    """Serve until interrupted (the CLI entry point)."""
+    """Serve until interrupted (the CLI entry point): the API, and the metrics listener when a port is set."""
     from prometheus_client import REGISTRY
 
-    app = PredictorApp(model=model, db=db, settings=settings, registry=REGISTRY, feedback=feedback).build()
-    web.run_app(app, host=settings.host, port=settings.port, print=lambda msg: log.info(msg))
+    predictor = PredictorApp(model=model, db=db, settings=settings, registry=REGISTRY, feedback=feedback)
+    sites = [(predictor.build(), settings.host, settings.port)]
+    if settings.metrics_port is not None:
+        sites.append((predictor.build_metrics(), settings.metrics_host, settings.metrics_port))
+    asyncio.run(serve_apps(sites))
