@@ -112,20 +112,25 @@ def _sources(objects: list[dict[str, Any]]) -> dict[str, Pod]:
     }
 
 
+def _flags(objects: list[dict[str, Any]], component: str) -> dict[str, str]:
+    """--flag=value arguments of a component's container."""
+    (deployment,) = find(objects, "Deployment", f"-{component}")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    return {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args if "=" in a}
+
+
 def _expected(objects: list[dict[str, Any]], scrapers: set[str]) -> dict[tuple[str, int], set[str]]:
     """(component, port) → the sources the chart means to admit there."""
     workloads = _workload_pods(objects)
-    (extender,) = find(objects, "Deployment", "-extender")
-    args = extender["spec"]["template"]["spec"]["containers"][0]["args"]
-    flag = {a.split("=", 1)[0]: a.split("=", 1)[1] for a in args if "=" in a}
+    flag = {c: _flags(objects, c) for c in ("extender", "predictor")}
     ports = {c: p for c, (_, p) in workloads.items()}
-    (predictor_port,) = ports["predictor"]
     operator_metrics, operator_health = ports["operator"]
     return {
-        ("extender", int(flag["--port"])): {"scheduler"},
-        ("extender", int(flag["--metrics-port"])): scrapers,
-        # /v1/predict, /v1/samples and /metrics share the predictor's one port
-        ("predictor", predictor_port): {"operator", "collect-job"} | scrapers,
+        ("extender", int(flag["extender"]["--port"])): {"scheduler"},
+        ("extender", int(flag["extender"]["--metrics-port"])): scrapers,
+        # the API (/v1/predict, /v1/samples): no scraper; /metrics on its own port: nobody else
+        ("predictor", int(flag["predictor"]["--port"])): {"operator", "collect-job"},
+        ("predictor", int(flag["predictor"]["--metrics-port"])): scrapers,
         ("operator", operator_metrics): scrapers,
         ("operator", operator_health): set(),  # kubelet only (from the node, always allowed)
         ("evictor", ports["evictor"][0]): scrapers,
@@ -190,10 +195,10 @@ def test_the_scheduler_pods_are_left_open(default_objects) -> None:
 
 def test_policies_follow_ports_and_can_be_switched_off(helm_bin) -> None:
     objects = render(CHART, set_values=["scheduler.extender.port=7000", "scheduler.extender.metricsPort=7001",
-                                        "predictor.port=7002"], include_crds=False)
+                                        "predictor.port=7002", "predictor.metricsPort=7003"], include_crds=False)
     policies = {p["metadata"]["name"]: p for p in find(objects, "NetworkPolicy")}
     assert [r["ports"][0]["port"] for r in policies["offpeak-extender"]["spec"]["ingress"]] == [7000, 7001]
-    assert {r["ports"][0]["port"] for r in policies["offpeak-predictor"]["spec"]["ingress"]} == {7002}
+    assert [r["ports"][0]["port"] for r in policies["offpeak-predictor"]["spec"]["ingress"]] == [7002, 7003]
     assert find(render(CHART, set_values=["networkPolicy.enabled=false"], include_crds=False), "NetworkPolicy") == []
     only = render(CHART, set_values=[f"{c}.enabled=false" for c in ("operator", "predictor", "evictor", "agent")],
                   include_crds=False)

@@ -63,6 +63,7 @@ def test_service_monitors_only_when_enabled(default_objects, custom_objects) -> 
         (endpoint,) = monitor["spec"]["endpoints"]
         service = services[monitor["metadata"]["name"]]
         assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+        assert endpoint["port"] in {"metrics", "http-metrics"}  # never an API port (the predictor's `http`)
         selector = monitor["spec"]["selector"]["matchLabels"]
         assert selector.items() <= service["metadata"]["labels"].items()
 
@@ -149,7 +150,8 @@ def test_component_commands_follow_the_contract(default_objects: list[dict[str, 
     assert args("-operator")[:1] == ["operator"]
     assert "--predictor-url=http://offpeak-predictor.offpeak-system.svc:8080" in args("-operator")
     assert "--metrics-port=9090" in args("-operator")
-    assert args("-predictor")[:2] == ["predictor", "serve"] and "--port=8080" in args("-predictor")
+    assert args("-predictor")[:2] == ["predictor", "serve"]
+    assert {"--port=8080", "--metrics-port=9092"} <= set(args("-predictor"))
     (scheduler,) = find(default_objects, "Deployment", "-scheduler")
     assert [c["name"] for c in scheduler["spec"]["template"]["spec"]["containers"]] == ["kube-scheduler"]
     assert args("-extender")[0] == "extender"
