@@ -170,6 +170,9 @@ def _register_predictor(subparsers: argparse._SubParsersAction) -> None:  # type
     s.add_argument("--db", default=os.environ.get("OFFPEAK_PREDICTOR_DB"), help="SQLite file for /v1/samples")
     s.add_argument("--model", default=os.environ.get("OFFPEAK_PREDICTOR_MODEL"))
     s.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
+    s.add_argument("--cache-mib", type=float, default=256.0,
+                   help="memory for cached graph summaries, hashes and memory estimates: an LRU bounded by "
+                        "approximate MiB, filled by every distinct graph seen (default 256)")
     s.add_argument("--token-file", default=os.environ.get("OFFPEAK_PREDICTOR_TOKEN_FILE"),
                    help="shared secret POST /v1/samples must present as a bearer token; without it no sample is "
                         "accepted (env OFFPEAK_PREDICTOR_TOKEN_FILE)")
@@ -202,11 +205,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise UserError("--prior-strength must be positive")
     if args.network_gbits <= 0:
         raise UserError("--network-gbits must be positive")
+    if args.cache_mib <= 0:
+        raise UserError("--cache-mib must be positive")
     if args.metrics_port is not None and (not 0 < args.metrics_port < 65536 or args.metrics_port == args.port):
         raise UserError("--metrics-port must be in 1..65535 and differ from --port")
     settings = ServerSettings(host=args.host, port=args.port, max_body_bytes=args.max_body_bytes,
                               token_file=args.token_file or None, network_gbits=args.network_gbits,
-                              metrics_host=args.metrics_host, metrics_port=args.metrics_port)  # fmt: skip
+                              metrics_host=args.metrics_host, metrics_port=args.metrics_port,
+                              cache_bytes=int(args.cache_mib * 2**20))  # fmt: skip
     feedback = FeedbackSettings(correction=CorrectionSettings(prior_strength=args.prior_strength),
                                 max_samples=args.max_samples)  # fmt: skip
     db = BenchmarkDB(args.db or default_db_path())

@@ -49,6 +49,7 @@ class ServerSettings:
     max_gpus_per_request: int = 64
     token_file: str | None = None  # the shared secret state-changing requests must present (None: no writes)
     network_gbits: float = DEFAULT_NETWORK_GBITS  # per node, between the nodes of a multi-node job
+    cache_bytes: int = 256 * 2**20  # graph summaries, hashes and memory estimates (approximate bytes, LRU)
     metrics_host: str = "0.0.0.0"  # noqa: S104 - probes and scrapes come to the pod IP
     metrics_port: int | None = None  # None: /metrics on the API port; else there only, with /healthz and /readyz
 
@@ -189,7 +190,7 @@ class PredictorApp:
     def __init__(self, *, model: RuntimeModel, db: BenchmarkDB | None, settings: ServerSettings = ServerSettings(),
                  registry: CollectorRegistry | None = None, feedback: FeedbackSettings = FeedbackSettings(),
                  secret: SharedSecret | None = None) -> None:  # fmt: skip
-        self.predictor = Predictor(model, network_gbits=settings.network_gbits)
+        self.predictor = Predictor(model, cache_bytes=settings.cache_bytes, network_gbits=settings.network_gbits)
         self._pool = ThreadPoolExecutor(max_workers=settings.predict_workers, thread_name_prefix="predict")
         self.db = db
         self.settings = settings

@@ -1,4 +1,5 @@
-"""Issue #16: with a metrics port, /metrics lives on its own read-only listener and no longer on the API port."""
+"""Issue #16: with a metrics port, /metrics lives on its own read-only listener and no longer on the API port;
+the serve command's other listener and memory settings."""
 
 import asyncio
 import os
@@ -14,6 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from offpeak_predictor.predict import PredictOptions
 from offpeak_predictor.server import PredictorApp, ServerSettings
 
 from .conftest import mlp_graph
@@ -119,9 +121,23 @@ def test_serve_command_opens_the_metrics_port(tiny_model, tmp_path: Path):
         assert proc.wait(timeout=20) == 0, log.read_text()  # SIGTERM: a clean shutdown of both listeners
 
 
-@pytest.mark.parametrize("flags", [["--metrics-port", "8080"], ["--metrics-port", "70000"]])
-def test_serve_refuses_a_metrics_port_that_cannot_work(flags: list[str], capsys):
+@pytest.mark.parametrize("flags, message", [
+    (["--metrics-port", "8080"], "--metrics-port must be in 1..65535 and differ from --port"),
+    (["--metrics-port", "70000"], "--metrics-port must be in 1..65535 and differ from --port"),
+    (["--cache-mib", "0"], "--cache-mib must be positive"),
+])
+def test_serve_refuses_settings_that_cannot_work(flags: list[str], message: str, capsys):
     from offpeak.cli import main
 
     assert main(["predictor", "serve", "--port", "8080", *flags]) != 0
-    assert "--metrics-port must be in 1..65535 and differ from --port" in capsys.readouterr().err
+    assert message in capsys.readouterr().err
+
+
+def test_cache_budget_bounds_what_the_predictor_keeps(tiny_model, tmp_path):
+    budget = 64 * 1024
+    predictor = PredictorApp(model=tiny_model, db=None, registry=CollectorRegistry(),
+                             settings=ServerSettings(cache_bytes=budget)).predictor  # fmt: skip
+    for width in range(64, 64 + 200):
+        graph = mlp_graph(width=width)
+        predictor.predict(graph, ["T4"], PredictOptions(), graph_hash=graph.content_hash())
+    assert 0 < predictor.cache_bytes <= budget  # the default (256 MiB) would keep all 200 summaries
