@@ -14,6 +14,7 @@ from typing import Any
 
 from offpeak.errors import UserError
 from offpeak_graph.schema import PRECISIONS, PRECISION_HELP
+from offpeak_predictor import cli_refit
 from offpeak_predictor.interconnect import DEFAULT_NETWORK_GBITS
 
 
@@ -173,6 +174,12 @@ def _register_predictor(subparsers: argparse._SubParsersAction) -> None:  # type
     s.add_argument("--cache-mib", type=float, default=256.0,
                    help="memory for cached graph summaries, hashes and memory estimates: an LRU bounded by "
                         "approximate MiB, filled by every distinct graph seen (default 256)")
+    s.add_argument("--model-store", default=os.environ.get("OFFPEAK_MODEL_STORE"),
+                   help="directory of re-fitted model versions: serves its current one, enables POST "
+                        "/v1/model/refit and /v1/model/rollback (env OFFPEAK_MODEL_STORE)")
+    s.add_argument("--model-keep", type=int, default=5, help="model versions the store keeps (default 5)")
+    s.add_argument("--refit-min-samples", type=int, default=30,
+                   help="usable accepted samples a re-fit needs (default 30)")
     s.add_argument("--token-file", default=os.environ.get("OFFPEAK_PREDICTOR_TOKEN_FILE"),
                    help="shared secret POST /v1/samples must present as a bearer token; without it no sample is "
                         "accepted (env OFFPEAK_PREDICTOR_TOKEN_FILE)")
@@ -190,12 +197,14 @@ def _register_predictor(subparsers: argparse._SubParsersAction) -> None:  # type
     b.add_argument("--db", default=None, help="SQLite path (default ~/.cache/offpeak/benchmarks.sqlite)")
     b.add_argument("--data", default=None, help="runtime data folder (default <repo>/../shared/data/runtime)")
     b.set_defaults(func=_cmd_build_db)
+    cli_refit.register(sub)
     p.set_defaults(func=lambda a: (p.print_help(), 2)[1])
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from offpeak_predictor.correction import CorrectionSettings
     from offpeak_predictor.db import BenchmarkDB, default_db_path
+    from offpeak_predictor.refit import RefitSettings
     from offpeak_predictor.samples import FeedbackSettings
     from offpeak_predictor.server import ServerSettings, run_server
 
@@ -207,12 +216,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         raise UserError("--network-gbits must be positive")
     if args.cache_mib <= 0:
         raise UserError("--cache-mib must be positive")
+    if args.model_keep < 2 or args.refit_min_samples < 1:
+        raise UserError("--model-keep must be >= 2 and --refit-min-samples >= 1")
     if args.metrics_port is not None and (not 0 < args.metrics_port < 65536 or args.metrics_port == args.port):
         raise UserError("--metrics-port must be in 1..65535 and differ from --port")
     settings = ServerSettings(host=args.host, port=args.port, max_body_bytes=args.max_body_bytes,
                               token_file=args.token_file or None, network_gbits=args.network_gbits,
                               metrics_host=args.metrics_host, metrics_port=args.metrics_port,
-                              cache_bytes=int(args.cache_mib * 2**20))  # fmt: skip
+                              cache_bytes=int(args.cache_mib * 2**20), model_store=args.model_store or None,
+                              model_keep=args.model_keep,
+                              refit=RefitSettings(min_samples=args.refit_min_samples))  # fmt: skip
     feedback = FeedbackSettings(correction=CorrectionSettings(prior_strength=args.prior_strength),
                                 max_samples=args.max_samples)  # fmt: skip
     db = BenchmarkDB(args.db or default_db_path())

@@ -9,13 +9,14 @@ read-only listener (`build_metrics`), so a NetworkPolicy can admit scrapers ther
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import math
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from collections.abc import Callable
 from typing import Any
 
@@ -30,12 +31,15 @@ from offpeak_predictor.db import BenchmarkDB
 from offpeak_predictor.interconnect import DEFAULT_NETWORK_GBITS
 from offpeak_predictor.gpus import known_gpus, resolve_gpu
 from offpeak_predictor.model import RuntimeModel
+from offpeak_predictor.modelstore import ModelStore, ModelStoreError, ModelWatcher, refit_into_store
 from offpeak_predictor.openapi import openapi_document
 from offpeak_predictor.predict import MAX_STEPS, PredictOptions, Predictor
+from offpeak_predictor.refit import RefitSettings
 from offpeak_predictor.samples import Feedback, FeedbackSettings, Outcome, Sample, measured_step_seconds
 
 log = logging.getLogger(__name__)
-PROTECTED = frozenset({("POST", "/v1/samples")})  # (method, route) that change state: bearer token required
+# (method, route) that change state: bearer token required
+PROTECTED = frozenset({("POST", "/v1/samples"), ("POST", "/v1/model/refit"), ("POST", "/v1/model/rollback")})
 SAMPLE_STATUS_CODES = {"accepted": 201, "unverified": 202, "quarantined": 422}
 
 
@@ -50,6 +54,10 @@ class ServerSettings:
     token_file: str | None = None  # the shared secret state-changing requests must present (None: no writes)
     network_gbits: float = DEFAULT_NETWORK_GBITS  # per node, between the nodes of a multi-node job
     cache_bytes: int = 256 * 2**20  # graph summaries, hashes and memory estimates (approximate bytes, LRU)
+    model_store: str | None = None  # directory of re-fitted model versions (None: no /v1/model/refit, rollback)
+    model_keep: int = 5  # versions the store keeps
+    store_poll_s: float = 60.0  # how often the store's pointer is checked (a CLI may have changed it)
+    refit: RefitSettings = field(default_factory=RefitSettings)
     metrics_host: str = "0.0.0.0"  # noqa: S104 - probes and scrapes come to the pod IP
     metrics_port: int | None = None  # None: /metrics on the API port; else there only, with /healthz and /readyz
 
@@ -197,6 +205,10 @@ class PredictorApp:
         self.secret = secret if secret is not None else SharedSecret(settings.token_file)
         self.metrics = Metrics(registry or CollectorRegistry())
         self.feedback = Feedback(predictor=self.predictor, db=db, settings=feedback) if db is not None else None
+        self.feedback_settings = feedback
+        self.store = ModelStore(settings.model_store, keep=settings.model_keep) if settings.model_store else None
+        self.watcher = ModelWatcher(self.store, base=model) if self.store is not None else None
+        self._refit_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="refit")  # one refit at a time
         self.metrics.model_info.labels(model.version).set(1)
         if self.feedback is not None:
             levels: tuple[Level, ...] = ("family", "graph")
@@ -219,13 +231,46 @@ class PredictorApp:
                  len(self.feedback.table))  # fmt: skip
         return counts
 
+    def reload_model(self) -> str | None:
+        """Serve the store's current version when it changed (the new version, else None). The new predictor and
+        its correction table are built and re-judged while the old one keeps answering; then they are swapped
+        under the old one's lock, and a second, cheap rebuild learns the samples posted meanwhile."""
+        if self.watcher is None:
+            return None
+        model = self.watcher.reload_if_changed()  # ModelStoreError: keep serving; the caller reports it
+        if model is None:
+            return None
+        predictor = Predictor(model, cache_bytes=self.settings.cache_bytes, network_gbits=self.settings.network_gbits)
+        feedback = None
+        if self.db is not None:
+            feedback = Feedback(predictor=predictor, db=self.db, settings=self.feedback_settings)
+            feedback.rebuild()
+        old = self.predictor
+        with old.lock:
+            self.predictor, self.feedback = predictor, feedback
+            if feedback is not None:
+                with predictor.lock:
+                    feedback.rebuild()
+        self.metrics.model_info.remove(old.version)
+        self.metrics.model_info.labels(model.version).set(1)
+        log.info("now serving model %s (was %s)", model.version, old.version)
+        return model.version
+
     def build(self) -> web.Application:
         """The aiohttp application, with the correction table rebuilt from the sample DB."""
+        try:
+            self.reload_model()  # a promoted version in the store is served from the start
+        except ModelStoreError as e:
+            log.error("model store: %s; serving %s", e, self.predictor.version)
         self.load_samples()
         app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[self._middleware])
         app.on_cleanup.append(self._close_pool)
+        if self.store is not None:
+            app.on_startup.append(self._start_store_watch)
         app.router.add_post("/v1/predict", self.predict)
         app.router.add_post("/v1/samples", self.samples)
+        app.router.add_post("/v1/model/refit", self.model_refit)
+        app.router.add_post("/v1/model/rollback", self.model_rollback)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         if self.settings.metrics_port is None:
@@ -363,6 +408,56 @@ class PredictorApp:
 
     async def _close_pool(self, app: web.Application) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._refit_pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _start_store_watch(self, app: web.Application) -> None:
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(self.settings.store_poll_s)
+                try:
+                    await asyncio.get_running_loop().run_in_executor(self._refit_pool, self.reload_model)
+                except ModelStoreError as e:
+                    log.error("model store: %s; still serving %s", e, self.predictor.version)
+
+        task = asyncio.create_task(watch())
+        app.on_cleanup.append(lambda _: self._cancel(task))
+
+    @staticmethod
+    async def _cancel(task: asyncio.Task[None]) -> None:
+        task.cancel()
+
+    def _refit(self, dry_run: bool) -> dict[str, Any]:
+        """Re-fit from the sample DB, promote when not worse, serve what was promoted (in the refit thread)."""
+        assert self.store is not None and self.db is not None
+        result = refit_into_store(serving=self.predictor.model, samples=self.db.job_samples(), store=self.store,
+                                  now=dt.datetime.now(dt.UTC), settings=self.settings.refit, dry_run=dry_run)
+        self.reload_model()
+        return {**result.to_dict(), "dry_run": dry_run, "model_version": self.predictor.version}
+
+    def _rollback(self) -> dict[str, Any]:
+        assert self.store is not None
+        pointer = self.store.rollback(reason="POST /v1/model/rollback")
+        self.reload_model()
+        return {**pointer.to_dict(), "model_version": self.predictor.version}
+
+    async def _store_call(self, fn: Callable[..., dict[str, Any]], *args: Any) -> web.Response:
+        if self.store is None or self.db is None:
+            return _error(503, "no model store configured (start with --model-store and --db)")
+        try:
+            body = await asyncio.get_running_loop().run_in_executor(self._refit_pool, fn, *args)
+        except ModelStoreError as e:
+            return _error(409, str(e))
+        return web.Response(text=finite_json(body), content_type="application/json")
+
+    async def model_refit(self, request: web.Request) -> web.Response:
+        body = await self._json_body(request) if request.body_exists else {}
+        dry_run = body.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise UserError("'dry_run' must be true or false")
+        return await self._store_call(self._refit, dry_run)
+
+    async def model_rollback(self, request: web.Request) -> web.Response:
+        return await self._store_call(self._rollback)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -1,7 +1,7 @@
 """The re-fit CronJob: asks the predictor to re-fit through its authenticated endpoint, locked down like every pod.
 
-Until values.yaml and values.schema.json carry `predictor.refit`, the chart is copied and its schema gets
-REFIT_SCHEMA (the block to add); once the schema has it, the copy is rendered unchanged.
+The chart is rendered from a copy; REFIT_SCHEMA is only added to that copy's schema when the real one lacks it
+(it has it since the block was wired in, so the real schema is what is tested).
 """
 
 from __future__ import annotations
