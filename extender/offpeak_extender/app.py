@@ -5,15 +5,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from offpeak.serving import serve_apps
 from offpeak_core.forecast import ForecastSettings
 from offpeak_extender.gangs import GangSettings
 from offpeak_extender.server import ServerSettings
@@ -51,25 +50,6 @@ class ExtenderConfig:
         return cls(args.host, args.port, args.kubeconfig, args.prometheus_url, args.refresh_seconds, stale,
                    forecast, DecisionSettings(margin=args.margin), server, args.metrics_host, args.metrics_port,
                    GangSettings(timeout_seconds=args.gang_timeout_seconds))
-
-
-async def serve_apps(sites: Sequence[tuple[web.Application, str, int]]) -> None:
-    """Serve each (app, host, port) on one event loop until SIGINT or SIGTERM."""
-    runners: list[web.AppRunner] = []
-    try:
-        for app, host, port in sites:
-            runner = web.AppRunner(app, access_log=None)
-            await runner.setup()
-            runners.append(runner)
-            await web.TCPSite(runner, host, port).start()
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-    finally:
-        for runner in reversed(runners):
-            await runner.cleanup()
 
 
 def serve_extender(config: ExtenderConfig) -> None:

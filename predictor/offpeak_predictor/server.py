@@ -13,7 +13,6 @@ import datetime as dt
 import json
 import logging
 import math
-import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -21,9 +20,11 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+from aiohttp.log import access_logger
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from offpeak.errors import UserError
+from offpeak.serving import serve_apps
 from offpeak_graph.schema import GraphError, ModelGraph, validate_graph
 from offpeak_predictor.auth import SharedSecret
 from offpeak_predictor.correction import Level
@@ -476,26 +477,6 @@ class PredictorApp:
         return web.json_response(openapi_document(known_gpus()))
 
 
-async def serve_apps(sites: list[tuple[web.Application, str, int]]) -> None:
-    """Serve each (app, host, port) on one event loop until SIGINT or SIGTERM."""
-    runners: list[web.AppRunner] = []
-    try:
-        for app, host, port in sites:
-            runner = web.AppRunner(app)
-            await runner.setup()
-            runners.append(runner)
-            await web.TCPSite(runner, host, port).start()
-            log.info("serving on http://%s:%d", host, port)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
-    finally:
-        for runner in reversed(runners):
-            await runner.cleanup()
-
-
 def run_server(*, model: RuntimeModel, db: BenchmarkDB | None, settings: ServerSettings,
                feedback: FeedbackSettings = FeedbackSettings()) -> None:  # fmt: skip
     """Serve until interrupted (the CLI entry point): the API, and the metrics listener when a port is set."""
@@ -505,4 +486,4 @@ def run_server(*, model: RuntimeModel, db: BenchmarkDB | None, settings: ServerS
     sites = [(predictor.build(), settings.host, settings.port)]
     if settings.metrics_port is not None:
         sites.append((predictor.build_metrics(), settings.metrics_host, settings.metrics_port))
-    asyncio.run(serve_apps(sites))
+    asyncio.run(serve_apps(sites, access_log=access_logger))
