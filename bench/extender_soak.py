@@ -38,7 +38,8 @@ import numpy as np
 from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from extender_speed import NOW, bench_app, body, build_store, free_port, wait_ready  # noqa: E402
+from extender_speed import NOW, bench_app, body, build_store  # noqa: E402
+from loopback import counter_by_labels, free_port, rss_mib, wait_ready  # noqa: E402
 
 REFIT_SECONDS = 20.0
 WARMUP_SECONDS = 30.0  # covers the first refit: RSS "at start" is that of an extender past its first refresh
@@ -85,13 +86,6 @@ def serve(n_nodes: int, port: int, ready: Connection) -> None:
     web.run_app(bench_app(store), host="127.0.0.1", port=port, print=None, access_log=None)
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
-
-
 @dataclass(frozen=True)
 class Kind:
     """One kind of request and the answer it must get."""
@@ -112,15 +106,7 @@ def _filter_ok(status: int, raw: bytes) -> bool:
 
 def server_outcomes(port: int) -> dict[str, float]:
     """offpeak_extender_requests_total by (verb, outcome), as the server counted them."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    conn.request("GET", "/metrics")
-    text = conn.getresponse().read().decode()
-    conn.close()
-    return {f"{s.labels['verb']} {s.labels['outcome']}": s.value
-            for family in text_string_to_metric_families(text) for s in family.samples
-            if s.name == "offpeak_extender_requests_total"}
+    return counter_by_labels(port, "offpeak_extender_requests_total", ("verb", "outcome"))
 
 
 def _filter_error(status: int, raw: bytes) -> bool:

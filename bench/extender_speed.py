@@ -27,6 +27,7 @@ import sys
 import time
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
+from pathlib import Path
 
 import numpy as np
 from aiohttp import web
@@ -37,6 +38,9 @@ from offpeak_extender.metrics import ExtenderMetrics
 from offpeak_extender.server import make_app
 from offpeak_extender.service import DecisionSettings, ExtenderService
 from offpeak_extender.store import ClusterStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loopback import free_port, pct, wait_ready  # noqa: E402
 
 GPU_TYPES = ("A100-SXM4-40GB", "H100-SXM5-80GB", "T4", "L4")
 NOW = 1_795_000_000.0
@@ -104,14 +108,6 @@ def serve(n_nodes: int, port: int, ready: Connection) -> None:
     web.run_app(bench_app(store), host="127.0.0.1", port=port, print=None, access_log=None)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def post(conn: http.client.HTTPConnection, path: str, data: bytes) -> tuple[float, bytes]:
     """One call on a keep-alive connection: wall milliseconds until the whole reply is read, and the reply."""
     t0 = time.perf_counter()
@@ -122,23 +118,6 @@ def post(conn: http.client.HTTPConnection, path: str, data: bytes) -> tuple[floa
     if resp.status != 200:
         raise RuntimeError(f"{path}: HTTP {resp.status}")
     return elapsed, reply
-
-
-def wait_ready(port: int, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/readyz")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("bench server did not become ready")
-
-
-def pct(values: Sequence[float], q: float) -> float:
-    return float(np.percentile(values, q))
 
 
 def run_size(n_nodes: int, rounds: int, prioritize_all: bool) -> tuple[float, float]:

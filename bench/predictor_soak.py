@@ -32,7 +32,6 @@ import json
 import math
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,9 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from offpeak_graph.schema import ModelGraph, Op
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loopback import counter_by_labels, free_port, pct, rss_mib, wait_ready  # noqa: E402
 
 WARMUP_SECONDS = 30.0  # after one pass over the graph pool: RSS "at start" is that of a predictor in use
 RSS_AIM = 0.10
@@ -56,19 +56,6 @@ POOL_GRAPHS = 200
 TOKEN = "soak-token"
 GPUS = ["T4", "V100", "A100", "H100", "L4", "A10"]
 OVER_LIMIT = 9 * 1024 * 1024  # the default --max-body-bytes is 8 MiB
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
 
 
 def graph(seed: int, *, layers: int | None = None) -> dict[str, Any]:
@@ -283,37 +270,9 @@ def run_clients(ports: tuple[int, int], mix: list[Kind], seconds: float, clients
     return samples
 
 
-def wait_ready(port: int, proc: subprocess.Popen[bytes], log: Path, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the predictor exited ({proc.returncode}):\n{log.read_text()[-2000:]}")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            conn.request("GET", "/readyz")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"the predictor was not ready within {timeout:g} s:\n{log.read_text()[-2000:]}")
-
-
 def server_errors(metrics_port: int) -> dict[str, float]:
     """offpeak_predictor_errors_total by (endpoint status), as the server counted them."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    conn = http.client.HTTPConnection("127.0.0.1", metrics_port, timeout=10)
-    conn.request("GET", "/metrics")
-    text = conn.getresponse().read().decode()
-    conn.close()
-    return {f"{s.labels['endpoint']} {s.labels['status']}": s.value
-            for family in text_string_to_metric_families(text) for s in family.samples
-            if s.name == "offpeak_predictor_errors_total"}  # fmt: skip
-
-
-def _p(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q))
+    return counter_by_labels(metrics_port, "offpeak_predictor_errors_total", ("endpoint", "status"))
 
 
 def run(seconds: float, clients: int, warmup: float = WARMUP_SECONDS, cache_mib: float = 4.0) -> tuple[bool, str]:
@@ -330,7 +289,7 @@ def run(seconds: float, clients: int, warmup: float = WARMUP_SECONDS, cache_mib:
                 stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
         try:
-            wait_ready(port, proc, log)
+            wait_ready(port, proc=proc, log=log)
             rss_idle = rss_mib(proc.pid)
             pool = [graph(i) for i in range(POOL_GRAPHS)]
             pool_hashes = [g["content_hash"] for g in pool]
@@ -367,7 +326,7 @@ def run(seconds: float, clients: int, warmup: float = WARMUP_SECONDS, cache_mib:
     for k in mix:
         lat = tally.latency_ms.get(k.name, [])
         if lat:
-            print(f"  {k.name:30s} {len(lat):7d} {statistics.median(lat):8.2f} {_p(lat, 99):8.2f}")
+            print(f"  {k.name:30s} {len(lat):7d} {statistics.median(lat):8.2f} {pct(lat, 99):8.2f}")
     by_endpoint: dict[str, list[float]] = {}
     for k in mix:
         endpoint = f"{k.method} {k.path}" + (" (metrics port)" if k.metrics_port else "")
@@ -375,7 +334,7 @@ def run(seconds: float, clients: int, warmup: float = WARMUP_SECONDS, cache_mib:
     print(f"  {'endpoint':30s} {'count':>7s} {'p50 ms':>8s} {'p99 ms':>8s}")
     for endpoint, lat in by_endpoint.items():
         if lat:
-            print(f"  {endpoint:30s} {len(lat):7d} {statistics.median(lat):8.2f} {_p(lat, 99):8.2f}")
+            print(f"  {endpoint:30s} {len(lat):7d} {statistics.median(lat):8.2f} {pct(lat, 99):8.2f}")
     print("  answers by kind and status:")
     for (kind, answer, ok), n in sorted(tally.answers.items()):
         print(f"    {kind:30s} {answer:22s} {n:7d}  {'expected' if ok else 'UNEXPECTED'}")
