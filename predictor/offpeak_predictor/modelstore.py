@@ -128,16 +128,6 @@ class ModelStore:
 
     # ------------------------------------------------------------------ writing
 
-    def save(self, model: RuntimeModel) -> Path:
-        """Write a model file (atomically); an existing version is never overwritten."""
-        path = self.model_path(model.version)
-        with self._locked():
-            if path.exists():
-                raise ModelStoreError(f"model version {model.version!r} is already stored at {path}")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            _atomic_write(path, lambda tmp: model.save(tmp))
-        return path
-
     def promote(self, candidate: RuntimeModel, *, replaces: RuntimeModel | None = None, reason: str = "",
                 now: dt.datetime | None = None) -> Pointer:  # fmt: skip
         """Store the candidate and make it current. `replaces`: the model being served, stored first when the
