@@ -15,6 +15,7 @@ from typing import Any
 from offpeak.errors import UserError
 from offpeak_graph.schema import PRECISIONS, PRECISION_HELP
 from offpeak_predictor import cli_refit
+from offpeak_predictor.cli_common import load_model
 from offpeak_predictor.interconnect import DEFAULT_NETWORK_GBITS
 
 
@@ -100,17 +101,6 @@ def _graph_from_args(args: argparse.Namespace) -> Any:
         raise UserError(f"cannot build the model graph: {e}") from e
 
 
-def _load_model(path: str | None) -> Any:
-    from offpeak_predictor.model import RuntimeModel
-
-    try:
-        return RuntimeModel.load(path)
-    except FileNotFoundError as e:
-        raise UserError(f"predictor model file not found: {path or 'package default'}") from e
-    except (ValueError, OSError) as e:
-        raise UserError(f"cannot load predictor model {path or 'package default'}: {e}") from e
-
-
 def _cmd_predict(args: argparse.Namespace) -> int:
     from offpeak_predictor.gpus import resolve_gpu
     from offpeak_predictor.jobtime import DEFAULT_STARTUP_SECONDS, steps_for_epochs
@@ -127,7 +117,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
                                      batch_size=graph.batch_size, num_gpus=args.num_gpus)  # fmt: skip
         except ValueError as e:
             raise UserError(str(e)) from e
-    predictor = Predictor(_load_model(args.model), network_gbits=args.network_gbits)
+    predictor = Predictor(load_model(args.model), network_gbits=args.network_gbits)
     options = PredictOptions(
         mode=args.mode, precision=args.precision, optimizer=args.optimizer, num_gpus=args.num_gpus, steps=steps,
         gpus_per_node=args.gpus_per_node,
@@ -229,7 +219,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     feedback = FeedbackSettings(correction=CorrectionSettings(prior_strength=args.prior_strength),
                                 max_samples=args.max_samples)  # fmt: skip
     db = BenchmarkDB(args.db or default_db_path())
-    run_server(model=_load_model(args.model), db=db, settings=settings, feedback=feedback)
+    run_server(model=load_model(args.model), db=db, settings=settings, feedback=feedback)
     return 0
 
 

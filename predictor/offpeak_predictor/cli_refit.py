@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from offpeak.errors import UserError
+from offpeak_predictor.cli_common import load_model
 
 STORE_ENV = "OFFPEAK_MODEL_STORE"
 
@@ -93,7 +94,7 @@ def _cmd_refit(args: argparse.Namespace) -> int:
     if not db_path.is_file():
         raise UserError(f"sample DB not found: {db_path} (give --db)")
     db = BenchmarkDB(db_path)
-    base = _load_model(args.model)
+    base = load_model(args.model)
     watcher = ModelWatcher(store, base=base)
     try:
         serving = watcher.reload_if_changed() or base
@@ -108,15 +109,6 @@ def _cmd_refit(args: argparse.Namespace) -> int:
     print(json.dumps({**result.to_dict(), "dry_run": args.dry_run, "store": str(store.root),
                       "current": current}, indent=1))  # fmt: skip
     return 0
-
-
-def _load_model(path: str | None) -> Any:
-    from offpeak_predictor.model import RuntimeModel
-
-    try:
-        return RuntimeModel.load(path)
-    except (ValueError, OSError) as e:  # FileNotFoundError is an OSError
-        raise UserError(f"cannot load predictor model {path or 'package default'}: {e}") from e
 
 
 def _replay(db: Any, progress: Any) -> Any:
