@@ -298,6 +298,13 @@ def _default_model_path() -> Path:
 
 def _register_collect(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = subparsers.add_parser("collect", help="time sample workloads on the local device into the benchmark DB")
+    p.add_argument("--plan", choices=["custom", "new-gpu"], default="custom",
+                   help="custom: the sample CNNs / torchvision models the flags below describe; new-gpu: what the "
+                        "predictor needs to learn an unseen GPU (GEMM/conv/attention sweeps, a small CNN and "
+                        "transformer, fp32 and AMP; docs/collect.md), the flags below ignored but --db/--device/"
+                        "--gpu-type")
+    p.add_argument("--size", choices=["auto", "quick", "full"], default="auto",
+                   help="new-gpu sizes: full on CUDA, quick (small sizes, few reps) on CPU; auto picks by device")
     p.add_argument("--db", default=None, help="SQLite path (default ~/.cache/offpeak/benchmarks.sqlite)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--steps", type=int, default=10, help="timed steps N (step 1 is warm-up; mean of 2..N+1)")
@@ -328,6 +335,8 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     from offpeak_predictor.collect import CollectPlan, run_collect
     from offpeak_predictor.db import BenchmarkDB, default_db_path
 
+    if args.plan == "new-gpu":
+        return _collect_new_gpu(args)
     if args.steps < 1:
         raise UserError("--steps must be >= 1")
     plan = CollectPlan(
@@ -339,4 +348,42 @@ def _cmd_collect(args: argparse.Namespace) -> int:
     db = BenchmarkDB(args.db or default_db_path())
     written = run_collect(plan=plan, db=db, device=args.device, gpu_type=args.gpu_type)
     print(json.dumps({"db": str(db.path), "rows": written}), file=sys.stdout)
+    return 0
+
+
+def _collect_new_gpu(args: argparse.Namespace) -> int:
+    """`collect --plan new-gpu`: build the plan for the device, time it under one progress bar, store the rows."""
+    import time
+
+    import pandas as pd
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from offpeak_predictor.collectplan import new_gpu_plan, plan_summary
+    from offpeak_predictor.collectrun import make_target, run_plan
+    from offpeak_predictor.db import BenchmarkDB, default_db_path
+    from offpeak_predictor.graphcache import cache_dir
+
+    started = time.perf_counter()
+    target, amp = make_target(device=args.device, gpu_type=args.gpu_type)
+    quick = args.size == "quick" or (args.size == "auto" and target.device.type == "cpu")
+    workloads = new_gpu_plan(amp=amp, quick=quick)
+    err = Console(stderr=True)
+    err.print(f"collect --plan new-gpu on {target.device} as {target.gpu_label}: {len(workloads)} workloads "
+              f"{plan_summary(workloads)}, {'quick' if quick else 'full'} sizes, fp32 + {amp or 'no'} AMP")
+    if target.device.type == "cpu":
+        err.print("note: on CPU the AMP rows use bf16 autocast; CPU times exercise the plan but teach the predictor "
+                  "nothing about a GPU (the CUDA run is the same code)")
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err) as progress:  # fmt: skip
+        bar = progress.add_task("collect", total=len(workloads))
+        result = run_plan(workloads, target=target, graph_dir=cache_dir() / "collected",
+                          on_start=lambda w: progress.update(bar, description=w.label),
+                          on_done=lambda w: progress.advance(bar))  # fmt: skip
+    db = BenchmarkDB(args.db or default_db_path())
+    models = db.append("model_samples", pd.DataFrame(result.model_rows))
+    ops = db.append("op_samples", pd.DataFrame(result.op_rows))
+    print(json.dumps({"db": str(db.path), "plan": "new-gpu", "gpu": target.gpu_label, "model_rows": models,
+                      "op_rows": ops, "wall_seconds": round(time.perf_counter() - started, 1),
+                      "timing_seconds": round(result.wall_seconds, 1)}))  # fmt: skip
     return 0
