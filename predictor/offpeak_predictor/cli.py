@@ -58,6 +58,8 @@ def _register_predict(subparsers: argparse._SubParsersAction) -> None:  # type: 
     p.add_argument("--startup-seconds", type=float, default=None, help="job start-up overhead (default 60)")
     p.add_argument("--model", default=os.environ.get("OFFPEAK_PREDICTOR_MODEL"),
                    help="model file (default: the one shipped in the package; env OFFPEAK_PREDICTOR_MODEL)")
+    p.add_argument("--db", default=None,
+                   help="benchmark DB whose rows from `offpeak collect` calibrate their GPU types (docs/collect.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_predict)
 
@@ -118,6 +120,13 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         except ValueError as e:
             raise UserError(str(e)) from e
     predictor = Predictor(load_model(args.model), network_gbits=args.network_gbits)
+    if args.db:
+        from offpeak_predictor.collected import load_calibration
+        from offpeak_predictor.db import BenchmarkDB
+
+        if not Path(args.db).is_file():
+            raise UserError(f"benchmark DB not found: {args.db}")
+        predictor.calibration = load_calibration(predictor=predictor, db=BenchmarkDB(args.db))
     options = PredictOptions(
         mode=args.mode, precision=args.precision, optimizer=args.optimizer, num_gpus=args.num_gpus, steps=steps,
         gpus_per_node=args.gpus_per_node,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 Z90 = 1.2815515655446004  # standard normal 90th percentile
-Level = Literal["model", "family", "graph"]
+Level = Literal["model", "gpu", "family", "graph"]  # gpu: a calibration from collected rows (calibration.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +112,12 @@ def model_prior(p90_log_margin: float) -> Correction:
     return Correction(log_factor=0.0, log_sd=max(0.0, p90_log_margin) / Z90, samples=0, level="model")
 
 
+def calibrated_prior(p90_log_margin: float, *, log_factor: float, rows: int) -> Correction:
+    """The model's prediction moved by a GPU type's calibration (`calibration.py`), its p90 margin kept: the
+    parent every family and graph of that GPU type refines."""
+    return Correction(log_factor=log_factor, log_sd=max(0.0, p90_log_margin) / Z90, samples=rows, level="gpu")
+
+
 def noise_variance(evidence: Evidence, settings: CorrectionSettings) -> float:
     """Run-to-run log variance of one key: its samples' spread pooled with the prior."""
     prior = settings.noise_prior_weight
@@ -172,9 +178,11 @@ class CorrectionTable:
     def evidence(self, key: CorrectionKey) -> Evidence:
         return self._evidence.get(key, Evidence())
 
-    def lookup(self, keys: Sequence[CorrectionKey], *, p90_log_margin: float) -> Correction:
-        """The correction for a prediction with these keys (least specific first)."""
-        correction = model_prior(p90_log_margin)
+    def lookup(self, keys: Sequence[CorrectionKey], *, p90_log_margin: float,
+               prior: Correction | None = None) -> Correction:  # fmt: skip
+        """The correction for a prediction with these keys (least specific first), refining `prior` (default: the
+        model's own answer; a GPU type's calibration where it has one)."""
+        correction = prior if prior is not None else model_prior(p90_log_margin)
         for key in keys:
             correction = refine(correction, self.evidence(key), level=level_of(key), settings=self.settings)
         return correction

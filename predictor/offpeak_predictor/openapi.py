@@ -20,7 +20,7 @@ _PREDICTION = {
         "fits_memory": {"type": "boolean", "description": "peak within 95 % of the GPU's memory"},
         "correction": {"type": "object", "description": "how measured samples changed the model's answer",
                        "properties": {"samples": {"type": "integer"},
-                                      "level": {"type": "string", "enum": ["model", "family", "graph"]},
+                                      "level": {"type": "string", "enum": ["model", "gpu", "family", "graph"]},
                                       "factor": {"type": "number"}, "p90_factor": {"type": "number"},
                                       "model_step_seconds": {"type": "number"}}},
     },

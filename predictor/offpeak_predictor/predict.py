@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, replace
+from collections.abc import Mapping
 from typing import Any
 
 from offpeak_graph.schema import MODES, PRECISIONS, ModelGraph
 from offpeak_predictor import interconnect
-from offpeak_predictor.correction import Correction, CorrectionTable, keys_for
+from offpeak_predictor.calibration import GpuCalibration
+from offpeak_predictor.correction import Correction, CorrectionTable, calibrated_prior, keys_for, model_prior
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, summarise
 from offpeak_predictor.jobtime import DEFAULT_STARTUP_SECONDS, job_estimate
@@ -78,9 +80,13 @@ class Predictor:
 
     def __init__(self, model: RuntimeModel, *, cache_bytes: int = 256 * 2**20,
                  corrections: CorrectionTable | None = None,
+                 calibration: Mapping[str, GpuCalibration] | None = None,
                  network_gbits: float = interconnect.DEFAULT_NETWORK_GBITS) -> None:  # fmt: skip
         self.model = model
         self.corrections = corrections
+        # per-GPU-type calibration from collected rows (calibration.py): replaced whole, never mutated, so a
+        # reader holding the old mapping stays consistent
+        self.calibration: Mapping[str, GpuCalibration] = calibration or {}
         self.network = interconnect.network(network_gbits)  # between the nodes of a multi-node job
         self.lock = threading.RLock()
         self._cache: SizedLRU[str, GraphSummary] = SizedLRU(max_bytes=cache_bytes // 2, sizeof=approx_bytes)
@@ -91,6 +97,13 @@ class Predictor:
         # Peak memory is the same on every GPU type and costs ~10 ms for a 500-op graph: once per job shape.
         self._memory: SizedLRU[tuple[str, str, str, str], MemoryEstimate | None] = SizedLRU(
             max_bytes=cache_bytes // 16, sizeof=approx_bytes)
+
+    def prior(self, gpu_type: str, *, p90_log_margin: float) -> Correction:
+        """What corrections refine for this GPU type: its calibration from collected rows, else the model."""
+        cal = self.calibration.get(gpu_type)
+        if cal is None:
+            return model_prior(p90_log_margin)
+        return calibrated_prior(p90_log_margin, log_factor=cal.log_factor, rows=cal.rows)
 
     @property
     def cache_bytes(self) -> int:
@@ -136,8 +149,9 @@ class Predictor:
                 *, graph_hash: str | None = None, corrected: bool = True) -> list[dict[str, Any]]:  # fmt: skip
         """One prediction dict per requested GPU (unknown GPU -> UserError listing known ones).
 
-        With a correction table (and `corrected`), each answer is the model's corrected by the measured samples
-        of its keys, and says so in `correction`; `corrected=False` gives the model's own answer.
+        With a correction table or a calibration of the GPU type (and `corrected`), each answer is the model's
+        corrected by the GPU type's collected rows and the measured samples of its keys, and says so in
+        `correction`; `corrected=False` gives the model's own answer (what samples are judged against).
         """
         with self.lock:
             return self._predict(graph, gpus, options, graph_hash=graph_hash, corrected=corrected)
@@ -179,12 +193,14 @@ class Predictor:
                 gpu_bytes = spec.memory_gb * 1e9  # the catalogue's GB are decimal
                 item.update(peak_memory_gib=round(memory.peak_gib, 3), gpu_memory_gib=round(gpu_bytes / 2**30, 2),
                             fits_memory=fits_gpu(memory, gpu_memory_bytes=gpu_bytes))
-            if self.corrections is not None and corrected:
+            if corrected and (self.corrections is not None or spec.name in self.calibration):
                 keys = keys_for(graph_hash=graph_hash, family=graph.model_family, gpu_type=spec.name,
                                 precision=ctx.precision, mode=ctx.mode, batch_size=graph.batch_size,
                                 num_gpus=ctx.num_gpus)  # fmt: skip
                 margin = math.log(pred.step_seconds_p90 / pred.step_seconds)  # this prediction's calibrated width
-                correction = self.corrections.lookup(keys, p90_log_margin=margin)
+                prior = self.prior(spec.name, p90_log_margin=margin)
+                correction = prior if self.corrections is None else \
+                    self.corrections.lookup(keys, p90_log_margin=margin, prior=prior)
                 if correction.samples:
                     # samples are judged against the model's one-node step (their own runs crossed the real
                     # network), so the learnt factor already carries it: no network estimate on top

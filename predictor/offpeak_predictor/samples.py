@@ -160,7 +160,8 @@ class Feedback:
         if judgement.log_ratio is not None:
             self.table.add(sample.keys(), judgement.log_ratio)
             margin = math.log(model[1] / model[0]) if model else self.predictor.model.p90_log_margin
-            correction = self.table.lookup(sample.keys(), p90_log_margin=margin)  # as /v1/predict would answer
+            prior = self.predictor.prior(sample.gpu_type, p90_log_margin=margin)
+            correction = self.table.lookup(sample.keys(), p90_log_margin=margin, prior=prior)  # as /v1/predict would
         self._retain()
         return Outcome(id=sample_id, judgement=judgement, correction=correction)
 

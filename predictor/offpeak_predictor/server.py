@@ -232,6 +232,22 @@ class PredictorApp:
                  len(self.feedback.table))  # fmt: skip
         return counts
 
+    def refresh_calibration(self, predictor: Predictor | None = None) -> int:
+        """Recompute the per-GPU-type calibration from the collected rows in the DB (start-up, new rows, a new
+        model) and swap it in whole; the number of calibrated GPU types. Off the hot path: predictions only read
+        the mapping."""
+        predictor = predictor or self.predictor
+        if self.db is None:
+            return 0
+        from offpeak_predictor.collected import load_calibration
+
+        calibration = load_calibration(predictor=predictor, db=self.db)
+        predictor.calibration = calibration
+        if calibration:
+            log.info("calibrated from collected rows: %s", {k: (round(v.factor, 3), v.rows)
+                                                            for k, v in calibration.items()})  # fmt: skip
+        return len(calibration)
+
     def reload_model(self) -> str | None:
         """Serve the store's current version when it changed (the new version, else None). The new predictor and
         its correction table are built and re-judged while the old one keeps answering; then they are swapped
@@ -243,6 +259,7 @@ class PredictorApp:
             return None
         predictor = Predictor(model, cache_bytes=self.settings.cache_bytes, network_gbits=self.settings.network_gbits)
         feedback = None
+        self.refresh_calibration(predictor)
         if self.db is not None:
             feedback = Feedback(predictor=predictor, db=self.db, settings=self.feedback_settings)
             feedback.rebuild()
@@ -263,6 +280,7 @@ class PredictorApp:
             self.reload_model()  # a promoted version in the store is served from the start
         except ModelStoreError as e:
             log.error("model store: %s; serving %s", e, self.predictor.version)
+        self.refresh_calibration()
         self.load_samples()
         app = web.Application(client_max_size=self.settings.max_body_bytes, middlewares=[self._middleware])
         app.on_cleanup.append(self._close_pool)
