@@ -315,6 +315,10 @@ def _register_collect(subparsers: argparse._SubParsersAction) -> None:  # type: 
     p.add_argument("--size", choices=["auto", "quick", "full"], default="auto",
                    help="new-gpu sizes: full on CUDA, quick (small sizes, few reps) on CPU; auto picks by device")
     p.add_argument("--db", default=None, help="SQLite path (default ~/.cache/offpeak/benchmarks.sqlite)")
+    p.add_argument("--predictor-url", default=None,
+                   help="new-gpu: also POST the rows to this predictor (/v1/collected), which calibrates the GPU type")
+    p.add_argument("--token-file", default=os.environ.get("OFFPEAK_PREDICTOR_TOKEN_FILE"),
+                   help="the predictor's shared secret, sent as a bearer token (env OFFPEAK_PREDICTOR_TOKEN_FILE)")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--steps", type=int, default=10, help="timed steps N (step 1 is warm-up; mean of 2..N+1)")
     p.add_argument("--torchvision", action="append", default=[], metavar="NAME", help="real model (repeatable)")
@@ -346,6 +350,8 @@ def _cmd_collect(args: argparse.Namespace) -> int:
 
     if args.plan == "new-gpu":
         return _collect_new_gpu(args)
+    if args.predictor_url:
+        raise UserError("--predictor-url goes with --plan new-gpu")
     if args.steps < 1:
         raise UserError("--steps must be >= 1")
     plan = CollectPlan(
@@ -374,6 +380,8 @@ def _collect_new_gpu(args: argparse.Namespace) -> int:
     from offpeak_predictor.graphcache import cache_dir
 
     started = time.perf_counter()
+    if args.predictor_url and not args.token_file:
+        raise UserError("--predictor-url needs --token-file (the predictor's shared secret)")
     target, amp = make_target(device=args.device, gpu_type=args.gpu_type)
     quick = args.size == "quick" or (args.size == "auto" and target.device.type == "cpu")
     workloads = new_gpu_plan(amp=amp, quick=quick)
@@ -392,7 +400,25 @@ def _collect_new_gpu(args: argparse.Namespace) -> int:
     db = BenchmarkDB(args.db or default_db_path())
     models = db.append("model_samples", pd.DataFrame(result.model_rows))
     ops = db.append("op_samples", pd.DataFrame(result.op_rows))
-    print(json.dumps({"db": str(db.path), "plan": "new-gpu", "gpu": target.gpu_label, "model_rows": models,
-                      "op_rows": ops, "wall_seconds": round(time.perf_counter() - started, 1),
-                      "timing_seconds": round(result.wall_seconds, 1)}))  # fmt: skip
+    report: dict[str, Any] = {"db": str(db.path), "plan": "new-gpu", "gpu": target.gpu_label, "model_rows": models,
+                              "op_rows": ops, "timing_seconds": round(result.wall_seconds, 1)}  # fmt: skip
+    if args.predictor_url:
+        report["predictor"] = _post_collected(args, result=result, gpu=target.gpu_label, software=target.software)
+    report["wall_seconds"] = round(time.perf_counter() - started, 1)
+    print(json.dumps(report))
     return 0
+
+
+def _post_collected(args: argparse.Namespace, *, result: Any, gpu: str, software: str) -> dict[str, Any]:
+    """POST the rows to the predictor's /v1/collected; UserError with the predictor's reason when refused."""
+    from offpeak_predictor.client import PredictorClient, PredictorRequestError, PredictorUnavailable
+    from offpeak_predictor.collected import batch_body
+
+    body = {"gpu": gpu, **batch_body(model_rows=result.model_rows, op_rows=result.op_rows, software=software)}
+    client = PredictorClient(args.predictor_url, timeout=120.0, token_file=args.token_file)
+    try:
+        return client.add_collected(body)
+    except PredictorRequestError as e:
+        raise UserError(f"the predictor refused the collected rows ({e}); they are kept in the local DB") from e
+    except PredictorUnavailable as e:
+        raise UserError(f"cannot post the collected rows: {e}; they are kept in the local DB") from e

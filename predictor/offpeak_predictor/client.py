@@ -96,3 +96,8 @@ class PredictorClient:
             if value is not None:
                 payload[key] = value
         return self._post("/v1/samples", payload, authenticated=True)
+
+    def add_collected(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST /v1/collected with the bearer token (rows from `offpeak collect`, `collected.batch_body`); the
+        answer: rows stored and the GPU type's calibration. A refused batch raises PredictorRequestError."""
+        return self._post("/v1/collected", body, authenticated=True)

@@ -1,4 +1,5 @@
-"""Rows `offpeak collect` wrote into a benchmark DB, read back as per-GPU-type calibrations (`calibration.py`).
+"""Rows `offpeak collect` wrote into a benchmark DB, read back as per-GPU-type calibrations (`calibration.py`),
+and the batches of such rows `POST /v1/collected` receives (`parse_batch`, pure; `store_batch`).
 
 Adapter between the DB, the graph files of the rows and the predictor; the decision is `calibration.calibrate`.
 Computed once when a predictor loads (`offpeak predict --db`, `predictor serve --db`) and again when collected rows
@@ -7,20 +8,29 @@ arrive or the served model changes, never per prediction: one model prediction p
 
 from __future__ import annotations
 
+import gzip
+import json
 import logging
 import math
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from offpeak_graph.schema import load_graph, validate_graph
+from offpeak.errors import UserError
+from offpeak_graph.schema import MODES, PRECISIONS, GraphError, ModelGraph, load_graph, validate_graph
 from offpeak_predictor.calibration import CalibrationSettings, GpuCalibration, calibrate
 from offpeak_predictor.db import BenchmarkDB
 from offpeak_predictor.gpus import find_gpu
-from offpeak_predictor.predict import PredictOptions, Predictor
+from offpeak_predictor.features import OP_CLASSES
+from offpeak_predictor.predict import OPTIMIZERS, PredictOptions, Predictor
 
 log = logging.getLogger(__name__)
 COLLECT_SOURCE = "collect"  # the `source` of every row `offpeak collect` writes
+MAX_MODEL_ROWS = 200  # per POST: the new-gpu plan sends 8
+MAX_OP_ROWS = 5000  # per POST: the new-gpu plan sends 40
+OP_MODES = ("fwd", "train")  # forward only; forward + backward
 
 
 def collected_log_ratios(*, predictor: Predictor, rows: pd.DataFrame) -> dict[str, list[float]]:
@@ -56,3 +66,109 @@ def load_calibration(*, predictor: Predictor, db: BenchmarkDB,
 def _text(row: dict[str, Any], key: str) -> str | None:
     value = row.get(key)
     return str(value) if isinstance(value, str) and value else None
+
+
+@dataclass(frozen=True, slots=True)
+class CollectedBatch:
+    """A checked POST /v1/collected body: rows in the DB's columns (source and GPU type filled in), and the
+    graph of each model row (same order)."""
+
+    gpu_type: str
+    model_rows: list[dict[str, Any]]
+    graphs: list[tuple[ModelGraph, dict[str, Any]]]  # parsed graph, and the JSON it came as (stored as is)
+    op_rows: list[dict[str, Any]]
+
+
+def _positive(row: dict[str, Any], key: str, where: str, *, zero: bool = False) -> float:
+    value = row.get(key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+            value < 0 or (value == 0 and not zero):
+        raise UserError(f"{where}.{key} must be a {'non-negative' if zero else 'positive'} finite number")
+    return float(value)
+
+
+def _choice(row: dict[str, Any], key: str, where: str, allowed: tuple[str, ...], default: str | None = None) -> str:
+    value = row.get(key, default)
+    if value not in allowed:
+        raise UserError(f"{where}.{key} must be one of {', '.join(allowed)} (got {value!r})")
+    return str(value)
+
+
+def _rows(body: dict[str, Any], key: str, limit: int) -> list[dict[str, Any]]:
+    rows = body.get(key, [])
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise UserError(f"{key!r} must be a list of objects")
+    if len(rows) > limit:
+        raise UserError(f"at most {limit} {key} per request (got {len(rows)}); send them in several requests")
+    return rows
+
+
+def parse_batch(body: dict[str, Any], *, gpu_type: str) -> CollectedBatch:
+    """Check a POST /v1/collected body (the GPU type already resolved); UserError naming the first bad field."""
+    software = body.get("software", "")
+    if not isinstance(software, str) or len(software) > 200:
+        raise UserError("'software' must be a string of at most 200 characters")
+    model_in, op_in = _rows(body, "model_rows", MAX_MODEL_ROWS), _rows(body, "op_rows", MAX_OP_ROWS)
+    if not model_in and not op_in:
+        raise UserError("give 'model_rows' and/or 'op_rows' (rows written by `offpeak collect`)")
+    models, graphs = [], []
+    for i, row in enumerate(model_in):
+        where = f"model_rows[{i}]"
+        try:
+            graph = validate_graph(ModelGraph.from_dict(row["graph"]))
+        except KeyError as e:
+            raise UserError(f"{where}.graph (the model graph of the row) is required") from e
+        except (GraphError, ValueError, TypeError, AttributeError, OverflowError) as e:
+            raise UserError(f"{where}.graph is not a valid model graph: {e}") from e
+        mode = _choice(row, "mode", where, MODES, graph.mode)
+        models.append({
+            "source": COLLECT_SOURCE, "gpu": gpu_type, "mode": mode,
+            "precision": _choice(row, "precision", where, PRECISIONS, graph.precision),
+            "optimizer": _choice(row, "optimizer", where, OPTIMIZERS, graph.optimizer if mode == "train" else "none"),
+            "model_name": graph.model_name, "family": graph.model_family, "graph_kind": "graph_file",
+            "batch_size": graph.batch_size, "seq_len": graph.seq_len,
+            "input_shape": json.dumps(list(graph.input_shape)) if graph.input_shape else None,
+            "num_gpus": 1, "time_s": _positive(row, "time_s", where),
+            "time_std": _positive(row, "time_std", where, zero=True) if row.get("time_std") is not None else None,
+            "software": software,
+        })  # fmt: skip
+        graphs.append((graph, row["graph"]))
+    ops = []
+    for i, row in enumerate(op_in):
+        where = f"op_rows[{i}]"
+        ops.append({"source": COLLECT_SOURCE, "gpu": gpu_type, "software": software,
+                    "precision": _choice(row, "precision", where, PRECISIONS),
+                    "mode": _choice(row, "mode", where, OP_MODES),
+                    "op_class": _choice(row, "op_class", where, OP_CLASSES),
+                    **{k: _positive(row, k, where) for k in ("flops", "bytes", "out_numel", "lead_dim", "dtype_bytes",
+                                                              "time_s")}})  # fmt: skip
+    return CollectedBatch(gpu_type=gpu_type, model_rows=models, graphs=graphs, op_rows=ops)
+
+
+def store_batch(db: BenchmarkDB, batch: CollectedBatch) -> tuple[int, int]:
+    """Append a checked batch to the DB; each model row's graph is saved beside the DB (`collected_graphs/`,
+    named by content hash) and referenced by its row, as `offpeak collect` does locally. (model rows, op rows)."""
+    graph_dir = db.path.parent / "collected_graphs"
+    graph_dir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for row, (graph, raw) in zip(batch.model_rows, batch.graphs, strict=True):
+        path = graph_dir / f"{graph.content_hash().split(':')[1][:24]}.json.gz"
+        if not path.exists():
+            path.write_bytes(gzip.compress(json.dumps(raw).encode()))
+        rows.append({**row, "graph_ref": str(path)})
+    models = db.append("model_samples", pd.DataFrame(rows)) if rows else 0
+    ops = db.append("op_samples", pd.DataFrame(batch.op_rows)) if batch.op_rows else 0
+    return models, ops
+
+
+def batch_body(*, model_rows: list[dict[str, Any]], op_rows: list[dict[str, Any]],
+               software: str) -> dict[str, Any]:  # fmt: skip
+    """The POST /v1/collected body for rows `offpeak collect` measured (graphs read from their files)."""
+    models = []
+    for row in model_rows:
+        raw = Path(str(row["graph_ref"])).read_bytes()
+        graph = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+        models.append({k: row[k] for k in ("precision", "mode", "optimizer", "time_s", "time_std")} | {"graph": graph})
+    ops = [{k: row[k] for k in ("precision", "mode", "op_class", "flops", "bytes", "out_numel", "lead_dim",
+                                "dtype_bytes", "time_s")} for row in op_rows]  # fmt: skip
+    return {"software": software, "model_rows": models, "op_rows": ops}

@@ -107,6 +107,24 @@ def openapi_document(gpus: list[str]) -> dict[str, Any]:
                             "content": {"application/json": {"schema": _SAMPLE_ANSWER}}},
                 },
             }},
+            "/v1/collected": {"post": {
+                "summary": "Store rows `offpeak collect` measured on one GPU type; its model rows calibrate that GPU "
+                           "type's predictions at once (docs/collect.md)",
+                "security": [{"bearer": []}],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {
+                    "type": "object",
+                    "properties": {"gpu": {"type": "string"}, "software": {"type": "string"},
+                                   "model_rows": {"type": "array", "maxItems": 200, "items": {"type": "object"}},
+                                   "op_rows": {"type": "array", "maxItems": 5000, "items": {"type": "object"}}},
+                    "required": ["gpu"],
+                }}}},
+                "responses": {
+                    "201": {"description": "stored: rows written and the GPU type's calibration now"},
+                    "400": err, "401": {"description": "no bearer token"},
+                    "403": {"description": "wrong token, or the predictor has none configured"},
+                    "503": {"description": "no benchmark DB configured (--db)"},
+                },
+            }},
             "/v1/model/refit": {"post": {
                 "summary": "Re-fit the step model from accepted samples; promote it when its held-out error is not "
                            "worse than the serving model's (needs --model-store and --db)",

@@ -40,7 +40,8 @@ from offpeak_predictor.samples import Feedback, FeedbackSettings, Outcome, Sampl
 
 log = logging.getLogger(__name__)
 # (method, route) that change state: bearer token required
-PROTECTED = frozenset({("POST", "/v1/samples"), ("POST", "/v1/model/refit"), ("POST", "/v1/model/rollback")})
+PROTECTED = frozenset({("POST", "/v1/samples"), ("POST", "/v1/collected"), ("POST", "/v1/model/refit"),
+                       ("POST", "/v1/model/rollback")})
 SAMPLE_STATUS_CODES = {"accepted": 201, "unverified": 202, "quarantined": 422}
 
 
@@ -288,6 +289,7 @@ class PredictorApp:
             app.on_startup.append(self._start_store_watch)
         app.router.add_post("/v1/predict", self.predict)
         app.router.add_post("/v1/samples", self.samples)
+        app.router.add_post("/v1/collected", self.collected)
         app.router.add_post("/v1/model/refit", self.model_refit)
         app.router.add_post("/v1/model/rollback", self.model_rollback)
         app.router.add_get("/healthz", self.healthz)
@@ -424,6 +426,38 @@ class PredictorApp:
         return web.Response(text=finite_json(_outcome_body(outcome, model_version=self.predictor.version)),
                             status=SAMPLE_STATUS_CODES[outcome.judgement.status],
                             content_type="application/json")  # fmt: skip
+
+    async def collected(self, request: web.Request) -> web.Response:
+        """Rows from `offpeak collect` (a collect Job): checked, stored, and the GPU type re-calibrated."""
+        if self.db is None:
+            return _error(503, "no benchmark database configured (start with --db)")
+        body = await self._json_body(request)
+        gpu = body.get("gpu")
+        if not isinstance(gpu, str):
+            raise UserError("'gpu' (string) is required")
+        try:
+            gpu_type = resolve_gpu(gpu).name
+        except UserError:
+            return _error(400, f"unknown GPU {gpu!r}: add it to the GPU catalogue before collecting on it",
+                          known_gpus=known_gpus())  # fmt: skip
+        answer = await asyncio.get_running_loop().run_in_executor(self._refit_pool, self._store_collected,
+                                                                  body, gpu_type)  # fmt: skip
+        return web.Response(text=finite_json(answer), status=201, content_type="application/json")
+
+    def _store_collected(self, body: dict[str, Any], gpu_type: str) -> dict[str, Any]:
+        """Parse, store and re-calibrate (in a worker: graphs are parsed and one prediction runs per row)."""
+        from offpeak_predictor.collected import parse_batch, store_batch
+
+        assert self.db is not None
+        batch = parse_batch(body, gpu_type=gpu_type)  # UserError: a 400 naming the field
+        models, ops = store_batch(self.db, batch)
+        self.refresh_calibration()
+        cal = self.predictor.calibration.get(gpu_type)
+        calibration = None if cal is None else {"factor": round(cal.factor, 6), "rows": cal.rows,
+                                                "median_ratio": round(math.exp(cal.median_log_ratio), 6)}  # fmt: skip
+        log.info("collected rows on %s: %d model, %d op; calibration %s", gpu_type, models, ops, calibration)
+        return {"gpu_type": gpu_type, "model_rows": models, "op_rows": ops, "calibration": calibration,
+                "model_version": self.predictor.version}  # fmt: skip
 
     async def _close_pool(self, app: web.Application) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,183 @@
+"""POST /v1/collected: rows of `offpeak collect` reach the predictor through the authenticated path and calibrate
+their GPU type at once; refused batches say why; `offpeak collect --predictor-url` posts them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import threading
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry
+
+from offpeak.cli import main
+from offpeak_predictor.db import BenchmarkDB
+from offpeak_predictor.predict import Predictor
+from offpeak_predictor.server import PredictorApp, ServerSettings
+
+from .conftest import mlp_graph
+
+TOKEN = "0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def _app(model, tmp_path, *, token: bool = True) -> PredictorApp:
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    return PredictorApp(model=model, db=BenchmarkDB(tmp_path / "db.sqlite"),
+                        settings=ServerSettings(token_file=str(token_file) if token else None),
+                        registry=CollectorRegistry())  # fmt: skip
+
+
+def _serve(app: PredictorApp, scenario):
+    async def run():
+        async with TestClient(TestServer(app.build())) as client:
+            return await scenario(client)
+
+    return asyncio.run(run())
+
+
+def _batch(model, *, ratio: float, n: int = 3) -> dict:
+    """n model rows on T4 measured at `ratio` x the model, and one op row."""
+    rows = []
+    for i in range(n):
+        graph = mlp_graph(batch=16 * (i + 1), width=512, name=f"collect_mlp{i}")
+        predicted = Predictor(model).predict(graph, ["T4"], corrected=False)[0]["step_seconds"]
+        rows.append({"precision": "fp32", "mode": "train", "optimizer": "adam", "time_s": ratio * predicted,
+                     "time_std": 0.0, "graph": graph.to_dict()})  # fmt: skip
+    op = {"precision": "bf16", "mode": "fwd", "op_class": "gemm", "flops": 2e9, "bytes": 6e6, "out_numel": 1e6,
+          "lead_dim": 1024, "dtype_bytes": 2, "time_s": 1e-4}  # fmt: skip
+    return {"gpu": "T4", "software": "pytorch-2.11", "model_rows": rows, "op_rows": [op]}
+
+
+def test_collected_rows_are_stored_and_calibrate_their_gpu_at_once(tiny_model, tmp_path) -> None:
+    job = mlp_graph(batch=64, width=1024).to_dict()
+
+    async def scenario(client):
+        async def predict(gpu):
+            r = await client.post("/v1/predict", json={"graph": job, "gpus": [gpu]})
+            return (await r.json())["predictions"][0]
+
+        before = {g: await predict(g) for g in ("T4", "A100-PCIE-40GB")}
+        r = await client.post("/v1/collected", json=_batch(tiny_model, ratio=2.0), headers=AUTH)
+        answer = (r.status, await r.json())
+        after = {g: await predict(g) for g in ("T4", "A100-PCIE-40GB")}
+        return before, answer, after
+
+    before, (status, body), after = _serve(_app(tiny_model, tmp_path), scenario)
+    assert status == 201, body
+    assert (body["model_rows"], body["op_rows"], body["gpu_type"]) == (3, 1, "T4")
+    assert body["calibration"]["rows"] == 3 and body["calibration"]["median_ratio"] == pytest.approx(2.0)
+    expected = 2.0 ** (3 / 5)  # three rows shrunk toward 1 with prior_rows = 2
+    assert after["T4"]["step_seconds"] == pytest.approx(before["T4"]["step_seconds"] * expected)
+    assert after["T4"]["correction"]["level"] == "gpu"
+    assert after["A100-PCIE-40GB"]["step_seconds"] == before["A100-PCIE-40GB"]["step_seconds"]
+    db = BenchmarkDB(tmp_path / "db.sqlite")
+    models, ops = db.read("model_samples"), db.read("op_samples")
+    assert set(models["source"]) == {"collect"} and set(models["gpu"]) == {"T4"} and len(ops) == 1
+    # a restarted predictor calibrates from the stored rows (graphs kept beside the DB)
+    restarted = _app(tiny_model, tmp_path)
+    restarted.build()
+    assert restarted.predictor.calibration["T4"].rows == 3
+
+
+@pytest.mark.parametrize(("headers", "token", "status", "reason"), [
+    ({}, True, 401, "missing_token"),
+    ({"Authorization": "Bearer nope"}, True, 403, "bad_token"),
+    (AUTH, False, 403, "not_configured"),
+])  # fmt: skip
+def test_collected_rows_without_the_right_token_are_refused(tiny_model, tmp_path, headers, token, status,
+                                                            reason) -> None:  # fmt: skip
+    async def scenario(client):
+        r = await client.post("/v1/collected", json=_batch(tiny_model, ratio=2.0, n=1), headers=headers)
+        return r.status, await r.json()
+
+    got, body = _serve(_app(tiny_model, tmp_path, token=token), scenario)
+    assert (got, body["reason"]) == (status, reason) and body["error"]
+    assert BenchmarkDB(tmp_path / "db.sqlite").read("model_samples").empty
+
+
+def _bad(model, change) -> dict:
+    body = _batch(model, ratio=2.0, n=2)
+    change(body)
+    return body
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda b: b["model_rows"][1].update(time_s=-1.0), "model_rows[1].time_s must be a positive"),
+    (lambda b: b["model_rows"][0].update(time_s=float("inf")), "model_rows[0].time_s must be a positive finite"),
+    (lambda b: b["model_rows"][0].pop("graph"), "model_rows[0].graph (the model graph of the row) is required"),
+    (lambda b: b["model_rows"][0].update(graph={"ops": "x"}), "model_rows[0].graph is not a valid model graph"),
+    (lambda b: b["model_rows"][0].update(precision="fp8"), "model_rows[0].precision must be one of"),
+    (lambda b: b["op_rows"][0].update(op_class="fft"), "op_rows[0].op_class must be one of"),
+    (lambda b: b.update(gpu="Z9000"), "unknown GPU 'Z9000'"),
+    (lambda b: b.update(model_rows=[], op_rows=[]), "give 'model_rows' and/or 'op_rows'"),
+    (lambda b: b.update(op_rows=[{}] * 5001), "at most 5000 op_rows"),
+])  # fmt: skip
+def test_bad_collected_rows_are_refused_with_the_field_named_and_nothing_stored(tiny_model, tmp_path, change,
+                                                                                message) -> None:  # fmt: skip
+    body = _bad(tiny_model, change)
+
+    async def scenario(client):
+        r = await client.post("/v1/collected", data=json.dumps(body), headers={**AUTH,
+                              "Content-Type": "application/json"})  # fmt: skip
+        return r.status, await r.json()
+
+    status, answer = _serve(_app(tiny_model, tmp_path), scenario)
+    assert status == 400 and message in answer["error"], answer
+    db = BenchmarkDB(tmp_path / "db.sqlite")
+    assert db.read("model_samples").empty and db.read("op_samples").empty
+
+
+def test_collect_cli_posts_its_rows_with_the_token_and_reports_a_refusal(tmp_path, monkeypatch, capsys) -> None:
+    """`offpeak collect --plan new-gpu --predictor-url` sends the bearer token and the rows it measured; a 4xx
+    ends the command with the predictor's reason (the rows stay in the local DB)."""
+    monkeypatch.setenv("OFFPEAK_GRAPH_CACHE", str(tmp_path / "graphs"))
+    (tmp_path / "token").write_text(TOKEN)
+    received: list[tuple[str | None, dict]] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        body = await request.json()
+        received.append((request.headers.get("Authorization"), body))
+        if body["gpu"] != "T4":
+            return web.json_response({"error": "unknown GPU 'cpu'"}, status=400)
+        return web.json_response({"gpu_type": "T4", "model_rows": len(body["model_rows"]),
+                                  "op_rows": len(body["op_rows"]), "calibration": None}, status=201)  # fmt: skip
+
+    app = web.Application()
+    app.router.add_post("/v1/collected", handler)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        common = ["collect", "--plan", "new-gpu", "--device", "cpu", "--db", str(tmp_path / "c.sqlite"),
+                  "--predictor-url", f"http://127.0.0.1:{port}", "--token-file", str(tmp_path / "token")]
+        monkeypatch.setattr("offpeak_predictor.collectplan.QUICK", _tiny_sizes())
+        assert main([*common, "--gpu-type", "T4"]) == 0
+        printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert printed["predictor"]["model_rows"] == printed["model_rows"] > 0
+        auth, body = received[0]
+        assert auth == f"Bearer {TOKEN}" and body["gpu"] == "T4"
+        assert all(isinstance(r["graph"], dict) and r["time_s"] > 0 for r in body["model_rows"])
+        assert len(body["op_rows"]) == printed["op_rows"] and not any(math.isnan(r["time_s"]) for r in body["op_rows"])
+        assert main(common) == 2  # a CPU run is no GPU type: refused, with the reason printed
+        assert "unknown GPU 'cpu'" in capsys.readouterr().err
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+
+
+def _tiny_sizes():
+    """The quick plan's shapes at their smallest: the CLI test is about posting, not timing."""
+    from offpeak_predictor.collectplan import Sizes
+
+    return Sizes(gemm=(32,), conv=((1, 4, 4, 8, 3, 1),), attention=((1, 1, 16, 8),), op_reps=1, cnn_batches=(2,),
+                 cnn=(8, 4, 1), gpt_batches=(1,), gpt=(8, 16, 1, 32), model_steps=1)
