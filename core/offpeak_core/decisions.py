@@ -10,9 +10,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from offpeak_core.goodput import GoodputAdmission, min_window
 from offpeak_core.humanize import duration
 from offpeak_core.model import FilterResult, NodeView, OfflinePod, PodRequest, Prediction
+from offpeak_core.nodearrays import NodeArrays
 
 DEFAULT_MARGIN = 0.15
 
@@ -192,6 +195,128 @@ def filter_nodes(
         else:
             failed[node.name] = _reason(pod, node, a, margin)
     return FilterResult(passed=tuple(passed), failed=failed)
+
+
+class _ArrayAssessment(NamedTuple):
+    """`_assessor` for every node of a `NodeArrays` at once: per-node columns, and per-GPU-type assessments
+    (`by_type[code]`, need and left not filled in) that a reason or a score needs."""
+
+    fits: np.ndarray
+    free_short: np.ndarray
+    timed: np.ndarray  # fits and judged on its window (not runtime-blind)
+    need: np.ndarray
+    left: np.ndarray
+    by_type: list[_Assessment]
+
+
+def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float, checkpoint_intervals: int,
+                   goodput: GoodputAdmission | None) -> _ArrayAssessment:
+    """The same answers as `_assessor`, node for node (a test holds them equal), as array operations."""
+    gpus = pod.gpus
+    n = len(nodes)
+    free_short = nodes.free_now < gpus
+    if pod.predicted is None:
+        blind = [_BLIND_FIT] * len(nodes.type_names)
+        zeros = np.zeros(n)
+        return _ArrayAssessment(~free_short, free_short, np.zeros(n, dtype=bool), zeros, np.full(n, math.inf), blind)
+    # one assessment per GPU type, as `_assessor` memoises them; need/left of a timed type come per node below
+    cap = _checkpoint_cap(pod, checkpoint_intervals)
+    by_type: list[_Assessment] = []
+    for name in nodes.type_names:
+        pred, exact = prediction_for(pod.predicted, name)
+        if exact and pred is not None and pred.fits_memory is False:
+            by_type.append(_Assessment(False, False, pred, exact, 0.0, 0.0, no_memory=True))
+            continue
+        if pred is None:
+            by_type.append(_Assessment(False, False, None, exact, 0.0, 0.0))
+            continue
+        type_need = pred.p90 * (1.0 + margin)
+        capped = type_need > cap
+        if capped:
+            type_need = cap
+        g_need = _goodput_need(pod, pred, goodput)
+        by_goodput = g_need < type_need
+        if by_goodput:
+            type_need, capped = g_need, False
+        by_type.append(_Assessment(False, False, pred, exact, type_need, 0.0, capped, by_goodput))
+    code = nodes.type_code
+    no_memory = np.asarray([t.no_memory for t in by_type], dtype=bool)[code]
+    blind = (np.asarray([t.pred is None for t in by_type], dtype=bool)[code] | nodes.stale) & ~no_memory
+    need = np.asarray([t.need for t in by_type], dtype=float)[code]
+    left = nodes.window_left(gpus=gpus, now=now)
+    timed = ~free_short & ~no_memory & ~blind
+    fits = ~free_short & ~no_memory & (blind | (left >= need))
+    left = np.where(blind, math.inf, left)
+    need = np.where(blind, 0.0, need)
+    return _ArrayAssessment(fits, free_short, timed & fits, need, left, by_type)
+
+
+def _node_assessment(a: _ArrayAssessment, nodes: NodeArrays, i: int) -> _Assessment:
+    """One node's `_Assessment` out of the arrays (for its failure reason)."""
+    if a.free_short[i]:
+        return _NOT_FREE
+    t = a.by_type[int(nodes.type_code[i])]
+    return t._replace(fits=bool(a.fits[i]), need=float(a.need[i]), left=float(a.left[i]))
+
+
+def filter_arrays(
+    *,
+    pod: PodRequest,
+    nodes: NodeArrays,
+    now: float,
+    margin: float = DEFAULT_MARGIN,
+    checkpoint_intervals: int = 0,
+    goodput: GoodputAdmission | None = None,
+) -> FilterResult:
+    """`filter_nodes` over columns (the extender's hot path at 1,000 nodes): the same nodes pass, with the same
+    reasons for those that do not."""
+    if margin < 0:
+        raise ValueError(f"margin must be >= 0, got {margin}")
+    a = _assess_arrays(pod, nodes, now, margin, checkpoint_intervals, goodput)
+    views = nodes.views
+    fits = a.fits.tolist()
+    passed = tuple(v.name for v, ok in zip(views, fits) if ok)
+    failed: dict[str, str] = {}
+    said: dict[tuple[int, ...], str] = {}  # a reason depends on the node only through these keys
+    short, code, left = a.free_short.tolist(), nodes.type_code.tolist(), a.left.tolist()
+    for i in np.flatnonzero(~a.fits).tolist():
+        view = views[i]
+        if short[i]:
+            key: tuple[int, ...] = (-1, view.gpus_free_now, view.gpus_total)
+        else:
+            key = (code[i], math.ceil(left[i]) if math.isfinite(left[i]) else -1)
+        reason = said.get(key)
+        if reason is None:
+            reason = said[key] = _reason(pod, view, _node_assessment(a, nodes, i), margin)
+        failed[view.name] = reason
+    return FilterResult(passed=passed, failed=failed)
+
+
+def prioritize_arrays(
+    *,
+    pod: PodRequest,
+    nodes: NodeArrays,
+    now: float,
+    margin: float = DEFAULT_MARGIN,
+    checkpoint_intervals: int = 0,
+    goodput: GoodputAdmission | None = None,
+) -> dict[str, int]:
+    """`prioritize_nodes` over columns: the same score for every node."""
+    a = _assess_arrays(pod, nodes, now, margin, checkpoint_intervals, goodput)
+    free = nodes.free_now
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pack = np.where(free <= 0, 0.0, np.minimum(1.0, pod.gpus / np.where(free <= 0, 1, free)))
+        total = pack  # runtime-blind fits are scored by bin-packing alone
+        if a.timed.any():
+            p50 = np.asarray([t.pred.p50 if t.pred is not None else math.inf for t in a.by_type])[nodes.type_code]
+            fastest = p50[a.timed].min()
+            speed = np.where(p50 <= 0, 1.0, fastest / p50)
+            fit = np.where(np.isinf(a.left) | (a.left <= 0), 0.0, np.minimum(1.0, a.need / a.left))
+            timed_total = SPEED_WEIGHT * speed + FIT_WEIGHT * fit + PACK_WEIGHT * pack
+            total = np.where(a.timed, timed_total, pack)
+    scores = np.clip(np.round(total * MAX_SCORE), 1, MAX_SCORE).astype(np.int64)
+    scores = np.where(a.fits, scores, 0)
+    return dict(zip((v.name for v in nodes.views), scores.tolist()))
 
 
 def _pack_score(pod: PodRequest, node: NodeView) -> float:

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from offpeak_core.decisions import DEFAULT_MARGIN, filter_nodes
+from offpeak_core.decisions import DEFAULT_MARGIN, filter_arrays, filter_nodes
 from offpeak_core.gangs import (
     DEFAULT_GANG_TIMEOUT_SECONDS,
     EXPIRED,
@@ -24,6 +24,7 @@ from offpeak_core.gangs import (
     withhold,
 )
 from offpeak_core.model import FilterResult, NodeView, PodRequest
+from offpeak_core.nodearrays import NodeArrays
 from offpeak_extender.metrics import GANG_CREATED, ExtenderMetrics
 from offpeak_extender.store import ClusterStore
 from offpeak_extender.wire import Gang
@@ -87,9 +88,12 @@ class GangPlacer:
             with self._lock:
                 self._sweep_locked(now)
 
-    def filter_other(self, *, pod: PodRequest, views: Sequence[NodeView], now: float, margin: float = DEFAULT_MARGIN
-                     ) -> FilterResult:
-        """The usual filter for a pod outside any gang, with GPUs reserved for gangs counted as taken."""
+    def filter_other(self, *, pod: PodRequest, views: Sequence[NodeView], now: float, margin: float = DEFAULT_MARGIN,
+                     arrays: NodeArrays | None = None) -> FilterResult:
+        """The usual filter for a pod outside any gang, with GPUs reserved for gangs counted as taken.
+
+        `arrays`, the same nodes as columns, takes the array path when no GPUs are withheld (the usual case).
+        """
         if len(self.table):  # unlocked peek: an empty table (the usual case) costs nothing
             with self._lock:
                 self._sweep_locked(now)
@@ -97,6 +101,8 @@ class GangPlacer:
         else:
             withheld = {}
         if not withheld:
+            if arrays is not None:
+                return filter_arrays(pod=pod, nodes=arrays, now=now, margin=margin)
             return filter_nodes(pod=pod, nodes=views, now=now, margin=margin)
         result = filter_nodes(pod=pod, nodes=_withheld_views(views, withheld), now=now, margin=margin)
         return FilterResult(result.passed, _noting_withheld(result.failed, withheld))

@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from offpeak_core.decisions import DEFAULT_MARGIN, prioritize_nodes
+from offpeak_core.decisions import DEFAULT_MARGIN, prioritize_arrays
 from offpeak_core.model import NodeView
+from offpeak_core.nodearrays import NodeArrays
 from offpeak_extender.gangs import GangPlacer, GangSettings
 from offpeak_extender.metrics import (
     BAD_PREDICTION,
@@ -140,9 +141,12 @@ class ExtenderService:
             self.metrics.requests.labels(FILTER, BAD_PREDICTION).inc()
         if args.gang_error:
             log.warning("pod %s: %s; placing it alone, not as part of a gang", args.pod.key, args.gang_error)
-        views, unknown = self.store.views(args.node_names)
-        if args.node_objects is not None:
+        arrays: NodeArrays | None
+        arrays, unknown = self.store.node_arrays(args.node_names)
+        views = list(arrays.views)
+        if args.node_objects is not None and unknown:
             views.extend(self._unknown_views(args, unknown))
+            arrays = None  # rare (nodes the cache has not seen yet): the per-node path judges them with the rest
         # (names only: an unknown node has no GPU count to check, so it passes fits-now; added below)
         if attempt is not None:
             attempt.check()
@@ -151,7 +155,8 @@ class ExtenderService:
             result = self.gangs.filter_worker(pod=args.pod, gang=args.gang, views=views, now=now,
                                               margin=self.settings.margin)
         else:
-            result = self.gangs.filter_other(pod=args.pod, views=views, now=now, margin=self.settings.margin)
+            result = self.gangs.filter_other(pod=args.pod, views=views, now=now, margin=self.settings.margin,
+                                             arrays=arrays)
         if attempt is not None:
             attempt.check()
         for kind, n in count_reason_kinds(result.failed.values()).items():
@@ -176,10 +181,10 @@ class ExtenderService:
         if not args.managed:
             self.metrics.requests.labels(PRIORITIZE, PASSTHROUGH).inc()
             return {}, args.node_names
-        views, _ = self.store.views(args.node_names)  # nodes the cache does not know score 0: never preferred
+        arrays, _ = self.store.node_arrays(args.node_names)  # nodes the cache does not know score 0: never preferred
         if attempt is not None:
             attempt.check()
-        scores = prioritize_nodes(pod=args.pod, nodes=views, now=self.store.clock(), margin=self.settings.margin)
+        scores = prioritize_arrays(pod=args.pod, nodes=arrays, now=self.store.clock(), margin=self.settings.margin)
         if attempt is not None:
             attempt.check()
         self.metrics.requests.labels(PRIORITIZE, MANAGED).inc()

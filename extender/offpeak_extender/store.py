@@ -23,6 +23,7 @@ from offpeak_core.forecast import DemandForecast, ForecastSettings, fit_seasonal
 from offpeak_core.gangs import GangKey
 from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_core.model import NodeView, OfflinePod
+from offpeak_core.nodearrays import NodeArrays, NodeRows
 from offpeak_core.schedules import BusySchedule, parse_busy_hours
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_core.windows import free_profile, node_view
@@ -191,6 +192,7 @@ class ClusterStore:
         # entry goes when its node's pods or the node change, all go on a refit or when staleness flips.
         self._ready: dict[str, NodeView] = {}
         self._ready_stale = True
+        self._rows = NodeRows()  # the ready views as columns for the request path (`node_arrays`)
         self._forecast_version = 0
         max_samples = int(settings.history_seconds / settings.step_seconds) + 1
         self._samples: dict[str, deque[tuple[float, float]]] = {}
@@ -212,6 +214,7 @@ class ClusterStore:
                 changed = {n for n, i in infos.items() if self._nodes.get(n) != i}
                 self._nodes = infos
                 self._nodes_synced = True
+                self._rows.retain(infos)
             else:
                 changed = set()
             if pinfos is not None:
@@ -237,6 +240,7 @@ class ClusterStore:
         with self._lock:
             self._nodes.pop(name, None)
             self._ready.pop(name, None)
+            self._rows.forget(name)
 
     def upsert_pod(self, obj: Mapping[str, Any]) -> None:
         info = pod_info(obj)
@@ -449,6 +453,12 @@ class ClusterStore:
             self._publish(name, inp, view)
             out[i] = view
         return [v for v in out if v is not None], unknown
+
+    def node_arrays(self, names: Sequence[str], *, now: float | None = None) -> tuple[NodeArrays, list[str]]:
+        """`views` as columns for the decisions' array path (rows are rewritten only for views rebuilt since)."""
+        views, unknown = self.views(names, now=now)
+        with self._lock:
+            return self._rows.gather(views), unknown
 
     # -- eviction controller side --------------------------------------------------------------------------------
     def node_names(self) -> list[str]:

@@ -1,0 +1,155 @@
+"""Node views as columns, so the extender decides for 1,000 nodes with a few array operations instead of a Python
+loop over nodes (issue #16: filter+prioritize p99 <= 5 ms at 1,000 nodes).
+
+`NodeRows` keeps one row per node, written when the node's view changes (the store rebuilds a view only when its
+pods or forecast change), so a request copies rows by index instead of converting every view again. Pure: no I/O,
+no clock; the caller serialises access (the extender's store gathers under its lock, and forgets deleted nodes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Container, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from offpeak_core.model import NodeView
+
+NO_WINDOW_FREE = -1  # padding in the window columns: never enough free GPUs
+
+
+@dataclass(frozen=True)
+class NodeArrays:
+    """The nodes of one request, in request order: what `decisions` needs of each `NodeView`, as arrays.
+
+    Window columns are padded to the longest window list: `win_free` is `NO_WINDOW_FREE` in padding, an
+    open-ended window ends at +inf. A view without a window list (`windows is None`) is described by
+    `flat_free`/`flat_end` (its current window; +inf when open-ended) instead.
+    """
+
+    views: tuple[NodeView, ...]
+    type_names: tuple[str, ...]  # distinct GPU types; `type_code` indexes it
+    type_code: np.ndarray
+    free_now: np.ndarray
+    stale: np.ndarray
+    has_windows: np.ndarray
+    flat_free: np.ndarray
+    flat_end: np.ndarray
+    win_start: np.ndarray  # (nodes, width)
+    win_end: np.ndarray
+    win_free: np.ndarray
+
+    @classmethod
+    def from_views(cls, views: Sequence[NodeView]) -> NodeArrays:
+        """Columns for `views` without a cache (tests, one-off callers)."""
+        rows = NodeRows()
+        return rows.gather(views)
+
+    def __len__(self) -> int:
+        return len(self.views)
+
+    def window_left(self, *, gpus: int, now: float) -> np.ndarray:
+        """`decisions.window_left` for every node at once: seconds from `now` with `gpus` GPUs free (inf: open)."""
+        in_window = (self.win_free >= gpus) & (self.win_start <= now)
+        listed = np.where(in_window, self.win_end - now, 0.0).max(axis=1, initial=0.0)
+        flat = np.where(self.flat_free < gpus, 0.0, np.maximum(0.0, self.flat_end - now))
+        return np.where(self.has_windows, listed, flat)
+
+
+class NodeRows:
+    """A row per node name, rewritten only when the node's view object changes; `gather` copies rows by index."""
+
+    def __init__(self, width: int = 8) -> None:
+        self._index: dict[str, int] = {}
+        self._views: list[NodeView | None] = []  # None: a forgotten node's slot, listed in `_spare`
+        self._spare: list[int] = []
+        self._type_index: dict[str, int] = {}
+        self._type_names: list[str] = []
+        self._width = max(1, width)
+        self._alloc(16)
+
+    def _alloc(self, capacity: int) -> None:
+        self._free_now = np.zeros(capacity, dtype=np.int64)
+        self._type_code = np.zeros(capacity, dtype=np.int64)
+        self._stale = np.zeros(capacity, dtype=bool)
+        self._has_windows = np.zeros(capacity, dtype=bool)
+        self._flat_free = np.zeros(capacity, dtype=np.int64)
+        self._flat_end = np.zeros(capacity, dtype=float)
+        self._win_start = np.zeros((capacity, self._width), dtype=float)
+        self._win_end = np.zeros((capacity, self._width), dtype=float)
+        self._win_free = np.full((capacity, self._width), NO_WINDOW_FREE, dtype=np.int64)
+
+    def _grow(self, capacity: int, width: int) -> None:
+        """Reallocate to at least `capacity` rows and `width` window columns, keeping the rows written so far."""
+        old = (self._free_now, self._type_code, self._stale, self._has_windows, self._flat_free, self._flat_end,
+               self._win_start, self._win_end, self._win_free)
+        n, w = len(old[0]), self._width
+        self._width = max(self._width, width)
+        self._alloc(n if capacity <= n else max(capacity, 2 * n))
+        new = (self._free_now, self._type_code, self._stale, self._has_windows, self._flat_free, self._flat_end,
+               self._win_start, self._win_end, self._win_free)
+        for dst, src in zip(new, old):
+            if src.ndim == 1:
+                dst[:n] = src[:n]
+            else:
+                dst[:n, :w] = src[:n, :w]
+
+    def _write(self, i: int, view: NodeView) -> None:
+        windows = view.windows or ()
+        if len(windows) > self._width or i >= len(self._free_now):
+            self._grow(i + 1, len(windows))
+        code = self._type_index.get(view.gpu_type)
+        if code is None:
+            code = self._type_index[view.gpu_type] = len(self._type_names)
+            self._type_names.append(view.gpu_type)
+        self._free_now[i], self._type_code[i], self._stale[i] = view.gpus_free_now, code, view.data_stale
+        self._has_windows[i] = view.windows is not None
+        self._flat_free[i] = view.gpus_free_now if view.window_free_gpus is None else view.window_free_gpus
+        self._flat_end[i] = math.inf if view.window_end is None else view.window_end
+        self._win_free[i, :] = NO_WINDOW_FREE
+        for j, w in enumerate(windows):
+            self._win_start[i, j] = w.start
+            self._win_end[i, j] = math.inf if w.end is None else w.end
+            self._win_free[i, j] = w.free_gpus
+
+    def gather(self, views: Sequence[NodeView]) -> NodeArrays:
+        """The request's nodes as columns; rows of views not seen before (or changed since) are written first."""
+        index, known = self._index, self._views
+        rows = np.empty(len(views), dtype=np.int64)
+        for k, view in enumerate(views):
+            i = index.get(view.name)
+            if i is None:
+                if self._spare:
+                    i = self._spare.pop()
+                    known[i] = view
+                else:
+                    i = len(known)
+                    known.append(view)
+                index[view.name] = i
+                self._write(i, view)
+            elif known[i] is not view:
+                known[i] = view
+                self._write(i, view)
+            rows[k] = i
+        return NodeArrays(
+            views=tuple(views), type_names=tuple(self._type_names), type_code=self._type_code[rows],
+            free_now=self._free_now[rows], stale=self._stale[rows], has_windows=self._has_windows[rows],
+            flat_free=self._flat_free[rows], flat_end=self._flat_end[rows], win_start=self._win_start[rows],
+            win_end=self._win_end[rows], win_free=self._win_free[rows],
+        )
+
+    def forget(self, name: str) -> None:
+        """Free the row of a node that left the cluster (its slot is reused by the next new node)."""
+        i = self._index.pop(name, None)
+        if i is not None:
+            self._views[i] = None
+            self._spare.append(i)
+
+    def retain(self, live: Container[str]) -> None:
+        """Forget every node not in `live` (after a full re-list of the cluster's nodes)."""
+        for name in [n for n in self._index if n not in live]:
+            self.forget(name)
+
+    def __len__(self) -> int:
+        return len(self._index)

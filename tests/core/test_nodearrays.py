@@ -1,0 +1,114 @@
+"""The extender's column decisions (`filter_arrays`, `prioritize_arrays`) give the per-node loop's answers, node for
+node, reason for reason; `NodeRows` rewrites a row only when its view changes and reuses forgotten rows."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from offpeak_core.decisions import filter_arrays, filter_nodes, prioritize_arrays, prioritize_nodes, window_left
+from offpeak_core.goodput import GoodputAdmission, GoodputSettings, survival_from_observations
+from offpeak_core.model import IdleWindow, NodeView, PodRequest, Prediction
+from offpeak_core.nodearrays import NodeArrays, NodeRows
+
+NOW = 1_000_000.0
+TYPES = ("A100-SXM4-40GB", "H100-80GB", "T4", "L4", "A10")
+
+
+def _view(rng: np.random.Generator, i: int) -> NodeView:
+    total = int(rng.choice([1, 4, 8]))
+    free = int(rng.integers(0, total + 1))
+    gpu_type = str(rng.choice([*TYPES, "MI300X"]))
+    stale = bool(rng.random() < 0.15)
+    if rng.random() < 0.3:  # the current window only
+        end = None if rng.random() < 0.2 else NOW + float(rng.uniform(-100, 20_000))
+        wfree = None if rng.random() < 0.5 else int(rng.integers(0, total + 1))
+        return NodeView(f"n{i}", gpu_type, total, free, end, wfree, stale)
+    windows = []
+    for _ in range(int(rng.integers(0, 12))):
+        start = NOW + float(rng.uniform(-5_000, 3_000))
+        end = None if rng.random() < 0.1 else start + float(rng.uniform(0, 30_000))
+        windows.append(IdleWindow(start, end, int(rng.integers(0, total + 1))))
+    return NodeView(f"n{i}", gpu_type, total, free, None, None, stale, tuple(windows))
+
+
+def _pod(rng: np.random.Generator) -> PodRequest:
+    predicted = None
+    if rng.random() > 0.15:
+        predicted = {}
+        for t in rng.choice(["A100", "H100", "T4", "L4-24GB", "a10"], size=int(rng.integers(1, 5)), replace=False):
+            p50 = float(rng.choice([0.0, *rng.uniform(10, 20_000, 3)]))
+            predicted[str(t)] = Prediction(p50, p50 * float(rng.uniform(1.0, 2.0)),
+                                           fits_memory=[None, True, False][int(rng.integers(0, 3))])
+    interval = float(rng.choice([0.0, 300.0, 900.0])) if rng.random() < 0.5 else None
+    return PodRequest(f"p{rng.integers(1e6)}", gpus=int(rng.integers(1, 5)), predicted=predicted,
+                      checkpointing=bool(rng.random() < 0.5), checkpoint_interval_seconds=interval)
+
+
+def _goodput(rng: np.random.Generator) -> GoodputAdmission | None:
+    if rng.random() < 0.5:
+        return None
+    lasted = (rng.integers(0, 60, 300) * 300.0).tolist()
+    survival = survival_from_observations(forecast_left=[3_600.0] * len(lasted), lasted=lasted,
+                                          outlasted=[False] * len(lasted))
+    return GoodputAdmission(survival, GoodputSettings(startup_seconds=60.0))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_columns_decide_exactly_as_the_per_node_loop(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    views = [_view(rng, i) for i in range(int(rng.integers(1, 60)))]
+    arrays = NodeArrays.from_views(views)
+    for _ in range(5):
+        pod, goodput = _pod(rng), _goodput(rng)
+        kw = {"pod": pod, "now": NOW + float(rng.uniform(0, 500)), "margin": float(rng.choice([0.0, 0.15])),
+              "checkpoint_intervals": int(rng.choice([0, 3])), "goodput": goodput}
+        looped, columns = filter_nodes(nodes=views, **kw), filter_arrays(nodes=arrays, **kw)
+        assert columns.passed == looped.passed
+        assert columns.failed == looped.failed
+        assert list(columns.failed) == list(looped.failed)  # same order as the request
+        assert prioritize_arrays(nodes=arrays, **kw) == prioritize_nodes(nodes=views, **kw)
+
+
+def test_window_left_columns_match_the_scalar_rule() -> None:
+    rng = np.random.default_rng(7)
+    views = [_view(rng, i) for i in range(200)]
+    arrays = NodeArrays.from_views(views)
+    for gpus in (1, 2, 8):
+        got = arrays.window_left(gpus=gpus, now=NOW)
+        want = [window_left(node=v, gpus=gpus, now=NOW) for v in views]
+        assert got.tolist() == want
+
+
+def test_a_node_that_cannot_take_the_pod_fails_with_its_reason_and_scores_zero() -> None:
+    views = [NodeView("busy", "T4", 8, 1, NOW + 10_000), NodeView("short", "T4", 8, 8, NOW + 60),
+             NodeView("long", "T4", 8, 8, NOW + 10_000)]
+    pod = PodRequest("p", gpus=2, predicted={"T4": Prediction(600.0, 900.0)})
+    arrays = NodeArrays.from_views(views)
+    result = filter_arrays(pod=pod, nodes=arrays, now=NOW)
+    assert result.passed == ("long",)
+    assert "2 GPU(s), 1 of 8 free now" in result.failed["busy"]
+    assert result.failed["short"].startswith("window ends in 1m")
+    scores = prioritize_arrays(pod=pod, nodes=arrays, now=NOW)
+    assert scores["busy"] == scores["short"] == 0 and scores["long"] >= 1
+
+
+def test_rows_are_rewritten_only_for_changed_views_and_forgotten_rows_are_reused() -> None:
+    rows = NodeRows(width=1)
+    a, b = NodeView("a", "T4", 8, 8, NOW + 100), NodeView("b", "L4", 8, 2, None)
+    first = rows.gather([a, b])
+    assert first.free_now.tolist() == [8, 2] and math.isinf(first.flat_end[1])
+    wide = NodeView("a", "T4", 8, 3, None, None, False,
+                    tuple(IdleWindow(NOW - 10, NOW + 100 * k, k) for k in range(1, 6)))  # grows the window columns
+    second = rows.gather([b, wide])
+    assert second.free_now.tolist() == [2, 3]
+    assert second.window_left(gpus=4, now=NOW).tolist() == [0.0, 500.0]  # the 5-GPU window outlasts the 4-GPU one
+    assert first.free_now.tolist() == [8, 2]  # an earlier request's columns are its own copy
+    rows.forget("b")
+    assert len(rows) == 1
+    c = NodeView("c", "H100", 4, 4, None)
+    third = rows.gather([c, wide])
+    assert len(rows) == 2 and third.type_names[int(third.type_code[0])] == "H100"
+    assert third.free_now.tolist() == [4, 3]
