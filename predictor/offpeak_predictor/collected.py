@@ -29,7 +29,7 @@ from offpeak_predictor.predict import OPTIMIZERS, PredictOptions, Predictor
 log = logging.getLogger(__name__)
 COLLECT_SOURCE = "collect"  # the `source` of every row `offpeak collect` writes
 MAX_MODEL_ROWS = 200  # per POST: the new-gpu plan sends 8
-MAX_OP_ROWS = 5000  # per POST: the new-gpu plan sends 40
+MAX_OP_ROWS = 5000  # per POST: the new-gpu plan sends 38
 OP_MODES = ("fwd", "train")  # forward only; forward + backward
 
 
