@@ -14,6 +14,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from offpeak.serving import serve_apps
 from offpeak_core.forecast import ForecastSettings
+from offpeak_core.goodput import GoodputSettings
 from offpeak_extender.gangs import GangSettings
 from offpeak_extender.server import ServerSettings
 from offpeak_extender.service import DecisionSettings
@@ -35,6 +36,7 @@ class ExtenderConfig:
     metrics_host: str = "0.0.0.0"  # noqa: S104 - probes and scrapes come to the pod IP
     metrics_port: int | None = None  # None: /healthz, /readyz and /metrics only on the main port
     gangs: GangSettings = GangSettings()
+    goodput: GoodputSettings | None = None  # None: expected-goodput admission off
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExtenderConfig:
@@ -47,12 +49,18 @@ class ExtenderConfig:
         )
         stale = args.stale_seconds or max(3 * args.refresh_seconds, 2 * args.step_seconds)
         server = ServerSettings(max_body_bytes=args.max_body_bytes, deadline_seconds=args.deadline_seconds)
+        goodput = None
+        if getattr(args, "goodput_min_efficiency", None) is not None:
+            goodput = GoodputSettings(min_efficiency=args.goodput_min_efficiency,
+                                      startup_seconds=args.goodput_startup_seconds,
+                                      min_samples=args.goodput_min_samples)  # raises ValueError on bad values
         return cls(args.host, args.port, args.kubeconfig, args.prometheus_url, args.refresh_seconds, stale,
                    forecast, DecisionSettings(margin=args.margin), server, args.metrics_host, args.metrics_port,
-                   GangSettings(timeout_seconds=args.gang_timeout_seconds))
+                   GangSettings(timeout_seconds=args.gang_timeout_seconds), goodput)
 
 
 def serve_extender(config: ExtenderConfig) -> None:
+    from offpeak_extender.goodputfeed import GoodputFeed
     from offpeak_extender.history import LocalHistory, PrometheusHistory, Refresher
     from offpeak_extender.kube import Informer, load_api_client
     from offpeak_extender.metrics import ExtenderMetrics
@@ -66,14 +74,19 @@ def serve_extender(config: ExtenderConfig) -> None:
     api = load_api_client(config.kubeconfig)
     informer = Informer(api_client=api, store=store)
     source = PrometheusHistory(config.prometheus_url) if config.prometheus_url else LocalHistory(store)
+    goodput = None
+    if config.goodput is not None:
+        goodput = GoodputFeed(store=store, settings=config.goodput)
     refresher = Refresher(store=store, source=source, metrics=metrics, refresh_seconds=config.refresh_seconds,
-                          freeze_gc=True)
+                          freeze_gc=True, goodput=goodput)
     informer.start()
     refresher.start()
-    service = ExtenderService(store=store, metrics=metrics, settings=config.decisions, gangs=config.gangs)
-    log.info("extender on http://%s:%d (history: %s, day=%gs, step=%gs, margin=%g)", config.host, config.port,
-             config.prometheus_url or "local pod samples", config.forecast.season_seconds,
-             config.forecast.step_seconds, config.decisions.margin)
+    service = ExtenderService(store=store, metrics=metrics, settings=config.decisions, gangs=config.gangs,
+                              goodput=goodput)
+    log.info("extender on http://%s:%d (history: %s, day=%gs, step=%gs, margin=%g, goodput admission: %s)",
+             config.host, config.port, config.prometheus_url or "local pod samples", config.forecast.season_seconds,
+             config.forecast.step_seconds, config.decisions.margin,
+             f"min efficiency {config.goodput.min_efficiency:g}" if config.goodput else "off")
     sites = [(make_app(service=service, registry=registry, settings=config.server), config.host, config.port)]
     if config.metrics_port is not None:
         log.info("extender probes and metrics on http://%s:%d", config.metrics_host, config.metrics_port)

@@ -69,6 +69,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    default=_env_float("OFFPEAK_GANG_TIMEOUT_SECONDS", DEFAULT_GANG_TIMEOUT_SECONDS),
                    help="release a gang's reserved places when not every worker is bound this long after the first "
                    "worker reserved them")
+    p.add_argument("--goodput-min-efficiency", type=float,
+                   default=_env_float("OFFPEAK_GOODPUT_MIN_EFFICIENCY", 0.0) or None,
+                   help="turn on expected-goodput admission: a checkpointing pod may take a window shorter than its "
+                   "run when, by how long such windows really lasted here, the work it keeps is at least this share "
+                   "of the GPU time it holds (e.g. 0.8); off by default")
+    p.add_argument("--goodput-startup-seconds", type=float,
+                   default=_env_float("OFFPEAK_GOODPUT_STARTUP_SECONDS", 60.0),
+                   help="time from start to a job's first step (image, restore): no work is kept in it")
+    p.add_argument("--goodput-min-samples", type=int,
+                   default=int(_env_float("OFFPEAK_GOODPUT_MIN_SAMPLES", 30)),
+                   help="windows of a forecast class observed before it admits anything by goodput")
     p.add_argument("--log-level", default=_env("OFFPEAK_LOG_LEVEL", "INFO"))
     p.set_defaults(func=run_extender)
 

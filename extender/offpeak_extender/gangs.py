@@ -23,6 +23,7 @@ from offpeak_core.gangs import (
     plan_gang,
     withhold,
 )
+from offpeak_core.goodput import GoodputAdmission
 from offpeak_core.model import FilterResult, NodeView, PodRequest
 from offpeak_core.nodearrays import NodeArrays
 from offpeak_extender.metrics import GANG_CREATED, ExtenderMetrics
@@ -89,10 +90,11 @@ class GangPlacer:
                 self._sweep_locked(now)
 
     def filter_other(self, *, pod: PodRequest, views: Sequence[NodeView], now: float, margin: float = DEFAULT_MARGIN,
-                     arrays: NodeArrays | None = None) -> FilterResult:
+                     arrays: NodeArrays | None = None, goodput: GoodputAdmission | None = None) -> FilterResult:
         """The usual filter for a pod outside any gang, with GPUs reserved for gangs counted as taken.
 
-        `arrays`, the same nodes as columns, takes the array path when no GPUs are withheld (the usual case).
+        `arrays`, the same nodes as columns, takes the array path when no GPUs are withheld (the usual case);
+        `goodput` lets a checkpointing pod into a shorter window with enough expected goodput.
         """
         if len(self.table):  # unlocked peek: an empty table (the usual case) costs nothing
             with self._lock:
@@ -102,9 +104,10 @@ class GangPlacer:
             withheld = {}
         if not withheld:
             if arrays is not None:
-                return filter_arrays(pod=pod, nodes=arrays, now=now, margin=margin)
-            return filter_nodes(pod=pod, nodes=views, now=now, margin=margin)
-        result = filter_nodes(pod=pod, nodes=_withheld_views(views, withheld), now=now, margin=margin)
+                return filter_arrays(pod=pod, nodes=arrays, now=now, margin=margin, goodput=goodput)
+            return filter_nodes(pod=pod, nodes=views, now=now, margin=margin, goodput=goodput)
+        result = filter_nodes(pod=pod, nodes=_withheld_views(views, withheld), now=now, margin=margin,
+                              goodput=goodput)
         return FilterResult(result.passed, _noting_withheld(result.failed, withheld))
 
     def filter_worker(self, *, pod: PodRequest, gang: Gang, views: Sequence[NodeView], now: float,

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from offpeak_extender.goodputfeed import GoodputFeed
 from offpeak_extender.metrics import ExtenderMetrics
 from offpeak_extender.store import ClusterStore
 
@@ -111,8 +112,9 @@ class Refresher:
     """Background thread: sample online usage every step, refit forecasts every `refresh_seconds`."""
 
     def __init__(self, *, store: ClusterStore, source: HistorySource, metrics: ExtenderMetrics | None,
-                 refresh_seconds: float = 60.0, freeze_gc: bool = False) -> None:
+                 refresh_seconds: float = 60.0, freeze_gc: bool = False, goodput: GoodputFeed | None = None) -> None:
         self.freeze_gc = freeze_gc  # move the fresh long-lived views out of the GC's scans (cuts p99 latency)
+        self.goodput = goodput  # its window ledger is fed at every sample step
         self.store = store
         self.source = source
         self.metrics = metrics
@@ -143,6 +145,19 @@ class Refresher:
                 self.metrics.history_refresh_seconds.observe(time.perf_counter() - started)
                 self.metrics.data_stale.set(1 if self.store.data_stale() else 0)
 
+    def _feed_goodput(self) -> None:
+        if self.goodput is None:
+            return
+        try:
+            self.goodput.tick()
+        except Exception:  # noqa: BLE001 - the ledger must never stop the forecasts' refresh
+            log.exception("goodput window ledger update failed; goodput admission keeps its last table")
+            return
+        if self.metrics is not None:
+            observed, still_open = self.goodput.counts()
+            self.metrics.goodput_windows.labels("observed").set(observed)
+            self.metrics.goodput_windows.labels("open").set(still_open)
+
     def run(self) -> None:
         step = self.store.settings.step_seconds
         next_refresh = 0.0
@@ -151,6 +166,7 @@ class Refresher:
             if self.store.synced:
                 if time.monotonic() >= next_sample:  # one sample per step keeps the whole history in the buffer
                     self.store.record_local_sample()
+                    self._feed_goodput()
                     next_sample = time.monotonic() + step
                 if time.monotonic() >= next_refresh:
                     self.refresh_once()

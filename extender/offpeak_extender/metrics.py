@@ -68,6 +68,7 @@ class ExtenderMetrics:
     gang_reservations: Gauge
     gang_reserved_gpus: Gauge
     gang_events: Counter
+    goodput_windows: Gauge
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> ExtenderMetrics:
@@ -108,7 +109,14 @@ class ExtenderMetrics:
                 "(complete: all workers bound, gone: the gang's pods were deleted, expired: the timeout passed).",
                 ["outcome"], registry=registry,
             ),
+            goodput_windows=Gauge(
+                "offpeak_extender_goodput_windows", "Idle windows in the expected-goodput ledger: followed to their end "
+                "or the horizon (observed), or still open (0 while goodput admission is off).", ["state"],
+                registry=registry,
+            ),
         )
+        for state in ("observed", "open"):
+            metrics.goodput_windows.labels(state)
         # Known label values exported at 0 from the start, so increase()/rate() see the first event.
         for kind in FILTER_REASON_KINDS:
             metrics.filtered_out.labels(kind)

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from offpeak_core.decisions import DEFAULT_MARGIN, prioritize_arrays
+from offpeak_core.goodput import GoodputAdmission
 from offpeak_core.model import NodeView
 from offpeak_core.nodearrays import NodeArrays
 from offpeak_extender.gangs import GangPlacer, GangSettings
+from offpeak_extender.goodputfeed import GoodputFeed
 from offpeak_extender.metrics import (
     BAD_PREDICTION,
     ERROR,
@@ -88,10 +90,11 @@ def fail_open(verb: str, args: ExtenderArgs | None, reason: str) -> bytes:
 
 class ExtenderService:
     def __init__(self, *, store: ClusterStore, metrics: ExtenderMetrics, settings: DecisionSettings,
-                 gangs: GangSettings | None = None) -> None:
+                 gangs: GangSettings | None = None, goodput: GoodputFeed | None = None) -> None:
         self.store = store
         self.metrics = metrics
         self.settings = settings
+        self.goodput = goodput  # None: expected-goodput admission is off
         self.gangs = GangPlacer(store=store, metrics=metrics, settings=gangs or GangSettings())
 
     def answer(self, verb: str, raw: bytes, attempt: Attempt | None = None) -> bytes:
@@ -117,6 +120,9 @@ class ExtenderService:
             attempt.args = args
             attempt.check()
         return args
+
+    def _admission(self) -> GoodputAdmission | None:
+        return self.goodput.admission() if self.goodput is not None else None
 
     def _unknown_views(self, args: ExtenderArgs, unknown: list[str]) -> list[NodeView]:
         """Nodes not in the cache yet (new node, lagging watch): judged on what the request says, fits-now only."""
@@ -156,7 +162,7 @@ class ExtenderService:
                                               margin=self.settings.margin)
         else:
             result = self.gangs.filter_other(pod=args.pod, views=views, now=now, margin=self.settings.margin,
-                                             arrays=arrays)
+                                             arrays=arrays, goodput=self._admission())
         if attempt is not None:
             attempt.check()
         for kind, n in count_reason_kinds(result.failed.values()).items():
@@ -184,7 +190,8 @@ class ExtenderService:
         arrays, _ = self.store.node_arrays(args.node_names)  # nodes the cache does not know score 0: never preferred
         if attempt is not None:
             attempt.check()
-        scores = prioritize_arrays(pod=args.pod, nodes=arrays, now=self.store.clock(), margin=self.settings.margin)
+        scores = prioritize_arrays(pod=args.pod, nodes=arrays, now=self.store.clock(), margin=self.settings.margin,
+                                   goodput=None if args.gang is not None else self._admission())
         if attempt is not None:
             attempt.check()
         self.metrics.requests.labels(PRIORITIZE, MANAGED).inc()

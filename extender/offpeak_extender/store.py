@@ -325,6 +325,12 @@ class ClusterStore:
                 q = self._samples.setdefault(name, deque(maxlen=self._max_samples))
                 q.append((t, float(self._usage.get(name, _Usage()).online)))
 
+    def online_snapshot(self) -> dict[str, tuple[int, int]]:
+        """(GPUs, online GPUs requested) per node now, for the goodput window ledger."""
+        with self._lock:
+            return {name: (info.gpus_total, self._usage.get(name, _Usage()).online)
+                    for name, info in self._nodes.items()}
+
     def local_history(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         with self._lock:
             snap = {n: list(q) for n, q in self._samples.items()}

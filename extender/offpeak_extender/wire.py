@@ -19,6 +19,7 @@ from offpeak_core.model import PodRequest, Prediction
 
 PREDICTED_ANNOTATION = "offpeak.io/predicted-job-seconds"
 CHECKPOINTING_ANNOTATION = "offpeak.io/checkpointing"
+CHECKPOINT_INTERVAL_ANNOTATION = "offpeak.io/checkpoint-interval-seconds"  # set by the operator from the spec
 BUSY_HOURS_ANNOTATION = "offpeak.io/busy-hours"
 WORKLOAD_LABEL = "offpeak.io/workload"
 TRAININGJOB_LABEL = "offpeak.io/trainingjob"
@@ -222,8 +223,19 @@ def parse_pod(pod: Mapping[str, Any]) -> tuple[PodRequest, bool, str | None]:
         predicted=predicted,
         checkpointing=str(ann.get(CHECKPOINTING_ANNOTATION, "")).lower() == "true",
         uid=str(meta.get("uid", "")),
+        checkpoint_interval_seconds=_checkpoint_interval(ann.get(CHECKPOINT_INTERVAL_ANNOTATION)),
     )
     return req, managed, error
+
+
+def _checkpoint_interval(value: Any) -> float | None:
+    """Seconds between checkpoints; None (the job needs a window for its whole run) for anything else than a
+    positive finite number: a bad annotation must not let a job into a short window."""
+    try:
+        seconds = float(str(value))
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
 def _node_names(names: Any) -> tuple[str, ...]:
