@@ -97,6 +97,23 @@ def test_gang_timeout_reaches_the_real_cli(helm_bin, tmp_path) -> None:
     assert (parsed.host, parsed.port, parsed.metrics_port) == ("0.0.0.0", 8888, 8889)
 
 
+def test_goodput_admission_is_off_by_default_and_a_value_reaches_the_real_cli(helm_bin, default_objects,
+                                                                               tmp_path) -> None:
+    from offpeak.cli import build_parser
+    from offpeak_extender.app import ExtenderConfig
+
+    _, container = _extender(default_objects)
+    assert ExtenderConfig.from_args(build_parser().parse_args(container["args"])).goodput is None
+    values = tmp_path / "v.yaml"
+    values.write_text("scheduler: {extender: {goodputMinEfficiency: 0.75}}\n")
+    _, container = _extender(render(CHART, values=[values], include_crds=False))
+    config = ExtenderConfig.from_args(build_parser().parse_args(container["args"]))
+    assert config.goodput is not None and config.goodput.min_efficiency == 0.75
+    values.write_text("scheduler: {extender: {goodputMinEfficiency: 1.5}}\n")
+    with pytest.raises(Exception, match="goodputMinEfficiency"):
+        render(CHART, values=[values], include_crds=False)
+
+
 def test_scheduler_config_follows_the_extender_service(helm_bin) -> None:
     objects = render(CHART, set_values=["scheduler.extender.port=7000"], release="team", namespace="gpu-sched",
                      include_crds=False)
