@@ -115,29 +115,36 @@ class NodeRows:
 
     def gather(self, views: Sequence[NodeView]) -> NodeArrays:
         """The request's nodes as columns; rows of views not seen before (or changed since) are written first."""
-        index, known = self._index, self._views
-        rows = np.empty(len(views), dtype=np.int64)
-        for k, view in enumerate(views):
-            i = index.get(view.name)
-            if i is None:
-                if self._spare:
-                    i = self._spare.pop()
-                    known[i] = view
-                else:
-                    i = len(known)
-                    known.append(view)
-                index[view.name] = i
-                self._write(i, view)
-            elif known[i] is not view:
-                known[i] = view
-                self._write(i, view)
-            rows[k] = i
+        get, known = self._index.get, self._views
+        found: list[int] = []
+        keep = found.append
+        for view in views:  # hot path: a dict lookup and an identity check per node
+            i = get(view.name)
+            if i is None or known[i] is not view:
+                i = self._place(view, i)
+            keep(i)
+        rows = np.array(found, dtype=np.int64)
         return NodeArrays(
             views=tuple(views), type_names=tuple(self._type_names), type_code=self._type_code[rows],
             free_now=self._free_now[rows], stale=self._stale[rows], has_windows=self._has_windows[rows],
             flat_free=self._flat_free[rows], flat_end=self._flat_end[rows], win_start=self._win_start[rows],
             win_end=self._win_end[rows], win_free=self._win_free[rows],
         )
+
+    def _place(self, view: NodeView, i: int | None) -> int:
+        """Write `view` into its node's row (a new or a reused spare one when `i` is None); return the row."""
+        if i is None:
+            if self._spare:
+                i = self._spare.pop()
+                self._views[i] = view
+            else:
+                i = len(self._views)
+                self._views.append(view)
+            self._index[view.name] = i
+        else:
+            self._views[i] = view
+        self._write(i, view)
+        return i
 
     def forget(self, name: str) -> None:
         """Free the row of a node that left the cluster (its slot is reused by the next new node)."""
