@@ -102,6 +102,17 @@ def _error(status: int, message: str, **extra: Any) -> web.Response:
     return web.json_response({"error": message, **extra}, status=status)
 
 
+def _body_gpu(body: dict[str, Any], *, unknown: str = "") -> str | web.Response:
+    """The catalogue name of the request's `gpu`, or the 400 answer (with the known GPUs) for one it does not know."""
+    gpu = body.get("gpu")
+    if not isinstance(gpu, str):
+        raise UserError("'gpu' (string) is required")
+    try:
+        return resolve_gpu(gpu).name
+    except UserError:
+        return _error(400, f"unknown GPU {gpu!r}{unknown}", known_gpus=known_gpus())
+
+
 def _number(body: dict[str, Any], key: str, *, required: bool, minimum: float = 0.0) -> float | None:
     value = body.get(key)
     if value is None:
@@ -411,13 +422,9 @@ class PredictorApp:
             graph_hash = graph.content_hash()
         if not isinstance(graph_hash, str) or not graph_hash:
             raise UserError("give 'graph_hash' (string) or 'graph'")
-        gpu = body.get("gpu")
-        if not isinstance(gpu, str):
-            raise UserError("'gpu' (string) is required")
-        try:
-            gpu_type = resolve_gpu(gpu).name
-        except UserError:
-            return _error(400, f"unknown GPU {gpu!r}", known_gpus=known_gpus())
+        gpu_type = _body_gpu(body)
+        if isinstance(gpu_type, web.Response):
+            return gpu_type
         sample = _sample(body, graph, graph_hash=graph_hash, gpu_type=gpu_type, client=request.remote or "")
         with self.predictor.lock:  # a worker thread may be predicting with the same caches
             outcome = self.feedback.ingest(sample, graph, graph_dict)
@@ -432,14 +439,9 @@ class PredictorApp:
         if self.db is None:
             return _error(503, "no benchmark database configured (start with --db)")
         body = await self._json_body(request)
-        gpu = body.get("gpu")
-        if not isinstance(gpu, str):
-            raise UserError("'gpu' (string) is required")
-        try:
-            gpu_type = resolve_gpu(gpu).name
-        except UserError:
-            return _error(400, f"unknown GPU {gpu!r}: add it to the GPU catalogue before collecting on it",
-                          known_gpus=known_gpus())  # fmt: skip
+        gpu_type = _body_gpu(body, unknown=": add it to the GPU catalogue before collecting on it")
+        if isinstance(gpu_type, web.Response):
+            return gpu_type
         answer = await asyncio.get_running_loop().run_in_executor(self._refit_pool, self._store_collected,
                                                                   body, gpu_type)  # fmt: skip
         return web.Response(text=finite_json(answer), status=201, content_type="application/json")

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pandas as pd
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import CollectorRegistry
 
 from offpeak_graph.schema import ModelGraph, Op
 from offpeak_predictor.graphfeatures import summarise
 from offpeak_predictor.loaders import load_neusight_ops, runtime_dir
+from offpeak_predictor.db import BenchmarkDB
 from offpeak_predictor.model import RuntimeModel
+from offpeak_predictor.server import PredictorApp, ServerSettings
 from offpeak_predictor.train import TrainSettings, train_model
 
 
@@ -55,3 +64,27 @@ def tiny_model(op_slice: pd.DataFrame) -> RuntimeModel:
                              "software": "pytorch"})  # fmt: skip
     settings = TrainSettings(op_rounds=30, step_rounds=20, step_min_leaf=3, threads=1)
     return train_model(op_slice, pd.DataFrame(rows), graphs, settings)
+
+
+TOKEN = "0123456789abcdef"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def token_app(model: RuntimeModel, tmp_path: Path, *, token: bool = True) -> PredictorApp:
+    """A predictor app with a benchmark DB in `tmp_path` and, unless `token=False`, the bearer token `TOKEN`."""
+    token_file = None
+    if token:
+        token_file = tmp_path / "token"
+        token_file.write_text(TOKEN)
+    return PredictorApp(model=model, db=BenchmarkDB(tmp_path / "db.sqlite"),
+                        settings=ServerSettings(token_file=str(token_file) if token_file else None),
+                        registry=CollectorRegistry())  # fmt: skip
+
+
+def serve(app: PredictorApp, scenario: Callable[[TestClient], Awaitable[Any]]) -> Any:
+    """Run `scenario(client)` against `app` on a test server; its result."""
+    async def main() -> Any:
+        async with TestClient(TestServer(app.build())) as client:
+            return await scenario(client)
+
+    return asyncio.run(main())

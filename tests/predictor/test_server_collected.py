@@ -10,34 +10,12 @@ import threading
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
-from prometheus_client import CollectorRegistry
 
 from offpeak.cli import main
 from offpeak_predictor.db import BenchmarkDB
 from offpeak_predictor.predict import Predictor
-from offpeak_predictor.server import PredictorApp, ServerSettings
 
-from .conftest import mlp_graph
-
-TOKEN = "0123456789abcdef"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def _app(model, tmp_path, *, token: bool = True) -> PredictorApp:
-    token_file = tmp_path / "token"
-    token_file.write_text(TOKEN)
-    return PredictorApp(model=model, db=BenchmarkDB(tmp_path / "db.sqlite"),
-                        settings=ServerSettings(token_file=str(token_file) if token else None),
-                        registry=CollectorRegistry())  # fmt: skip
-
-
-def _serve(app: PredictorApp, scenario):
-    async def run():
-        async with TestClient(TestServer(app.build())) as client:
-            return await scenario(client)
-
-    return asyncio.run(run())
+from .conftest import AUTH, TOKEN, mlp_graph, serve, token_app
 
 
 def _batch(model, *, ratio: float, n: int = 3) -> dict:
@@ -67,7 +45,7 @@ def test_collected_rows_are_stored_and_calibrate_their_gpu_at_once(tiny_model, t
         after = {g: await predict(g) for g in ("T4", "A100-PCIE-40GB")}
         return before, answer, after
 
-    before, (status, body), after = _serve(_app(tiny_model, tmp_path), scenario)
+    before, (status, body), after = serve(token_app(tiny_model, tmp_path), scenario)
     assert status == 201, body
     assert (body["model_rows"], body["op_rows"], body["gpu_type"]) == (3, 1, "T4")
     assert body["calibration"]["rows"] == 3 and body["calibration"]["median_ratio"] == pytest.approx(2.0)
@@ -79,7 +57,7 @@ def test_collected_rows_are_stored_and_calibrate_their_gpu_at_once(tiny_model, t
     models, ops = db.read("model_samples"), db.read("op_samples")
     assert set(models["source"]) == {"collect"} and set(models["gpu"]) == {"T4"} and len(ops) == 1
     # a restarted predictor calibrates from the stored rows (graphs kept beside the DB)
-    restarted = _app(tiny_model, tmp_path)
+    restarted = token_app(tiny_model, tmp_path)
     restarted.build()
     assert restarted.predictor.calibration["T4"].rows == 3
 
@@ -95,7 +73,7 @@ def test_collected_rows_without_the_right_token_are_refused(tiny_model, tmp_path
         r = await client.post("/v1/collected", json=_batch(tiny_model, ratio=2.0, n=1), headers=headers)
         return r.status, await r.json()
 
-    got, body = _serve(_app(tiny_model, tmp_path, token=token), scenario)
+    got, body = serve(token_app(tiny_model, tmp_path, token=token), scenario)
     assert (got, body["reason"]) == (status, reason) and body["error"]
     assert BenchmarkDB(tmp_path / "db.sqlite").read("model_samples").empty
 
@@ -126,7 +104,7 @@ def test_bad_collected_rows_are_refused_with_the_field_named_and_nothing_stored(
                               "Content-Type": "application/json"})  # fmt: skip
         return r.status, await r.json()
 
-    status, answer = _serve(_app(tiny_model, tmp_path), scenario)
+    status, answer = serve(token_app(tiny_model, tmp_path), scenario)
     assert status == 400 and message in answer["error"], answer
     db = BenchmarkDB(tmp_path / "db.sqlite")
     assert db.read("model_samples").empty and db.read("op_samples").empty

@@ -2,36 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
-
-from aiohttp.test_utils import TestClient, TestServer
-from prometheus_client import CollectorRegistry
-
 from offpeak_predictor.db import BenchmarkDB
-from offpeak_predictor.server import PredictorApp, ServerSettings
 
-from .conftest import mlp_graph
-
-TOKEN = "0123456789abcdef"
-AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def _app(model, tmp_path, *, token: bool = True) -> PredictorApp:
-    token_file = None
-    if token:
-        token_file = tmp_path / "token"
-        token_file.write_text(TOKEN)
-    return PredictorApp(model=model, db=BenchmarkDB(tmp_path / "db.sqlite"),
-                        settings=ServerSettings(token_file=str(token_file) if token_file else None),
-                        registry=CollectorRegistry())  # fmt: skip
-
-
-def _serve(app: PredictorApp, scenario):
-    async def main():
-        async with TestClient(TestServer(app.build())) as client:
-            return await scenario(client)
-
-    return asyncio.run(main())
+from .conftest import AUTH, TOKEN, mlp_graph, serve, token_app
 
 
 async def _predict(client, graph) -> dict:
@@ -55,7 +28,7 @@ def test_samples_without_the_right_token_are_refused_with_a_reason_and_counted(t
         out["metrics"] = await (await client.get("/metrics")).text()
         return out
 
-    out = _serve(_app(tiny_model, tmp_path), scenario)
+    out = serve(token_app(tiny_model, tmp_path), scenario)
     status, body, challenge = out["none"]
     assert status == 401 and body["reason"] == "missing_token" and "Bearer" in body["error"] and challenge
     assert out["wrong"][0] == 403 and out["wrong"][1]["reason"] == "bad_token"
@@ -73,7 +46,7 @@ def test_a_predictor_without_a_secret_accepts_no_samples(tiny_model, tmp_path) -
                               headers=AUTH)
         return r.status, await r.json()
 
-    status, body = _serve(_app(tiny_model, tmp_path, token=False), scenario)
+    status, body = serve(token_app(tiny_model, tmp_path, token=False), scenario)
     assert status == 403 and body["reason"] == "not_configured"
 
 
@@ -93,7 +66,7 @@ def test_an_accepted_sample_changes_the_very_next_prediction(tiny_model, tmp_pat
         metrics = await (await client.get("/metrics")).text()
         return before, stored, after, other_gpu["predictions"][0], ready, metrics
 
-    before, (status, body), after, other_gpu, ready, metrics = _serve(_app(tiny_model, tmp_path), scenario)
+    before, (status, body), after, other_gpu, ready, metrics = serve(token_app(tiny_model, tmp_path), scenario)
     assert status == 201 and body["status"] == "accepted" and body["correction"]["samples"] == 1
     assert body["predicted_step_seconds"] == before["step_seconds"]
     assert before["correction"] == {"samples": 0, "level": "model", "factor": 1.0,
@@ -123,7 +96,7 @@ def test_an_implausible_sample_is_quarantined_with_a_4xx_and_counted(tiny_model,
         metrics = await (await client.get("/metrics")).text()
         return before, stored, after, metrics
 
-    before, (status, body), after, metrics = _serve(_app(tiny_model, tmp_path), scenario)
+    before, (status, body), after, metrics = serve(token_app(tiny_model, tmp_path), scenario)
     assert status == 422 and body["status"] == "quarantined" and "20x" in body["error"] and body["id"] >= 1
     assert after["step_seconds"] == before["step_seconds"] and after["correction"]["samples"] == 0
     assert 'offpeak_predictor_sample_outcomes_total{status="quarantined"} 1.0' in metrics
@@ -145,7 +118,7 @@ def test_a_restarted_predictor_answers_with_the_learned_correction(tiny_model, t
     async def ask(client):
         return await _predict(client, graph)
 
-    learned = _serve(_app(tiny_model, tmp_path), learn)
-    restarted = _serve(_app(tiny_model, tmp_path), ask)
+    learned = serve(token_app(tiny_model, tmp_path), learn)
+    restarted = serve(token_app(tiny_model, tmp_path), ask)
     assert restarted["correction"]["samples"] == 3
     assert restarted["step_seconds"] == learned["step_seconds"] < learned["correction"]["model_step_seconds"]
