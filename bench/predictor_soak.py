@@ -15,10 +15,10 @@ Prints a progress line every ~10 s, then p50/p99 per kind and per endpoint, answ
 expected or not), the server's own error counters and its RSS before traffic, after the warm-up (start) and at
 the end. Aims (issue #16): end RSS within 10 % of the start, no unexpected answer. `--strict`: exit 1 on a miss.
 
-The server runs with `--cache-mib 4` (default here; the service's is 256) so that its graph caches are full
-before the measured run and every new graph evicts: RSS growth then means a leak, not a cache still filling
-(at the service's 256 MiB a new distinct graph of ~40 ops adds ~7 KiB until the bound; `--cache-mib 256`
-shows that).
+The server runs with `--cache-mib 4` (default here; the service's is 256) so that its caches, the model's per-op
+prices included, are full before the measured run and every new graph evicts: RSS growth then means a leak, not a
+cache still filling (at the service's 256 MiB a new distinct graph of ~40 ops adds ~7 KiB until the bound;
+`--cache-mib 256` shows that).
 
     .venv/bin/python bench/predictor_soak.py [--seconds 180] [--clients 4] [--cache-mib 4] [--strict]
 """

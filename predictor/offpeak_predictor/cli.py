@@ -171,8 +171,8 @@ def _register_predictor(subparsers: argparse._SubParsersAction) -> None:  # type
     s.add_argument("--model", default=os.environ.get("OFFPEAK_PREDICTOR_MODEL"))
     s.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
     s.add_argument("--cache-mib", type=float, default=256.0,
-                   help="memory for cached graph summaries, hashes and memory estimates: an LRU bounded by "
-                        "approximate MiB, filled by every distinct graph seen (default 256)")
+                   help="memory for cached graph summaries, hashes, memory estimates and per-op prices: LRUs "
+                        "bounded by approximate MiB in all, filled by every distinct graph seen (default 256)")
     s.add_argument("--model-store", default=os.environ.get("OFFPEAK_MODEL_STORE"),
                    help="directory of re-fitted model versions: serves its current one, enables POST "
                         "/v1/model/refit and /v1/model/rollback (env OFFPEAK_MODEL_STORE)")

@@ -36,6 +36,12 @@ class SizedLRU(Generic[K, V]):
         self._items.move_to_end(key)
         return hit[0]
 
+    def resize(self, max_bytes: int) -> None:
+        """Change the budget, evicting the oldest values beyond a smaller one at once."""
+        self.max_bytes = max_bytes
+        while self.bytes > self.max_bytes and self._items:
+            self.bytes -= self._items.popitem(last=False)[1][1]
+
     def clear(self) -> None:
         self._items.clear()
         self.bytes = 0

@@ -43,7 +43,7 @@ class StepPrediction:
     forward_seconds: float
 
 
-OP_CACHE_BYTES = 128 * 2**20  # per-op forward seconds, per (graph, GPU, precision)
+OP_CACHE_BYTES = 128 * 2**20  # per-op forward seconds, per (graph, GPU, precision); a Predictor bounds it lower
 
 @dataclass
 class RuntimeModel:
@@ -60,6 +60,15 @@ class RuntimeModel:
         default_factory=lambda: SizedLRU(max_bytes=OP_CACHE_BYTES, sizeof=lambda a: int(a.nbytes)), repr=False)
 
     # ------------------------------------------------------------------ inference
+
+    @property
+    def op_cache_bytes(self) -> int:
+        """Approximate bytes held by the per-op price cache."""
+        return self._op_cache.bytes
+
+    def bound_op_cache(self, max_bytes: int) -> None:
+        """Bound the per-op price cache (the predictor service gives it a share of `--cache-mib`)."""
+        self._op_cache.resize(max_bytes)
 
     def op_seconds(self, summary: GraphSummary, gpu: GpuSpec, precision: str) -> np.ndarray:
         """Predicted forward seconds of each op (cached per summary object, GPU and precision)."""

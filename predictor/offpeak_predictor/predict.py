@@ -97,6 +97,8 @@ class Predictor:
         # Peak memory is the same on every GPU type and costs ~10 ms for a 500-op graph: once per job shape.
         self._memory: SizedLRU[tuple[str, str, str, str], MemoryEstimate | None] = SizedLRU(
             max_bytes=cache_bytes // 16, sizeof=approx_bytes)
+        # The rest of the budget prices ops: per (graph, GPU, precision), in the model (1/2 + 1/4 + 1/16 + 3/16).
+        model.bound_op_cache(cache_bytes * 3 // 16)
 
     def prior(self, gpu_type: str, *, p90_log_margin: float) -> Correction:
         """What corrections refine for this GPU type: its calibration from collected rows, else the model."""
@@ -107,8 +109,8 @@ class Predictor:
 
     @property
     def cache_bytes(self) -> int:
-        """Approximate bytes held by the caches (summaries, graph hashes, memory estimates)."""
-        return self._cache.bytes + self._hashes.bytes + self._memory.bytes
+        """Approximate bytes held by the caches (summaries, graph hashes, memory estimates, op prices)."""
+        return self._cache.bytes + self._hashes.bytes + self._memory.bytes + self.model.op_cache_bytes
 
     def graph_hash(self, graph: ModelGraph) -> str:
         hit = self._hashes.get(id(graph))

@@ -55,7 +55,7 @@ class ServerSettings:
     max_gpus_per_request: int = 64
     token_file: str | None = None  # the shared secret state-changing requests must present (None: no writes)
     network_gbits: float = DEFAULT_NETWORK_GBITS  # per node, between the nodes of a multi-node job
-    cache_bytes: int = 256 * 2**20  # graph summaries, hashes and memory estimates (approximate bytes, LRU)
+    cache_bytes: int = 256 * 2**20  # graph summaries, hashes, memory estimates, op prices (approximate bytes, LRU)
     model_store: str | None = None  # directory of re-fitted model versions (None: no /v1/model/refit, rollback)
     model_keep: int = 5  # versions the store keeps
     store_poll_s: float = 60.0  # how often the store's pointer is checked (a CLI may have changed it)

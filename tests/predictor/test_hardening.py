@@ -117,14 +117,24 @@ def test_sized_lru_keeps_within_its_byte_budget():
     assert cache.get(99) is not None and cache.get(0) is None
     cache.put(1000, np.zeros(10_000))  # larger than the whole budget: not kept
     assert cache.get(1000) is None and cache.bytes <= 10_000
+    cache.resize(4_000)  # a smaller budget evicts the oldest at once
+    assert cache.bytes <= 4_000 and cache.get(99) is not None and len(cache) == 2
 
 
 def test_predictor_caches_stay_bounded_with_many_distinct_graphs(tiny_model):
     predictor = Predictor(tiny_model, cache_bytes=2 * 2**20)
     for width in range(64, 64 + 40):
         predictor.predict(mlp_graph(width=width, layers=200), ["T4", "A100"])
-    assert predictor.cache_bytes <= 2 * 2**20
+    assert predictor.cache_bytes <= 2 * 2**20  # op prices included
     assert len(predictor._cache) < 40  # older summaries were evicted
+
+
+def test_the_models_per_op_prices_take_only_their_share_of_the_cache_budget(tiny_model):
+    predictor = Predictor(tiny_model, cache_bytes=2**20)  # 40 graphs x 2 GPUs of op prices need ~270 KiB
+    for width in range(64, 64 + 40):
+        predictor.predict(mlp_graph(width=width, layers=200), ["T4", "A100"])
+    assert 0 < tiny_model.op_cache_bytes <= 2**20 * 3 // 16
+    assert predictor.cache_bytes <= 2**20
 
 
 def test_healthz_answers_while_a_big_prediction_runs(tiny_model, monkeypatch):
