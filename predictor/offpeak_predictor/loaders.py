@@ -207,9 +207,15 @@ def _family(model: str) -> str:
 
 
 def load_ryujaehun(root: Path) -> pd.DataFrame:
-    """Whole-model torchvision steps (batch 12 per GPU, SGD), fp32 and fp16."""
+    """Whole-model torchvision steps (batch 12, SGD), fp32 and fp16, on one GPU only.
+
+    The multi-GPU rows time `nn.DataParallel`: one process scatters each batch from GPU 0 and gathers it back, up to
+    3x a single GPU's step at the same per-GPU batch. offpeak's multi-GPU jobs run one process per GPU (torchrun,
+    DDP), so those rows measure a parallelism we never run; kept, they outnumbered the same models' single-GPU rows
+    3 to 1 and pulled single-GPU predictions up by about a third.
+    """
     raw = pd.read_csv(root / "ryujaehun_pytorch_gpu_benchmark" / "summary_by_config.csv")
-    raw = raw[raw["precision"].isin(["float", "half"])]
+    raw = raw[raw["precision"].isin(["float", "half"]) & (raw["num_gpus"] == 1)]
     df = pd.DataFrame(
         {"gpu": _canonical(raw["gpu"]), "precision": raw["precision"].map({"float": "fp32", "half": "fp16"}),
          "mode": raw["mode"], "optimizer": np.where(raw["mode"] == "train", "sgd", "none"),

@@ -63,6 +63,16 @@ def test_ryujaehun_step_time_matches_the_readme_example():
     assert 0.04 < r50["time_s"].median() < 0.06
 
 
+def test_ryujaehun_keeps_only_single_gpu_rows_because_its_multi_gpu_rows_are_data_parallel(tmp_path):
+    raw = pd.read_csv(ROOT / "ryujaehun_pytorch_gpu_benchmark" / "summary_by_config.csv")
+    single = raw[(raw["num_gpus"] == 1) & raw["precision"].isin(["float", "half"])].head(20)
+    parallel = single.assign(num_gpus=2, global_batch_size=single["global_batch_size"] * 2, median=single["median"] * 3)
+    (tmp_path / "ryujaehun_pytorch_gpu_benchmark").mkdir()
+    pd.concat([single, parallel]).to_csv(tmp_path / "ryujaehun_pytorch_gpu_benchmark" / "summary_by_config.csv")
+    df = L.load_ryujaehun(tmp_path)
+    assert len(single) == 20 and len(df) == 20 and (df["num_gpus"] == 1).all()
+
+
 def test_gpu_names_from_lambda_machine_tags():
     assert L._gpu_from_machine("7742-1xA100-SXM4-40GB_TF2_3") == "A100-SXM4-40GB"
     assert L._gpu_from_machine("i7-9750H-GeForce_RTX_2070_with_Max-Q_Design_XLA_TF1_15") == "RTX-2070-MaxQ"
