@@ -255,6 +255,9 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     p.add_argument("--db", default=None, help="also use rows collected into this benchmark DB")
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--quick", action="store_true", help="small subsample (smoke test, ~1 min)")
+    p.add_argument("--public-only", action="store_true",
+                   help="leave out our own H100 steps (offpeak-h100), which the shipped model trains on; the "
+                        "evaluation's models never see them")
     p.set_defaults(func=_cmd_train)
 
 
@@ -272,7 +275,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     root = _data_root(args.data)
     out = Path(args.out) if args.out else _default_model_path()
-    model = train_from_data(root=root, out=out, seed=args.seed, quick=args.quick, db_path=args.db)
+    model = train_from_data(root=root, out=out, seed=args.seed, quick=args.quick, db_path=args.db,
+                            modern=not args.public_only)
     print(json.dumps({"model": str(out), "version": model.version, "bytes": out.stat().st_size,
                       "p90_log_margin": model.p90_log_margin,
                       "model_rows": model.training_summary.get("model_rows")}))  # fmt: skip

@@ -1,8 +1,10 @@
 """`offpeak eval-predictor`: grouped cross-validation of whole-step predictions against baselines.
 
 Folds: leave-one-GPU-out (the GPU's op rows AND model rows are removed before training) and
-leave-one-model-family-out; where the full data has our own H100 rows (offpeak-h100), a "modern" slice: every
-method trained on all other rows, then asked for those (a GPU, software and models it never saw).
+leave-one-model-family-out; where the full data has our own H100 rows (offpeak-h100), two "modern" slices: every
+method trained on all other rows, then asked for those (a GPU, software and models it never saw), and each family of
+those rows asked of methods trained on the other families' H100 rows too (a new model on a GPU we measured, the case
+of the shipped model, which trains on all of them).
 Methods: offpeak, roofline, FLOPs-linear (PALEO-style), per-layer MLP (Justus 2018).
 Intervals: each fold calibrates its p50/p90 from its own training rows only (`train.fit_calibration`, as the shipped
 model does), so a test row's residual never informs its own interval; coverage and width per slice.
@@ -28,11 +30,11 @@ from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphcache import get_graph
 from offpeak_predictor.graphfeatures import GraphSummary
 from offpeak_predictor.intervals import interval_metrics, regime_of
-from offpeak_predictor.loaders import HOLDOUT_MODEL_LOADERS, HOLDOUT_OP_LOADERS
+from offpeak_predictor.loaders import HOLDOUT_OP_LOADERS
 from offpeak_predictor.model import RuntimeModel
-from offpeak_predictor.pipeline import load_tables, rich_progress
+from offpeak_predictor.pipeline import load_tables, modern_model_rows, rich_progress
 from offpeak_predictor.train import (
-    TrainSettings, attach_graphs, context_of, fit_calibration, fit_op_boosters, fit_step_booster, op_matrix,
+    HELD_OUT_FAMILIES, TrainSettings, attach_graphs, context_of, fit_calibration, fit_op_boosters, fit_step_booster, op_matrix,
     source_weights, step_matrix,
 )  # fmt: skip
 
@@ -150,18 +152,19 @@ def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = Fa
                 progress(scheme, i + 1, len(groups))
             preds[scheme] = table
         modern = _modern_slice(root=root, ops=ops, models=models, summaries=summaries, settings=settings,
-                               full=full, progress=progress)  # fmt: skip
+                               full=full, progress=progress, quick=quick)  # fmt: skip
     report = build_report(models, preds, started=started, quick=quick)
     frames = [_predictions_frame(models, preds)]
     if modern is not None:
-        rows, pred = modern
-        report["schemes"]["modern_offpeak_h100"] = _scheme_report(rows, pred, per_model=True)
-        report["headline"]["mape_percent"]["modern_offpeak_h100"] = {
-            m: round(report["schemes"]["modern_offpeak_h100"]["overall"][m].get("mape", math.nan), 1)
-            for m in METHODS}  # fmt: skip
-        report["headline"]["intervals"]["modern_offpeak_h100"] = _interval_headline(
-            report["schemes"]["modern_offpeak_h100"])
-        frames.append(_predictions_frame(rows, {"modern_offpeak_h100": pred}))
+        rows, modern_preds = modern
+        for scheme, pred in modern_preds.items():
+            done = ~np.isnan(pred["offpeak"])
+            report["schemes"][scheme] = _scheme_report(rows[done], {m: v[done] for m, v in pred.items()},
+                                                       per_model=True)  # fmt: skip
+            report["headline"]["mape_percent"][scheme] = {
+                m: round(report["schemes"][scheme]["overall"][m].get("mape", math.nan), 1) for m in METHODS}
+            report["headline"]["intervals"][scheme] = _interval_headline(report["schemes"][scheme])
+        frames.append(_predictions_frame(rows, modern_preds))
     report["modern_ops"] = modern_op_report(root=root, model=full[0])
     report = json_safe(report)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -173,30 +176,49 @@ def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = Fa
 
 def _modern_slice(
     *, root: Path, ops: pd.DataFrame, models: pd.DataFrame, summaries: list[GraphSummary], settings: TrainSettings,
-    full: tuple[RuntimeModel, LayerMLP, np.ndarray, np.ndarray], progress: Any,
-) -> tuple[pd.DataFrame, dict[str, np.ndarray]] | None:  # fmt: skip
-    """Every method trained on all loaded rows, then asked for the held-out modern rows (None: not in the data)."""
-    parts = []
-    for name, loader in HOLDOUT_MODEL_LOADERS.items():
-        try:
-            parts.append(loader(root))
-        except FileNotFoundError:
-            log.info("no %s rows under %s: no modern slice from them", name, root)
-    if not parts:
+    full: tuple[RuntimeModel, LayerMLP, np.ndarray, np.ndarray], progress: Any, quick: bool = False,
+) -> tuple[pd.DataFrame, dict[str, dict[str, np.ndarray]]] | None:  # fmt: skip
+    """Our own H100 rows predicted two ways (None: not in the data):
+
+    - `modern_offpeak_h100`: every method trained on all loaded rows, none from an H100 (a GPU, software and models
+      it never saw);
+    - `modern_h100_family_out`: each model family of those rows predicted by every method trained on all loaded rows
+      plus our H100 rows of the *other* families, as the shipped model is: a new model on a GPU we measured.
+    """
+    held = modern_model_rows(root)
+    if not len(held):
         return None
-    held = pd.concat(parts, ignore_index=True)
     held, held_sums = attach_graphs(held, get_graph, progress)
     if not len(held):
         return None
-    both = pd.concat([models, held], ignore_index=True)
-    test = np.r_[np.zeros(len(models), dtype=bool), np.ones(len(held), dtype=bool)]
     full_model, full_mlp, x_all, base_all = full
     x_held, base_held = step_matrix(full_model, held, held_sums)
-    fold = _fold_predictions(
-        ops=ops, models=both, summaries=[*summaries, *held_sums], test=test, settings=settings, retrain_ops=False,
-        full=(full_model, full_mlp, np.vstack([x_all, x_held]), np.r_[base_all, base_held]), ops_test_gpu=None,
-    )  # fmt: skip
-    return held, fold
+
+    def predict(extra: np.ndarray, test: np.ndarray) -> dict[str, np.ndarray]:
+        """Train on the loaded rows plus `held[extra]`; predict `held[test]`."""
+        pick = lambda mask: [s for s, keep in zip(held_sums, mask, strict=True) if keep]  # noqa: E731
+        rows = pd.concat([models, held[extra], held[test]], ignore_index=True)
+        mask = np.r_[np.zeros(len(models) + int(extra.sum()), dtype=bool), np.ones(int(test.sum()), dtype=bool)]
+        return _fold_predictions(
+            ops=ops, models=rows, summaries=[*summaries, *pick(extra), *pick(test)], test=mask, settings=settings,
+            retrain_ops=False, ops_test_gpu=None,
+            full=(full_model, full_mlp, np.vstack([x_all, x_held[extra], x_held[test]]),
+                  np.r_[base_all, base_held[extra], base_held[test]]),
+        )  # fmt: skip
+
+    everything = np.ones(len(held), dtype=bool)
+    unseen = predict(np.zeros(len(held), dtype=bool), everything)
+    family_out = {m: np.full(len(held), np.nan) for m in (*METHODS, *INTERVAL_COLUMNS)}
+    trainable = ~held["family"].isin(list(HELD_OUT_FAMILIES)).to_numpy()
+    families = sorted(held["family"].astype(str).unique())
+    if quick:
+        families = families[:3]
+    for i, family in enumerate(families):
+        test = (held["family"] == family).to_numpy()
+        for m, values in predict(trainable & ~test, test).items():
+            family_out[m][test] = values
+        progress("modern: H100 family out", i + 1, len(families))
+    return held, {"modern_offpeak_h100": unseen, "modern_h100_family_out": family_out}
 
 
 def modern_op_report(*, root: Path, model: RuntimeModel) -> dict[str, Any] | None:
@@ -271,6 +293,8 @@ def build_report(models: pd.DataFrame, preds: dict[str, dict[str, np.ndarray]], 
             "intervals: each fold calibrates p50/p90 on its training rows only (5 grouped folds by family and by GPU)",
             "intervals.legacy_fixed_multiplier: p90 = model seconds x 2.13, the interval before calibration",
             "modern_offpeak_h100: trained on every other row (no H100 anywhere), asked for our own H100 rows",
+            "modern_h100_family_out: each family of our H100 rows, trained on every other row plus our H100 rows of "
+            "the other families (as the shipped model, which trains on all of them)",
         ],
         "schemes": {},
     }

@@ -15,7 +15,7 @@ import pandas as pd
 
 from offpeak_predictor.gpus import find_gpu
 from offpeak_predictor.graphcache import get_graph
-from offpeak_predictor.loaders import MODEL_LOADERS, OP_LOADERS
+from offpeak_predictor.loaders import HOLDOUT_MODEL_LOADERS, MODEL_COLUMNS, MODEL_LOADERS, OP_LOADERS
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.train import Progress, TrainSettings, attach_graphs, exclude_holdout, train_model
 
@@ -40,10 +40,17 @@ def rich_progress() -> Iterator[Progress]:
         yield update
 
 
-def load_tables(root: Path, *, db_path: str | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(op rows, model rows) from the datasets plus any rows collected into the DB; hold-outs removed."""
+def load_tables(root: Path, *, db_path: str | None = None, modern: bool = False
+                ) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+    """(op rows, model rows) from the datasets plus any rows collected into the DB; hold-outs removed.
+
+    `modern`: also our own H100 steps (`HOLDOUT_MODEL_LOADERS`, when the data has them), and H100 rows are kept: what
+    the shipped model trains on. The evaluation loads without them and asks for them as its modern slices.
+    """
     ops = pd.concat([fn(root) for fn in OP_LOADERS.values()], ignore_index=True)
     models = pd.concat([fn(root) for fn in MODEL_LOADERS.values()], ignore_index=True)
+    if modern:
+        models = pd.concat([models, modern_model_rows(root)], ignore_index=True)
     if db_path:
         from offpeak_predictor.db import BenchmarkDB
 
@@ -51,11 +58,24 @@ def load_tables(root: Path, *, db_path: str | None = None) -> tuple[pd.DataFrame
         extra_ops = db.read("op_samples")
         extra_ops = extra_ops[~extra_ops["source"].isin(list(OP_LOADERS))]
         extra_models = db.read("model_samples")
-        extra_models = extra_models[~extra_models["source"].isin(list(MODEL_LOADERS))]
+        extra_models = extra_models[~extra_models["source"].isin([*MODEL_LOADERS, *HOLDOUT_MODEL_LOADERS])]
         ops = pd.concat([ops, extra_ops], ignore_index=True)
         models = pd.concat([models, extra_models], ignore_index=True)
     known = lambda frame: frame[frame["gpu"].map(lambda g: find_gpu(str(g)) is not None)]  # noqa: E731
-    return exclude_holdout(known(ops)), exclude_holdout(known(models))
+    return (exclude_holdout(known(ops), keep_h100=modern),
+            exclude_holdout(known(models), keep_h100=modern))  # fmt: skip
+
+
+def modern_model_rows(root: Path) -> pd.DataFrame:
+    """Our own modern whole-step rows (offpeak-h100) where the data has them; an empty frame otherwise (the
+    repository's sample data has none)."""
+    parts = []
+    for name, loader in HOLDOUT_MODEL_LOADERS.items():
+        try:
+            parts.append(loader(root))
+        except FileNotFoundError:
+            log.info("no %s rows under %s", name, root)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(MODEL_COLUMNS))
 
 
 def quick_subsample(ops: pd.DataFrame, models: pd.DataFrame, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -69,8 +89,8 @@ def quick_subsample(ops: pd.DataFrame, models: pd.DataFrame, seed: int) -> tuple
 
 
 def train_from_data(*, root: Path, out: Path, seed: int = 7, quick: bool = False,
-                    db_path: str | None = None) -> RuntimeModel:  # fmt: skip
-    ops, models = load_tables(root, db_path=db_path)
+                    db_path: str | None = None, modern: bool = True) -> RuntimeModel:  # fmt: skip
+    ops, models = load_tables(root, db_path=db_path, modern=modern)
     settings = TrainSettings(seed=seed)
     if quick:
         ops, models = quick_subsample(ops, models, seed)
