@@ -323,6 +323,9 @@ def _register_collect(subparsers: argparse._SubParsersAction) -> None:  # type: 
                    help="new-gpu: also POST the rows to this predictor (/v1/collected), which calibrates the GPU type")
     p.add_argument("--token-file", default=os.environ.get("OFFPEAK_PREDICTOR_TOKEN_FILE"),
                    help="the predictor's shared secret, sent as a bearer token (env OFFPEAK_PREDICTOR_TOKEN_FILE)")
+    p.add_argument("--post-attempts", type=int, default=6,
+                   help="new-gpu: tries of the POST while the predictor is unreachable or answers 5xx, waiting 2 s "
+                        "doubling to 30 s (~1.5 min in all); a refusal (4xx) is not retried")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--steps", type=int, default=10, help="timed steps N (step 1 is warm-up; mean of 2..N+1)")
     p.add_argument("--torchvision", action="append", default=[], metavar="NAME", help="real model (repeatable)")
@@ -386,6 +389,8 @@ def _collect_new_gpu(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.predictor_url and not args.token_file:
         raise UserError("--predictor-url needs --token-file (the predictor's shared secret)")
+    if args.post_attempts < 1:
+        raise UserError("--post-attempts must be >= 1")
     target, amp = make_target(device=args.device, gpu_type=args.gpu_type)
     quick = args.size == "quick" or (args.size == "auto" and target.device.type == "cpu")
     workloads = new_gpu_plan(amp=amp, quick=quick)
@@ -420,8 +425,12 @@ def _post_collected(args: argparse.Namespace, *, result: Any, gpu: str, software
 
     body = {"gpu": gpu, **batch_body(model_rows=result.model_rows, op_rows=result.op_rows, software=software)}
     client = PredictorClient(args.predictor_url, timeout=120.0, token_file=args.token_file)
+
+    def retrying(attempt: int, wait: float, error: Exception) -> None:
+        print(f"post {attempt}/{args.post_attempts} failed ({error}); trying again in {wait:g}s", file=sys.stderr)
+
     try:
-        return client.add_collected(body)
+        return client.add_collected(body, attempts=args.post_attempts, on_retry=retrying)
     except PredictorRequestError as e:
         raise UserError(f"the predictor refused the collected rows ({e}); they are kept in the local DB") from e
     except PredictorUnavailable as e:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +99,25 @@ class PredictorClient:
                 payload[key] = value
         return self._post("/v1/samples", payload, authenticated=True)
 
-    def add_collected(self, body: dict[str, Any]) -> dict[str, Any]:
+    def add_collected(
+        self, body: dict[str, Any], *, attempts: int = 1, backoff_seconds: float = 2.0,
+        on_retry: Callable[[int, float, PredictorUnavailable], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> dict[str, Any]:  # fmt: skip
         """POST /v1/collected with the bearer token (rows from `offpeak collect`, `collected.batch_body`); the
-        answer: rows stored and the GPU type's calibration. A refused batch raises PredictorRequestError."""
-        return self._post("/v1/collected", body, authenticated=True)
+        answer: rows stored and the GPU type's calibration. A refused batch raises PredictorRequestError at once;
+        an unavailable predictor is tried `attempts` times, waiting `backoff_seconds` doubling up to 30 s, so a
+        predictor restarting during a collect Job does not cost the Job's GPU time again. Retrying is safe: the
+        predictor skips rows of a batch it already stored."""
+        wait = backoff_seconds
+        for attempt in range(1, max(1, attempts) + 1):
+            try:
+                return self._post("/v1/collected", body, authenticated=True)
+            except PredictorUnavailable as e:
+                if attempt >= attempts:
+                    raise
+                if on_retry:
+                    on_retry(attempt, wait, e)
+                sleep(wait)
+                wait = min(2 * wait, 30.0)
+        raise AssertionError("unreachable")

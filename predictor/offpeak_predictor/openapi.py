@@ -119,7 +119,9 @@ def openapi_document(gpus: list[str]) -> dict[str, Any]:
                     "required": ["gpu"],
                 }}}},
                 "responses": {
-                    "201": {"description": "stored: rows written and the GPU type's calibration now"},
+                    "201": {"description": "stored: rows written (`already_stored`: rows of the same batch posted "
+                                           "before, skipped, so a retried post stores nothing twice) and the GPU "
+                                           "type's calibration now"},
                     "400": err, "401": {"description": "no bearer token"},
                     "403": {"description": "wrong token, or the predictor has none configured"},
                     "503": {"description": "no benchmark DB configured (--db)"},

@@ -452,14 +452,15 @@ class PredictorApp:
 
         assert self.db is not None
         batch = parse_batch(body, gpu_type=gpu_type)  # UserError: a 400 naming the field
-        models, ops = store_batch(self.db, batch)
+        models, ops, repeated = store_batch(self.db, batch)
         self.refresh_calibration()
         cal = self.predictor.calibration.get(gpu_type)
         calibration = None if cal is None else {"factor": round(cal.factor, 6), "rows": cal.rows,
                                                 "median_ratio": round(math.exp(cal.median_log_ratio), 6)}  # fmt: skip
-        log.info("collected rows on %s: %d model, %d op; calibration %s", gpu_type, models, ops, calibration)
-        return {"gpu_type": gpu_type, "model_rows": models, "op_rows": ops, "calibration": calibration,
-                "model_version": self.predictor.version}  # fmt: skip
+        log.info("collected rows on %s: %d model, %d op (%d already stored); calibration %s", gpu_type, models, ops,
+                 repeated, calibration)  # fmt: skip
+        return {"gpu_type": gpu_type, "model_rows": models, "op_rows": ops, "already_stored": repeated,
+                "calibration": calibration, "model_version": self.predictor.version}  # fmt: skip
 
     async def _close_pool(self, app: web.Application) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -4,6 +4,7 @@ their GPU type at once; refused batches say why; `offpeak collect --predictor-ur
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import threading
@@ -12,6 +13,7 @@ import pytest
 from aiohttp import web
 
 from offpeak.cli import main
+from offpeak_predictor.client import PredictorClient, PredictorRequestError, PredictorUnavailable
 from offpeak_predictor.db import BenchmarkDB
 from offpeak_predictor.predict import Predictor
 
@@ -60,6 +62,76 @@ def test_collected_rows_are_stored_and_calibrate_their_gpu_at_once(tiny_model, t
     restarted = token_app(tiny_model, tmp_path)
     restarted.build()
     assert restarted.predictor.calibration["T4"].rows == 3
+
+
+def test_the_same_batch_posted_again_stores_nothing_twice(tiny_model, tmp_path) -> None:
+    """A collect Job that lost the first answer posts again: the rows are stored once, and the GPU type's
+    calibration still counts each measurement once. A new measurement of the same workloads is added."""
+    batch = _batch(tiny_model, ratio=2.0)
+    again = _batch(tiny_model, ratio=1.5)
+
+    async def scenario(client):
+        answers = []
+        for body in (batch, batch, again):
+            r = await client.post("/v1/collected", json=body, headers=AUTH)
+            answers.append((r.status, await r.json()))
+        return answers
+
+    first, repeat, new = serve(token_app(tiny_model, tmp_path), scenario)
+    assert first[0] == repeat[0] == new[0] == 201
+    assert (first[1]["model_rows"], first[1]["op_rows"], first[1]["already_stored"]) == (3, 1, 0)
+    assert (repeat[1]["model_rows"], repeat[1]["op_rows"], repeat[1]["already_stored"]) == (0, 0, 4)
+    assert repeat[1]["calibration"]["rows"] == 3
+    assert (new[1]["model_rows"], new[1]["op_rows"], new[1]["already_stored"]) == (3, 0, 1)  # same op time: kept once
+    assert new[1]["calibration"]["rows"] == 6
+    db = BenchmarkDB(tmp_path / "db.sqlite")
+    assert len(db.read("model_samples")) == 6 and len(db.read("op_samples")) == 1
+
+
+@contextlib.contextmanager
+def _fake_predictor(handler):
+    """An aiohttp app with `handler` at POST /v1/collected, on a loopback port in a thread; yields its URL."""
+    app = web.Application()
+    app.router.add_post("/v1/collected", handler)
+    loop = asyncio.new_event_loop()
+    runner = web.AppRunner(app)
+    loop.run_until_complete(runner.setup())
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    loop.run_until_complete(site.start())
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+
+
+def test_a_post_is_retried_with_backoff_while_the_predictor_is_unavailable_but_never_after_a_refusal(tmp_path):
+    (tmp_path / "token").write_text(TOKEN)
+    statuses: list[int] = []
+    plan = [503, 503, 201]
+
+    async def handler(request: web.Request) -> web.Response:
+        status = plan[min(len(statuses), len(plan) - 1)]
+        statuses.append(status)
+        return web.json_response({"error": "restarting"} if status >= 400 else {"model_rows": 1}, status=status)
+
+    with _fake_predictor(handler) as url:
+        client = PredictorClient(url, timeout=5.0, token_file=str(tmp_path / "token"))
+        waits: list[float] = []
+        assert client.add_collected({"gpu": "T4"}, attempts=4, sleep=waits.append) == {"model_rows": 1}
+        assert statuses == [503, 503, 201] and waits == [2.0, 4.0]
+        statuses.clear()
+        with pytest.raises(PredictorUnavailable, match="HTTP 503"):
+            client.add_collected({"gpu": "T4"}, attempts=2, sleep=waits.append)
+        assert statuses == [503, 503]
+        statuses.clear()
+        plan[:] = [400]
+        with pytest.raises(PredictorRequestError):
+            client.add_collected({"gpu": "T4"}, attempts=4, sleep=waits.append)
+        assert statuses == [400]
 
 
 @pytest.mark.parametrize(("headers", "token", "status", "reason"), [
@@ -125,19 +197,9 @@ def test_collect_cli_posts_its_rows_with_the_token_and_reports_a_refusal(tmp_pat
         return web.json_response({"gpu_type": "T4", "model_rows": len(body["model_rows"]),
                                   "op_rows": len(body["op_rows"]), "calibration": None}, status=201)  # fmt: skip
 
-    app = web.Application()
-    app.router.add_post("/v1/collected", handler)
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
+    with _fake_predictor(handler) as url:
         common = ["collect", "--plan", "new-gpu", "--device", "cpu", "--db", str(tmp_path / "c.sqlite"),
-                  "--predictor-url", f"http://127.0.0.1:{port}", "--token-file", str(tmp_path / "token")]
+                  "--predictor-url", url, "--token-file", str(tmp_path / "token")]
         monkeypatch.setattr("offpeak_predictor.collectplan.QUICK", _tiny_sizes())
         assert main([*common, "--gpu-type", "T4"]) == 0
         printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -148,9 +210,6 @@ def test_collect_cli_posts_its_rows_with_the_token_and_reports_a_refusal(tmp_pat
         assert len(body["op_rows"]) == printed["op_rows"] and not any(math.isnan(r["time_s"]) for r in body["op_rows"])
         assert main(common) == 2  # a CPU run is no GPU type: refused, with the reason printed
         assert "unknown GPU 'cpu'" in capsys.readouterr().err
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=5)
 
 
 def _tiny_sizes():
