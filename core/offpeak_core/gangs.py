@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from offpeak_core.decisions import DEFAULT_MARGIN, filter_nodes, prioritize_nodes
-from offpeak_core.model import IdleWindow, NodeView, PodRequest
+from offpeak_core.model import NodeView, PodRequest
+from offpeak_core.nodearrays import withhold  # noqa: F401 - part of this module's API (the gang view of a node)
 
 DEFAULT_GANG_TIMEOUT_SECONDS = 60.0
 MAX_GANG_SIZE = 1024  # far above any real data-parallel job; keeps the per-level loop bounded
@@ -117,18 +118,6 @@ def plan_gang(
             break
     unused = {name: "not needed by the gang's plan" for name in capacity if name not in places}
     return GangPlan(tuple(places), {**failed, **unused})
-
-
-def withhold(node: NodeView, gpus: int) -> NodeView:
-    """`node` as other pods see it while `gpus` of its GPUs are reserved for a gang: fewer free now and in every
-    window (reserved workers run through the window)."""
-    if gpus <= 0:
-        return node
-    windows = None if node.windows is None else tuple(
-        IdleWindow(w.start, w.end, max(0, w.free_gpus - gpus), w.confidence) for w in node.windows)
-    window_free = None if node.window_free_gpus is None else max(0, node.window_free_gpus - gpus)
-    return dataclasses.replace(node, gpus_free_now=max(0, node.gpus_free_now - gpus),
-                               window_free_gpus=window_free, windows=windows)
 
 
 @dataclass

@@ -9,14 +9,27 @@ no clock; the caller serialises access (the extender's store gathers under its l
 from __future__ import annotations
 
 import math
-from collections.abc import Container, Sequence
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Container, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from offpeak_core.model import NodeView
+from offpeak_core.model import IdleWindow, NodeView
 
 NO_WINDOW_FREE = -1  # padding in the window columns: never enough free GPUs
+
+
+def withhold(node: NodeView, gpus: int) -> NodeView:
+    """`node` as other pods see it while `gpus` of its GPUs are reserved for a gang: fewer free now and in every
+    window (reserved workers run through the window)."""
+    if gpus <= 0:
+        return node
+    windows = None if node.windows is None else tuple(
+        IdleWindow(w.start, w.end, max(0, w.free_gpus - gpus), w.confidence) for w in node.windows)
+    window_free = None if node.window_free_gpus is None else max(0, node.window_free_gpus - gpus)
+    return dataclasses.replace(node, gpus_free_now=max(0, node.gpus_free_now - gpus),
+                               window_free_gpus=window_free, windows=windows)
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,25 @@ class NodeArrays:
 
     def __len__(self) -> int:
         return len(self.views)
+
+    def withhold(self, gpus_by_node: Mapping[str, int]) -> NodeArrays:
+        """These nodes as other pods see them while GPUs are reserved for gangs: `gpus_by_node[name]` fewer free now
+        and in every window (never below 0; padding stays padding), as `withhold` does to each view (the reasons
+        read the views). Only the listed rows are copied and changed."""
+        rows = [(i, gpus_by_node[v.name]) for i, v in enumerate(self.views) if gpus_by_node.get(v.name, 0) > 0]
+        if not rows:
+            return self
+        at = np.array([i for i, _ in rows], dtype=np.int64)
+        take = np.array([g for _, g in rows], dtype=np.int64)
+        free_now, flat_free, win_free = self.free_now.copy(), self.flat_free.copy(), self.win_free.copy()
+        free_now[at] = np.maximum(0, free_now[at] - take)
+        flat_free[at] = np.maximum(0, flat_free[at] - take)
+        part = win_free[at]
+        win_free[at] = np.where(part == NO_WINDOW_FREE, NO_WINDOW_FREE, np.maximum(0, part - take[:, None]))
+        changed = list(self.views)
+        for i, g in rows:
+            changed[i] = withhold(changed[i], g)
+        return replace(self, views=tuple(changed), free_now=free_now, flat_free=flat_free, win_free=win_free)
 
     def window_left(self, *, gpus: int, now: float) -> np.ndarray:
         """`decisions.window_left` for every node at once: seconds from `now` with `gpus` GPUs free (inf: open)."""

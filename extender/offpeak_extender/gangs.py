@@ -93,22 +93,25 @@ class GangPlacer:
                      arrays: NodeArrays | None = None, goodput: GoodputAdmission | None = None) -> FilterResult:
         """The usual filter for a pod outside any gang, with GPUs reserved for gangs counted as taken.
 
-        `arrays`, the same nodes as columns, takes the array path when no GPUs are withheld (the usual case);
-        `goodput` lets a checkpointing pod into a shorter window with enough expected goodput.
+        `arrays`, the same nodes as columns, takes the array path (the reserved GPUs taken out of the few rows that
+        hold them); without it, the per-node path. `goodput` lets a checkpointing pod into a shorter window with
+        enough expected goodput.
         """
-        if len(self.table):  # unlocked peek: an empty table (the usual case) costs nothing
-            with self._lock:
-                self._sweep_locked(now)
-                withheld = self.table.withheld()
+        withheld = self.withheld(now)
+        if arrays is not None:
+            result = filter_arrays(pod=pod, nodes=arrays.withhold(withheld), now=now, margin=margin, goodput=goodput)
         else:
-            withheld = {}
-        if not withheld:
-            if arrays is not None:
-                return filter_arrays(pod=pod, nodes=arrays, now=now, margin=margin, goodput=goodput)
-            return filter_nodes(pod=pod, nodes=views, now=now, margin=margin, goodput=goodput)
-        result = filter_nodes(pod=pod, nodes=_withheld_views(views, withheld), now=now, margin=margin,
-                              goodput=goodput)
-        return FilterResult(result.passed, _noting_withheld(result.failed, withheld))
+            result = filter_nodes(pod=pod, nodes=_withheld_views(views, withheld), now=now, margin=margin,
+                                  goodput=goodput)
+        return FilterResult(result.passed, _noting_withheld(result.failed, withheld)) if withheld else result
+
+    def withheld(self, now: float) -> dict[str, int]:
+        """GPUs reserved for gangs per node, after ending finished or timed-out reservations (empty: none)."""
+        if not len(self.table):  # unlocked peek: an empty table (the usual case) costs nothing
+            return {}
+        with self._lock:
+            self._sweep_locked(now)
+            return self.table.withheld()
 
     def filter_worker(self, *, pod: PodRequest, gang: Gang, views: Sequence[NodeView], now: float,
                       margin: float = DEFAULT_MARGIN) -> FilterResult:

@@ -190,7 +190,10 @@ class ExtenderService:
         arrays, _ = self.store.node_arrays(args.node_names)  # nodes the cache does not know score 0: never preferred
         if attempt is not None:
             attempt.check()
-        scores = prioritize_arrays(pod=args.pod, nodes=arrays, now=self.store.clock(), margin=self.settings.margin,
+        now = self.store.clock()
+        if args.gang is None:  # GPUs reserved for gangs are taken, as in the filter (a gang worker has its place)
+            arrays = arrays.withhold(self.gangs.withheld(now))
+        scores = prioritize_arrays(pod=args.pod, nodes=arrays, now=now, margin=self.settings.margin,
                                    goodput=None if args.gang is not None else self._admission())
         if attempt is not None:
             attempt.check()

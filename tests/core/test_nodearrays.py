@@ -11,7 +11,7 @@ import pytest
 from offpeak_core.decisions import filter_arrays, filter_nodes, prioritize_arrays, prioritize_nodes, window_left
 from offpeak_core.goodput import GoodputAdmission, GoodputSettings, survival_from_observations
 from offpeak_core.model import IdleWindow, NodeView, PodRequest, Prediction
-from offpeak_core.nodearrays import NodeArrays, NodeRows
+from offpeak_core.nodearrays import NodeArrays, NodeRows, withhold
 
 NOW = 1_000_000.0
 TYPES = ("A100-SXM4-40GB", "H100-80GB", "T4", "L4", "A10")
@@ -70,6 +70,27 @@ def test_columns_decide_exactly_as_the_per_node_loop(seed: int) -> None:
         assert columns.failed == looped.failed
         assert list(columns.failed) == list(looped.failed)  # same order as the request
         assert prioritize_arrays(nodes=arrays, **kw) == prioritize_nodes(nodes=views, **kw)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_gpus_withheld_for_gangs_on_columns_decide_as_on_withheld_views(seed: int) -> None:
+    """`NodeArrays.withhold` takes reserved GPUs out of the rows that hold them, exactly as `withhold` does to
+    each view: the same nodes pass, for the same reasons, with the same scores; the original columns are unchanged."""
+    rng = np.random.default_rng(1000 + seed)
+    views = [_view(rng, i) for i in range(int(rng.integers(1, 60)))]
+    arrays = NodeArrays.from_views(views)
+    before = arrays.free_now.copy(), arrays.win_free.copy(), arrays.flat_free.copy()
+    held = {v.name: int(rng.integers(0, 9)) for v in views if rng.random() < 0.4}
+    held["not-in-this-request"] = 3
+    withheld_views = [withhold(v, held.get(v.name, 0)) for v in views]
+    columns = arrays.withhold(held)
+    for _ in range(5):
+        kw = {"pod": _pod(rng), "now": NOW + float(rng.uniform(0, 500)), "margin": 0.15, "goodput": _goodput(rng)}
+        looped, on_columns = filter_nodes(nodes=withheld_views, **kw), filter_arrays(nodes=columns, **kw)
+        assert on_columns.passed == looped.passed and on_columns.failed == looped.failed
+        assert prioritize_arrays(nodes=columns, **kw) == prioritize_nodes(nodes=withheld_views, **kw)
+    assert all(np.array_equal(a, b) for a, b in zip(before, (arrays.free_now, arrays.win_free, arrays.flat_free)))
+    assert arrays.withhold({}) is arrays
 
 
 def test_window_left_columns_match_the_scalar_rule() -> None:
