@@ -149,6 +149,12 @@ class KubeIO:
     def get_batch_job(self, namespace: str, name: str) -> dict[str, Any] | None:
         return _read_if_present(lambda: self.batch.read_namespaced_job(name, namespace, _preload_content=False))
 
+    def list_batch_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The pods the Job controller made for Job `name` (its `batch.kubernetes.io/job-name` label)."""
+        response = self.core.list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={name}",
+                                                 _preload_content=False)
+        return list(_json(response).get("items", []))
+
     def patch_batch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
         """JSON merge patch of a Job (a Job deleted meanwhile is not an error)."""
         try:

@@ -19,6 +19,7 @@ from offpeak_operator.extraction import ExtractionFailed
 from offpeak_operator.graphstore import GraphDecodeError, graph_from_configmap
 from offpeak_operator.jobspec import JobSpec
 from offpeak_operator.predictions import fallback, remaining_seconds
+from offpeak_operator.predictor_http import PredictorUnavailable
 from offpeak_operator.reconciler import Reconciler, api_message
 
 log = logging.getLogger(__name__)
@@ -104,17 +105,50 @@ class WorkloadReconciler:
         predicted = workloads.template_annotations(job).get("offpeak.io/predicted-job-seconds", "")
         outcome = "succeeded" if end.succeeded else "failed"
         took = f" in {end.seconds:.0f}s" if end.seconds is not None else ""
+        sample = self._report_sample(job, end) if end.succeeded else "not sent: the Job failed"
         self._say(job, "Finished", f"the Job {outcome}{took}; offpeak predicted {predicted or 'nothing'}",
-                  warning=not end.succeeded, reason="Succeeded" if end.succeeded else "Failed")
-        log.info("Job %s/%s %s%s", meta["namespace"], meta["name"], outcome, took)
+                  warning=not end.succeeded, reason="Succeeded" if end.succeeded else "Failed", sample=sample)
+        log.info("Job %s/%s %s%s; sample %s", meta["namespace"], meta["name"], outcome, took, sample)
         return "Finished"
 
+    def _report_sample(self, job: Mapping[str, Any], end: workloads.Ending) -> str:
+        """Post the succeeded Job's run as a predictor sample, as a TrainingJob's is (closing the loop): its mean
+        step time over the whole run, on the GPU type of the node it ran on, with its model graph. What became of
+        it, in words (the Job's `offpeak.io/sample` annotation)."""
+        meta = job["metadata"]
+        spec, _ = workloads.workload_spec(job, resolve_gpu=self.ctx.resolve_gpu)
+        if spec is None or end.seconds is None:
+            return "not sent: the Job's spec or run time cannot be read back"
+        step = workloads.job_step_seconds(job_seconds=end.seconds, steps=spec.total_steps,
+                                          startup_seconds=spec.startup_seconds)  # fmt: skip
+        if step is None:
+            return f"not sent: {end.seconds:.0f}s is no longer than the assumed start-up"
+        if spec.model_source.kind == "none":
+            return "not sent: the Job has no model graph (offpeak.io/model-source)"
+        node = workloads.ran_on(self.ctx.kube.list_batch_job_pods(meta["namespace"], meta["name"]))
+        gpu_type = self.ctx.kube.node_gpu_type(node) if node else ""
+        if not gpu_type:
+            return "not sent: the node it ran on is not known, or has no GPU type label"
+        graph = self._graph(job, spec)
+        if graph is None:
+            return "not sent: the Job has no model graph (offpeak.io/model-source)"
+        try:
+            answer = self.ctx.predictor.report_sample(
+                gpu=gpu_type, step_seconds=step, job_seconds=end.seconds, steps=spec.total_steps,
+                startup_seconds=end.seconds - step * spec.total_steps, job=f"{meta['namespace']}/{meta['name']}",
+                graph=graph.to_dict(), graph_hash=graph.content_hash(), precision=spec.precision,
+                optimizer=spec.optimizer, num_gpus=spec.total_gpus)  # fmt: skip
+        except PredictorUnavailable as e:  # unreachable, 5xx, or refused (a quarantined sample too)
+            return f"not learned: {e}"
+        outcome = str(answer.get("status") or "stored")
+        return f"{outcome}: {answer['reason']}" if answer.get("reason") else outcome
+
     def _say(self, job: Mapping[str, Any], word: str, message: str, *, warning: bool = False, reason: str = "",
-             prediction: str | None = None) -> None:
+             prediction: str | None = None, sample: str | None = None) -> None:
         """Record the decision on the Job (annotation) and as an Event."""
         meta = job["metadata"]
         self.ctx.kube.patch_batch_job(meta["namespace"], meta["name"],
-                                      workloads.state_patch(word, message, prediction=prediction))
+                                      workloads.state_patch(word, message, prediction=prediction, sample=sample))
         self.ctx.kube.emit_event(dict(job), type="Warning" if warning else "Normal", reason=reason or word,
                                  message=message, now=self.ctx.clock())
 

@@ -17,7 +17,7 @@ and to Events.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -38,8 +38,12 @@ ANN_OPTIMIZER = "offpeak.io/optimizer"
 ANN_SEQ_LEN = "offpeak.io/seq-len"
 ANN_CHECKPOINTING_OPT = "offpeak.io/checkpointing"  # "true": the code resumes from its own checkpoints
 # written by the operator on the Job itself
+ANN_SAMPLE = "offpeak.io/sample"  # what became of the measured run as a predictor sample
 ANN_STATE = "offpeak.io/state"  # Invalid | Predicted | Unpredicted | Finished, with a reason after ": "
 ANN_PREDICTION = "offpeak.io/prediction"  # the prediction in human words
+# The start-up the predictor adds when a job names none (offpeak_predictor.jobtime.DEFAULT_STARTUP_SECONDS; the
+# operator talks to the predictor over HTTP only, so the figure is repeated here).
+PREDICTOR_STARTUP_SECONDS = 60.0
 SOURCE_PREFIXES = {"torchvision": "torchvision", "hf": "hfConfig", "graph-configmap": "graphConfigMap"}
 
 
@@ -153,12 +157,35 @@ def admission_patch(job: Mapping[str, Any], spec: JobSpec, *, gpu_types: tuple[s
     }}}
 
 
-def state_patch(word: str, message: str, *, prediction: str | None = None) -> dict[str, Any]:
+def state_patch(word: str, message: str, *, prediction: str | None = None,
+                sample: str | None = None) -> dict[str, Any]:  # fmt: skip
     """Merge patch of the Job's own annotations: what offpeak did with it."""
     annotations = {ANN_STATE: f"{word}: {message}"[:1000]}
     if prediction is not None:
         annotations[ANN_PREDICTION] = prediction
+    if sample is not None:
+        annotations[ANN_SAMPLE] = sample[:500]
     return {"metadata": {"annotations": annotations}}
+
+
+def job_step_seconds(*, job_seconds: float, steps: int, startup_seconds: float | None) -> float | None:
+    """A succeeded Job's mean step time from its whole run (a Job reports no progress): the run less the start-up
+    the prediction assumed, over its steps. None when nothing is left to divide (the run was all start-up)."""
+    startup = PREDICTOR_STARTUP_SECONDS if startup_seconds is None else startup_seconds
+    if steps < 1 or not job_seconds > startup:
+        return None
+    return (job_seconds - startup) / steps
+
+
+def ran_on(pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """The node a Job's work ran on: its succeeded pod's (the last one, by start), else any bound pod's."""
+    def started(pod: Mapping[str, Any]) -> str:
+        return str((pod.get("status") or {}).get("startTime") or "")
+
+    bound = sorted((p for p in pods if (p.get("spec") or {}).get("nodeName")), key=started)
+    done = [p for p in bound if (p.get("status") or {}).get("phase") == "Succeeded"]
+    chosen = (done or bound)[-1:]
+    return str(chosen[0]["spec"]["nodeName"]) if chosen else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,11 +7,12 @@ import json
 from typing import Any
 
 import kubernetes_validate
-from optestkit import NOW
+from optestkit import NOW, small_graph
 from prometheus_client import CollectorRegistry
 
 from offpeak_operator import workloads
 from offpeak_operator.metrics import OperatorMetrics
+from offpeak_operator.predictor_http import PredictorUnavailable
 from offpeak_operator.reconciler import Context, Reconciler
 from offpeak_operator.settings import OperatorSettings
 from offpeak_operator.workload_reconciler import WorkloadReconciler
@@ -150,3 +151,78 @@ def test_an_unsuspended_job_is_warned_about_once_and_left_alone() -> None:
     assert rec.reconcile("team", "nightly") == "Unpredicted" and len(kube.events) == 1
     assert "spec.suspend: true" in kube.events[0][3]
     assert "offpeak.io/predicted-job-seconds" not in kube.job["spec"]["template"]["metadata"]["annotations"]
+
+
+class SampleKube(JobKube):
+    """A Job that has run: its pods (one failed try, then the succeeded one) on labelled nodes."""
+
+    def __init__(self, job: dict[str, Any], pods: list[dict[str, Any]]) -> None:
+        super().__init__(job)
+        self.pods = pods
+
+    def list_batch_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.pods)
+
+    def node_gpu_type(self, node: str) -> str:
+        return {"gpu-t4-0": "T4", "gpu-a100-0": "A100-SXM4-40GB"}.get(node, "")
+
+
+class SamplePredictor:
+    def __init__(self, fail: bool = False) -> None:
+        self.fail, self.samples = fail, []
+
+    def report_sample(self, **kw: Any) -> dict[str, Any]:
+        if self.fail:
+            raise PredictorUnavailable("predictor /v1/samples: unreachable")
+        self.samples.append(kw)
+        return {"status": "accepted"}
+
+
+def _ended_job(*, succeeded: bool = True, end: str = "06:11:00", **ann: str) -> dict[str, Any]:
+    job = batch_job(suspend=False, **{"offpeak.io/model-source": "torchvision:resnet18", **ann})
+    job["metadata"]["annotations"]["offpeak.io/state"] = "Predicted: predicted 600s"
+    job["status"] = {"startTime": "2026-11-21T06:00:00Z", "completionTime": f"2026-11-21T{end}Z",
+                     "conditions": [{"type": "Complete" if succeeded else "Failed", "status": "True"}]}
+    return job
+
+
+def _pod(node: str, phase: str, started: str) -> dict[str, Any]:
+    return {"spec": {"nodeName": node}, "status": {"phase": phase, "startTime": started}}
+
+
+def _sampling(job: dict[str, Any], predictor: SamplePredictor, pods: list[dict[str, Any]] | None = None):
+    kube = SampleKube(job, pods if pods is not None else [_pod("gpu-a100-0", "Failed", "2026-11-21T06:00:05Z"),
+                                                          _pod("gpu-t4-0", "Succeeded", "2026-11-21T06:02:00Z")])
+    ctx = Context(settings=OperatorSettings(), kube=kube, predictor=predictor,  # type: ignore[arg-type]
+                  metrics=OperatorMetrics(CollectorRegistry()), resolve_gpu=None, clock=lambda: NOW,
+                  extract=lambda spec, timeout: small_graph(name=spec.model_source.value))
+    return WorkloadReconciler(Reconciler(ctx)), kube
+
+
+def test_a_succeeded_job_becomes_a_predictor_sample_on_the_gpu_type_it_ran_on() -> None:
+    predictor = SamplePredictor()
+    rec, kube = _sampling(_ended_job(), predictor)
+    assert rec.reconcile("team", "nightly") == "Finished"
+    (sent,) = predictor.samples
+    assert sent["gpu"] == "T4"  # the succeeded pod's node, not the failed try's
+    assert sent["steps"] == 1000 and sent["job_seconds"] == 660.0
+    assert sent["step_seconds"] == (660.0 - 60.0) / 1000  # the run less the predictor's default start-up
+    assert sent["graph_hash"] == small_graph(name="resnet18").content_hash() and sent["graph"]["ops"]
+    assert (sent["precision"], sent["num_gpus"], sent["job"]) == ("fp32", 4, "team/nightly")
+    assert kube.job["metadata"]["annotations"]["offpeak.io/sample"] == "accepted"
+    assert rec.reconcile("team", "nightly") == "Finished" and len(predictor.samples) == 1  # once
+
+
+def test_a_job_sample_that_cannot_be_sent_says_why_on_the_job() -> None:
+    cases = [
+        (_ended_job(), SamplePredictor(fail=True), None, "not learned: predictor /v1/samples: unreachable"),
+        (_ended_job(succeeded=False), SamplePredictor(), None, "not sent: the Job failed"),
+        (_ended_job(**{"offpeak.io/model-source": ""}), SamplePredictor(), None, "not sent: the Job has no model"),
+        (_ended_job(), SamplePredictor(), [], "not sent: the node it ran on is not known"),
+        (_ended_job(end="06:00:45"), SamplePredictor(), None, "not sent: 45s is no longer than the assumed start-up"),
+    ]
+    for job, predictor, pods, said in cases:
+        rec, kube = _sampling(job, predictor, pods)
+        assert rec.reconcile("team", "nightly") == "Finished"
+        assert kube.job["metadata"]["annotations"]["offpeak.io/sample"].startswith(said), said
+        assert predictor.samples == []
