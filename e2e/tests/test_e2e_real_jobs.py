@@ -243,6 +243,8 @@ def test_a_labelled_batch_job_is_predicted_unsuspended_placed_and_recorded(
     assert (scheduled[0].get("reportingComponent") or scheduled[0]["source"].get("component")) == "offpeak-scheduler"
     e2e_cluster.wait_for("the Job's ending recorded", lambda: state().startswith("Finished"), timeout=60)
     assert "succeeded in" in state()
+    sample = e2e_cluster.get("job", "-n", ns, "nightly")["metadata"]["annotations"].get("offpeak.io/sample", "")
+    assert sample.startswith("not sent: the Job has no model graph"), sample  # an estimate teaches the model nothing
     reasons = {e["reason"] for e in e2e_cluster.get("events", "-n", ns, "--field-selector",
                                                     "involvedObject.name=nightly")["items"]}
     assert {"Predicted", "Succeeded"} <= reasons, reasons
