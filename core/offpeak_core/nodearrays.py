@@ -66,6 +66,8 @@ class NodeArrays:
         """These nodes as other pods see them while GPUs are reserved for gangs: `gpus_by_node[name]` fewer free now
         and in every window (never below 0; padding stays padding), as `withhold` does to each view (the reasons
         read the views). Only the listed rows are copied and changed."""
+        if not gpus_by_node:  # no reservation (the usual case): nothing to look at
+            return self
         rows = [(i, gpus_by_node[v.name]) for i, v in enumerate(self.views) if gpus_by_node.get(v.name, 0) > 0]
         if not rows:
             return self
