@@ -30,7 +30,7 @@ from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphcache import get_graph
 from offpeak_predictor.graphfeatures import GraphSummary
 from offpeak_predictor.intervals import interval_metrics, regime_of
-from offpeak_predictor.loaders import HOLDOUT_OP_LOADERS
+from offpeak_predictor.loaders import HOLDOUT_OP_LOADERS, load_present
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.pipeline import load_tables, modern_model_rows, rich_progress
 from offpeak_predictor.train import (
@@ -224,12 +224,7 @@ def _modern_slice(
 def modern_op_report(*, root: Path, model: RuntimeModel) -> dict[str, Any] | None:
     """Held-out single ops (our H100 rows) priced by an op model that never saw them: error per class and precision,
     and the measured vs predicted speed-up of tf32 and bf16 over fp32 on the same GEMM shapes."""
-    parts = []
-    for name, loader in HOLDOUT_OP_LOADERS.items():
-        try:
-            parts.append(loader(root))
-        except FileNotFoundError:
-            log.info("no %s rows under %s", name, root)
+    parts = load_present(HOLDOUT_OP_LOADERS, root)
     if not parts:
         return None
     ops = pd.concat(parts, ignore_index=True)

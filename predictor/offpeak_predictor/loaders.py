@@ -8,8 +8,9 @@ catalogue, e.g. CPUs and phones, are dropped). Rows on H100 never appear here: t
 from __future__ import annotations
 
 import json
+import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,8 @@ import pandas as pd
 from offpeak_core.datapaths import runtime_dir
 from offpeak_predictor.features import DTYPE_BYTES, conv2d_cost, gemm_cost
 from offpeak_predictor.gpus import find_gpu
+
+log = logging.getLogger(__name__)
 
 OP_COLUMNS: tuple[str, ...] = (
     "source", "gpu", "precision", "mode", "op_class", "flops", "bytes", "out_numel", "lead_dim", "dtype_bytes",
@@ -411,6 +414,18 @@ def load_offpeak_h100_ops(root: Path) -> pd.DataFrame:
     df = df.assign(source="offpeak-h100-ops", gpu=find_gpu("H100").name, precision=raw["precision"],  # type: ignore[union-attr]
                    mode="fwd", dtype_bytes=size, time_s=raw["time_s"], time_std=np.nan, software="pytorch-2.11")  # fmt: skip
     return _finish(df, OP_COLUMNS)
+
+
+def load_present(loaders: Mapping[str, Callable[[Path], pd.DataFrame]], root: Path) -> list[pd.DataFrame]:
+    """The frames of those `loaders` whose files are under `root` (the others are logged and skipped: the
+    repository's sample data has no hold-out rows)."""
+    frames = []
+    for name, loader in loaders.items():
+        try:
+            frames.append(loader(root))
+        except FileNotFoundError:
+            log.info("no %s rows under %s", name, root)
+    return frames
 
 
 # Modern rows the evaluation holds out (a GPU, software and models no training row comes from).

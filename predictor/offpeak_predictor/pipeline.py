@@ -15,7 +15,9 @@ import pandas as pd
 
 from offpeak_predictor.gpus import find_gpu
 from offpeak_predictor.graphcache import get_graph
-from offpeak_predictor.loaders import HOLDOUT_MODEL_LOADERS, MODEL_COLUMNS, MODEL_LOADERS, OP_LOADERS
+from offpeak_predictor.loaders import (
+    HOLDOUT_MODEL_LOADERS, MODEL_COLUMNS, MODEL_LOADERS, OP_LOADERS, load_present,
+)  # fmt: skip
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.train import Progress, TrainSettings, attach_graphs, exclude_holdout, train_model
 
@@ -69,12 +71,7 @@ def load_tables(root: Path, *, db_path: str | None = None, modern: bool = False
 def modern_model_rows(root: Path) -> pd.DataFrame:
     """Our own modern whole-step rows (offpeak-h100) where the data has them; an empty frame otherwise (the
     repository's sample data has none)."""
-    parts = []
-    for name, loader in HOLDOUT_MODEL_LOADERS.items():
-        try:
-            parts.append(loader(root))
-        except FileNotFoundError:
-            log.info("no %s rows under %s", name, root)
+    parts = load_present(HOLDOUT_MODEL_LOADERS, root)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(MODEL_COLUMNS))
 
 
