@@ -119,12 +119,12 @@ class WorkloadReconciler:
         spec, _ = workloads.workload_spec(job, resolve_gpu=self.ctx.resolve_gpu)
         if spec is None or end.seconds is None:
             return "not sent: the Job's spec or run time cannot be read back"
+        if spec.model_source.kind == "none":
+            return "not sent: the Job has no model graph (offpeak.io/model-source)"
         step = workloads.job_step_seconds(job_seconds=end.seconds, steps=spec.total_steps,
                                           startup_seconds=spec.startup_seconds)  # fmt: skip
         if step is None:
             return f"not sent: {end.seconds:.0f}s is no longer than the assumed start-up"
-        if spec.model_source.kind == "none":
-            return "not sent: the Job has no model graph (offpeak.io/model-source)"
         node = workloads.ran_on(self.ctx.kube.list_batch_job_pods(meta["namespace"], meta["name"]))
         gpu_type = self.ctx.kube.node_gpu_type(node) if node else ""
         if not gpu_type:

@@ -218,6 +218,8 @@ def test_a_job_sample_that_cannot_be_sent_says_why_on_the_job() -> None:
         (_ended_job(), SamplePredictor(fail=True), None, "not learned: predictor /v1/samples: unreachable"),
         (_ended_job(succeeded=False), SamplePredictor(), None, "not sent: the Job failed"),
         (_ended_job(**{"offpeak.io/model-source": ""}), SamplePredictor(), None, "not sent: the Job has no model"),
+        (_ended_job(end="06:00:04", **{"offpeak.io/model-source": ""}), SamplePredictor(), None,
+         "not sent: the Job has no model"),  # the missing source is the reason, not the short run
         (_ended_job(), SamplePredictor(), [], "not sent: the node it ran on is not known"),
         (_ended_job(end="06:00:45"), SamplePredictor(), None, "not sent: 45s is no longer than the assumed start-up"),
     ]
