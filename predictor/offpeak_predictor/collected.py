@@ -59,7 +59,7 @@ def collected_log_ratios(*, predictor: Predictor, rows: pd.DataFrame) -> dict[st
 def load_calibration(*, predictor: Predictor, db: BenchmarkDB,
                      settings: CalibrationSettings = CalibrationSettings()) -> dict[str, GpuCalibration]:  # fmt: skip
     """The calibration of every GPU type with collected rows in `db`, against `predictor`'s model."""
-    ratios = collected_log_ratios(predictor=predictor, rows=db.read("model_samples"))
+    ratios = collected_log_ratios(predictor=predictor, rows=db.read("model_samples", source=COLLECT_SOURCE))
     return calibrate(ratios, settings=settings)
 
 
@@ -177,10 +177,9 @@ def store_batch(db: BenchmarkDB, batch: CollectedBatch) -> tuple[int, int, int]:
         if not path.exists():
             path.write_bytes(gzip.compress(json.dumps(raw).encode()))
         rows.append({**row, "graph_ref": str(path)})
-    stored_models, stored_ops = db.read("model_samples"), db.read("op_samples")
-    mine = lambda frame: frame[(frame["source"] == COLLECT_SOURCE) & (frame["gpu"] == batch.gpu_type)]  # noqa: E731
-    new_models = _new_rows(mine(stored_models), rows, MODEL_ROW_KEY)
-    new_ops = _new_rows(mine(stored_ops), batch.op_rows, OP_ROW_KEY)
+    mine = {"source": COLLECT_SOURCE, "gpu": batch.gpu_type}
+    new_models = _new_rows(db.read("model_samples", **mine), rows, MODEL_ROW_KEY)
+    new_ops = _new_rows(db.read("op_samples", **mine), batch.op_rows, OP_ROW_KEY)
     models = db.append("model_samples", pd.DataFrame(new_models)) if new_models else 0
     ops = db.append("op_samples", pd.DataFrame(new_ops)) if new_ops else 0
     return models, ops, len(rows) + len(batch.op_rows) - models - ops

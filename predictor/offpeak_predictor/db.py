@@ -63,14 +63,21 @@ class BenchmarkDB:
             frame.to_sql(table, con, if_exists="append", index=False)
         return len(frame)
 
-    def read(self, table: str) -> pd.DataFrame:
+    def read(self, table: str, **equal: str) -> pd.DataFrame:
+        """Rows of `table`, only those whose columns equal `equal` when given (`source="collect", gpu="T4"`): the
+        filter runs in SQLite, so a DB that also holds the benchmark rows is not read whole for a few."""
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}")
+        unknown = set(equal) - set(TABLES[table])
+        if unknown:
+            raise ValueError(f"unknown column(s) of {table}: {', '.join(sorted(unknown))}")
+        where = " AND ".join(f"{column} = ?" for column in equal)  # column names are whitelisted above
         with self._connect() as con:
             exists = con.execute("SELECT name FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone()
             if not exists:
                 return pd.DataFrame(columns=list(TABLES[table]))
-            return pd.read_sql_query(f"SELECT * FROM {table}", con)  # noqa: S608 - table name is whitelisted
+            query = f"SELECT * FROM {table}" + (f" WHERE {where}" if where else "")  # noqa: S608 - whitelisted
+            return pd.read_sql_query(query, con, params=tuple(equal.values()))
 
     def replace_source(self, table: str, source: str, rows: pd.DataFrame) -> int:
         """Replace all rows of one source (rebuilding the DB from the datasets is idempotent)."""

@@ -20,6 +20,10 @@ def test_db_append_read_and_replace_source(tmp_path):
     assert list(back["time_s"]) == [0.5, 0.2]
     with pytest.raises(ValueError):
         db.read("nope")
+    assert list(db.read("model_samples", source="b", gpu="L4")["time_s"]) == [0.2]
+    assert db.read("model_samples", source="b", gpu="T4").empty
+    with pytest.raises(ValueError, match="unknown column"):
+        db.read("model_samples", **{"gpu = gpu OR 1": "x"})  # column names never come from a caller's string
 
 
 def test_time_steps_drops_the_warm_up_step():
