@@ -34,8 +34,8 @@ from offpeak_predictor.loaders import HOLDOUT_OP_LOADERS, load_present
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.pipeline import load_tables, modern_model_rows, rich_progress
 from offpeak_predictor.train import (
-    HELD_OUT_FAMILIES, TrainSettings, attach_graphs, context_of, fit_calibration, fit_op_boosters, fit_step_booster, op_matrix,
-    source_weights, step_matrix,
+    TrainSettings, attach_graphs, context_of, fit_calibration, fit_op_boosters, fit_step_booster, op_matrix,
+    source_weights, step_matrix, trainable,
 )  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -209,13 +209,13 @@ def _modern_slice(
     everything = np.ones(len(held), dtype=bool)
     unseen = predict(np.zeros(len(held), dtype=bool), everything)
     family_out = {m: np.full(len(held), np.nan) for m in (*METHODS, *INTERVAL_COLUMNS)}
-    trainable = ~held["family"].isin(list(HELD_OUT_FAMILIES)).to_numpy()
+    may_train = trainable(held, keep_h100=True)
     families = sorted(held["family"].astype(str).unique())
     if quick:
         families = families[:3]
     for i, family in enumerate(families):
         test = (held["family"] == family).to_numpy()
-        for m, values in predict(trainable & ~test, test).items():
+        for m, values in predict(may_train & ~test, test).items():
             family_out[m][test] = values
         progress("modern: H100 family out", i + 1, len(families))
     return held, {"modern_offpeak_h100": unseen, "modern_h100_family_out": family_out}

@@ -268,8 +268,8 @@ def summary_of(ops: pd.DataFrame, models: pd.DataFrame, settings: TrainSettings)
 HELD_OUT_FAMILIES = ("densenet", "mnasnet")  # kept apart by the data's READMEs for independent evaluation
 
 
-def exclude_holdout(frame: pd.DataFrame, *, keep_h100: bool = False) -> pd.DataFrame:
-    """Drop what must stay unseen: the held-out families always, even if they ever appear; H100 rows unless
+def trainable(frame: pd.DataFrame, *, keep_h100: bool = False) -> np.ndarray:
+    """Which rows may train a model: never the held-out families, even if they ever appear; H100 rows only with
     `keep_h100`. The shipped model learns from our own H100 steps (`load_tables(modern=True)`); every evaluation
     scheme that calls the H100 unseen keeps it out."""
     keep = np.ones(len(frame), dtype=bool)
@@ -277,7 +277,12 @@ def exclude_holdout(frame: pd.DataFrame, *, keep_h100: bool = False) -> pd.DataF
         keep &= ~frame["gpu"].astype(str).str.startswith("H100").to_numpy()
     if "family" in frame:
         keep &= ~frame["family"].isin(list(HELD_OUT_FAMILIES)).to_numpy()
-    return frame[keep].reset_index(drop=True)
+    return keep
+
+
+def exclude_holdout(frame: pd.DataFrame, *, keep_h100: bool = False) -> pd.DataFrame:
+    """The `trainable` rows of `frame`."""
+    return frame[trainable(frame, keep_h100=keep_h100)].reset_index(drop=True)
 
 
 def log_ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:
