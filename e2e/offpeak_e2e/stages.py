@@ -2,7 +2,7 @@
 
 Passing any Stage to kwok disables all its defaults, so this supplies every one we need: node initialise and
 heartbeat, pod start (scheduled -> Running and Ready), offline pod completion after ``offpeak.io/sim-runtime``
-and pod deletion. Templates follow kwok's own stages (sigs.k8s.io/kwok kustomize/stage, Apache-2.0).
+(or the attempt's steps left x ``offpeak.io/sim-step-ms``) and pod deletion. Templates follow kwok's own stages (sigs.k8s.io/kwok kustomize/stage, Apache-2.0).
 """
 
 from __future__ import annotations
@@ -12,6 +12,10 @@ from typing import Any
 import yaml
 
 SIM_RUNTIME_ANNOTATION = "offpeak.io/sim-runtime"
+# with it (milliseconds a step), the fake training code of a TrainingJob's pod runs only the steps its attempt has
+# left (OFFPEAK_TOTAL_STEPS - OFFPEAK_COMPLETED_STEPS, as the operator sets them) instead of the whole sim-runtime:
+# a resumed attempt does the remaining work, as real code that loads its checkpoint does
+SIM_STEP_MS_ANNOTATION = "offpeak.io/sim-step-ms"
 # the fake training code's exit status at the end of its sim-runtime (absent: 0, the pod succeeds)
 SIM_EXIT_ANNOTATION = "offpeak.io/sim-exit-code"
 # the progress report (offpeak.progress JSON) the fake training code leaves when it is stopped: what a real one
@@ -169,11 +173,27 @@ def _expr(key: str, op: str, *values: str) -> dict[str, Any]:
     return e
 
 
+def _env_number(name: str) -> str:
+    """jq: the first value of env var `name` among the pod's containers, as a number (null when absent)."""
+    return f'([.spec.containers[].env[]? | select(.name == "{name}") | .value | tonumber] | first)'
+
+
+def run_time_expression() -> str:
+    """jq for how long the fake training code runs: the steps its attempt has left x `offpeak.io/sim-step-ms` when
+    the pod has that annotation, else `offpeak.io/sim-runtime` (a Go duration)."""
+    step = f'.metadata.annotations["{SIM_STEP_MS_ANNOTATION}"]'
+    total, done = _env_number("OFFPEAK_TOTAL_STEPS"), _env_number("OFFPEAK_COMPLETED_STEPS")
+    left = f"(({total} // 0) - ({done} // 0))"
+    return (f'if {step} == null then .metadata.annotations["{SIM_RUNTIME_ANNOTATION}"] '
+            f'else ([{left} * ({step} | tonumber), 1000] | max | floor | tostring) + "ms" end')
+
+
 def stages(*, pod_start_ms: int = 300, heartbeat_ms: int = 20_000) -> list[dict[str, Any]]:
     """Every Stage the local cluster runs kwok with.
 
-    The offline-completion stage waits exactly ``offpeak.io/sim-runtime`` (a Go duration such as ``90s``): kwok
-    picks a random delay between the delay and the jitter, so the jitter is read from the same annotation.
+    The offline-completion stage waits exactly ``offpeak.io/sim-runtime`` (a Go duration such as ``90s``), or the
+    attempt's steps left x ``offpeak.io/sim-step-ms`` (`run_time_expression`): kwok picks a random delay between the
+    delay and the jitter, so the jitter is the same expression.
     """
     not_deleting = _expr(".metadata.deletionTimestamp", "DoesNotExist")
     ready = '.status.conditions.[] | select( .type == "Ready" ) | .status'
@@ -183,8 +203,9 @@ def stages(*, pod_start_ms: int = 300, heartbeat_ms: int = 20_000) -> list[dict[
     offline = _expr(f'.metadata.labels["{WORKLOAD_LABEL}"]', "In", "offline")
     deleting = _expr(".metadata.deletionTimestamp", "Exists")
     no_finalizers = _expr(".metadata.finalizers", "DoesNotExist")
-    ends = {"durationMilliseconds": 1000, "durationFrom": {"expressionFrom": runtime},
-            "jitterDurationMilliseconds": 1000, "jitterDurationFrom": {"expressionFrom": runtime}}
+    run_time = {"jq": {"expression": run_time_expression()}}
+    ends = {"durationMilliseconds": 1000, "durationFrom": run_time,
+            "jitterDurationMilliseconds": 1000, "jitterDurationFrom": run_time}
     return [
         _stage("node-initialize", "Node", [_expr(ready, "NotIn", "True")],
                nxt={"statusTemplate": _NODE_STATUS + _NODE_INIT_EXTRA}),

@@ -19,6 +19,7 @@ import pytest
 
 from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_core.humanize import duration
+from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
 
 
@@ -145,8 +146,9 @@ def test_a_template_job_resumes_on_another_node_from_its_reported_checkpoint_on_
     report = {"offpeak_progress": 1, "steps": 130, "attempt_steps": 130, "step_seconds": 0.1,
               "startup_seconds": 2.0, "checkpoint_steps": 120}
     template = {
+        # the fake code takes 100 ms a step and runs the steps its attempt has left (300, then 300 - 120)
         "metadata": {"labels": {"team": "vision"},
-                     "annotations": {"offpeak.io/sim-runtime": "30000ms",
+                     "annotations": {"offpeak.io/sim-runtime": "30000ms", "offpeak.io/sim-step-ms": "100",
                                      "offpeak.io/sim-progress": json.dumps(report)}},
         "spec": {
             "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
@@ -203,6 +205,12 @@ def test_a_template_job_resumes_on_another_node_from_its_reported_checkpoint_on_
     assert remaining[SECOND]["p50"] < 60, remaining  # the work left, not the whole job again
     done = e2e_cluster.wait_phase(ns, "resume", ["Succeeded", "Failed"], timeout=120)["status"]
     assert done["phase"] == "Succeeded", done
+    # the resumed attempt ran the 180 steps left (18 s), not the whole job's 30 s again
+    (ended,) = [p for p in e2e_cluster.pods(ns, "offpeak.io/trainingjob=resume,offpeak.io/role=training")
+                if p["metadata"]["labels"]["offpeak.io/attempt"] == "2"]
+    ran = ended["status"]["containerStatuses"][0]["state"]["terminated"]
+    seconds = parse_timestamp(ran["finishedAt"]) - parse_timestamp(ran["startedAt"])
+    assert 16 <= seconds <= 22, (seconds, ran)
     e2e_cluster.kubectl("delete", "pv", pv, "--wait=false", check=False)
 
 

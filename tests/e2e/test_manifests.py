@@ -19,13 +19,16 @@ def test_stages_cover_node_and_pod_lifecycle() -> None:
     assert all(d["kind"] == "Stage" and d["apiVersion"] == "kwok.x-k8s.io/v1alpha1" for d in docs)
 
 
-def test_offline_completion_waits_exactly_the_sim_runtime() -> None:
+def test_offline_completion_waits_exactly_the_sim_runtime_or_the_steps_left() -> None:
     complete = next(s for s in stages.stages() if s["metadata"]["name"] == "offpeak-offline-complete")
     delay = complete["spec"]["delay"]
-    expr = '.metadata.annotations["offpeak.io/sim-runtime"]'
-    # kwok draws between delay and jitter; the same annotation for both makes the delay exact
-    assert delay["durationFrom"]["expressionFrom"] == expr
-    assert delay["jitterDurationFrom"]["expressionFrom"] == expr
+    # kwok draws between delay and jitter; the same expression for both makes the delay exact
+    assert delay["durationFrom"] == delay["jitterDurationFrom"] == {"jq": {"expression": stages.run_time_expression()}}
+    expr = stages.run_time_expression()
+    # sim-runtime unless the pod gives a step time; then the steps the operator says are left
+    assert expr.startswith('if .metadata.annotations["offpeak.io/sim-step-ms"] == null then '
+                           '.metadata.annotations["offpeak.io/sim-runtime"] else')
+    assert expr.index('"OFFPEAK_TOTAL_STEPS"') < expr.index(" - ") < expr.index('"OFFPEAK_COMPLETED_STEPS"')
     keys = {e["key"]: e for e in complete["spec"]["selector"]["matchExpressions"]}
     assert keys['.metadata.labels["offpeak.io/workload"]']["values"] == ["offline"]
     assert "phase: Succeeded" in complete["spec"]["next"]["statusTemplate"]
