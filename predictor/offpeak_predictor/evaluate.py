@@ -4,7 +4,8 @@ Folds: leave-one-GPU-out (the GPU's op rows AND model rows are removed before tr
 leave-one-model-family-out; where the full data has our own H100 rows (offpeak-h100), two "modern" slices: every
 method trained on all other rows, then asked for those (a GPU, software and models it never saw), and each family of
 those rows asked of methods trained on the other families' H100 rows too (a new model on a GPU we measured, the case
-of the shipped model, which trains on all of them).
+of the shipped model, which trains on all of them). Our H100 single ops train the op models of every scheme but the
+first modern slice (and `modern_ops`, which checks the op model on them).
 Methods: offpeak, roofline, FLOPs-linear (PALEO-style), per-layer MLP (Justus 2018).
 Intervals: each fold calibrates its p50/p90 from its own training rows only (`train.fit_calibration`, as the shipped
 model does), so a test row's residual never informs its own interval; coverage and width per slice.
@@ -32,7 +33,7 @@ from offpeak_predictor.graphfeatures import GraphSummary
 from offpeak_predictor.intervals import interval_metrics, regime_of
 from offpeak_predictor.loaders import HOLDOUT_OP_LOADERS, load_present
 from offpeak_predictor.model import RuntimeModel
-from offpeak_predictor.pipeline import load_tables, modern_model_rows, rich_progress
+from offpeak_predictor.pipeline import load_tables, modern_model_rows, modern_op_rows, rich_progress
 from offpeak_predictor.train import (
     TrainSettings, attach_graphs, context_of, fit_calibration, fit_op_boosters, fit_step_booster, op_matrix,
     source_weights, step_matrix, trainable,
@@ -47,6 +48,7 @@ LEGACY_P90_LOG_MARGIN = 0.7568449609344708
 # Interval columns of a fold's offpeak predictions (beside METHODS): calibrated p90, the model's own point
 # estimate (before the p50 offset) and the legacy fixed-multiplier p90.
 INTERVAL_COLUMNS = ("offpeak_p90", "offpeak_model", "offpeak_legacy_p90")
+FullFit = tuple[RuntimeModel, LayerMLP, np.ndarray, np.ndarray]  # op model, per-layer MLP, step features, bases
 
 
 def metrics(actual: np.ndarray, pred: np.ndarray) -> dict[str, float]:
@@ -68,7 +70,7 @@ def metrics(actual: np.ndarray, pred: np.ndarray) -> dict[str, float]:
 
 def _fold_predictions(
     *, ops: pd.DataFrame, models: pd.DataFrame, summaries: list[GraphSummary], test: np.ndarray,
-    settings: TrainSettings, retrain_ops: bool, full: tuple[RuntimeModel, LayerMLP, np.ndarray, np.ndarray],
+    settings: TrainSettings, retrain_ops: bool, full: FullFit,
     ops_test_gpu: str | None,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """Train every method without the test rows; predict the test rows."""
@@ -125,12 +127,14 @@ def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = Fa
 
         ops, models = quick_subsample(ops, models, seed)
         settings = replace(settings, op_rounds=40, step_rounds=40)
+    h100_ops = modern_op_rows(root)
     with rich_progress() as progress:
         models, summaries = attach_graphs(models, get_graph, progress)
-        full_op_model = RuntimeModel(op_boosters=fit_op_boosters(ops, settings))
-        full_mlp = _fit_mlp(ops, seed)
-        x_all, base_all = step_matrix(full_op_model, models, summaries)
-        full = (full_op_model, full_mlp, x_all, base_all)
+        # Our H100 single ops are training data for every scheme that does not call the H100 unseen: no public test
+        # row is an H100's, and the shipped model learns from them too.
+        without_h100 = _full_fit(ops, models, summaries, settings)
+        ops = pd.concat([ops, h100_ops], ignore_index=True) if len(h100_ops) else ops
+        full = _full_fit(ops, models, summaries, settings) if len(h100_ops) else without_h100
         op_gpus = set(ops["gpu"])
         preds: dict[str, dict[str, np.ndarray]] = {}
         for scheme, column in (("leave_one_gpu_out", "gpu"), ("leave_one_family_out", "family")):
@@ -152,7 +156,7 @@ def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = Fa
                 progress(scheme, i + 1, len(groups))
             preds[scheme] = table
         modern = _modern_slice(root=root, ops=ops, models=models, summaries=summaries, settings=settings,
-                               full=full, progress=progress, quick=quick)  # fmt: skip
+                               full=full, without_h100=without_h100, progress=progress, quick=quick)  # fmt: skip
     report = build_report(models, preds, started=started, quick=quick)
     frames = [_predictions_frame(models, preds)]
     if modern is not None:
@@ -165,7 +169,7 @@ def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = Fa
                 m: round(report["schemes"][scheme]["overall"][m].get("mape", math.nan), 1) for m in METHODS}
             report["headline"]["intervals"][scheme] = _interval_headline(report["schemes"][scheme])
         frames.append(_predictions_frame(rows, modern_preds))
-    report["modern_ops"] = modern_op_report(root=root, model=full[0])
+    report["modern_ops"] = modern_op_report(root=root, model=without_h100[0])
     report = json_safe(report)
     out_dir.mkdir(parents=True, exist_ok=True)
     pd.concat(frames, ignore_index=True).to_csv(out_dir / "predictions.csv.gz", index=False)
@@ -174,16 +178,25 @@ def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = Fa
     return report
 
 
+def _full_fit(ops: pd.DataFrame, models: pd.DataFrame, summaries: list[GraphSummary], settings: TrainSettings
+              ) -> FullFit:  # fmt: skip
+    """Op boosters and per-layer MLP trained on `ops`, with the model rows' step features under them."""
+    op_model = RuntimeModel(op_boosters=fit_op_boosters(ops, settings))
+    x_all, base_all = step_matrix(op_model, models, summaries)
+    return op_model, _fit_mlp(ops, settings.seed), x_all, base_all
+
+
 def _modern_slice(
     *, root: Path, ops: pd.DataFrame, models: pd.DataFrame, summaries: list[GraphSummary], settings: TrainSettings,
-    full: tuple[RuntimeModel, LayerMLP, np.ndarray, np.ndarray], progress: Any, quick: bool = False,
+    full: FullFit, without_h100: FullFit, progress: Any, quick: bool = False,
 ) -> tuple[pd.DataFrame, dict[str, dict[str, np.ndarray]]] | None:  # fmt: skip
     """Our own H100 rows predicted two ways (None: not in the data):
 
-    - `modern_offpeak_h100`: every method trained on all loaded rows, none from an H100 (a GPU, software and models
-      it never saw);
+    - `modern_offpeak_h100`: every method trained on all loaded rows, none from an H100 (`without_h100`: a GPU,
+      software and models it never saw);
     - `modern_h100_family_out`: each model family of those rows predicted by every method trained on all loaded rows
-      plus our H100 rows of the *other* families, as the shipped model is: a new model on a GPU we measured.
+      plus our H100 single ops and H100 steps of the *other* families, as the shipped model is: a new model on a GPU
+      we measured.
     """
     held = modern_model_rows(root)
     if not len(held):
@@ -191,11 +204,12 @@ def _modern_slice(
     held, held_sums = attach_graphs(held, get_graph, progress)
     if not len(held):
         return None
-    full_model, full_mlp, x_all, base_all = full
-    x_held, base_held = step_matrix(full_model, held, held_sums)
+    held_steps = {id(fit): step_matrix(fit[0], held, held_sums) for fit in (full, without_h100)}
 
-    def predict(extra: np.ndarray, test: np.ndarray) -> dict[str, np.ndarray]:
-        """Train on the loaded rows plus `held[extra]`; predict `held[test]`."""
+    def predict(fit: FullFit, extra: np.ndarray, test: np.ndarray) -> dict[str, np.ndarray]:
+        """Train on the loaded rows plus `held[extra]` over `fit`'s op models; predict `held[test]`."""
+        full_model, full_mlp, x_all, base_all = fit
+        x_held, base_held = held_steps[id(fit)]
         pick = lambda mask: [s for s, keep in zip(held_sums, mask, strict=True) if keep]  # noqa: E731
         rows = pd.concat([models, held[extra], held[test]], ignore_index=True)
         mask = np.r_[np.zeros(len(models) + int(extra.sum()), dtype=bool), np.ones(int(test.sum()), dtype=bool)]
@@ -207,7 +221,7 @@ def _modern_slice(
         )  # fmt: skip
 
     everything = np.ones(len(held), dtype=bool)
-    unseen = predict(np.zeros(len(held), dtype=bool), everything)
+    unseen = predict(without_h100, np.zeros(len(held), dtype=bool), everything)
     family_out = {m: np.full(len(held), np.nan) for m in (*METHODS, *INTERVAL_COLUMNS)}
     may_train = trainable(held, keep_h100=True)
     families = sorted(held["family"].astype(str).unique())
@@ -215,7 +229,7 @@ def _modern_slice(
         families = families[:3]
     for i, family in enumerate(families):
         test = (held["family"] == family).to_numpy()
-        for m, values in predict(may_train & ~test, test).items():
+        for m, values in predict(full, may_train & ~test, test).items():
             family_out[m][test] = values
         progress("modern: H100 family out", i + 1, len(families))
     return held, {"modern_offpeak_h100": unseen, "modern_h100_family_out": family_out}

@@ -16,7 +16,16 @@ from offpeak_predictor.gpus import GPU_FEATURES, GpuSpec
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4, "bool": 1}
 _PRECISION_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
-OPTIMIZER_BYTES_PER_PARAM = {"none": 0.0, "sgd": 20.0, "adam": 32.0, "adamw": 32.0}  # fp32 states, grads, params
+# The least traffic an optimizer step can make per fp32 parameter (one fused kernel reads the parameter, its gradient
+# and states and writes the parameter and states): the roofline baseline's lower bound.
+OPTIMIZER_BYTES_PER_PARAM = {"none": 0.0, "sgd": 20.0, "sgd-nomomentum": 12.0, "adam": 32.0, "adamw": 32.0}
+# What the optimizers people run really move per fp32 parameter. PyTorch's default (foreach, and the per-tensor loop
+# before it) makes one pass over the tensors per arithmetic step: SGD with momentum = mul_ + add_ on the buffer and
+# add_ into the parameter (8 + 12 + 12 bytes; without momentum only the last); Adam = lerp_, mul_, addcmul_, sqrt,
+# div_, add_, addcdiv_ (72 bytes); AdamW adds the decoupled weight decay's mul_ on the parameter (80). TensorFlow's
+# training ops are fused kernels.
+PYTORCH_OPTIMIZER_BYTES = {"none": 0.0, "sgd": 32.0, "sgd-nomomentum": 12.0, "adam": 72.0, "adamw": 80.0}
+GRAD_SCALER_BYTES_PER_PARAM = 8.0  # fp16 AMP: GradScaler unscales (reads and writes) every gradient once
 # Eager frameworks pay a host-side cost per launched kernel, whatever the GPU: a step can never be faster than
 # launching its kernels (forward op, ~2 backward kernels per op, optimizer kernels per parameter tensor).
 HOST_SECONDS_PER_OP = 8e-6
@@ -102,10 +111,20 @@ def step_composition(
     per_class = np.bincount(summary.class_index, weights=per_op, minlength=len(OP_CLASSES))
     total = float(per_op.sum())
     if train:
-        total += summary.params * OPTIMIZER_BYTES_PER_PARAM.get(ctx.optimizer, 32.0) / gpu.bandwidth_bytes
+        total += summary.params * optimizer_bytes_per_param(ctx) / gpu.bandwidth_bytes
         if ctx.num_gpus > 1:  # ring all-reduce of fp32 gradients over an assumed 50 GB/s link
             total += 2.0 * (ctx.num_gpus - 1) / ctx.num_gpus * summary.params * 4.0 / 50e9
     return max(total, host_seconds(summary, ctx)), per_class
+
+
+def optimizer_bytes_per_param(ctx: StepContext) -> float:
+    """Bytes an optimizer step moves per parameter, as the step's framework implements the optimizer."""
+    if ctx.mode != "train" or ctx.optimizer == "none":
+        return 0.0
+    if ctx.framework == "tensorflow":
+        return OPTIMIZER_BYTES_PER_PARAM.get(ctx.optimizer, 32.0)
+    scaler = GRAD_SCALER_BYTES_PER_PARAM if ctx.precision == "fp16" else 0.0
+    return PYTORCH_OPTIMIZER_BYTES.get(ctx.optimizer, PYTORCH_OPTIMIZER_BYTES["adamw"]) + scaler
 
 
 def host_seconds(summary: GraphSummary, ctx: StepContext) -> float:

@@ -16,7 +16,7 @@ import pandas as pd
 from offpeak_predictor.gpus import find_gpu
 from offpeak_predictor.graphcache import get_graph
 from offpeak_predictor.loaders import (
-    HOLDOUT_MODEL_LOADERS, MODEL_COLUMNS, MODEL_LOADERS, OP_LOADERS, load_present,
+    HOLDOUT_MODEL_LOADERS, HOLDOUT_OP_LOADERS, MODEL_COLUMNS, MODEL_LOADERS, OP_COLUMNS, OP_LOADERS, load_present,
 )  # fmt: skip
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.train import Progress, TrainSettings, attach_graphs, exclude_holdout, train_model
@@ -46,12 +46,14 @@ def load_tables(root: Path, *, db_path: str | None = None, modern: bool = False
                 ) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
     """(op rows, model rows) from the datasets plus any rows collected into the DB; hold-outs removed.
 
-    `modern`: also our own H100 steps (`HOLDOUT_MODEL_LOADERS`, when the data has them), and H100 rows are kept: what
-    the shipped model trains on. The evaluation loads without them and asks for them as its modern slices.
+    `modern`: also our own H100 steps and single ops (`HOLDOUT_MODEL_LOADERS`, `HOLDOUT_OP_LOADERS`, when the data
+    has them), and H100 rows are kept: what the shipped model trains on. The evaluation loads without them and asks
+    for them as its modern slices.
     """
     ops = pd.concat([fn(root) for fn in OP_LOADERS.values()], ignore_index=True)
     models = pd.concat([fn(root) for fn in MODEL_LOADERS.values()], ignore_index=True)
     if modern:
+        ops = pd.concat([ops, modern_op_rows(root)], ignore_index=True)
         models = pd.concat([models, modern_model_rows(root)], ignore_index=True)
     if db_path:
         from offpeak_predictor.db import BenchmarkDB
@@ -73,6 +75,13 @@ def modern_model_rows(root: Path) -> pd.DataFrame:
     repository's sample data has none)."""
     parts = load_present(HOLDOUT_MODEL_LOADERS, root)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(MODEL_COLUMNS))
+
+
+def modern_op_rows(root: Path) -> pd.DataFrame:
+    """Our own modern single ops (offpeak-h100: GEMM, TF32 and half-precision convolutions, vector ops on an H100)
+    where the data has them; an empty frame otherwise."""
+    parts = load_present(HOLDOUT_OP_LOADERS, root)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(OP_COLUMNS))
 
 
 def quick_subsample(ops: pd.DataFrame, models: pd.DataFrame, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:

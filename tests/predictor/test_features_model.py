@@ -59,6 +59,26 @@ def test_training_step_costs_more_than_inference_and_optimizer_adds_traffic():
     assert len(feats) == len(STEP_FEATURES) and all(math.isfinite(f) for f in feats)
 
 
+def test_optimizer_traffic_follows_how_the_framework_implements_it():
+    """PyTorch's foreach Adam makes a pass per arithmetic step (AdamW one more for its weight decay, fp16 one more
+    for GradScaler's unscale); TensorFlow's fused training ops move only what they must."""
+    s = summarise(mlp_graph(batch=8, width=4096, layers=4))  # 67 M parameters, little compute
+    gpu = resolve_gpu("H100")
+    fwd = np.full(len(s.ops), 1e-3)  # GPU-bound: the host's launch floor stays below it
+
+    def step(**ctx: str) -> float:
+        return step_composition(summary=s, op_seconds=fwd, gpu=gpu, ctx=StepContext(**ctx))[0]
+
+    none, sgd, adam, adamw = (step(optimizer=o) for o in ("none", "sgd", "adam", "adamw"))
+    assert none < sgd < adam < adamw
+    # Adam's seven passes over fp32 tensors (72 bytes a parameter) at the H100's bandwidth.
+    assert adam - none == pytest.approx(s.params * 72 / gpu.bandwidth_bytes, rel=1e-6)
+    assert step(optimizer="adam", precision="fp16") > step(optimizer="adam", precision="bf16")
+    tf_adam, tf_none = step(optimizer="adam", framework="tensorflow"), step(optimizer="none", framework="tensorflow")
+    assert tf_adam - tf_none == pytest.approx(s.params * 32 / gpu.bandwidth_bytes, rel=1e-6)
+    assert step(mode="inference", optimizer="adamw") == step(mode="inference", optimizer="none")
+
+
 def test_tiny_model_predicts_unseen_gpu_and_orders_gpus_sensibly(tiny_model):
     g = summarise(mlp_graph(batch=256, width=4096, layers=6))
     preds = {name: tiny_model.predict_step(g, resolve_gpu(name), StepContext()) for name in ("P4", "A100", "H100")}

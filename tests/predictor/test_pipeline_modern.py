@@ -1,10 +1,10 @@
-"""The shipped model trains on our own H100 steps; the evaluation's tables keep every H100 row out."""
+"""The shipped model trains on our own H100 steps and single ops; the evaluation's tables keep every H100 row out."""
 
 import json
 import shutil
 
 from offpeak_predictor import loaders as L
-from offpeak_predictor.pipeline import load_tables, modern_model_rows
+from offpeak_predictor.pipeline import load_tables, modern_model_rows, modern_op_rows
 
 SAMPLE = L.runtime_dir()
 
@@ -23,6 +23,11 @@ def _root_with_h100_steps(tmp_path):
     (root / "offpeak-h100").mkdir()
     rows = [_row("resnet34", "fp32"), _row("resnet34", "bf16"), _row("mnasnet1_0", "fp16")]
     (root / "offpeak-h100" / "h100_models.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "offpeak-h100" / "h100_ops.csv").write_text(
+        "op,precision,bytes,c,flops,head_dim,heads,hw,k,m,n,numel,r,seq,stride,time_s\n"
+        "gemm,bf16,,,2147483648,,,,1024,1024,1024,,,,,1.1e-05\n"
+        "conv2d_fwd,tf32,,64,7398752256,,,56,64,,32,,3,,1,0.000128\n"
+        "layernorm_fwd,fp32,524288,,,,,,,,,65536,,,,2.7e-05\n")
     return root
 
 
@@ -34,16 +39,22 @@ def test_modern_rows_train_the_shipped_model_but_not_the_evaluation(tmp_path, mo
 
     monkeypatch.setattr(pipeline, "OP_LOADERS", L.OP_LOADERS)
     monkeypatch.setattr(pipeline, "MODEL_LOADERS", L.MODEL_LOADERS)
-    _, shipped = load_tables(root, modern=True)
-    _, evaluated = load_tables(root)
+    shipped_ops, shipped = load_tables(root, modern=True)
+    evaluated_ops, evaluated = load_tables(root)
     h100 = shipped[shipped["gpu"].astype(str).str.startswith("H100")]
     assert sorted(h100["precision"]) == ["bf16", "fp32"]  # the held-out family (mnasnet) stays out even here
     assert set(h100["source"]) == {"offpeak-h100"}
     assert not evaluated["gpu"].astype(str).str.startswith("H100").any()
     assert len(shipped) == len(evaluated) + 2
+    h100_ops = shipped_ops[shipped_ops["source"] == "offpeak-h100-ops"]
+    assert sorted(h100_ops["op_class"]) == ["conv", "gemm", "norm"]  # our single ops teach the shipped op models
+    assert set(h100_ops["gpu"]) == set(h100["gpu"])
+    assert not evaluated_ops["gpu"].astype(str).str.startswith("H100").any()
+    assert len(shipped_ops) == len(evaluated_ops) + 3
 
 
 def test_without_our_h100_folder_there_are_no_modern_rows(tmp_path):
     root = tmp_path / "runtime"
     root.mkdir()
     assert modern_model_rows(root).empty
+    assert modern_op_rows(root).empty
