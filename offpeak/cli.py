@@ -45,6 +45,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_site_catalogue() -> None:
+    """A site GPU catalogue (`$OFFPEAK_GPU_CATALOGUE`) that does not parse, or that clashes with the built-in GPUs,
+    stops every command at its start with the reason, before a service runs on half of it."""
+    from offpeak_core.gpuproducts import site_products
+
+    site_products()
+    try:
+        from offpeak_predictor.gpus import known_gpus
+    except ImportError:
+        return
+    known_gpus()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -53,6 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        check_site_catalogue()
         return int(func(args) or 0)
     except UserError as e:
         print(f"offpeak {args.command}: error: {e}", file=sys.stderr)

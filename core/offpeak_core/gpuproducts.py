@@ -4,8 +4,9 @@ GFD writes ``nvidia.com/gpu.product`` = the NVML device name with spaces as dash
 ``Tesla-T4``), plus ``nvidia.com/gpu.memory`` (MiB) and, on MIG nodes, ``nvidia.com/mig.strategy`` and a product
 with a ``-MIG-<profile>`` suffix. offpeak names GPU types by its catalogue (``offpeak_predictor``'s GPU catalogue,
 the values predictions are keyed by), so this one table maps GFD's names to catalogue names; a test keeps every
-entry equal to what the catalogue itself resolves the name to. ``offpeak.io/gpu-type`` stays as an override, for
-nodes without GFD or GPUs the table does not know.
+entry equal to what the catalogue itself resolves the name to. A site's own GPU types add their products from the
+site catalogue (``$OFFPEAK_GPU_CATALOGUE``, `offpeak_core.sitegpus`). ``offpeak.io/gpu-type`` stays as an override,
+for nodes without GFD or GPUs neither table knows.
 
 MIG slices are not modelled (a 1g.5gb slice is not an A100): such nodes have no GPU type, so offpeak places on
 them runtime-blind, never with a whole GPU's prediction.
@@ -14,6 +15,9 @@ them runtime-blind, never with a whole GPU's prediction.
 from __future__ import annotations
 
 from collections.abc import Mapping
+
+from offpeak_core.errors import UserError
+from offpeak_core.sitegpus import site_catalogue
 
 GPU_TYPE_LABEL = "offpeak.io/gpu-type"  # the override, and what offpeak itself writes on test nodes
 GFD_PRODUCT_LABEL = "nvidia.com/gpu.product"
@@ -54,9 +58,20 @@ def node_gpu_type(labels: Mapping[str, str]) -> str | None:
     product = labels.get(GFD_PRODUCT_LABEL, "")
     if not product or "-MIG-" in product:
         return None
-    return GFD_PRODUCTS.get(product)
+    return GFD_PRODUCTS.get(product) or site_products().get(product)
+
+
+def site_products() -> dict[str, str]:
+    """GFD products of the site's own GPU types (`offpeak_core.sitegpus`); one the table above already maps is an
+    error, not a silent second meaning."""
+    mapping = site_catalogue().gfd_map()
+    for product, gpu_type in mapping.items():
+        if product in GFD_PRODUCTS:
+            raise UserError(f"GPU catalogue {site_catalogue().source}: {product!r} ({gpu_type}) is already built in "
+                            f"as {GFD_PRODUCTS[product]}")
+    return mapping
 
 
 def gfd_products(gpu_type: str) -> list[str]:
     """The GFD product names of one catalogue GPU type (for node affinity), sorted."""
-    return sorted(p for p, t in GFD_PRODUCTS.items() if t == gpu_type)
+    return sorted(p for p, t in {**GFD_PRODUCTS, **site_products()}.items() if t == gpu_type)

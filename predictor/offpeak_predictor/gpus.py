@@ -1,7 +1,8 @@
 """GPU catalogue: public spec-sheet figures, so the predictor describes hardware by its specs, not by an id.
 
 Describing a GPU by its specs is what lets the models predict a card they never saw measured (e.g. H100).
-Canonical names are Kubernetes-label-safe and are the values of the `offpeak.io/gpu-type` node label.
+Canonical names are Kubernetes-label-safe and are the values of the `offpeak.io/gpu-type` node label. A site adds
+GPUs the built-in catalogue lacks with a file of its own (`$OFFPEAK_GPU_CATALOGUE`, see `offpeak_core.sitegpus`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from functools import lru_cache
 from importlib import resources
 
 from offpeak.errors import UserError
+from offpeak_core.sitegpus import SiteCatalogue, SiteGpu, site_catalogue
 
 _LABEL_SAFE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.\-]*[A-Za-z0-9]$|^[A-Za-z0-9]$")
 _NOISE_WORDS = ("nvidia", "tesla", "geforce", "amd", "instinct", "lambdacloud")
@@ -87,7 +89,7 @@ def _normalise(name: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def _catalogue() -> tuple[dict[str, GpuSpec], dict[str, str]]:
+def _builtin() -> tuple[dict[str, GpuSpec], dict[str, str]]:
     raw = json.loads(resources.files("offpeak_predictor").joinpath("data/gpus.json").read_text())
     specs: dict[str, GpuSpec] = {}
     index: dict[str, str] = {}
@@ -99,6 +101,42 @@ def _catalogue() -> tuple[dict[str, GpuSpec], dict[str, str]]:
         for key in (spec.name, *spec.aliases):
             index.setdefault(_normalise(key), spec.name)
     return specs, index
+
+
+def _catalogue() -> tuple[dict[str, GpuSpec], dict[str, str]]:
+    """The built-in catalogue plus the site's own GPU types (`$OFFPEAK_GPU_CATALOGUE`, `offpeak_core.sitegpus`)."""
+    return _with_site(site_catalogue())
+
+
+@lru_cache(maxsize=4)
+def _with_site(site: SiteCatalogue) -> tuple[dict[str, GpuSpec], dict[str, str]]:
+    builtin_specs, builtin_index = _builtin()
+    if not site.gpus:
+        return builtin_specs, builtin_index
+    specs, index = dict(builtin_specs), dict(builtin_index)
+    for gpu in site.gpus:
+        for key in (gpu.name, *gpu.aliases):
+            if _normalise(key) in builtin_index:
+                raise UserError(f"GPU catalogue {site.source}: {key!r} ({gpu.name}) is the built-in GPU "
+                                f"{builtin_index[_normalise(key)]}; use that name")
+        specs[gpu.name] = site_spec(gpu)
+        for key in (gpu.name, *gpu.aliases):
+            index.setdefault(_normalise(key), gpu.name)
+    return specs, index
+
+
+def site_spec(gpu: SiteGpu) -> GpuSpec:
+    """A site GPU as a catalogue entry: bf16 defaults to its fp16 figure and tf32 to its fp32 one, as the built-in
+    entries of cards without those units do."""
+    f = gpu.fields()
+    return GpuSpec(
+        name=gpu.name, aliases=gpu.aliases, vendor=str(f["vendor"]), architecture=str(f["architecture"]),
+        sm_count=int(f["sm_count"]), cores_per_sm=int(f.get("cores_per_sm", 128)),
+        boost_clock_mhz=f["boost_clock_mhz"], memory_bandwidth_gbs=f["memory_bandwidth_gbs"],
+        memory_gb=f["memory_gb"], fp32_tflops=f["fp32_tflops"], fp16_tflops=f["fp16_tflops"],
+        bf16_tflops=f.get("bf16_tflops", f["fp16_tflops"]), tf32_tflops=f.get("tf32_tflops", f["fp32_tflops"]),
+        l2_mb=f["l2_mb"], year=int(f.get("year", 0)), tdp_watts=f.get("tdp_watts", 0.0),
+    )  # fmt: skip
 
 
 def known_gpus() -> list[str]:

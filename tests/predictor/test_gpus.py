@@ -1,3 +1,4 @@
+import json
 import re
 
 import pytest
@@ -41,3 +42,38 @@ def test_specs_are_plausible():
         assert spec.memory_bandwidth_gbs > 100 and spec.sm_count > 0 and spec.l2_mb > 0
     h100, a100 = resolve_gpu("H100"), resolve_gpu("A100")
     assert h100.peak_flops("fp16") > a100.peak_flops("fp16") and h100.bandwidth_bytes > a100.bandwidth_bytes
+
+
+SITE_GPU = json.dumps({"gpus": [{
+    "name": "RTX-PRO-6000-Blackwell", "aliases": ["NVIDIA RTX PRO 6000 Blackwell Server Edition"],
+    "gfd_products": ["NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition"], "sm_count": 188, "boost_clock_mhz": 2617,
+    "memory_bandwidth_gbs": 1792, "memory_gb": 96, "l2_mb": 128, "fp32_tflops": 120, "fp16_tflops": 500,
+}]})
+
+
+def test_a_site_gpu_joins_the_catalogue_and_is_priced_from_its_figures(tmp_path, monkeypatch, tiny_model):
+    from offpeak_operator.gpus import load_resolver
+    from offpeak_predictor.graphfeatures import StepContext, summarise
+    from tests.predictor.conftest import mlp_graph
+
+    monkeypatch.delenv("OFFPEAK_GPU_CATALOGUE", raising=False)
+    with pytest.raises(UserError, match="unknown GPU 'NVIDIA RTX PRO 6000"):
+        resolve_gpu("NVIDIA RTX PRO 6000 Blackwell Server Edition")
+    (tmp_path / "gpus.json").write_text(SITE_GPU)
+    monkeypatch.setenv("OFFPEAK_GPU_CATALOGUE", str(tmp_path / "gpus.json"))
+    spec = resolve_gpu("NVIDIA RTX PRO 6000 Blackwell Server Edition")
+    assert spec.name == "RTX-PRO-6000-Blackwell" and "RTX-PRO-6000-Blackwell" in known_gpus()
+    assert spec.bf16_tflops == 500 and spec.tf32_tflops == 120  # defaults: its fp16 and fp32 figures
+    assert spec.peak_flops("bf16") == 500e12 and spec.bandwidth_bytes == 1792e9
+    assert load_resolver()("RTX-PRO-6000-Blackwell") == "RTX-PRO-6000-Blackwell"  # the operator accepts it
+    graph = summarise(mlp_graph(batch=256, width=4096, layers=6))
+    site = tiny_model.predict_step(graph, spec, StepContext()).step_seconds
+    slower = tiny_model.predict_step(graph, resolve_gpu("T4"), StepContext()).step_seconds
+    assert 0 < site < slower  # 120 TFLOPS FP32 against a T4's 8
+
+
+def test_a_site_gpu_may_not_redefine_a_built_in_one(tmp_path, monkeypatch):
+    (tmp_path / "gpus.json").write_text(SITE_GPU.replace('"aliases": ["NVIDIA RTX PRO', '"aliases": ["H100", "RTX PRO'))
+    monkeypatch.setenv("OFFPEAK_GPU_CATALOGUE", str(tmp_path / "gpus.json"))
+    with pytest.raises(UserError, match="'H100' .* is the built-in GPU H100-SXM5-80GB; use that name"):
+        resolve_gpu("H100")

@@ -181,3 +181,32 @@ spec:
   mountPath: {{ include "offpeak.tokenDir" . }}
   readOnly: true
 {{- end }}
+
+{{/* The site's own GPU types (values gpuCatalogue): a ConfigMap the components that name GPU types read through
+$OFFPEAK_GPU_CATALOGUE. Each helper renders nothing when the catalogue is empty. */}}
+{{- define "offpeak.gpuCatalogueName" -}}
+{{- printf "%s-gpu-catalogue" (include "offpeak.fullname" .) }}
+{{- end }}
+
+{{- define "offpeak.gpuCatalogueEnv" -}}
+{{- if .Values.gpuCatalogue.gpus }}
+- name: OFFPEAK_GPU_CATALOGUE
+  value: /etc/offpeak/gpu-catalogue/gpus.json
+{{- end }}
+{{- end }}
+
+{{- define "offpeak.gpuCatalogueVolume" -}}
+{{- if .Values.gpuCatalogue.gpus }}
+- name: gpu-catalogue
+  configMap:
+    name: {{ include "offpeak.gpuCatalogueName" . }}
+{{- end }}
+{{- end }}
+
+{{- define "offpeak.gpuCatalogueMount" -}}
+{{- if .Values.gpuCatalogue.gpus }}
+- name: gpu-catalogue
+  mountPath: /etc/offpeak/gpu-catalogue
+  readOnly: true
+{{- end }}
+{{- end }}
