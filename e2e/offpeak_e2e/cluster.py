@@ -7,6 +7,7 @@ process: pid files in the run dir). Used by `offpeak cluster up|down|status`, `o
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -39,6 +40,7 @@ class ClusterSettings:
     history_days: float = 4.0  # past replayed "days" backfilled into Prometheus before it starts (online load on)
     service_timeout_s: float = 90.0
     extra_env: dict[str, str] = field(default_factory=dict)
+    online_plan: dict[str, list[int]] | None = None  # per node, online GPUs per slot of the day (None: the trace)
 
 
 def offpeak_argv() -> list[str]:
@@ -182,7 +184,17 @@ class LocalCluster:
         return onlineload.LoadSettings(
             nodes=tuple(self.state.nodes), gpus=self.settings.control_plane.gpus_per_node,
             day_seconds=self.settings.day_seconds, reference_time=float(self.state.urls["reference"]),
+            plan_file=self._plan_file(),
         )
+
+    def _plan_file(self) -> str:
+        """The scenario's own online plan as a file both the backfill and the driver read ("" = the trace)."""
+        if self.settings.online_plan is None:
+            return ""
+        path = self.cp.run_dir / "config" / "online-plan.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.settings.online_plan))
+        return str(path)
 
     def _backfill(self, binary: Path, data: Path, *, instance: str) -> None:
         """Write the replay's past `history_days` into Prometheus' TSDB with promtool (before it starts)."""
@@ -219,6 +231,8 @@ class LocalCluster:
             f"--day-seconds={self.settings.day_seconds:g}",
             f"--reference-time={self._load_settings().reference_time:.3f}",
         ]
+        if self.settings.online_plan is not None:
+            argv.append(f"--plan-file={self._plan_file()}")
         if not self.settings.online_load:
             argv.append("--manual")
         self.sup.start("online", argv, env={"PYTHONPATH": _pythonpath()})

@@ -14,6 +14,7 @@ A Deployment annotated ``offpeak.io/load-driver: manual`` is left alone (tests s
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import signal
 import sys
@@ -21,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -138,6 +140,7 @@ class LoadSettings:
     start_minute: int = 0  # trace minute shown at start (e.g. start in the quiet half of the day)
     reference_time: float = 0.0  # wall time at which trace minute 0 was shown (0: derive from start_minute)
     manual: bool = False  # only export metrics; never scale (tests drive the replicas themselves)
+    plan_file: str = ""  # JSON {node: [online GPUs per slot of the day]} replayed instead of the trace
 
 
 def plan(settings: LoadSettings, shape: traceshape.TraceShape) -> dict[str, list[int]]:
@@ -196,7 +199,13 @@ def history_openmetrics(
 
 
 def load_plan(settings: LoadSettings) -> dict[str, list[int]]:
-    """The per-node demand series from the real trace."""
+    """The per-node demand series: the real trace, or the plan file a scenario wrote (the day in equal slots)."""
+    if settings.plan_file:
+        demand = json.loads(Path(settings.plan_file).read_text())
+        missing = [n for n in settings.nodes if not demand.get(n)]
+        if missing:
+            raise ValueError(f"plan {settings.plan_file} has no demand for {', '.join(missing)}")
+        return {n: [int(v) for v in demand[n]] for n in settings.nodes}
     shape = traceshape.shape_from_duty_cycle(traceshape.load_duty_cycle())
     return plan(settings, shape)
 
@@ -264,6 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--start-minute", type=int, default=0)
     p.add_argument("--reference-time", type=float, default=0.0, help="wall time of trace minute 0 (epoch s)")
     p.add_argument("--manual", action="store_true", help="do not scale; only export the replica counts")
+    p.add_argument("--plan-file", default="", help="JSON {node: [online GPUs per slot]} instead of the trace")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     stop = threading.Event()
@@ -271,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = LoadSettings(
         nodes=tuple(n for n in args.nodes.split(",") if n), gpus=args.gpus, day_seconds=args.day_seconds,
         interval_s=args.interval, start_minute=args.start_minute, manual=args.manual,
-        reference_time=args.reference_time,
+        reference_time=args.reference_time, plan_file=args.plan_file,
     )
     try:
         run(settings, kubeconfig=args.kubeconfig, port=args.port, stop=stop)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,21 @@ def test_binaries_live_in_the_versioned_cache(tmp_path: Path) -> None:
     assert paths["kube-apiserver"] == tmp_path / "bin" / build.KUBERNETES_VERSION / "kube-apiserver"
     assert paths["helm"] == tmp_path / "bin" / build.HELM_VERSION / "helm"
     assert set(build.missing(root=tmp_path)) == set(paths)
+
+
+def test_a_scenario_plan_replaces_the_trace_slot_by_slot(tmp_path: Path) -> None:
+    from offpeak_e2e import onlineload
+
+    plan = {"n1": [0] * 80 + [8] * 160, "n2": [8] * 240}
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    settings = onlineload.LoadSettings(nodes=("n1", "n2"), day_seconds=240.0, plan_file=str(path))
+    demand = onlineload.load_plan(settings)
+    assert demand == plan
+    # slot = second of the 240 s day, from the reference time, day after day
+    assert [onlineload.demand_at(demand, "n1", t=t, reference=1000.0, day_seconds=240.0)
+            for t in (1000.0, 1079.0, 1080.0, 1239.0, 1240.0 + 5)] == [0, 0, 8, 8, 0]
+    assert onlineload.idle_window(demand, "n1", start=1000.0, reference=1000.0, day_seconds=240.0, gpus=8,
+                                  need=4) == 80.0
+    with pytest.raises(ValueError, match="no demand for n3"):
+        onlineload.load_plan(onlineload.LoadSettings(nodes=("n1", "n3"), plan_file=str(path)))
