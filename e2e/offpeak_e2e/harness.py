@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from offpeak_core.gpuproducts import node_gpu_type
+from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e import kube
 from offpeak_e2e.cluster import ClusterSettings, LocalCluster, with_services
 from offpeak_e2e.controlplane import ClusterState, ControlPlaneSettings
@@ -172,6 +173,18 @@ class E2ECluster:
     def pods(self, ns: str, selector: str) -> list[dict[str, Any]]:
         return list(self.get("pods", "-n", ns, "-l", selector)["items"])
 
+    def online_waits(self, node: str) -> list[float]:
+        """Seconds from creation to start of each running online pod on `node` (whole-second timestamps): how long
+        online work waited for its GPUs."""
+        waits = []
+        for p in self.pods("online", f"app=online-{node}"):
+            status = p.get("status") or {}
+            created = parse_timestamp(p["metadata"].get("creationTimestamp"))
+            started = parse_timestamp(status.get("startTime"))
+            if status.get("phase") == "Running" and created is not None and started is not None:
+                waits.append(started - created)
+        return waits
+
     def scale_online(self, node: str, replicas: int) -> None:
         """Pin a node's online Deployment to `replicas` (marks it manual so the load driver leaves it alone)."""
         from offpeak_e2e.onlineload import MANUAL_ANNOTATION, NAMESPACE, deployment_name  # noqa: PLC0415
@@ -179,6 +192,11 @@ class E2ECluster:
         d = deployment_name(node)
         self.kubectl("-n", NAMESPACE, "annotate", "deployment", d, f"{MANUAL_ANNOTATION}=manual", "--overwrite")
         self.kubectl("-n", NAMESPACE, "scale", "deployment", d, f"--replicas={replicas}")
+
+
+# Beyond the eviction grace period an online pod waits for the evictor to notice (1-2 s), the stopped pod to be
+# removed and the default scheduler's next attempt; pod timestamps are whole seconds.
+SCHEDULING_SLACK_S = 8
 
 
 def timed(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -8,7 +8,8 @@ past days backfilled into Prometheus, so the extender's forecaster knows it. The
 admission on (`--goodput-min-efficiency`), the rule the simulator measured: it learns live how long the forecast's
 windows really last, and admits a job that checkpoints every 10 s into a window shorter than its run when the work
 it keeps is worth the GPU time it holds. The job starts in the first node's window, is evicted when online work
-returns, reports its checkpoint, and resumes on the second node for the steps it has left.
+returns, reports its checkpoint, and resumes on the second node for the steps it has left; the online pods that
+come back wait for its GPUs no longer than the eviction grace period and the scheduler's slack.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import pytest
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e.cluster import ClusterSettings
 from offpeak_e2e.controlplane import ControlPlaneSettings, StartError
-from offpeak_e2e.harness import E2ECluster, session_cluster_name, trainingjob_manifest
+from offpeak_e2e.harness import SCHEDULING_SLACK_S, E2ECluster, session_cluster_name, trainingjob_manifest
 from offpeak_e2e.nodes import plan_nodes
 
 DAY = 240.0
@@ -126,6 +127,12 @@ def test_a_checkpointing_job_finishes_in_two_short_windows_on_two_nodes(windows_
     assert second["node"] == SECOND and second["attempts"] == 2, second
     assert second["completedSteps"] == REPORT["checkpoint_steps"], second  # from its report
     print(f"[e2e] attempt 2 on {SECOND} at +{time.time() - t0:.0f}s, resuming after step {second['completedSteps']}")
+    # the first node's online pods came back when its window ended; 4 of the 8 waited for the job's GPUs
+    grace = c.cluster.settings.eviction_grace_s
+    c.wait_for(f"8 online pods running on {FIRST}", lambda: len(c.online_waits(FIRST)) == 8, timeout=60)
+    waits = sorted(c.online_waits(FIRST))
+    print(f"[e2e] online pods' wait for a GPU: p50 {waits[4]:.0f}s, max {waits[-1]:.0f}s (eviction grace {grace}s)")
+    assert waits[-1] <= grace + SCHEDULING_SLACK_S, waits
 
     done = c.wait_phase(ns, "short", ["Succeeded", "Failed"], timeout=DAY)["status"]
     assert done["phase"] == "Succeeded", done
