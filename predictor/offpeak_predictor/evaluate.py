@@ -31,7 +31,6 @@ from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphcache import get_graph
 from offpeak_predictor.graphfeatures import GraphSummary
 from offpeak_predictor.intervals import interval_metrics, regime_of
-from offpeak_predictor.loaders import HOLDOUT_OP_LOADERS, load_present
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.pipeline import load_tables, modern_model_rows, modern_op_rows, rich_progress
 from offpeak_predictor.train import (
@@ -238,10 +237,9 @@ def _modern_slice(
 def modern_op_report(*, root: Path, model: RuntimeModel) -> dict[str, Any] | None:
     """Held-out single ops (our H100 rows) priced by an op model that never saw them: error per class and precision,
     and the measured vs predicted speed-up of tf32 and bf16 over fp32 on the same GEMM shapes."""
-    parts = load_present(HOLDOUT_OP_LOADERS, root)
-    if not parts:
+    ops = modern_op_rows(root)
+    if not len(ops):
         return None
-    ops = pd.concat(parts, ignore_index=True)
     pred = np.full(len(ops), np.nan)
     for (gpu_name, precision), part in ops.groupby(["gpu", "precision"], sort=True):
         table = make_op_table(op_class=part["op_class"].to_numpy(), flops=part["flops"].to_numpy(),
