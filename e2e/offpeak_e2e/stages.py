@@ -2,7 +2,8 @@
 
 Passing any Stage to kwok disables all its defaults, so this supplies every one we need: node initialise and
 heartbeat, pod start (scheduled -> Running and Ready), offline pod completion after ``offpeak.io/sim-runtime``
-(or the attempt's steps left x ``offpeak.io/sim-step-ms``) and pod deletion. Templates follow kwok's own stages (sigs.k8s.io/kwok kustomize/stage, Apache-2.0).
+(or the attempt's steps left x ``offpeak.io/sim-step-ms``) and pod deletion. Templates follow kwok's own stages
+(sigs.k8s.io/kwok kustomize/stage, Apache-2.0).
 """
 
 from __future__ import annotations
