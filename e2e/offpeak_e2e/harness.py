@@ -10,7 +10,7 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e import kube
 from offpeak_e2e.cluster import ClusterSettings, LocalCluster, with_services
-from offpeak_e2e.controlplane import ClusterState, ControlPlaneSettings
+from offpeak_e2e.controlplane import ClusterState, ControlPlaneSettings, StartError
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 TJ = "trainingjobs.offpeak.io"
@@ -210,6 +210,21 @@ def timed(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
                 print(f"[e2e] {label}: {time.monotonic() - t:.1f}s", flush=True)
         return inner
     return wrap
+
+
+def own_cluster(settings: ClusterSettings, what: str) -> Iterator[E2ECluster]:
+    """The body of a scenario module's own cluster fixture (`yield from own_cluster(settings, "packing")`): a cluster
+    that did not start fails the test with the reason; a started one is always torn down."""
+    import pytest  # noqa: PLC0415 - only test fixtures call this; the demo imports this module without pytest
+
+    try:
+        cluster = E2ECluster.start(settings, echo=lambda m: print(m, flush=True))
+    except StartError as e:
+        pytest.fail(f"the {what} cluster did not start: {e}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def with_nodes(settings: ClusterSettings, nodes: int) -> ClusterSettings:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from offpeak_e2e.cluster import ClusterSettings
-from offpeak_e2e.controlplane import ControlPlaneSettings, StartError
-from offpeak_e2e.harness import E2ECluster, results_file, session_cluster_name, trainingjob_manifest
+from offpeak_e2e.controlplane import ControlPlaneSettings
+from offpeak_e2e.harness import E2ECluster, own_cluster, results_file, session_cluster_name, trainingjob_manifest
 from offpeak_e2e.loadbench import GPU_TYPES, bulk_create, raw_gpu_pods, scheduling_rate
 
 NODES = int(os.environ.get("OFFPEAK_E2E_LOAD_NODES", "200"))
@@ -29,14 +29,7 @@ def load_cluster() -> Iterator[E2ECluster]:
                                            start_timeout_s=300, build_missing=False),
         online_load=False, day_seconds=600,
     )
-    try:
-        cluster = E2ECluster.start(settings, echo=lambda m: print(m, flush=True))
-    except StartError as e:
-        pytest.fail(f"the load cluster did not start: {e}", pytrace=False)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from own_cluster(settings, "load")
 
 
 @pytest.mark.slow

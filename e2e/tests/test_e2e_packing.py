@@ -21,8 +21,8 @@ from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e import onlineload
 from offpeak_e2e.cluster import ClusterSettings
-from offpeak_e2e.controlplane import ControlPlaneSettings, StartError
-from offpeak_e2e.harness import E2ECluster, results_file, session_cluster_name, trainingjob_manifest
+from offpeak_e2e.controlplane import ControlPlaneSettings
+from offpeak_e2e.harness import E2ECluster, own_cluster, results_file, session_cluster_name, trainingjob_manifest
 
 DAY = 300.0
 GPUS_PER_JOB = 2
@@ -38,14 +38,7 @@ def packing_cluster() -> Iterator[E2ECluster]:
         day_seconds=DAY, online_load=True,
         online_start_minute=0, history_days=4,
     )
-    try:
-        cluster = E2ECluster.start(settings, echo=lambda m: print(m, flush=True))
-    except StartError as e:
-        pytest.fail(f"the packing cluster did not start: {e}", pytrace=False)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from own_cluster(settings, "packing")
 
 
 def _twin_pod(name: str, *, seconds: float, predicted: str) -> dict[str, Any]:

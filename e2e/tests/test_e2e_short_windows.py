@@ -24,8 +24,10 @@ import pytest
 
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e.cluster import ClusterSettings
-from offpeak_e2e.controlplane import ControlPlaneSettings, StartError
-from offpeak_e2e.harness import SCHEDULING_SLACK_S, E2ECluster, session_cluster_name, trainingjob_manifest
+from offpeak_e2e.controlplane import ControlPlaneSettings
+from offpeak_e2e.harness import (
+    SCHEDULING_SLACK_S, E2ECluster, own_cluster, session_cluster_name, trainingjob_manifest,
+)  # fmt: skip
 from offpeak_e2e.nodes import plan_nodes
 
 DAY = 240.0
@@ -52,14 +54,7 @@ def windows_cluster() -> Iterator[E2ECluster]:
         extra_env={"OFFPEAK_GOODPUT_MIN_EFFICIENCY": "0.5", "OFFPEAK_GOODPUT_STARTUP_SECONDS": "3",
                    "OFFPEAK_GOODPUT_MIN_SAMPLES": "10"},
     )  # fmt: skip
-    try:
-        cluster = E2ECluster.start(settings, echo=lambda m: print(m, flush=True))
-    except StartError as e:
-        pytest.fail(f"the windows cluster did not start: {e}", pytrace=False)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
+    yield from own_cluster(settings, "windows")
 
 
 def _observed_windows(c: E2ECluster) -> float:
