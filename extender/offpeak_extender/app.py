@@ -37,6 +37,8 @@ class ExtenderConfig:
     metrics_port: int | None = None  # None: /healthz, /readyz and /metrics only on the main port
     gangs: GangSettings = GangSettings()
     goodput: GoodputSettings | None = None  # None: expected-goodput admission off
+    kueue_check: str | None = None  # controller name of the Kueue admission check to answer; None: off
+    kueue_interval_seconds: float = 5.0
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExtenderConfig:
@@ -56,7 +58,8 @@ class ExtenderConfig:
                                       min_samples=args.goodput_min_samples)  # raises ValueError on bad values
         return cls(args.host, args.port, args.kubeconfig, args.prometheus_url, args.refresh_seconds, stale,
                    forecast, DecisionSettings(margin=args.margin), server, args.metrics_host, args.metrics_port,
-                   GangSettings(timeout_seconds=args.gang_timeout_seconds), goodput)
+                   GangSettings(timeout_seconds=args.gang_timeout_seconds), goodput,
+                   getattr(args, "kueue_admission_check", None), getattr(args, "kueue_interval_seconds", 5.0))
 
 
 def serve_extender(config: ExtenderConfig) -> None:
@@ -83,6 +86,15 @@ def serve_extender(config: ExtenderConfig) -> None:
     refresher.start()
     service = ExtenderService(store=store, metrics=metrics, settings=config.decisions, gangs=config.gangs,
                               goodput=goodput)
+    kueue = None
+    if config.kueue_check:
+        from offpeak_extender.kueuecontroller import KueueAdmissionCheck
+
+        kueue = KueueAdmissionCheck(api_client=api, service=service, controller_name=config.kueue_check,
+                                    interval_seconds=config.kueue_interval_seconds)
+        kueue.start()
+        log.info("answering Kueue admission checks of controller %s every %gs", config.kueue_check,
+                 config.kueue_interval_seconds)
     log.info("extender on http://%s:%d (history: %s, day=%gs, step=%gs, margin=%g, goodput admission: %s)",
              config.host, config.port, config.prometheus_url or "local pod samples", config.forecast.season_seconds,
              config.forecast.step_seconds, config.decisions.margin,
@@ -96,6 +108,8 @@ def serve_extender(config: ExtenderConfig) -> None:
     finally:
         informer.stop()
         refresher.stop()
+        if kueue is not None:
+            kueue.stop()
 
 
 def serve_evictor(args: argparse.Namespace) -> None:

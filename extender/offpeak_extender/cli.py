@@ -12,6 +12,7 @@ import os
 from offpeak.errors import UserError
 from offpeak_core.decisions import DEFAULT_MARGIN
 from offpeak_core.gangs import DEFAULT_GANG_TIMEOUT_SECONDS
+from offpeak_extender.kueuecheck import CONTROLLER_NAME
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -80,6 +81,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--goodput-min-samples", type=int,
                    default=int(_env_float("OFFPEAK_GOODPUT_MIN_SAMPLES", 30)),
                    help="windows of a forecast class observed before it admits anything by goodput")
+    p.add_argument("--kueue-admission-check", nargs="?", const=CONTROLLER_NAME,
+                   default=_env("OFFPEAK_KUEUE_ADMISSION_CHECK") or None, metavar="CONTROLLER_NAME",
+                   help="answer Kueue AdmissionChecks whose controllerName is this (default when given without a "
+                   f"value: {CONTROLLER_NAME}): a workload is admitted once a forecast window fits it; off by default")
+    p.add_argument("--kueue-interval-seconds", type=float,
+                   default=_env_float("OFFPEAK_KUEUE_INTERVAL_SECONDS", 5.0),
+                   help="how often the Kueue admission check looks at pending workloads")
     p.add_argument("--log-level", default=_env("OFFPEAK_LOG_LEVEL", "INFO"))
     p.set_defaults(func=run_extender)
 
@@ -103,7 +111,7 @@ def _check(args: argparse.Namespace) -> None:
     for name in ("refresh_seconds", "step_seconds", "season_seconds", "history_days"):
         if getattr(args, name, 1) is not None and getattr(args, name, 1) <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be > 0")
-    for name in ("deadline_seconds", "max_body_bytes", "gang_timeout_seconds"):
+    for name in ("deadline_seconds", "max_body_bytes", "gang_timeout_seconds", "kueue_interval_seconds"):
         if getattr(args, name, 1) <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be > 0")
     if getattr(args, "margin", 0) < 0:

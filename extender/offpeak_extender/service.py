@@ -16,7 +16,7 @@ from typing import Any
 
 from offpeak_core.decisions import DEFAULT_MARGIN, prioritize_arrays
 from offpeak_core.goodput import GoodputAdmission
-from offpeak_core.model import NodeView
+from offpeak_core.model import FilterResult, NodeView, PodRequest
 from offpeak_core.nodearrays import NodeArrays
 from offpeak_extender.gangs import GangPlacer, GangSettings
 from offpeak_extender.goodputfeed import GoodputFeed
@@ -174,6 +174,14 @@ class ExtenderService:
             failed = result.failed
             passed = [n for n in args.node_names if n not in failed]  # a subset of the names sent, in their order
         return filter_result(args=args, passed=passed, failed=result.failed)
+
+    def judge(self, pod: PodRequest) -> tuple[FilterResult, list[NodeView]]:
+        """The filter's answer for `pod` over every node the cache knows, reserving nothing (what the Kueue
+        admission check asks before a workload's pods exist), with the views it judged."""
+        arrays, _ = self.store.node_arrays(self.store.node_names())
+        result = self.gangs.filter_other(pod=pod, views=arrays.views, now=self.store.clock(),
+                                         margin=self.settings.margin, arrays=arrays, goodput=self._admission())
+        return result, list(arrays.views)
 
     def prioritize(self, body: Any, attempt: Attempt | None = None) -> list[HostPriority]:
         return priority_list(*self._scores(body, attempt))

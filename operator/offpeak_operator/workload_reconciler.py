@@ -80,9 +80,11 @@ class WorkloadReconciler:
                                   settings=self.ctx.settings.fallback)  # fmt: skip
         remaining = remaining_seconds(prediction, completed_steps=0)
         patch = workloads.admission_patch(job, spec, gpu_types=tuple(canonical), remaining=remaining)
+        queued = workloads.kueue_queue(job)
         try:
             self.ctx.kube.patch_batch_job(meta["namespace"], meta["name"], patch)
-            self.ctx.kube.patch_batch_job(meta["namespace"], meta["name"], {"spec": {"suspend": False}})
+            if queued is None:  # Kueue unsuspends a Job it queues, once it admits it
+                self.ctx.kube.patch_batch_job(meta["namespace"], meta["name"], {"spec": {"suspend": False}})
         except ApiException as e:
             if e.status not in (400, 403, 409, 422):
                 raise  # transient: the next event tries again
@@ -91,8 +93,10 @@ class WorkloadReconciler:
             return "Invalid"
         best = prediction.fastest()
         used = "predictor" if prediction.source == "predictor" else f"{prediction.source} ({why})"
+        handed = ("unsuspended for offpeak-scheduler" if queued is None else
+                  f"Kueue queue {queued} admits it (offpeak's admission check: once a forecast window fits)")
         message = (f"predicted {best.job_seconds:.0f}s (p90 {best.job_seconds_p90:.0f}s) on {best.gpu_type} by the "
-                   f"{used}; unsuspended for offpeak-scheduler" if best else "unsuspended")
+                   f"{used}; {handed}" if best else handed)
         self._say(job, "Predicted", message, prediction=workloads.prediction_summary(remaining,
                                                                                       source=prediction.source))
         return "Predicted"

@@ -9,9 +9,10 @@ A team keeps its Job and adds, to the pod template, the label `offpeak.io/offlin
 
 and creates the Job with `spec.suspend: true`, so no pod starts before its runtime is predicted. The operator
 predicts, writes what the extender places by (the prediction annotation, GPU-type node affinity) into the pod
-template, which a suspended Job that never ran may change, and unsuspends it. The Job's status stays the Job
-controller's: what offpeak decided goes to annotations on the Job (`offpeak.io/state`, `offpeak.io/prediction`)
-and to Events.
+template, which a suspended Job that never ran may change, and unsuspends it (a Job queued in Kueue, by the label
+`kueue.x-k8s.io/queue-name`, Kueue unsuspends once offpeak's admission check finds a window). The Job's status
+stays the Job controller's: what offpeak decided goes to annotations on the Job (`offpeak.io/state`,
+`offpeak.io/prediction`) and to Events.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ ANN_PREDICTION = "offpeak.io/prediction"  # the prediction in human words
 # The start-up the predictor adds when a job names none (offpeak_predictor.jobtime.DEFAULT_STARTUP_SECONDS; the
 # operator talks to the predictor over HTTP only, so the figure is repeated here).
 PREDICTOR_STARTUP_SECONDS = 60.0
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 SOURCE_PREFIXES = {"torchvision": "torchvision", "hf": "hfConfig", "graph-configmap": "graphConfigMap"}
 
 
@@ -55,6 +57,14 @@ def opted_in(job: Mapping[str, Any]) -> bool:
     """Whether a batch/v1 Job asks for offpeak: its pod template carries `offpeak.io/offline: "true"`."""
     labels = (_template(job).get("metadata") or {}).get("labels") or {}
     return str(labels.get(OPT_IN_LABEL, "")).lower() == "true"
+
+
+def kueue_queue(job: Mapping[str, Any]) -> str | None:
+    """The Kueue LocalQueue the Job is queued in (label `kueue.x-k8s.io/queue-name`), None when Kueue does not manage
+    it. Kueue, not offpeak, unsuspends such a Job: once its admission checks (offpeak's window fit) are Ready."""
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    queue = labels.get(KUEUE_QUEUE_LABEL)
+    return str(queue) if queue else None
 
 
 def template_annotations(job: Mapping[str, Any]) -> Mapping[str, str]:

@@ -138,6 +138,16 @@ def test_a_suspended_job_is_predicted_annotated_and_unsuspended_then_its_ending_
     assert rec.reconcile("team", "nightly") == "Finished" and kube.events[-1][2] == "Succeeded"
 
 
+def test_a_job_queued_in_kueue_is_predicted_but_left_suspended_for_kueue_to_admit() -> None:
+    job = batch_job()
+    job["metadata"].setdefault("labels", {})["kueue.x-k8s.io/queue-name"] = "gpu-queue"
+    rec, kube = make(job)
+    assert rec.reconcile("team", "nightly") == "Predicted"
+    assert kube.job["spec"]["suspend"] is True and {"spec": {"suspend": False}} not in kube.patches
+    assert "offpeak.io/predicted-job-seconds" in kube.job["spec"]["template"]["metadata"]["annotations"]
+    assert "Kueue queue gpu-queue admits it" in kube.job["metadata"]["annotations"]["offpeak.io/state"]
+
+
 def test_an_invalid_job_stays_suspended_and_says_why_once() -> None:
     rec, kube = make(batch_job(scheduler="default-scheduler"))
     assert rec.reconcile("team", "nightly") == "Invalid"
