@@ -7,3 +7,6 @@ KUBERNETES_VERSION = "v1.33.13"
 ETCD_VERSION = "v3.5.21"
 KWOK_VERSION = "v0.7.0"
 HELM_VERSION = "v3.16.4"
+# Kueue's controller (the e2e's Kueue admission-check scenario); the module proxy here serves v0.10.0-v0.10.2 and
+# not the later minors. v0.10 speaks kueue.x-k8s.io/v1beta1, the API offpeak's admission check uses.
+KUEUE_VERSION = "v0.10.2"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offpeak_core.datapaths import cache_dir
-from offpeak_core.versions import ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KWOK_VERSION
+from offpeak_core.versions import ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KUEUE_VERSION, KWOK_VERSION
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 
@@ -46,7 +46,9 @@ TARGETS: tuple[Target, ...] = (
     Target("kwok", KWOK_VERSION, ("kwok", "kwokctl"), cold_minutes=3),
     Target("etcd", ETCD_VERSION, ("etcd",), cold_minutes=1),
     Target("kubernetes", KUBERNETES_VERSION, KUBE_COMMANDS, cold_minutes=11),
+    Target("kueue", KUEUE_VERSION, ("kueue",), cold_minutes=5),
 )
+KUEUE_MODULE = "sigs.k8s.io/kueue"
 
 
 def binary_path(name: str, version: str, *, root: Path | None = None) -> Path:
@@ -57,6 +59,11 @@ def binary_path(name: str, version: str, *, root: Path | None = None) -> Path:
 def binaries(*, root: Path | None = None) -> dict[str, Path]:
     """Every binary the local cluster needs, by name (they may not exist yet)."""
     return {b: binary_path(b, t.version, root=root) for t in TARGETS for b in t.binaries}
+
+
+def kueue_crd_dir(*, root: Path | None = None) -> Path:
+    """Kueue's CRDs (its module's config/components/crd/bases), copied next to its binary when it is built."""
+    return binary_path("kueue-crds", KUEUE_VERSION, root=root)
 
 
 def missing(*, root: Path | None = None) -> list[str]:
@@ -110,6 +117,9 @@ def _prepare_module(target: Target, work: Path, go: str, log: Path) -> list[str]
     elif target.name == "kwok":
         pkgs = ["sigs.k8s.io/kwok/cmd/kwok", "sigs.k8s.io/kwok/cmd/kwokctl"]
         lines.append(f"require sigs.k8s.io/kwok {target.version}")
+    elif target.name == "kueue":
+        pkgs = [f"{KUEUE_MODULE}/cmd/kueue"]
+        lines.append(f"require {KUEUE_MODULE} {target.version}")
     elif target.name == "etcd":
         pkgs = ["go.etcd.io/etcd/server/v3"]
         lines.append(f"require go.etcd.io/etcd/server/v3 {target.version}")
@@ -137,6 +147,8 @@ def _ldflags(target: Target) -> str:
         flags.append(f"-X helm.sh/helm/v3/internal/version.version={target.version}")
     elif target.name == "kwok":
         flags.append(f"-X sigs.k8s.io/kwok/pkg/consts.Version={target.version}")
+    elif target.name == "kueue":
+        flags.append(f"-X {KUEUE_MODULE}/pkg/version.GitVersion={target.version}")
     return " ".join(flags)
 
 
@@ -179,6 +191,8 @@ def _build_locked(target: Target, *, go: str, work: Path, log: Path, outs: list[
         _run([go, "build", "-trimpath", "-ldflags", _ldflags(target), "-o", str(tmp_out) + "/", *pkgs],
              cwd=work, log=log)
     outs[0].parent.mkdir(parents=True, exist_ok=True)
+    if target.name == "kueue":  # before the binary lands: a binary in the cache means its CRDs are there too
+        _copy_kueue_crds(go, target.version, work=work, log=log, dest=outs[0].parent / "kueue-crds")
     for name, dest in zip(target.binaries, outs, strict=True):
         built = tmp_out / name
         if not built.is_file():
@@ -190,6 +204,25 @@ def _build_locked(target: Target, *, go: str, work: Path, log: Path, outs: list[
     took = time.monotonic() - start
     echo(f"[build] {target.name} {target.version}: done in {took:.0f}s")
     return took
+
+
+def _copy_kueue_crds(go: str, version: str, *, work: Path, log: Path, dest: Path) -> None:
+    out = subprocess.run([go, "mod", "download", "-json", f"{KUEUE_MODULE}@{version}"], cwd=work,
+                         capture_output=True, text=True, check=False, env={**os.environ, "GOFLAGS": "-buildvcs=false"})
+    if out.returncode != 0:
+        log.open("a").write(out.stdout + out.stderr)
+        raise BuildError(f"cannot find {KUEUE_MODULE}@{version}'s files: {out.stderr.strip()}")
+    bases = Path(json.loads(out.stdout)["Dir"]) / "config" / "components" / "crd" / "bases"
+    crds = sorted(bases.glob("*.yaml"))
+    if not crds:
+        raise BuildError(f"{KUEUE_MODULE}@{version} has no CRDs in {bases}")
+    tmp = dest.with_suffix(".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for crd in crds:
+        shutil.copyfile(crd, tmp / crd.name)  # module files are read-only; the copies need not be
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.replace(dest)
 
 
 def build_all(*, only: Sequence[str] | None = None, root: Path | None = None, echo=print) -> dict[str, Path]:

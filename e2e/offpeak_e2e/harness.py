@@ -31,16 +31,16 @@ def session_cluster_name(prefix: str) -> str:
     return f"{prefix}-{os.getpid()}"
 
 
-def reap_stale_sessions(prefixes: Iterable[str] = ("pytest", "pytest-packing", "pytest-load", "pytest-demo"),
-                        *, echo: Callable[[str], None] = print) -> list[str]:
-    """Stop and remove test clusters left by pytest processes that no longer run (killed sessions)."""
+def reap_stale_sessions(*, echo: Callable[[str], None] = print) -> list[str]:
+    """Stop and remove test clusters left by pytest processes that no longer run (killed sessions): every
+    `session_cluster_name("pytest...")` run dir, the shared cluster's and each scenario's own."""
     from offpeak_e2e.build import cache_dir  # noqa: PLC0415
     from offpeak_e2e.controlplane import ControlPlane  # noqa: PLC0415
 
     reaped = []
     for run in sorted((cache_dir() / "run").glob("*-*")):
         prefix, _, pid = run.name.rpartition("-")
-        if prefix not in prefixes or not pid.isdigit() or Path(f"/proc/{pid}").exists():
+        if not prefix.startswith("pytest") or not pid.isdigit() or Path(f"/proc/{pid}").exists():
             continue
         ControlPlane(ControlPlaneSettings(name=run.name), echo=echo).stop()
         shutil.rmtree(run, ignore_errors=True)

@@ -25,6 +25,7 @@ VERSION = "v1beta1"
 CONTROLLER_NAME = "offpeak.io/window-fit"
 FIELD_MANAGER = "offpeak-window-fit"
 OPT_IN_LABEL = "offpeak.io/offline"
+JOB_STATE_ANNOTATION = "offpeak.io/state"  # what offpeak's operator decided about an opted-in Job
 PENDING, READY = "Pending", "Ready"
 MAX_REASONS = 3  # node reasons quoted in a Pending message
 
@@ -111,6 +112,13 @@ def job_pod_set(job: Mapping[str, Any], pod_sets: Sequence[Mapping[str, Any]]) -
     if pod_sets:
         count = int(pod_sets[0].get("count", count) or count)
     return {"name": "main", "count": count, "template": spec.get("template") or {}}
+
+
+def job_problem(job: Mapping[str, Any]) -> str | None:
+    """Why offpeak will not place the Job, from the state offpeak's operator wrote on it (`Invalid: ...`)."""
+    state = str(((job.get("metadata") or {}).get("annotations") or {}).get(JOB_STATE_ANNOTATION, ""))
+    word, _, why = state.partition(": ")
+    return f"offpeak cannot predict its Job: {why or word}" if word == "Invalid" else None
 
 
 def offline(template: Mapping[str, Any]) -> bool:

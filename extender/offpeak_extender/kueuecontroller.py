@@ -31,7 +31,7 @@ class KueueAdmissionCheck:
     """Polls Kueue's objects and answers offpeak's admission checks (one daemon thread)."""
 
     def __init__(self, *, api_client: Any, service: ExtenderService, controller_name: str = kueuecheck.CONTROLLER_NAME,
-                 interval_seconds: float = 5.0,
+                 interval_seconds: float = 5.0, rewrite_pending_seconds: float = 30.0,
                  clock: Callable[[], float] = time.time) -> None:
         from kubernetes import client
 
@@ -41,6 +41,8 @@ class KueueAdmissionCheck:
         self.service = service
         self.controller_name = controller_name
         self.interval_seconds = interval_seconds
+        self.rewrite_pending_seconds = rewrite_pending_seconds
+        self._written: dict[tuple[str, str, str], float] = {}  # when each Pending message was last written
         self.clock = clock
         self.stop_event = threading.Event()
         self._missing_said = False
@@ -78,14 +80,23 @@ class KueueAdmissionCheck:
                 log.info("AdmissionCheck %s marked Active", check["metadata"]["name"])
         if not ours:
             return counts
+        written, seen = self._written, {}
         for workload in self._list_cluster("workloads") or ():
             for pending in kueuecheck.pending_checks(workload, ours):
+                key = (pending.namespace, pending.workload, pending.check)
                 verdict = self._verdict(pending)
-                if verdict.message == pending.message and verdict.state == kueuecheck.PENDING:
-                    counts["unchanged"] += 1
+                last = written.get(key)
+                if verdict.state == kueuecheck.PENDING and (verdict.message == pending.message or (
+                        last is not None and time.monotonic() - last < self.rewrite_pending_seconds)):
+                    counts["unchanged"] += 1  # a new reason ("window ends in 3s" -> "2s") waits a while
+                    if last is not None:
+                        seen[key] = last
                     continue
                 self._apply(pending, verdict, now=now)
                 counts[verdict.state] += 1
+                if verdict.state == kueuecheck.PENDING:
+                    seen[key] = time.monotonic()
+        self._written = seen  # only checks still pending: the table never outgrows the cluster's workloads
         return counts
 
     def _list_cluster(self, plural: str) -> list[dict[str, Any]] | None:
@@ -116,7 +127,8 @@ class KueueAdmissionCheck:
                 if e.status != 404:
                     raise
                 return {}, f"its Job {pending.owner_job} is gone"
-            return kueuecheck.job_pod_set(self.api_client.sanitize_for_serialization(job), pending.pod_sets), None
+            job = self.api_client.sanitize_for_serialization(job)
+            return kueuecheck.job_pod_set(job, pending.pod_sets), kueuecheck.job_problem(job)
         if not pending.pod_sets:
             return {}, "the workload has no pod sets"
         return dict(pending.pod_sets[0]), None

@@ -150,3 +150,29 @@ def test_schema_refuses_bad_extender_values(helm_bin, bad: str) -> None:
     result = helm("template", "x", str(CHART), "--kube-version", "1.33.0", "--set", bad)
     assert result.returncode != 0
     assert "schema" in result.stderr
+
+
+def test_the_kueue_admission_check_is_off_by_default_and_on_brings_its_flags_and_only_its_rbac(
+        helm_bin, default_objects, tmp_path) -> None:
+    from offpeak.cli import build_parser
+    from offpeak_extender.app import ExtenderConfig
+
+    spec, container = _extender(default_objects)
+    assert ExtenderConfig.from_args(build_parser().parse_args(container["args"])).kueue_check is None
+    (role,) = [o for o in find(default_objects, "ClusterRole", "-extender")]
+    assert not any(g == "kueue.x-k8s.io" for g, _, _ in _grants(role))
+    values = tmp_path / "v.yaml"
+    values.write_text("scheduler: {extender: {kueueAdmissionCheck: {enabled: true, controllerName: example.com/fit, "
+                      "intervalSeconds: 2}}}\n")
+    objects = render(CHART, values=[values], include_crds=False)
+    _, container = _extender(objects)
+    config = ExtenderConfig.from_args(build_parser().parse_args(container["args"]))
+    assert (config.kueue_check, config.kueue_interval_seconds) == ("example.com/fit", 2.0)
+    (role,) = [o for o in find(objects, "ClusterRole", "-extender")]
+    kueue = {(r, v) for g, r, v in _grants(role) if g == "kueue.x-k8s.io"}
+    assert kueue == {("admissionchecks", "list"), ("workloads", "list"), ("admissionchecks/status", "patch"),
+                     ("workloads/status", "patch")}
+    assert ("batch", "jobs", "get") in _grants(role) and ("batch", "jobs", "patch") not in _grants(role)
+    values.write_text("scheduler: {extender: {kueueAdmissionCheck: {enabled: true, controllerName: ''}}}\n")
+    with pytest.raises(Exception, match="controllerName"):
+        render(CHART, values=[values], include_crds=False)

@@ -164,8 +164,9 @@ def test_reap_removes_only_clusters_of_dead_sessions(tmp_path: Path, monkeypatch
     from offpeak_e2e.harness import reap_stale_sessions
 
     monkeypatch.setenv("OFFPEAK_CACHE", str(tmp_path))
-    dead, alive, other = (tmp_path / "run" / n for n in ("pytest-999999999", f"pytest-{os.getpid()}", "demo-1"))
-    for d in (dead, alive, other):
+    names = ("pytest-999999999", "pytest-kueue-999999998", f"pytest-{os.getpid()}", "demo-1")
+    dead, dead_own, alive, other = (tmp_path / "run" / n for n in names)
+    for d in (dead, dead_own, alive, other):
         (d / "pids").mkdir(parents=True)
-    assert reap_stale_sessions(echo=lambda m: None) == ["pytest-999999999"]
-    assert not dead.exists() and alive.exists() and other.exists()
+    assert reap_stale_sessions(echo=lambda m: None) == ["pytest-999999999", "pytest-kueue-999999998"]
+    assert not dead.exists() and not dead_own.exists() and alive.exists() and other.exists()

@@ -200,6 +200,15 @@ def test_a_sweep_admits_what_fits_a_window_now_and_keeps_the_rest_pending() -> N
     assert counts == {"Ready": 2, "Pending": 3, "unchanged": 0}
 
 
+def test_a_job_offpeak_cannot_predict_keeps_its_check_pending_with_the_operators_reason() -> None:
+    bad = job("bad", p90=None)
+    bad["metadata"]["annotations"] = {"offpeak.io/state": "Invalid: spec.gpuTypes must list at least one GPU type"}
+    api = FakeKueueApi([admission_check("offpeak-window")], [workload("wl", job_name="bad")], {"bad": bad})
+    controller(api).sweep()
+    assert states(api)["wl"] == ("Pending", "offpeak cannot predict its Job: spec.gpuTypes must list at least one "
+                                            "GPU type")
+
+
 def test_an_unchanged_pending_verdict_is_not_written_again() -> None:
     jobs = {"too-long": job("too-long", p90=3000)}
     api = FakeKueueApi([admission_check("offpeak-window", active=True)], [workload("wl", job_name="too-long")], jobs)
@@ -218,6 +227,20 @@ def test_nothing_is_decided_before_the_caches_sync_or_without_kueue() -> None:
     assert api.applied == [] and api.activated == []
     missing = FakeKueueApi(None, [], {})
     assert controller(missing).sweep() == {"Ready": 0, "Pending": 0, "unchanged": 0}
+
+
+def test_a_pending_reason_that_changes_is_rewritten_at_most_every_rewrite_period() -> None:
+    jobs = {"too-long": job("too-long", p90=3000)}
+    api = FakeKueueApi([admission_check("offpeak-window", active=True)], [workload("wl", job_name="too-long")], jobs)
+    c = controller(api)
+    c.sweep()
+    jobs["too-long"] = job("too-long", p90=4000)  # the reason changes (needs longer)
+    assert c.sweep()["unchanged"] == 1 and len(api.applied) == 1  # written a moment ago: not yet
+    c.rewrite_pending_seconds = 0.0
+    assert c.sweep()["Pending"] == 1 and len(api.applied) == 2
+    jobs["too-long"] = job("too-long", p90=120)  # now it fits: Ready goes out at once, whatever the period
+    c.rewrite_pending_seconds = 3600.0
+    assert c.sweep()["Ready"] == 1 and states(api)["wl"][0] == "Ready"
 
 
 @pytest.mark.parametrize("count,expect", [(1, "Ready"), (9, "Pending")])

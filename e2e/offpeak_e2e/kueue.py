@@ -1,0 +1,75 @@
+"""Kueue on the local control plane: its CRDs and its controller (built from its Go module by `offpeak_e2e.build`).
+
+Kueue runs as it would in a cluster, minus its webhooks: nothing registers them here, so Jobs are created with
+`spec.suspend: true` (what Kueue's mutating webhook would set, and what offpeak's opt-in asks anyway). Its webhook
+server still starts, so it is handed the local CA-signed serving certificate. Feature gates that need pieces this
+cluster lacks (MultiKueue, ProvisioningRequest, the visibility API server) are off.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from offpeak_e2e import build, kube, procs
+from offpeak_e2e.controlplane import StartError
+
+KUEUE = "kueue"
+FEATURE_GATES = "MultiKueue=false,ProvisioningACC=false,VisibilityOnDemand=false"
+
+
+def install_crds(kubeconfig: Path) -> list[str]:
+    """Apply Kueue's CRDs and wait until they are served; returns their file names."""
+    crds = sorted(build.kueue_crd_dir().glob("*.yaml"))
+    if not crds:
+        raise StartError(f"Kueue's CRDs are not in {build.kueue_crd_dir()}; run `python -m offpeak_e2e.build`")
+    for crd in crds:
+        kube.kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(crd))
+    kube.kubectl(kubeconfig, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s", timeout=90)
+    return [c.name for c in crds]
+
+
+def config(*, health_port: int, metrics_port: int, webhook_port: int, cert_dir: Path) -> dict[str, Any]:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta1): batch/v1 Jobs only, queued by name, one replica."""
+    return {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration", "namespace": "kueue-system",
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": {"bindAddress": f"127.0.0.1:{metrics_port}"},
+        "webhook": {"port": webhook_port, "host": "127.0.0.1", "certDir": str(cert_dir)},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "manageJobsWithoutQueueName": False,
+        "integrations": {"frameworks": ["batch/job"]},
+        "clientConnection": {"qps": 50, "burst": 100},
+    }
+
+
+def start(sup: procs.Supervisor, *, run_dir: Path, kubeconfig: Path, timeout: float = 60.0) -> str:
+    """Start Kueue's controller under `sup` and wait for its health endpoint; returns its health URL."""
+    binary = build.binary_path(KUEUE, build.KUEUE_VERSION)
+    if not binary.is_file():
+        raise StartError(f"Kueue is not built ({binary}); run `python -m offpeak_e2e.build --only kueue`")
+    pki_dir = run_dir / "pki"
+    cert_dir = run_dir / "config" / "kueue-certs"
+    cert_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(pki_dir / "apiserver.crt", cert_dir / "tls.crt")  # signed for 127.0.0.1 by the local CA
+    shutil.copyfile(pki_dir / "apiserver.key", cert_dir / "tls.key")
+    ports = {n: procs.free_port() for n in ("health", "metrics", "webhook")}
+    cfg = run_dir / "config" / "kueue.yaml"
+    cfg.write_text(json.dumps(config(health_port=ports["health"], metrics_port=ports["metrics"],
+                                     webhook_port=ports["webhook"], cert_dir=cert_dir), indent=2))
+    kube.kubectl(kubeconfig, "create", "namespace", "kueue-system", check=False)
+    sup.start(KUEUE, [str(binary), f"--config={cfg}", f"--feature-gates={FEATURE_GATES}", "--zap-log-level=2"],
+              env={"KUBECONFIG": str(kubeconfig)})
+    url = f"http://127.0.0.1:{ports['health']}/healthz"
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if sup.exited(KUEUE) is not None:
+            raise StartError(f"Kueue exited ({sup.exited(KUEUE)}); log {sup.log_dir / 'kueue.log'}")
+        if kube.http_ok(url):
+            return url
+        time.sleep(0.5)
+    raise StartError(f"Kueue did not become healthy in {timeout:.0f}s; log {sup.log_dir / 'kueue.log'}")
