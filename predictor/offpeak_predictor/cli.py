@@ -40,7 +40,9 @@ def _register_predict(subparsers: argparse._SubParsersAction) -> None:  # type: 
     p.add_argument("--batch-size", type=int, help="per-GPU batch size (required unless --graph)")
     p.add_argument("--seq-len", type=int)
     p.add_argument("--input-shape", help="per-sample input shape, e.g. 3,224,224")
-    p.add_argument("--gpu", required=True, help="GPU type (canonical name or alias, e.g. A100, H100-SXM5-80GB)")
+    p.add_argument("--gpu", required=True, action="append",
+                   help="GPU type (canonical name or alias, e.g. A100, H100-SXM5-80GB); repeat it to compare types: "
+                        "one line each (with --json, one JSON object per line)")
     p.add_argument("--mode", choices=["train", "inference"], default=None)
     p.add_argument("--precision", choices=PRECISIONS, default=None,
                    help=f"how the step runs (default: the graph's): {PRECISION_HELP}")
@@ -108,7 +110,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from offpeak_predictor.jobtime import DEFAULT_STARTUP_SECONDS, steps_for_epochs
     from offpeak_predictor.predict import PredictOptions, Predictor
 
-    resolve_gpu(args.gpu)  # fail fast, before a slow graph extraction
+    for gpu in args.gpu:
+        resolve_gpu(gpu)  # fail fast, before a slow graph extraction
     if (args.epochs is None) != (args.dataset_size is None):
         raise UserError("--epochs and --dataset-size go together")
     graph = _graph_from_args(args)
@@ -132,23 +135,24 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         gpus_per_node=args.gpus_per_node,
         startup_seconds=DEFAULT_STARTUP_SECONDS if args.startup_seconds is None else args.startup_seconds,
     )  # fmt: skip
-    result = predictor.predict(graph, [args.gpu], options)[0]
-    result.update(model=graph.model_name, batch_size=graph.batch_size, graph_hash=graph.content_hash(),
-                  flops_forward=graph.total_flops_forward, params=graph.total_params)  # fmt: skip
-    if args.json:
-        print(json.dumps(result))
-    else:
-        line = (f"{result['model']} bs={result['batch_size']} on {result['gpu_type']} ({result['mode']}, "
-                f"{result['precision']}): step {result['step_seconds'] * 1e3:.1f} ms "
-                f"(p90 {result['step_seconds_p90'] * 1e3:.1f} ms)")  # fmt: skip
-        if "job_seconds" in result:
-            line += f"; job {result['job_seconds']:.0f} s (p90 {result['job_seconds_p90']:.0f} s)"
-        if "peak_memory_gib" in result:
-            verdict = "fits" if result["fits_memory"] else "does NOT fit"
-            line += (f"; needs ~{result['peak_memory_gib']:.1f} GiB of GPU memory: {verdict} "
-                     f"{result['gpu_type']} ({result['gpu_memory_gib']:.0f} GiB)")
-        print(line)
+    for result in predictor.predict(graph, list(dict.fromkeys(args.gpu)), options):
+        result.update(model=graph.model_name, batch_size=graph.batch_size, graph_hash=graph.content_hash(),
+                      flops_forward=graph.total_flops_forward, params=graph.total_params)  # fmt: skip
+        print(json.dumps(result) if args.json else _predict_line(result))
     return 0
+
+
+def _predict_line(result: dict[str, Any]) -> str:
+    line = (f"{result['model']} bs={result['batch_size']} on {result['gpu_type']} ({result['mode']}, "
+            f"{result['precision']}): step {result['step_seconds'] * 1e3:.1f} ms "
+            f"(p90 {result['step_seconds_p90'] * 1e3:.1f} ms)")  # fmt: skip
+    if "job_seconds" in result:
+        line += f"; job {result['job_seconds']:.0f} s (p90 {result['job_seconds_p90']:.0f} s)"
+    if "peak_memory_gib" in result:
+        verdict = "fits" if result["fits_memory"] else "does NOT fit"
+        line += (f"; needs ~{result['peak_memory_gib']:.1f} GiB of GPU memory: {verdict} "
+                 f"{result['gpu_type']} ({result['gpu_memory_gib']:.0f} GiB)")
+    return line
 
 
 # --------------------------------------------------------------------------------------- predictor ...

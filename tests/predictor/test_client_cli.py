@@ -104,6 +104,19 @@ def test_predict_cli_json_contract(tmp_path, capsys):
     assert out["job_seconds_p90"] >= out["job_seconds"] > 1000 * out["step_seconds"]
 
 
+def test_predict_cli_compares_every_gpu_it_is_given(tmp_path, capsys):
+    path = tmp_path / "g.json"
+    save_graph(mlp_graph(batch=32), path)
+    assert main(["predict", "--graph", str(path), "--gpu", "A100", "--gpu", "H100", "--gpu", "A100", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["gpu_type"] for r in rows] == ["A100-SXM4-40GB", "H100-SXM5-80GB"]  # each once, in the order given
+    assert rows[0]["step_seconds"] != rows[1]["step_seconds"]
+    assert main(["predict", "--graph", str(path), "--gpu", "A100", "--gpu", "T4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and " on A100-SXM4-40GB " in lines[0] and " on T4 " in lines[1]
+    assert main(["predict", "--graph", str(path), "--gpu", "A100", "--gpu", "Voodoo-5"]) == 2  # all checked first
+
+
 def test_predict_cli_bad_input_exits_2(tmp_path, capsys):
     path = tmp_path / "g.json"
     save_graph(mlp_graph(), path)
