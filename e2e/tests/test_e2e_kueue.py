@@ -15,6 +15,8 @@ places its pod.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +25,7 @@ import pytest
 
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e import kueue
-from offpeak_e2e.cluster import ClusterSettings
+from offpeak_e2e.cluster import ClusterSettings, offpeak_argv
 from offpeak_e2e.controlplane import ControlPlaneSettings, StartError
 from offpeak_e2e.harness import E2ECluster, own_cluster, session_cluster_name
 from offpeak_e2e.nodes import plan_nodes
@@ -135,6 +137,12 @@ def test_a_kueue_queued_job_is_admitted_only_once_a_forecast_window_fits(kueue_c
     assert c.get("job", "-n", ns, "nightly")["spec"]["suspend"] is True  # not admitted: nothing runs
     assert not c.pods(ns, "job-name=nightly")
     print(f"[e2e] +{time.time() - submitted:.0f}s check Pending: {pending['message']}", flush=True)
+    shown = subprocess.run([*offpeak_argv(), "jobs", "-n", ns, "--kubeconfig", str(c.kubeconfig)],
+                           capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "400"})
+    assert shown.returncode == 0, shown.stderr
+    row = next(line for line in shown.stdout.splitlines() if "job/nightly" in line)
+    assert "Queued" in row and f"Kueue {QUEUE}" in row, shown.stdout  # `offpeak jobs` shows it with the reason
+    assert f"Kueue check {CHECK} Pending: no forecast idle window fits now" in shown.stdout, shown.stdout
 
     c.wait_for("Kueue to admit and unsuspend the Job", lambda: c.get("job", "-n", ns, "nightly")["spec"]
                .get("suspend") is False, timeout=DAY)  # fmt: skip

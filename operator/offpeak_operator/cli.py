@@ -65,7 +65,8 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run_operator)
 
     jobs = subparsers.add_parser(
-        "jobs", help="list TrainingJobs: predicted and actual runtime, the window each waits for and why",
+        "jobs", help="list offline work (TrainingJobs, opted-in Jobs): predicted and actual runtime, the window each "
+                     "waits for and why",
         description="Offline work in human units: phase and reason, GPUs, predicted (p50, p90) and actual time, "
                     "the idle window a waiting job needs and, when it cannot be placed, the scheduler's words.")
     jobs_scope = jobs.add_mutually_exclusive_group()
@@ -112,18 +113,19 @@ def run_jobs(args: argparse.Namespace) -> int:
 
     api = load_api_client(args.kubeconfig)
     custom = client.CustomObjectsApi(api)
+    ns = None if args.all_namespaces else _namespace(args.kubeconfig, args.namespace)
     try:
         listed: Any
-        if args.all_namespaces:
+        if ns is None:
             listed = custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL)
         else:
-            ns = _namespace(args.kubeconfig, args.namespace)
             listed = custom.list_namespaced_custom_object(names.GROUP, names.VERSION, ns, names.PLURAL)
         items: list[dict[str, Any]] = listed["items"]
     except client.ApiException as e:
         raise UserError(f"cannot list TrainingJobs: {e.status} {e.reason}") from e
     now = datetime.now(UTC)
-    rows = sorted((job_row(j, now=now) for j in items), key=lambda r: (r.namespace, r.name))
+    rows = sorted([*(job_row(j, now=now) for j in items), *_batch_job_rows(api, ns, now)],
+                  key=lambda r: (r.namespace, r.name))
     table = Table(box=None, pad_edge=False)
     columns = (["NAMESPACE"] if args.all_namespaces else []) + [
         "NAME", "PHASE", "REASON", "GPUS", "PREDICTED", "ACTUAL", "ERROR", "NEEDS WINDOW", "AGE"]
@@ -134,13 +136,45 @@ def run_jobs(args: argparse.Namespace) -> int:
                       r.predicted, r.actual, r.error, r.needs, r.age)
     console = Console()
     if not rows:
-        console.print("no TrainingJobs" + ("" if args.all_namespaces else f" in namespace {args.namespace or ''}"))
+        console.print("no offline work (TrainingJobs or opted-in Jobs)" + (
+            "" if args.all_namespaces else f" in namespace {ns}"))
         return 0
     console.print(table)
     for r in rows:
         if r.why:
             console.print(f"[bold]{r.name}[/bold] waits: {r.why}", highlight=False)
     return 0
+
+
+def _batch_job_rows(api: Any, namespace: str | None, now: Any) -> list[Any]:
+    """Rows for the opted-in batch/v1 Jobs (with the Kueue Workload of each queued one); a cluster without Kueue,
+    or a user who may not list Jobs or Workloads, just shows fewer rows."""
+    from kubernetes import client  # noqa: PLC0415
+
+    from offpeak_operator import workloads  # noqa: PLC0415
+    from offpeak_operator.userview import batch_job_row  # noqa: PLC0415
+
+    def listed(call: Any, *a: Any) -> list[dict[str, Any]]:
+        try:
+            response = call(*a, _preload_content=False)
+        except client.ApiException as e:
+            if e.status in (403, 404):
+                return []
+            raise UserError(f"cannot list offline work: {e.status} {e.reason}") from e
+        items: list[dict[str, Any]] = json.loads(response.data)["items"]
+        return items
+
+    batch, custom = client.BatchV1Api(api), client.CustomObjectsApi(api)
+    if namespace is None:
+        jobs = listed(batch.list_job_for_all_namespaces)
+        queued = listed(custom.list_cluster_custom_object, "kueue.x-k8s.io", "v1beta1", "workloads")
+    else:
+        jobs = listed(batch.list_namespaced_job, namespace)
+        queued = listed(custom.list_namespaced_custom_object, "kueue.x-k8s.io", "v1beta1", namespace, "workloads")
+    owners = {(w["metadata"].get("namespace"), ref["name"]): w for w in queued
+              for ref in w["metadata"].get("ownerReferences") or () if ref.get("kind") == "Job"}
+    return [batch_job_row(j, now=now, workload=owners.get((j["metadata"].get("namespace"), j["metadata"]["name"])))
+            for j in jobs if workloads.opted_in(j)]
 
 
 def run_explain(args: argparse.Namespace) -> int:

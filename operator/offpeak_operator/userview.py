@@ -7,6 +7,7 @@ node by node). Everything here turns plain dicts into rows and lines; the CLI fe
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any
 from offpeak_core.decisions import DEFAULT_MARGIN
 from offpeak_core.humanize import duration
 
+from offpeak_operator import workloads
 from offpeak_operator.predictions import remaining_fraction
 from offpeak_operator.statemachine import parse_time
 
@@ -98,6 +100,66 @@ def job_row(job: Mapping[str, Any], *, now: datetime) -> JobRow:
     return JobRow(
         namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""), phase=phase,
         reason=str(status.get("reason") or ""), gpus=_gpu_summary(spec), predicted=predicted,
+        actual=duration(actual_s) if actual_s is not None else "", error=error, needs=needs,
+        age=duration((now - created).total_seconds()) if created else "", why=why,
+    )  # fmt: skip
+
+
+def _fastest(prediction: str) -> tuple[float, float] | None:
+    """(p50, p90) seconds on the fastest GPU type of a Job's `offpeak.io/prediction` annotation."""
+    try:
+        summary = json.loads(prediction) if prediction else {}
+        pairs = [(float(v["p50"]), float(v["p90"])) for k, v in summary.items() if k != "source"]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return min(pairs) if pairs else None
+
+
+def _pending_check(workload: Mapping[str, Any] | None) -> str:
+    """The first Kueue admission check not passed yet on the Job's workload, in words ("" when none)."""
+    for check in ((workload or {}).get("status") or {}).get("admissionChecks") or ():
+        if check.get("state") != "Ready":
+            return f"Kueue check {check.get('name')} {check.get('state')}: {check.get('message') or ''}".rstrip(": ")
+    return ""
+
+
+def batch_job_row(job: Mapping[str, Any], *, now: datetime, workload: Mapping[str, Any] | None = None,
+                  margin: float = DEFAULT_MARGIN) -> JobRow:
+    """One line of `offpeak jobs` for an opted-in batch/v1 Job (named `job/<name>`), from what offpeak wrote on it
+    (`offpeak.io/state`, `offpeak.io/prediction`), the Job's own status and, when Kueue queues it, its Workload."""
+    meta, spec, status = job.get("metadata") or {}, job.get("spec") or {}, job.get("status") or {}
+    ann = meta.get("annotations") or {}
+    word, _, message = str(ann.get(workloads.ANN_STATE, "")).partition(": ")
+    end = workloads.ending(job)
+    queued = workloads.kueue_queue(job)
+    check = _pending_check(workload)
+    if end is not None:
+        phase = "Succeeded" if end.succeeded else "Failed"
+    elif word == "Invalid":
+        phase = "Invalid"
+    elif spec.get("suspend"):
+        phase = "Queued" if queued else ("Predicted" if word == "Predicted" else "Pending")
+    else:
+        phase = "Running" if int(status.get("active") or 0) else "Waiting"
+    fastest = _fastest(str(ann.get(workloads.ANN_PREDICTION, "")))
+    predicted = duration(fastest[0]) if fastest else ""
+    if fastest and end is None:
+        predicted += f" (p90 {duration(fastest[1])})"
+    actual_s = end.seconds if end is not None else None
+    error = f"{actual_s / fastest[0] - 1:+.0%}" if fastest and fastest[0] and actual_s is not None else ""
+    template = spec.get("template") or {}
+    pods = int(spec.get("parallelism") or 1)
+    per = workloads.pod_gpus(template.get("spec") or {})
+    types = str((template.get("metadata") or {}).get("annotations", {}).get(workloads.ANN_GPU_TYPES, ""))
+    gpus = (f"{pods}x{per}" if pods > 1 else str(per)) + (f" on {types}" if types else "")
+    needs = ""
+    if fastest and phase in ("Queued", "Predicted", "Waiting"):
+        needs = f"{duration(fastest[1] * (1 + margin))} x {per} GPU(s)" + (f" for {pods} pods" if pods > 1 else "")
+    created = parse_time(meta.get("creationTimestamp"))
+    why = check if phase == "Queued" else (message if phase == "Invalid" else "")
+    return JobRow(
+        namespace=str(meta.get("namespace") or ""), name=f"job/{meta.get('name') or ''}", phase=phase,
+        reason=f"Kueue {queued}" if queued and phase == "Queued" else word, gpus=gpus, predicted=predicted,
         actual=duration(actual_s) if actual_s is not None else "", error=error, needs=needs,
         age=duration((now - created).total_seconds()) if created else "", why=why,
     )  # fmt: skip

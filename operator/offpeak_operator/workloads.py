@@ -85,7 +85,8 @@ def _int_annotation(ann: Mapping[str, str], key: str) -> int | None:
         raise SpecError(f"annotation {key} must be an integer, got {ann[key]!r}") from e
 
 
-def _gpus_per_pod(pod_spec: Mapping[str, Any]) -> int:
+def pod_gpus(pod_spec: Mapping[str, Any]) -> int:
+    """GPUs the training container of a pod spec asks for (1 when it names none)."""
     containers = pod_spec.get("containers") or []
     index = podtemplate.train_container_index(containers) if containers else None
     if index is None:
@@ -114,7 +115,7 @@ def workload_spec(job: Mapping[str, Any], *, resolve_gpu: GpuResolver | None) ->
         "image": str(containers[index].get("image") or "") if index is not None else "",
         "gpuTypes": [t.strip() for t in str(ann.get(ANN_GPU_TYPES, "")).split(",") if t.strip()],
         "workers": 1,  # every pod of a Job is timed alone: parallel pods share nothing offpeak must gang
-        "gpusPerWorker": _gpus_per_pod(pod_spec),
+        "gpusPerWorker": pod_gpus(pod_spec),
         "precision": ann.get(ANN_PRECISION, "fp32"),
         "optimizer": ann.get(ANN_OPTIMIZER, "adam"),
         "checkpointing": str(ann.get(ANN_CHECKPOINTING_OPT, "false")).lower() == "true",

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from optestkit import NOW
 
-from offpeak_operator.userview import explain_lines, job_row, scheduler_reasons, window_needed
+from offpeak_operator.userview import batch_job_row, explain_lines, job_row, scheduler_reasons, window_needed
 
 SAID = ("0/4 nodes are available: 1 gang of 2 worker(s) x 8 GPU(s) needs 2 place(s) in fitting windows; 1 found "
         "on 1 node(s), 1 window ends in 6s, job needs ~2m (p90 x1.15) on L4, 2 node(s) didn't match Pod's node "
@@ -39,6 +39,47 @@ def test_a_waiting_job_row_says_what_window_it_needs_and_why_in_human_units() ->
                        gpuType="H100-SXM5-80GB"), now=NOW)
     assert (done.actual, done.error, done.needs, done.why) == ("50m", "+20%", "", "")
     assert done.predicted == "42m"  # no p90 once it is over
+
+
+def batch_job(*, state: str, suspend: bool, queue: str | None = None, **status) -> dict:
+    labels = {"kueue.x-k8s.io/queue-name": queue} if queue else {}
+    return {
+        "metadata": {"name": "nightly", "namespace": "team", "creationTimestamp": "2026-11-21T05:30:00Z",
+                     "labels": labels, "annotations": {
+                         "offpeak.io/state": state,
+                         "offpeak.io/prediction": '{"A100-SXM4-40GB":{"p50":1200,"p90":1500},'
+                                                  '"H100-SXM5-80GB":{"p50":600,"p90":900},"source":"predictor"}'}},
+        "spec": {"suspend": suspend, "parallelism": 2, "template": {
+            "metadata": {"labels": {"offpeak.io/offline": "true"},
+                         "annotations": {"offpeak.io/gpu-types": "A100,H100"}},
+            "spec": {"containers": [{"name": "train", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}},
+        "status": status,
+    }
+
+
+def test_a_kueue_queued_job_row_shows_its_pending_check_and_the_window_it_needs() -> None:
+    workload = {"status": {"admissionChecks": [
+        {"name": "other", "state": "Ready", "message": "ok"},
+        {"name": "offpeak-window", "state": "Pending", "message": "no forecast idle window fits now: n1: ..."}]}}
+    row = batch_job_row(batch_job(state="Predicted: predicted 600s", suspend=True, queue="team-q"), now=NOW,
+                        workload=workload)
+    assert (row.name, row.phase, row.reason, row.gpus) == ("job/nightly", "Queued", "Kueue team-q", "2x4 on A100,H100")
+    assert row.predicted == "10m (p90 15m)"  # the fastest type's p50 and p90
+    assert row.needs == "18m x 4 GPU(s) for 2 pods"  # 900 s x 1.15 = 17m15s, rounded up
+    assert row.why == "Kueue check offpeak-window Pending: no forecast idle window fits now: n1: ..."
+    assert row.age == "30m"
+
+
+def test_a_batch_job_row_follows_the_job_to_its_end_and_says_why_it_is_invalid() -> None:
+    running = batch_job_row(batch_job(state="Predicted: ...", suspend=False, active=2), now=NOW)
+    assert (running.phase, running.reason, running.why) == ("Running", "Predicted", "")
+    done = batch_job_row(batch_job(state="Finished: the Job succeeded in 660s", suspend=False,
+                                   startTime="2026-11-21T05:40:00Z", completionTime="2026-11-21T05:51:00Z",
+                                   conditions=[{"type": "Complete", "status": "True"}]), now=NOW)
+    assert (done.phase, done.actual, done.error, done.predicted, done.needs) == ("Succeeded", "11m", "+10%", "10m", "")
+    invalid = batch_job_row(batch_job(state="Invalid: annotation offpeak.io/steps must be an integer", suspend=True),
+                            now=NOW)
+    assert (invalid.phase, invalid.why) == ("Invalid", "annotation offpeak.io/steps must be an integer")
 
 
 def test_the_schedulers_summary_splits_into_its_reasons_without_preemption() -> None:
