@@ -212,9 +212,12 @@ class ControlPlane:
         )
         for name, config in (("kube-scheduler", default_cfg), ("offpeak-scheduler", offpeak_cfg)):
             port = ports["scheduler" if name == "kube-scheduler" else "offpeak-scheduler"]
+            # offpeak's scheduler retries pods its extender refused within ~20-50 s without waiting for a cluster
+            # event, as the chart's does (scheduler.retryUnschedulableSeconds); the default scheduler stays stock
+            retry = ["--pod-max-in-unschedulable-pods-duration=20s"] if name == "offpeak-scheduler" else []
             self.sup.start(name, [
                 str(bins["kube-scheduler"]), f"--config={config}", *auth, "--bind-address=127.0.0.1",
-                f"--secure-port={port}", "--v=1",
+                f"--secure-port={port}", "--v=1", *retry,
             ])
         stage_file = cfg / "kwok-stages.yaml"
         stage_file.write_text(stages.stages_yaml())
