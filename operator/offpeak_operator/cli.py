@@ -61,6 +61,10 @@ def register(subparsers: Any) -> None:
                    default=_env("OFFPEAK_BATCH_JOBS", "true").lower() == "true",
                    help="also predict and admit batch/v1 Jobs whose pod template has the label "
                         "offpeak.io/offline=true (docs/trainingjob.md; env OFFPEAK_BATCH_JOBS)")
+    p.add_argument("--pytorch-jobs", action=argparse.BooleanOptionalAction,
+                   default=_env("OFFPEAK_PYTORCH_JOBS", "false").lower() == "true",
+                   help="also predict and admit Kubeflow PyTorchJobs whose Master template has the label "
+                        "offpeak.io/offline=true (needs training-operator's CRD; env OFFPEAK_PYTORCH_JOBS)")
     p.add_argument("--verbose", "-v", action="store_true")
     p.set_defaults(func=run_operator)
 
@@ -223,6 +227,7 @@ def build_settings(args: argparse.Namespace) -> Any:
         requeue=RequeueSettings(base_seconds=args.requeue_base_seconds),
         resync_seconds=args.resync_seconds,
         watch_batch_jobs=bool(getattr(args, "batch_jobs", True)),
+        watch_pytorch_jobs=bool(getattr(args, "pytorch_jobs", False)),
     )
 
 

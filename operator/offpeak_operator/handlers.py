@@ -18,6 +18,7 @@ import kopf
 from kubernetes import client
 
 from offpeak_operator import names
+from offpeak_operator.jobkinds import PYTORCH_JOB
 from offpeak_operator.peering import PeeringGate
 from offpeak_operator.reconciler import Reconciler
 from offpeak_operator.resync import Resyncer
@@ -106,5 +107,14 @@ def build_registry(reconciler: Reconciler, settings: OperatorSettings,
         def batch_job_event(*, type: str, name: str, namespace: str | None, **_: Any) -> None:
             if type != "DELETED" and namespace is not None:
                 jobs.reconcile(namespace, name)
+
+    if settings.watch_pytorch_jobs:
+        pytorch_jobs = WorkloadReconciler(reconciler, PYTORCH_JOB)
+
+        @kopf.on.event(PYTORCH_JOB.group, PYTORCH_JOB.version, PYTORCH_JOB.plural, registry=registry,
+                       when=lambda body, **_: opted_in(body, PYTORCH_JOB))  # type: ignore[arg-type]
+        def pytorch_job_event(*, type: str, name: str, namespace: str | None, **_: Any) -> None:
+            if type != "DELETED" and namespace is not None:
+                pytorch_jobs.reconcile(namespace, name)
 
     return registry

@@ -19,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 
 from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_operator import names
+from offpeak_operator.jobkinds import JobKind
 
 log = logging.getLogger(__name__)
 # The generated client sends no Content-Type on POST; say it explicitly rather than rely on server defaults.
@@ -145,21 +146,29 @@ class KubeIO:
         """Create; False when a ConfigMap of that name already exists."""
         return _create_if_absent(self.core.create_namespaced_config_map, body)
 
-    # -- batch/v1 Jobs that opt in (offpeak_operator.workloads)
-    def get_batch_job(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return _read_if_present(lambda: self.batch.read_namespaced_job(name, namespace, _preload_content=False))
+    # -- workloads that opt in (offpeak_operator.workloads): batch/v1 Jobs, PyTorchJobs (offpeak_operator.jobkinds)
+    def get_workload(self, kind: JobKind, namespace: str, name: str) -> dict[str, Any] | None:
+        if kind.group == "":
+            return _read_if_present(lambda: self.batch.read_namespaced_job(name, namespace, _preload_content=False))
+        return _read_if_present(lambda: self.custom.get_namespaced_custom_object(
+            kind.group, kind.version, namespace, kind.plural, name, _preload_content=False))
 
-    def list_batch_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        """The pods the Job controller made for Job `name` (its `batch.kubernetes.io/job-name` label)."""
-        response = self.core.list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={name}",
+    def list_workload_pods(self, kind: JobKind, namespace: str, name: str) -> list[dict[str, Any]]:
+        """The pods the workload's controller made for it (by the label it puts on them)."""
+        response = self.core.list_namespaced_pod(namespace, label_selector=f"{kind.pod_label}={name}",
                                                  _preload_content=False)
         return list(_json(response).get("items", []))
 
-    def patch_batch_job(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
-        """JSON merge patch of a Job (a Job deleted meanwhile is not an error)."""
+    def patch_workload(self, kind: JobKind, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """JSON merge patch of a workload (one deleted meanwhile is not an error)."""
         try:
-            self.batch.patch_namespaced_job(name, namespace, dict(patch), _preload_content=False,
-                                            _content_type="application/merge-patch+json")
+            if kind.group == "":
+                self.batch.patch_namespaced_job(name, namespace, dict(patch), _preload_content=False,
+                                                _content_type="application/merge-patch+json")
+            else:
+                self.custom.patch_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, name,
+                                                           dict(patch), _preload_content=False,
+                                                           _content_type="application/merge-patch+json")
         except ApiException as e:
             if e.status != 404:
                 raise

@@ -79,3 +79,6 @@ class OperatorSettings:
     # also predict and admit batch/v1 Jobs whose pod template carries offpeak.io/offline: "true" (needs RBAC on
     # jobs: list/watch/get/patch)
     watch_batch_jobs: bool = True
+    # and Kubeflow PyTorchJobs opted in the same way (RBAC on pytorchjobs.kubeflow.org: list/watch/get/patch); off
+    # where training-operator's CRD is not installed
+    watch_pytorch_jobs: bool = False

@@ -17,6 +17,7 @@ from offpeak_graph.schema import ModelGraph
 from offpeak_operator import workloads
 from offpeak_operator.extraction import ExtractionFailed
 from offpeak_operator.graphstore import GraphDecodeError, graph_from_configmap
+from offpeak_operator.jobkinds import BATCH_JOB, JobKind
 from offpeak_operator.jobspec import JobSpec
 from offpeak_operator.predictions import fallback, remaining_seconds
 from offpeak_operator.predictor_http import PredictorUnavailable
@@ -26,30 +27,34 @@ log = logging.getLogger(__name__)
 
 
 class WorkloadReconciler:
-    """Reconciles opted-in Jobs with the TrainingJob reconciler's context (API, predictor, extractor, metrics)."""
+    """Reconciles opted-in workloads of one kind (batch/v1 Jobs, PyTorchJobs) with the TrainingJob reconciler's
+    context (API, predictor, extractor, metrics)."""
 
-    def __init__(self, reconciler: Reconciler) -> None:
+    def __init__(self, reconciler: Reconciler, kind: JobKind = BATCH_JOB) -> None:
         self.reconciler = reconciler
         self.ctx = reconciler.ctx
+        self.kind = kind
 
     def reconcile(self, namespace: str, name: str) -> str:
         """Bring one Job forward; returns the state word it is left in ("" when it is not offpeak's)."""
         kube = self.ctx.kube
-        job = kube.get_batch_job(namespace, name)
-        if job is None or not workloads.opted_in(job):
+        job = kube.get_workload(self.kind, namespace, name)
+        if job is None or not workloads.opted_in(job, self.kind):
             return ""
         current = workloads.state(job)
-        suspended = bool((job.get("spec") or {}).get("suspend"))
+        suspended = self.kind.suspended(job)
         if current == "Finished":
             return current
         if current == "Predicted":
             return self._track(job)
         if not suspended:
             if current != "Unpredicted":  # say it once
-                self._say(job, "Unpredicted", "the Job was created unsuspended, so its pods may start before their "
-                          "runtime is predicted; create opted-in Jobs with spec.suspend: true", warning=True)
+                where = "spec.suspend" if self.kind.replica_specs is None else "spec.runPolicy.suspend"
+                self._say(job, "Unpredicted", f"the {self.kind.kind} was created unsuspended, so its pods may start "
+                          f"before their runtime is predicted; create opted-in {self.kind.kind}s with {where}: true",
+                          warning=True)
             return "Unpredicted"
-        spec, problems = workloads.workload_spec(job, resolve_gpu=self.ctx.resolve_gpu)
+        spec, problems = workloads.workload_spec(job, resolve_gpu=self.ctx.resolve_gpu, kind=self.kind)
         if spec is None:
             message = "; ".join(p.message for p in problems)
             if job["metadata"].get("annotations", {}).get(workloads.ANN_STATE) != f"Invalid: {message}"[:1000]:
@@ -79,12 +84,13 @@ class WorkloadReconciler:
                                   estimated_seconds=spec.estimated_seconds, startup_seconds=spec.startup_seconds,
                                   settings=self.ctx.settings.fallback)  # fmt: skip
         remaining = remaining_seconds(prediction, completed_steps=0)
-        patch = workloads.admission_patch(job, spec, gpu_types=tuple(canonical), remaining=remaining)
+        patch = workloads.admission_patch(job, spec, gpu_types=tuple(canonical), remaining=remaining, kind=self.kind)
         queued = workloads.kueue_queue(job)
+        kube = self.ctx.kube
         try:
-            self.ctx.kube.patch_batch_job(meta["namespace"], meta["name"], patch)
+            kube.patch_workload(self.kind, meta["namespace"], meta["name"], patch)
             if queued is None:  # Kueue unsuspends a Job it queues, once it admits it
-                self.ctx.kube.patch_batch_job(meta["namespace"], meta["name"], {"spec": {"suspend": False}})
+                kube.patch_workload(self.kind, meta["namespace"], meta["name"], self.kind.unsuspend_patch())
         except ApiException as e:
             if e.status not in (400, 403, 409, 422):
                 raise  # transient: the next event tries again
@@ -102,11 +108,11 @@ class WorkloadReconciler:
         return "Predicted"
 
     def _track(self, job: Mapping[str, Any]) -> str:
-        end = workloads.ending(job)
+        end = workloads.ending(job, self.kind)
         if end is None:
             return "Predicted"
         meta = job["metadata"]
-        predicted = workloads.template_annotations(job).get("offpeak.io/predicted-job-seconds", "")
+        predicted = workloads.template_annotations(job, self.kind).get("offpeak.io/predicted-job-seconds", "")
         outcome = "succeeded" if end.succeeded else "failed"
         took = f" in {end.seconds:.0f}s" if end.seconds is not None else ""
         sample = self._report_sample(job, end) if end.succeeded else "not sent: the Job failed"
@@ -120,7 +126,7 @@ class WorkloadReconciler:
         step time over the whole run, on the GPU type of the node it ran on, with its model graph. What became of
         it, in words (the Job's `offpeak.io/sample` annotation)."""
         meta = job["metadata"]
-        spec, _ = workloads.workload_spec(job, resolve_gpu=self.ctx.resolve_gpu)
+        spec, _ = workloads.workload_spec(job, resolve_gpu=self.ctx.resolve_gpu, kind=self.kind)
         if spec is None or end.seconds is None:
             return "not sent: the Job's spec or run time cannot be read back"
         if spec.model_source.kind == "none":
@@ -129,7 +135,7 @@ class WorkloadReconciler:
                                           startup_seconds=spec.startup_seconds)  # fmt: skip
         if step is None:
             return f"not sent: {end.seconds:.0f}s is no longer than the assumed start-up"
-        node = workloads.ran_on(self.ctx.kube.list_batch_job_pods(meta["namespace"], meta["name"]))
+        node = workloads.ran_on(self.ctx.kube.list_workload_pods(self.kind, meta["namespace"], meta["name"]))
         gpu_type = self.ctx.kube.node_gpu_type(node) if node else ""
         if not gpu_type:
             return "not sent: the node it ran on is not known, or has no GPU type label"
@@ -151,8 +157,8 @@ class WorkloadReconciler:
              prediction: str | None = None, sample: str | None = None) -> None:
         """Record the decision on the Job (annotation) and as an Event."""
         meta = job["metadata"]
-        self.ctx.kube.patch_batch_job(meta["namespace"], meta["name"],
-                                      workloads.state_patch(word, message, prediction=prediction, sample=sample))
+        self.ctx.kube.patch_workload(self.kind, meta["namespace"], meta["name"],
+                                     workloads.state_patch(word, message, prediction=prediction, sample=sample))
         self.ctx.kube.emit_event(dict(job), type="Warning" if warning else "Normal", reason=reason or word,
                                  message=message, now=self.ctx.clock())
 

@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from offpeak_operator import names, podtemplate
+from offpeak_operator.jobkinds import BATCH_JOB, JobKind
 from offpeak_operator.jobspec import GpuResolver, JobSpec, Problem, SpecError, parse_spec, validate
 from offpeak_operator.podspecs import gpu_type_terms, predicted_annotation
 from offpeak_operator.statemachine import parse_time
@@ -49,13 +50,14 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 SOURCE_PREFIXES = {"torchvision": "torchvision", "hf": "hfConfig", "graph-configmap": "graphConfigMap"}
 
 
-def _template(job: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (job.get("spec") or {}).get("template") or {}
+def _template(job: Mapping[str, Any], kind: JobKind = BATCH_JOB) -> Mapping[str, Any]:
+    return kind.primary_template(job)
 
 
-def opted_in(job: Mapping[str, Any]) -> bool:
-    """Whether a batch/v1 Job asks for offpeak: its pod template carries `offpeak.io/offline: "true"`."""
-    labels = (_template(job).get("metadata") or {}).get("labels") or {}
+def opted_in(job: Mapping[str, Any], kind: JobKind = BATCH_JOB) -> bool:
+    """Whether a workload asks for offpeak: its (a PyTorchJob's Master's) pod template carries
+    `offpeak.io/offline: "true"`."""
+    labels = (_template(job, kind).get("metadata") or {}).get("labels") or {}
     return str(labels.get(OPT_IN_LABEL, "")).lower() == "true"
 
 
@@ -67,8 +69,8 @@ def kueue_queue(job: Mapping[str, Any]) -> str | None:
     return str(queue) if queue else None
 
 
-def template_annotations(job: Mapping[str, Any]) -> Mapping[str, str]:
-    return (_template(job).get("metadata") or {}).get("annotations") or {}
+def template_annotations(job: Mapping[str, Any], kind: JobKind = BATCH_JOB) -> Mapping[str, str]:
+    return (_template(job, kind).get("metadata") or {}).get("annotations") or {}
 
 
 def state(job: Mapping[str, Any]) -> str:
@@ -100,21 +102,24 @@ def pod_gpus(pod_spec: Mapping[str, Any]) -> int:
         return 1
 
 
-def workload_spec(job: Mapping[str, Any], *, resolve_gpu: GpuResolver | None) -> tuple[JobSpec | None, list[Problem]]:
-    """The TrainingJob-equivalent spec of an opted-in Job (for prediction), or why it cannot be predicted."""
-    template = _template(job)
+def workload_spec(job: Mapping[str, Any], *, resolve_gpu: GpuResolver | None,
+                  kind: JobKind = BATCH_JOB) -> tuple[JobSpec | None, list[Problem]]:
+    """The TrainingJob-equivalent spec of an opted-in workload (for prediction), or why it cannot be predicted."""
+    template = _template(job, kind)
     pod_spec = template.get("spec") or {}
-    ann = template_annotations(job)
+    ann = template_annotations(job, kind)
     problems: list[Problem] = []
-    if pod_spec.get("schedulerName") != names.SCHEDULER_NAME:
-        problems.append(Problem("InvalidSpec", f"set spec.template.spec.schedulerName: {names.SCHEDULER_NAME} (a "
-                                               "Job's scheduler cannot be changed after it is created)"))
+    for replica, each in kind.templates(job).items():
+        if (each.get("spec") or {}).get("schedulerName") != names.SCHEDULER_NAME:
+            where = f"spec.{kind.replica_specs}.{replica}.template" if replica else "spec.template"
+            problems.append(Problem("InvalidSpec", f"set {where}.spec.schedulerName: {names.SCHEDULER_NAME} (a "
+                                                   f"{kind.kind}'s scheduler cannot be changed after it is created)"))
     containers = pod_spec.get("containers") or []
     index = podtemplate.train_container_index(containers) if containers else None
     raw: dict[str, Any] = {
         "image": str(containers[index].get("image") or "") if index is not None else "",
         "gpuTypes": [t.strip() for t in str(ann.get(ANN_GPU_TYPES, "")).split(",") if t.strip()],
-        "workers": 1,  # every pod of a Job is timed alone: parallel pods share nothing offpeak must gang
+        "workers": kind.replicas(job),  # a Job's parallel pods are timed alone; a PyTorchJob's train together
         "gpusPerWorker": pod_gpus(pod_spec),
         "precision": ann.get(ANN_PRECISION, "fp32"),
         "optimizer": ann.get(ANN_OPTIMIZER, "adam"),
@@ -130,11 +135,11 @@ def workload_spec(job: Mapping[str, Any], *, resolve_gpu: GpuResolver | None) ->
             raw.setdefault("steps", 1)
         source = str(ann.get(ANN_MODEL_SOURCE, "")).strip()
         if source:
-            kind, _, source_name = source.partition(":")
-            if kind not in SOURCE_PREFIXES or not source_name:
+            prefix, _, source_name = source.partition(":")
+            if prefix not in SOURCE_PREFIXES or not source_name:
                 raise SpecError(f"annotation {ANN_MODEL_SOURCE} must be one of "
                                 f"{', '.join(p + ':<name>' for p in SOURCE_PREFIXES)}, got {source!r}")
-            source_field = SOURCE_PREFIXES[kind]
+            source_field = SOURCE_PREFIXES[prefix]
             raw["modelSource"] = {source_field: {"name": source_name} if source_field == "graphConfigMap"
                                   else source_name}
         if "batchSize" not in raw:
@@ -151,21 +156,24 @@ def workload_spec(job: Mapping[str, Any], *, resolve_gpu: GpuResolver | None) ->
 
 
 def admission_patch(job: Mapping[str, Any], spec: JobSpec, *, gpu_types: tuple[str, ...],
-                    remaining: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Merge patch of the suspended Job's pod template: the prediction the extender places by, offpeak's pod
-    annotations, and node affinity for the allowed GPU types ANDed with the template's own."""
-    pod_spec = _template(job).get("spec") or {}
-    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = podtemplate.merge_node_terms(required.get("nodeSelectorTerms") or [], gpu_type_terms(gpu_types))
+                    remaining: Mapping[str, Mapping[str, Any]], kind: JobKind = BATCH_JOB) -> dict[str, Any]:
+    """Merge patch of the suspended workload's pod templates: the prediction the extender places by, offpeak's pod
+    annotations, and node affinity for the allowed GPU types ANDed with each template's own."""
     annotations = {**predicted_annotation(remaining),
                    names.ANN_CHECKPOINTING: "true" if spec.checkpointing else "false",
                    names.ANN_PREEMPTIBLE: "true"}
-    return {"spec": {"template": {
-        "metadata": {"annotations": annotations, "labels": {names.LABEL_WORKLOAD: "offline"}},
-        "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": terms}}}},
-    }}}
+    per_template = {}
+    for replica, template in kind.templates(job).items():
+        pod_spec = template.get("spec") or {}
+        required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+                    .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+        terms = podtemplate.merge_node_terms(required.get("nodeSelectorTerms") or [], gpu_type_terms(gpu_types))
+        per_template[replica] = {
+            "metadata": {"annotations": annotations, "labels": {names.LABEL_WORKLOAD: "offline"}},
+            "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": terms}}}},
+        }
+    return kind.templates_patch(per_template)
 
 
 def state_patch(word: str, message: str, *, prediction: str | None = None,
@@ -207,16 +215,16 @@ class Ending:
     seconds: float | None  # startTime -> completionTime (or the Failed condition's time)
 
 
-def ending(job: Mapping[str, Any]) -> Ending | None:
-    """The Job's ending from its conditions (Complete / Failed True), None while it runs."""
+def ending(job: Mapping[str, Any], kind: JobKind = BATCH_JOB) -> Ending | None:
+    """The workload's ending from its conditions (Complete or Succeeded, or Failed, True), None while it runs."""
     status = job.get("status") or {}
     for c in status.get("conditions") or []:
-        if c.get("status") != "True" or c.get("type") not in ("Complete", "Failed"):
+        if c.get("status") != "True" or c.get("type") not in (kind.done_condition, "Failed"):
             continue
         start = parse_time(status.get("startTime"))
         end: datetime | None = parse_time(status.get("completionTime") or c.get("lastTransitionTime"))
         seconds = (end - start).total_seconds() if start and end else None
-        return Ending(succeeded=c["type"] == "Complete", seconds=seconds)
+        return Ending(succeeded=c["type"] == kind.done_condition, seconds=seconds)
     return None
 
 

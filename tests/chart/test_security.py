@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from support.chart import find, pod_specs, scheduler_config
+from support.chart import find, pod_specs, render, scheduler_config
+
+from .conftest import CHART
 
 import yaml
 
@@ -130,6 +132,20 @@ def test_operator_rbac_is_exactly_what_it_calls_cluster_wide(default_objects) ->
     assert _grants(_rules(default_objects, "offpeak-operator-cluster")) == OPERATOR_CLUSTER
     assert _bound_to(default_objects, "ClusterRole", "offpeak-operator", "offpeak-operator")
     assert _bound_to(default_objects, "ClusterRole", "offpeak-operator-cluster", "offpeak-operator")
+
+
+def test_pytorchjobs_add_their_rbac_and_flag_only_when_turned_on(helm_bin) -> None:
+    from offpeak.cli import build_parser  # noqa: PLC0415
+
+    objects = render(CHART, set_values=["operator.pytorchJobs=true"], include_crds=False)
+    pytorch = {("kubeflow.org", "pytorchjobs", v) for v in ("get", "list", "watch", "patch")}
+    assert _grants(_rules(objects, "offpeak-operator")) == OPERATOR_NAMESPACED | pytorch
+    (deployment,) = find(objects, "Deployment", "-operator")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert build_parser().parse_args(args).pytorch_jobs is True  # the real CLI reads the flag
+    (default,) = find(render(CHART, include_crds=False), "Deployment", "-operator")
+    args = default["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert build_parser().parse_args(args).pytorch_jobs is False
 
 
 def test_operator_rbac_is_namespaced_when_asked_but_still_reads_nodes(custom_objects) -> None:

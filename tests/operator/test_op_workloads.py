@@ -11,6 +11,7 @@ from optestkit import NOW, small_graph
 from prometheus_client import CollectorRegistry
 
 from offpeak_operator import workloads
+from offpeak_operator.jobkinds import BATCH_JOB, PYTORCH_JOB, JobKind
 from offpeak_operator.metrics import OperatorMetrics
 from offpeak_operator.predictor_http import PredictorUnavailable
 from offpeak_operator.reconciler import Context, Reconciler
@@ -81,15 +82,17 @@ def test_the_admission_patch_is_a_valid_job_with_the_prediction_and_anded_affini
 
 
 class JobKube:
-    """Just enough of KubeIO for batch Jobs: merge patches applied to a stored Job."""
+    """Just enough of KubeIO for opted-in workloads: merge patches applied to one stored object of one kind."""
 
-    def __init__(self, job: dict[str, Any]) -> None:
-        self.job, self.events, self.patches = job, [], []
+    def __init__(self, job: dict[str, Any], kind: JobKind = BATCH_JOB) -> None:
+        self.job, self.kind, self.events, self.patches = job, kind, [], []
 
-    def get_batch_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+    def get_workload(self, kind: JobKind, namespace: str, name: str) -> dict[str, Any] | None:
+        assert kind is self.kind
         return copy.deepcopy(self.job)
 
-    def patch_batch_job(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+    def patch_workload(self, kind: JobKind, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        assert kind is self.kind
         self.patches.append(patch)
         _merge(self.job, patch)
 
@@ -108,8 +111,8 @@ def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
             target[k] = copy.deepcopy(v)
 
 
-def make(job: dict[str, Any]) -> tuple[WorkloadReconciler, JobKube]:
-    kube = JobKube(job)
+def make(job: dict[str, Any], kind: JobKind = BATCH_JOB) -> tuple[WorkloadReconciler, JobKube]:
+    kube = JobKube(job, kind)
 
     class NoPredictor:
         def predict(self, **_: Any) -> dict[str, Any]:
@@ -117,7 +120,7 @@ def make(job: dict[str, Any]) -> tuple[WorkloadReconciler, JobKube]:
 
     ctx = Context(settings=OperatorSettings(), kube=kube, predictor=NoPredictor(),  # type: ignore[arg-type]
                   metrics=OperatorMetrics(CollectorRegistry()), resolve_gpu=None, clock=lambda: NOW)
-    return WorkloadReconciler(Reconciler(ctx)), kube
+    return WorkloadReconciler(Reconciler(ctx), kind), kube
 
 
 def test_a_suspended_job_is_predicted_annotated_and_unsuspended_then_its_ending_recorded() -> None:
@@ -170,7 +173,7 @@ class SampleKube(JobKube):
         super().__init__(job)
         self.pods = pods
 
-    def list_batch_job_pods(self, namespace: str, name: str) -> list[dict[str, Any]]:
+    def list_workload_pods(self, kind: JobKind, namespace: str, name: str) -> list[dict[str, Any]]:
         return copy.deepcopy(self.pods)
 
     def node_gpu_type(self, node: str) -> str:
@@ -238,3 +241,61 @@ def test_a_job_sample_that_cannot_be_sent_says_why_on_the_job() -> None:
         assert rec.reconcile("team", "nightly") == "Finished"
         assert kube.job["metadata"]["annotations"]["offpeak.io/sample"].startswith(said), said
         assert predictor.samples == []
+
+
+def pytorch_job(*, suspend: bool = True, workers: int = 3) -> dict[str, Any]:
+    def replica(n: int, annotations: dict[str, str]) -> dict[str, Any]:
+        return {"replicas": n, "restartPolicy": "OnFailure", "template": {
+            "metadata": {"labels": {"offpeak.io/offline": "true"}, "annotations": annotations},
+            "spec": {"schedulerName": "offpeak-scheduler", "containers": [
+                {"name": "pytorch", "image": "example/ddp:1", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}}
+
+    said = {"offpeak.io/batch-size": "16", "offpeak.io/steps": "500", "offpeak.io/gpu-types": "H100",
+            "offpeak.io/estimated-seconds": "900"}
+    return {
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+        "metadata": {"name": "ddp", "namespace": "team", "uid": "u2", "annotations": {}},
+        "spec": {"runPolicy": {"suspend": suspend},
+                 "pytorchReplicaSpecs": {"Worker": replica(workers, {}), "Master": replica(1, said)}},
+    }  # fmt: skip
+
+
+def test_a_pytorchjob_is_read_from_its_master_and_predicted_for_all_its_replicas_together() -> None:
+    job = pytorch_job()
+    assert workloads.opted_in(job, PYTORCH_JOB) and not workloads.opted_in(job)  # not a batch Job's shape
+    assert list(PYTORCH_JOB.templates(job)) == ["Master", "Worker"]
+    spec, problems = workloads.workload_spec(job, resolve_gpu=None, kind=PYTORCH_JOB)
+    assert problems == [] and spec is not None
+    assert (spec.workers, spec.gpus_per_worker, spec.batch_size, spec.total_steps) == (4, 2, 16, 500)
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["schedulerName"] = "default-scheduler"
+    _, problems = workloads.workload_spec(job, resolve_gpu=None, kind=PYTORCH_JOB)
+    assert "spec.pytorchReplicaSpecs.Worker.template.spec.schedulerName" in problems[0].message
+
+
+def test_a_suspended_pytorchjob_gets_every_replicas_template_annotated_then_is_unsuspended() -> None:
+    job = pytorch_job(workers=1)
+    del job["spec"]["pytorchReplicaSpecs"]["Worker"]  # a Master alone: no Worker may be created by the patch
+    rec, kube = make(job, PYTORCH_JOB)
+    assert rec.reconcile("team", "ddp") == "Predicted"
+    assert kube.job["spec"]["runPolicy"]["suspend"] is False
+    assert set(kube.job["spec"]["pytorchReplicaSpecs"]) == {"Master"}
+    rec, kube = make(pytorch_job(workers=2), PYTORCH_JOB)
+    assert rec.reconcile("team", "ddp") == "Predicted"
+    for replica in ("Master", "Worker"):
+        template = kube.job["spec"]["pytorchReplicaSpecs"][replica]["template"]
+        assert set(json.loads(template["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])) == {"H100"}
+        assert template["metadata"]["labels"]["offpeak.io/workload"] == "offline"
+        assert template["spec"]["affinity"]["nodeAffinity"]
+    assert kube.patches[-2] == {"spec": {"runPolicy": {"suspend": False}}}  # after the templates, before the state
+    assert kube.events[-1][:3] == ("PyTorchJob", "Normal", "Predicted")
+    kube.job["status"] = {"startTime": "2026-11-21T06:00:00Z", "completionTime": "2026-11-21T06:20:00Z",
+                          "conditions": [{"type": "Created", "status": "True"},
+                                         {"type": "Succeeded", "status": "True"}]}
+    assert rec.reconcile("team", "ddp") == "Finished"
+    assert "succeeded in 1200s" in kube.job["metadata"]["annotations"]["offpeak.io/state"]
+
+
+def test_an_unsuspended_pytorchjob_is_warned_about_with_its_own_field() -> None:
+    rec, kube = make(pytorch_job(suspend=False), PYTORCH_JOB)
+    assert rec.reconcile("team", "ddp") == "Unpredicted"
+    assert "spec.runPolicy.suspend: true" in kube.events[0][3]
