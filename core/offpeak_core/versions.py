@@ -10,3 +10,5 @@ HELM_VERSION = "v3.16.4"
 # Kueue's controller (the e2e's Kueue admission-check scenario); the module proxy here serves v0.10.0-v0.10.2 and
 # not the later minors. v0.10 speaks kueue.x-k8s.io/v1beta1, the API offpeak's admission check uses.
 KUEUE_VERSION = "v0.10.2"
+# Kubeflow training-operator (the e2e's PyTorchJob scenario): the last v1 release, whose PyTorchJob offpeak opts in.
+TRAINING_OPERATOR_VERSION = "v1.8.1"

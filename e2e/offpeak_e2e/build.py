@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offpeak_core.datapaths import cache_dir
-from offpeak_core.versions import ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KUEUE_VERSION, KWOK_VERSION
+from offpeak_core.versions import (
+    ETCD_VERSION, HELM_VERSION, KUBERNETES_VERSION, KUEUE_VERSION, KWOK_VERSION, TRAINING_OPERATOR_VERSION,
+)
 
 KUBE_COMMANDS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
 
@@ -47,8 +49,15 @@ TARGETS: tuple[Target, ...] = (
     Target("etcd", ETCD_VERSION, ("etcd",), cold_minutes=1),
     Target("kubernetes", KUBERNETES_VERSION, KUBE_COMMANDS, cold_minutes=11),
     Target("kueue", KUEUE_VERSION, ("kueue",), cold_minutes=5),
+    Target("training-operator", TRAINING_OPERATOR_VERSION, ("training-operator",), cold_minutes=3),
 )
 KUEUE_MODULE = "sigs.k8s.io/kueue"
+TRAINING_OPERATOR_MODULE = "github.com/kubeflow/training-operator"
+# CRDs copied from a module next to its binary: target -> (module, folder in the module, file names or None: all)
+MODULE_CRDS: dict[str, tuple[str, str, tuple[str, ...] | None]] = {
+    "kueue": (KUEUE_MODULE, "config/components/crd/bases", None),
+    "training-operator": (TRAINING_OPERATOR_MODULE, "manifests/base/crds", ("kubeflow.org_pytorchjobs.yaml",)),
+}
 
 
 def binary_path(name: str, version: str, *, root: Path | None = None) -> Path:
@@ -61,9 +70,15 @@ def binaries(*, root: Path | None = None) -> dict[str, Path]:
     return {b: binary_path(b, t.version, root=root) for t in TARGETS for b in t.binaries}
 
 
+def crd_dir(target: str, *, root: Path | None = None) -> Path:
+    """A target's CRDs (`MODULE_CRDS`), copied from its module next to its binary when it is built."""
+    version = next(t.version for t in TARGETS if t.name == target)
+    return binary_path(f"{target}-crds", version, root=root)
+
+
 def kueue_crd_dir(*, root: Path | None = None) -> Path:
-    """Kueue's CRDs (its module's config/components/crd/bases), copied next to its binary when it is built."""
-    return binary_path("kueue-crds", KUEUE_VERSION, root=root)
+    """Kueue's CRDs (its module's config/components/crd/bases)."""
+    return crd_dir("kueue", root=root)
 
 
 def missing(*, root: Path | None = None) -> list[str]:
@@ -120,6 +135,9 @@ def _prepare_module(target: Target, work: Path, go: str, log: Path) -> list[str]
     elif target.name == "kueue":
         pkgs = [f"{KUEUE_MODULE}/cmd/kueue"]
         lines.append(f"require {KUEUE_MODULE} {target.version}")
+    elif target.name == "training-operator":
+        pkgs = [f"{TRAINING_OPERATOR_MODULE}/cmd/training-operator.v1"]
+        lines.append(f"require {TRAINING_OPERATOR_MODULE} {target.version}")
     elif target.name == "etcd":
         pkgs = ["go.etcd.io/etcd/server/v3"]
         lines.append(f"require go.etcd.io/etcd/server/v3 {target.version}")
@@ -184,15 +202,15 @@ def _build_locked(target: Target, *, go: str, work: Path, log: Path, outs: list[
     pkgs = _prepare_module(target, work, go, log)
     tmp_out = work / "out"
     tmp_out.mkdir(exist_ok=True)
-    if target.name == "etcd":
-        _run([go, "build", "-trimpath", "-ldflags", _ldflags(target), "-o", str(tmp_out / "etcd"), *pkgs],
-             cwd=work, log=log)
+    if len(pkgs) == 1:  # named as the target says (the package's folder may be named otherwise)
+        _run([go, "build", "-trimpath", "-ldflags", _ldflags(target), "-o", str(tmp_out / target.binaries[0]),
+              *pkgs], cwd=work, log=log)
     else:
         _run([go, "build", "-trimpath", "-ldflags", _ldflags(target), "-o", str(tmp_out) + "/", *pkgs],
              cwd=work, log=log)
     outs[0].parent.mkdir(parents=True, exist_ok=True)
-    if target.name == "kueue":  # before the binary lands: a binary in the cache means its CRDs are there too
-        _copy_kueue_crds(go, target.version, work=work, log=log, dest=outs[0].parent / "kueue-crds")
+    if target.name in MODULE_CRDS:  # before the binary lands: a binary in the cache means its CRDs are there too
+        _copy_crds(go, target, work=work, log=log, dest=outs[0].parent / f"{target.name}-crds")
     for name, dest in zip(target.binaries, outs, strict=True):
         built = tmp_out / name
         if not built.is_file():
@@ -206,16 +224,17 @@ def _build_locked(target: Target, *, go: str, work: Path, log: Path, outs: list[
     return took
 
 
-def _copy_kueue_crds(go: str, version: str, *, work: Path, log: Path, dest: Path) -> None:
-    out = subprocess.run([go, "mod", "download", "-json", f"{KUEUE_MODULE}@{version}"], cwd=work,
+def _copy_crds(go: str, target: Target, *, work: Path, log: Path, dest: Path) -> None:
+    module, folder, files = MODULE_CRDS[target.name]
+    out = subprocess.run([go, "mod", "download", "-json", f"{module}@{target.version}"], cwd=work,
                          capture_output=True, text=True, check=False, env={**os.environ, "GOFLAGS": "-buildvcs=false"})
     if out.returncode != 0:
         log.open("a").write(out.stdout + out.stderr)
-        raise BuildError(f"cannot find {KUEUE_MODULE}@{version}'s files: {out.stderr.strip()}")
-    bases = Path(json.loads(out.stdout)["Dir"]) / "config" / "components" / "crd" / "bases"
-    crds = sorted(bases.glob("*.yaml"))
-    if not crds:
-        raise BuildError(f"{KUEUE_MODULE}@{version} has no CRDs in {bases}")
+        raise BuildError(f"cannot find {module}@{target.version}'s files: {out.stderr.strip()}")
+    bases = Path(json.loads(out.stdout)["Dir"]) / folder
+    crds = sorted(bases / f for f in files) if files else sorted(bases.glob("*.yaml"))
+    if not crds or not all(c.is_file() for c in crds):
+        raise BuildError(f"{module}@{target.version} lacks its CRDs in {bases}")
     tmp = dest.with_suffix(".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

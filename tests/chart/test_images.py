@@ -92,6 +92,6 @@ def test_scheduler_image_is_pinned_to_the_e2e_kubernetes_version() -> None:
     assert values["scheduler"]["image"]["tag"] == kube
     assert {t.name: t.version for t in build.TARGETS} == {
         "helm": versions.HELM_VERSION, "kwok": versions.KWOK_VERSION, "etcd": versions.ETCD_VERSION, "kubernetes": kube,
-        "kueue": versions.KUEUE_VERSION,
+        "kueue": versions.KUEUE_VERSION, "training-operator": versions.TRAINING_OPERATOR_VERSION,
     }
     assert chart.KUBE_VERSION.rsplit(".", 1)[0] == kube.lstrip("v").rsplit(".", 1)[0]

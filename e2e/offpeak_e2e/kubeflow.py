@@ -1,0 +1,75 @@
+"""Kubeflow training-operator on the local control plane: the PyTorchJob CRD and the operator (built from its Go
+module by `offpeak_e2e.build`), PyTorchJobs only.
+
+training-operator always runs its webhook server with certificates from its own rotator (open-policy-agent's
+cert-controller): the rotator fills the Secret `training-operator-webhook-cert` in the operator's namespace, and
+the server reads them from the fixed folder `/tmp/k8s-webhook-server/serving-certs`, where a pod would have the
+Secret mounted. Here nothing mounts it, so `start` writes the Secret's files there itself; the rotator notices them
+within a minute and the controllers start. No webhook is registered with the API server.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from pathlib import Path
+
+from offpeak_e2e import build, kube, procs
+from offpeak_e2e.controlplane import StartError
+
+NAME = "training-operator"
+NAMESPACE = "kubeflow"
+SECRET = "training-operator-webhook-cert"
+CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # fixed in training-operator's pkg/cert
+
+
+def install_crds(kubeconfig: Path) -> list[str]:
+    """Apply the PyTorchJob CRD and wait until it is served."""
+    crds = sorted(build.crd_dir(NAME).glob("*.yaml"))
+    if not crds:
+        raise StartError(f"training-operator's CRDs are not in {build.crd_dir(NAME)}; "
+                         "run `python -m offpeak_e2e.build`")
+    for crd in crds:
+        kube.kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(crd))
+    kube.kubectl(kubeconfig, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s", timeout=90)
+    return [c.name for c in crds]
+
+
+def _write_certs(kubeconfig: Path) -> bool:
+    """Copy the rotator's certificates from its Secret to where the webhook server reads them; False until they
+    are there."""
+    got = kube.kubectl(kubeconfig, "-n", NAMESPACE, "get", "secret", SECRET, "-o", "json", check=False)
+    data = json.loads(got.stdout).get("data") or {} if got.returncode == 0 else {}
+    if not {"tls.crt", "tls.key", "ca.crt"} <= set(data):
+        return False
+    CERT_DIR.mkdir(parents=True, exist_ok=True)
+    for name, value in data.items():
+        (CERT_DIR / name).write_bytes(base64.b64decode(value))
+    return True
+
+
+def start(sup: procs.Supervisor, *, kubeconfig: Path, timeout: float = 150.0) -> str:
+    """Start training-operator under `sup` and wait until it is ready (certificates in place, controllers up);
+    returns its readiness URL."""
+    binary = build.binary_path(NAME, build.TRAINING_OPERATOR_VERSION)
+    if not binary.is_file():
+        raise StartError(f"training-operator is not built ({binary}); run `python -m offpeak_e2e.build`")
+    kube.kubectl(kubeconfig, "create", "namespace", NAMESPACE, check=False)
+    kube.kubectl(kubeconfig, "-n", NAMESPACE, "create", "secret", "generic", SECRET, check=False)
+    ports = {n: procs.free_port() for n in ("health", "metrics", "webhook")}
+    sup.start(NAME, [str(binary), "--enable-scheme=pytorchjob", f"--metrics-bind-address=127.0.0.1:{ports['metrics']}",
+                     f"--health-probe-bind-address=127.0.0.1:{ports['health']}",
+                     f"--webhook-server-port={ports['webhook']}"],
+              env={"KUBECONFIG": str(kubeconfig), "MY_POD_NAMESPACE": NAMESPACE})
+    url = f"http://127.0.0.1:{ports['health']}/readyz"
+    t0, certs = time.monotonic(), False
+    while time.monotonic() - t0 < timeout:
+        if sup.exited(NAME) is not None:
+            raise StartError(f"training-operator exited ({sup.exited(NAME)}); log {sup.log_dir / (NAME + '.log')}")
+        certs = certs or _write_certs(kubeconfig)
+        if certs and kube.http_ok(url):
+            return url
+        time.sleep(1.0)
+    raise StartError(f"training-operator not ready in {timeout:.0f}s (certificates written: {certs}); "
+                     f"log {sup.log_dir / (NAME + '.log')}")

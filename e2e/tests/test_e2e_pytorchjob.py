@@ -1,0 +1,130 @@
+"""Scenario (#19): a labelled Kubeflow PyTorchJob is predicted, placed only where offpeak allows, evicted when online
+work returns, and finishes once its GPUs are free again.
+
+Its own cluster (`pytorch`): an A100 node and an H100 node, online load only as the test sets it. training-operator
+v1.8.1 runs as built from its Go module (`offpeak_e2e.kubeflow`), its PyTorchJob CRD installed from the module's
+published manifest, and offpeak's operator watches PyTorchJobs (`OFFPEAK_PYTORCH_JOBS`). The job (a Master and a
+Worker of 2 GPUs each, A100 only) is created suspended; offpeak predicts it, writes the prediction into both replica
+templates and lifts the suspension; training-operator makes the pods and offpeak-scheduler places them on the
+A100 node. Online work then fills that node: the evictor evicts both pods, training-operator makes them again, and
+they wait (the H100 node is free, but not a GPU type the job allows) until the online work leaves; then the job
+succeeds and offpeak records how long it took.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from offpeak_e2e import kubeflow
+from offpeak_e2e.cluster import ClusterSettings
+from offpeak_e2e.controlplane import ControlPlaneSettings, StartError
+from offpeak_e2e.harness import E2ECluster, own_cluster, session_cluster_name
+
+TYPES = ("A100-SXM4-40GB", "H100-SXM5-80GB")
+POD_LABEL = "training.kubeflow.org/job-name=ddp"
+
+
+@pytest.fixture(scope="module")
+def pytorch_cluster() -> Iterator[E2ECluster]:
+    settings = ClusterSettings(
+        control_plane=ControlPlaneSettings(name=session_cluster_name("pytest-pytorch"), nodes=2, gpu_types=TYPES,
+                                           build_missing=False),
+        online_load=False, extra_env={"OFFPEAK_PYTORCH_JOBS": "true"},
+    )  # fmt: skip
+    started = own_cluster(settings, "pytorch")
+    cluster = next(started)
+    try:
+        try:
+            kubeflow.install_crds(cluster.kubeconfig)
+            cluster.start_service("operator")  # its watch on PyTorchJobs starts with the CRD in place
+            url = kubeflow.start(cluster.cluster.sup, kubeconfig=cluster.kubeconfig)
+        except StartError as e:
+            pytest.fail(f"training-operator did not start: {e}", pytrace=False)
+        print(f"[e2e] training-operator {kubeflow.build.TRAINING_OPERATOR_VERSION} ready ({url})", flush=True)
+        yield cluster
+    finally:
+        started.close()
+
+
+def _pytorch_job() -> dict[str, Any]:
+    def replica(annotations: dict[str, str]) -> dict[str, Any]:
+        return {"replicas": 1, "restartPolicy": "OnFailure", "template": {
+            "metadata": {"labels": {"offpeak.io/offline": "true"},
+                         "annotations": {"offpeak.io/sim-runtime": "40000ms", **annotations}},
+            "spec": {"schedulerName": "offpeak-scheduler", "containers": [
+                {"name": "pytorch", "image": "registry.local/offpeak-e2e/ddp:1",
+                 "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}}
+
+    said = {"offpeak.io/batch-size": "16", "offpeak.io/steps": "100", "offpeak.io/estimated-seconds": "20",
+            "offpeak.io/gpu-types": TYPES[0]}
+    return {
+        "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "ddp"},
+        "spec": {"runPolicy": {"suspend": True},
+                 "pytorchReplicaSpecs": {"Master": replica(said), "Worker": replica({})}},
+    }  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_labelled_pytorchjob_is_predicted_placed_evicted_and_finishes(pytorch_cluster: E2ECluster) -> None:
+    c = pytorch_cluster
+    ns = c.new_namespace("ddp")
+    a100, h100 = c.node_of_type(TYPES[0]), c.node_of_type(TYPES[1])
+    c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(_pytorch_job()))
+
+    def job() -> dict[str, Any]:
+        return c.get("pytorchjob", "-n", ns, "ddp")
+
+    def state() -> str:
+        return str(job()["metadata"].get("annotations", {}).get("offpeak.io/state", ""))
+
+    c.wait_for("the PyTorchJob predicted and unsuspended", lambda: state().startswith("Predicted"), timeout=90)
+    seen = job()
+    assert seen["spec"]["runPolicy"]["suspend"] is False
+    for replica in ("Master", "Worker"):
+        template = seen["spec"]["pytorchReplicaSpecs"][replica]["template"]
+        assert set(json.loads(template["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])) == {TYPES[0]}
+
+    def bound() -> list[dict[str, Any]]:
+        return [p for p in c.pods(ns, POD_LABEL) if p["spec"].get("nodeName")
+                and not p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running"]
+
+    c.wait_for("both replicas running", lambda: len(bound()) == 2, timeout=60)
+    first = bound()
+    assert {p["spec"]["nodeName"] for p in first} == {a100}  # the allowed GPU type only
+    for pod in first:
+        assert pod["metadata"]["annotations"].get("offpeak.io/predicted-job-seconds")
+        events = c.get("events", "-n", ns, "--field-selector", f"involvedObject.name={pod['metadata']['name']}")
+        scheduled = [e for e in events["items"] if e["reason"] == "Scheduled"]
+        assert (scheduled[0].get("reportingComponent") or scheduled[0]["source"].get("component")) == \
+            "offpeak-scheduler"  # fmt: skip
+    uids = {p["metadata"]["uid"] for p in first}
+
+    t = time.monotonic()
+    c.scale_online(a100, 8)  # online work wants the whole A100 node back
+    try:
+        c.wait_for("both replicas evicted", lambda: not ({p["metadata"]["uid"] for p in bound()} & uids),
+                   timeout=60, interval=0.5)
+        print(f"[e2e] online surge -> replicas evicted in {time.monotonic() - t:.1f}s", flush=True)
+        c.wait_for("training-operator to make the replicas again", lambda: len([
+            p for p in c.pods(ns, POD_LABEL) if p["metadata"]["uid"] not in uids
+            and not p["metadata"].get("deletionTimestamp")]) >= 1, timeout=60)  # fmt: skip
+        time.sleep(10)
+        waiting = [p for p in c.pods(ns, POD_LABEL) if p["metadata"]["uid"] not in uids]
+        assert all(p["spec"].get("nodeName") in (None, a100) for p in waiting), waiting  # never on the H100
+        assert not [p for p in waiting if p["spec"].get("nodeName") == h100]
+    finally:
+        c.scale_online(a100, 0)
+    t = time.monotonic()
+    # the evicted replicas wait for the extender's view of the node to clear (the live online demand it held) and
+    # for offpeak-scheduler's next try (within --pod-max-in-unschedulable-pods-duration + 30 s), then run 40 s
+    c.wait_for("the PyTorchJob's ending recorded", lambda: state().startswith(("Finished", "Invalid")), timeout=300)
+    print(f"[e2e] online work left -> job finished in {time.monotonic() - t:.0f}s", flush=True)
+    assert "succeeded in" in state(), state()
+    conditions = {cond["type"]: cond["status"] for cond in job()["status"]["conditions"]}
+    assert conditions.get("Succeeded") == "True", conditions
