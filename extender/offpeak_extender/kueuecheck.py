@@ -49,6 +49,7 @@ class PendingCheck:
     since: str  # its lastTransitionTime: kept while it stays Pending
     owner_job: str | None  # the batch/v1 Job the workload was made for, if any
     pod_sets: tuple[Mapping[str, Any], ...]
+    owner_pytorch_job: str | None = None  # or the Kubeflow PyTorchJob
 
 
 def our_checks(admission_checks: Iterable[Mapping[str, Any]], controller_name: str = CONTROLLER_NAME) -> list[str]:
@@ -82,12 +83,21 @@ def quota_reserved(workload: Mapping[str, Any]) -> bool:
     return c is not None and c.get("status") == "True"
 
 
-def owner_job(workload: Mapping[str, Any]) -> str | None:
-    """The name of the batch/v1 Job that owns the workload, if one does."""
+def _owner(workload: Mapping[str, Any], kind: str, api_group: str) -> str | None:
     for ref in (workload.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch/"):
+        if ref.get("kind") == kind and str(ref.get("apiVersion", "")).startswith(api_group + "/"):
             return str(ref.get("name"))
     return None
+
+
+def owner_job(workload: Mapping[str, Any]) -> str | None:
+    """The name of the batch/v1 Job that owns the workload, if one does."""
+    return _owner(workload, "Job", "batch")
+
+
+def owner_pytorch_job(workload: Mapping[str, Any]) -> str | None:
+    """The name of the Kubeflow PyTorchJob that owns the workload, if one does."""
+    return _owner(workload, "PyTorchJob", "kubeflow.org")
 
 
 def pending_checks(workload: Mapping[str, Any], ours: Sequence[str]) -> list[PendingCheck]:
@@ -99,7 +109,8 @@ def pending_checks(workload: Mapping[str, Any], ours: Sequence[str]) -> list[Pen
     pod_sets = tuple((workload.get("spec") or {}).get("podSets") or ())
     return [
         PendingCheck(str(meta.get("namespace") or "default"), str(meta["name"]), str(s["name"]),
-                     str(s.get("message") or ""), str(s.get("lastTransitionTime") or ""), owner_job(workload), pod_sets)
+                     str(s.get("message") or ""), str(s.get("lastTransitionTime") or ""), owner_job(workload), pod_sets,
+                     owner_pytorch_job(workload))
         for s in (workload.get("status") or {}).get("admissionChecks") or ()
         if s.get("name") in ours and s.get("state") == PENDING
     ]
@@ -112,6 +123,15 @@ def job_pod_set(job: Mapping[str, Any], pod_sets: Sequence[Mapping[str, Any]]) -
     if pod_sets:
         count = int(pod_sets[0].get("count", count) or count)
     return {"name": "main", "count": count, "template": spec.get("template") or {}}
+
+
+def pytorch_job_pod_set(job: Mapping[str, Any]) -> dict[str, Any]:
+    """A PyTorchJob's Master template (with offpeak's prediction; every replica's carries the same) as one pod set
+    of all its replicas (their GPUs per pod as the Master's)."""
+    replicas = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    master: Mapping[str, Any] = replicas.get("Master") or next(iter(replicas.values()), {}) or {}
+    count = sum(int((r or {}).get("replicas", 1) or 0) for r in replicas.values()) or 1
+    return {"name": "main", "count": count, "template": master.get("template") or {}}
 
 
 def job_problem(job: Mapping[str, Any]) -> str | None:

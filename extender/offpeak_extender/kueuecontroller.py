@@ -117,7 +117,8 @@ class KueueAdmissionCheck:
         return items
 
     def _template(self, pending: kueuecheck.PendingCheck) -> tuple[dict[str, Any], str | None]:
-        """(pod set, problem): the owning Job's template when there is one, else the workload's first pod set."""
+        """(pod set, problem): the owning Job's or PyTorchJob's template when there is one (Kueue does not copy
+        offpeak's later annotations into a Workload it made), else the workload's first pod set."""
         from kubernetes.client.exceptions import ApiException
 
         if pending.owner_job is not None:
@@ -129,6 +130,15 @@ class KueueAdmissionCheck:
                 return {}, f"its Job {pending.owner_job} is gone"
             job = self.api_client.sanitize_for_serialization(job)
             return kueuecheck.job_pod_set(job, pending.pod_sets), kueuecheck.job_problem(job)
+        if pending.owner_pytorch_job is not None:
+            try:
+                owner: Any = self.custom.get_namespaced_custom_object("kubeflow.org", "v1", pending.namespace,
+                                                                 "pytorchjobs", pending.owner_pytorch_job)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                return {}, f"its PyTorchJob {pending.owner_pytorch_job} is gone"
+            return kueuecheck.pytorch_job_pod_set(owner), kueuecheck.job_problem(owner)
         if not pending.pod_sets:
             return {}, "the workload has no pod sets"
         return dict(pending.pod_sets[0]), None

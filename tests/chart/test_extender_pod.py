@@ -173,6 +173,7 @@ def test_the_kueue_admission_check_is_off_by_default_and_on_brings_its_flags_and
     assert kueue == {("admissionchecks", "list"), ("workloads", "list"), ("admissionchecks/status", "patch"),
                      ("workloads/status", "patch")}
     assert ("batch", "jobs", "get") in _grants(role) and ("batch", "jobs", "patch") not in _grants(role)
+    assert {(r, v) for g, r, v in _grants(role) if g == "kubeflow.org"} == {("pytorchjobs", "get")}
     values.write_text("scheduler: {extender: {kueueAdmissionCheck: {enabled: true, controllerName: ''}}}\n")
     with pytest.raises(Exception, match="controllerName"):
         render(CHART, values=[values], include_crds=False)

@@ -243,6 +243,31 @@ def test_a_pending_reason_that_changes_is_rewritten_at_most_every_rewrite_period
     assert c.sweep()["Ready"] == 1 and states(api)["wl"][0] == "Ready"
 
 
+def test_a_pytorchjob_workload_is_judged_on_its_masters_template_for_all_its_replicas() -> None:
+    master = job("m", p90=120)["spec"]["template"]
+    ddp = {"metadata": {"name": "ddp", "namespace": "ml"}, "spec": {"pytorchReplicaSpecs": {
+        "Master": {"replicas": 1, "template": master}, "Worker": {"replicas": 6, "template": master}}}}
+    wl = workload("wl-ddp", job_name=None, count=1)
+    wl["metadata"]["ownerReferences"] = [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": "ddp"}]
+
+    class WithPyTorchJobs(FakeKueueApi):
+        def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str,
+                                         name: str) -> dict[str, Any]:
+            assert (group, version, plural) == ("kubeflow.org", "v1", "pytorchjobs")
+            if name != "ddp":
+                raise ApiException(status=404, reason="Not Found")
+            return ddp
+
+    api = WithPyTorchJobs([admission_check("offpeak-window")], [wl], {})
+    controller(api).sweep()
+    assert states(api)["wl-ddp"][0] == "Ready"  # 7 one-GPU pods: "long" has 7 free ("short", "t4": too short)
+    ddp["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = 8  # 9 pods: not room for all
+    api.applied.clear()
+    wl["status"]["admissionChecks"][0]["state"] = "Pending"
+    controller(api).sweep()
+    assert states(api)["wl-ddp"] == ("Pending", "windows fit 7 of 9 pods now; waiting for room for all of them")
+
+
 @pytest.mark.parametrize("count,expect", [(1, "Ready"), (9, "Pending")])
 def test_a_workload_of_many_pods_needs_places_for_all(count: int, expect: str) -> None:
     jobs = {"wide": job("wide", p90=120, parallelism=count)}
