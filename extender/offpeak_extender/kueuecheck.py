@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from offpeak_core.gpuproducts import GPU_TYPE_LABEL
+from offpeak_core.jobkinds import PYTORCH_JOB
 from offpeak_core.model import FilterResult, NodeView, PodRequest
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta1"
 CONTROLLER_NAME = "offpeak.io/window-fit"
 FIELD_MANAGER = "offpeak-window-fit"
-OPT_IN_LABEL = "offpeak.io/offline"
 JOB_STATE_ANNOTATION = "offpeak.io/state"  # what offpeak's operator decided about an opted-in Job
 PENDING, READY = "Pending", "Ready"
 MAX_REASONS = 3  # node reasons quoted in a Pending message
@@ -128,10 +128,7 @@ def job_pod_set(job: Mapping[str, Any], pod_sets: Sequence[Mapping[str, Any]]) -
 def pytorch_job_pod_set(job: Mapping[str, Any]) -> dict[str, Any]:
     """A PyTorchJob's Master template (with offpeak's prediction; every replica's carries the same) as one pod set
     of all its replicas (their GPUs per pod as the Master's)."""
-    replicas = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
-    master: Mapping[str, Any] = replicas.get("Master") or next(iter(replicas.values()), {}) or {}
-    count = sum(int((r or {}).get("replicas", 1) or 0) for r in replicas.values()) or 1
-    return {"name": "main", "count": count, "template": master.get("template") or {}}
+    return {"name": "main", "count": PYTORCH_JOB.replicas(job), "template": PYTORCH_JOB.primary_template(job)}
 
 
 def job_problem(job: Mapping[str, Any]) -> str | None:
@@ -139,11 +136,6 @@ def job_problem(job: Mapping[str, Any]) -> str | None:
     state = str(((job.get("metadata") or {}).get("annotations") or {}).get(JOB_STATE_ANNOTATION, ""))
     word, _, why = state.partition(": ")
     return f"offpeak cannot predict its Job: {why or word}" if word == "Invalid" else None
-
-
-def offline(template: Mapping[str, Any]) -> bool:
-    labels = (template.get("metadata") or {}).get("labels") or {}
-    return str(labels.get(OPT_IN_LABEL, "")).lower() == "true"
 
 
 def pod_of(template: Mapping[str, Any], namespace: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from offpeak_core.jobkinds import OPT_IN_LABEL, template_opted_in
 from offpeak_extender import kueuecheck
 from offpeak_extender.service import ExtenderService
 from offpeak_extender.wire import WireError, parse_pod
@@ -148,8 +149,8 @@ class KueueAdmissionCheck:
         if problem is not None:
             return kueuecheck.Verdict(kueuecheck.PENDING, problem)
         template = pod_set.get("template") or {}
-        if not kueuecheck.offline(template):
-            return kueuecheck.Verdict(kueuecheck.READY, f"not offline work (no {kueuecheck.OPT_IN_LABEL}: \"true\" "
+        if not template_opted_in(template):
+            return kueuecheck.Verdict(kueuecheck.READY, f"not offline work (no {OPT_IN_LABEL}: \"true\" "
                                       "label on its pod template): offpeak does not gate it")
         try:
             pod, managed, error = parse_pod(kueuecheck.pod_of(template, pending.namespace))

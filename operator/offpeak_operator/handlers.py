@@ -17,8 +17,8 @@ from typing import Any
 import kopf
 from kubernetes import client
 
+from offpeak_core.jobkinds import PYTORCH_JOB
 from offpeak_operator import names
-from offpeak_operator.jobkinds import PYTORCH_JOB
 from offpeak_operator.peering import PeeringGate
 from offpeak_operator.reconciler import Reconciler
 from offpeak_operator.resync import Resyncer

@@ -18,8 +18,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from offpeak_core.gpuproducts import node_gpu_type
+from offpeak_core.jobkinds import JobKind
 from offpeak_operator import names
-from offpeak_operator.jobkinds import JobKind
 
 log = logging.getLogger(__name__)
 # The generated client sends no Content-Type on POST; say it explicitly rather than rely on server defaults.
@@ -146,7 +146,7 @@ class KubeIO:
         """Create; False when a ConfigMap of that name already exists."""
         return _create_if_absent(self.core.create_namespaced_config_map, body)
 
-    # -- workloads that opt in (offpeak_operator.workloads): batch/v1 Jobs, PyTorchJobs (offpeak_operator.jobkinds)
+    # -- workloads that opt in (offpeak_operator.workloads): batch/v1 Jobs, PyTorchJobs (offpeak_core.jobkinds)
     def get_workload(self, kind: JobKind, namespace: str, name: str) -> dict[str, Any] | None:
         if kind.group == "":
             return _read_if_present(lambda: self.batch.read_namespaced_job(name, namespace, _preload_content=False))

@@ -12,12 +12,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
+from offpeak_core.jobkinds import BATCH_JOB, JobKind
 from offpeak_graph.schema import ModelGraph
 
 from offpeak_operator import workloads
 from offpeak_operator.extraction import ExtractionFailed
 from offpeak_operator.graphstore import GraphDecodeError, graph_from_configmap
-from offpeak_operator.jobkinds import BATCH_JOB, JobKind
 from offpeak_operator.jobspec import JobSpec
 from offpeak_operator.predictions import fallback, remaining_seconds
 from offpeak_operator.predictor_http import PredictorUnavailable

@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from offpeak_core.jobkinds import BATCH_JOB, JobKind, template_opted_in
 from offpeak_operator import names, podtemplate
-from offpeak_operator.jobkinds import BATCH_JOB, JobKind
 from offpeak_operator.jobspec import GpuResolver, JobSpec, Problem, SpecError, parse_spec, validate
 from offpeak_operator.podspecs import gpu_type_terms, predicted_annotation
 from offpeak_operator.statemachine import parse_time
 
-OPT_IN_LABEL = "offpeak.io/offline"
 ANN_MODEL_SOURCE = "offpeak.io/model-source"
 ANN_BATCH_SIZE = "offpeak.io/batch-size"
 ANN_STEPS = "offpeak.io/steps"
@@ -57,8 +56,7 @@ def _template(job: Mapping[str, Any], kind: JobKind = BATCH_JOB) -> Mapping[str,
 def opted_in(job: Mapping[str, Any], kind: JobKind = BATCH_JOB) -> bool:
     """Whether a workload asks for offpeak: its (a PyTorchJob's Master's) pod template carries
     `offpeak.io/offline: "true"`."""
-    labels = (_template(job, kind).get("metadata") or {}).get("labels") or {}
-    return str(labels.get(OPT_IN_LABEL, "")).lower() == "true"
+    return template_opted_in(_template(job, kind))
 
 
 def kueue_queue(job: Mapping[str, Any]) -> str | None:

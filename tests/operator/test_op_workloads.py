@@ -10,8 +10,8 @@ import kubernetes_validate
 from optestkit import NOW, small_graph
 from prometheus_client import CollectorRegistry
 
+from offpeak_core.jobkinds import BATCH_JOB, PYTORCH_JOB, JobKind
 from offpeak_operator import workloads
-from offpeak_operator.jobkinds import BATCH_JOB, PYTORCH_JOB, JobKind
 from offpeak_operator.metrics import OperatorMetrics
 from offpeak_operator.predictor_http import PredictorUnavailable
 from offpeak_operator.reconciler import Context, Reconciler

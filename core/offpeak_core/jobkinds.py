@@ -1,7 +1,9 @@
 """The workload kinds a team may keep and opt in to offpeak: where each keeps its pod templates, how it is suspended,
-how it ends, and how its pods are labelled. Pure.
+how it ends, and how its pods are labelled. Pure; shared by the operator (which predicts and admits them alike,
+`offpeak_operator.workloads`) and the extender's Kueue admission check (which judges their templates).
 
-offpeak's operator predicts and admits them alike (`offpeak_operator.workloads`); only these facts differ:
+A workload opts in by the label `offpeak.io/offline: "true"` on its (a PyTorchJob's Master's) pod template. Only
+these facts differ between the kinds:
 
 * batch/v1 Job: one template (`spec.template`), `spec.suspend`, conditions Complete / Failed, pods labelled
   `batch.kubernetes.io/job-name`; parallel pods are timed alone.
@@ -16,6 +18,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+
+OPT_IN_LABEL = "offpeak.io/offline"
+
+
+def template_opted_in(template: Mapping[str, Any]) -> bool:
+    """Whether a pod template carries `offpeak.io/offline: "true"`."""
+    labels = (template.get("metadata") or {}).get("labels") or {}
+    return str(labels.get(OPT_IN_LABEL, "")).lower() == "true"
 
 
 @dataclass(frozen=True)
