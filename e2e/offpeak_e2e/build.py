@@ -76,10 +76,6 @@ def crd_dir(target: str, *, root: Path | None = None) -> Path:
     return binary_path(f"{target}-crds", version, root=root)
 
 
-def kueue_crd_dir(*, root: Path | None = None) -> Path:
-    """Kueue's CRDs (its module's config/components/crd/bases)."""
-    return crd_dir("kueue", root=root)
-
 
 def missing(*, root: Path | None = None) -> list[str]:
     """Names of the binaries that are not built yet."""

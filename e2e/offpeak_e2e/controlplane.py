@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -100,20 +100,7 @@ class ControlPlane:
         return result
 
     def _wait(self, name: str, what: str, predicate: Callable[[], bool], timeout: float | None = None) -> None:
-        def ok() -> bool:
-            code = self.sup.exited(name)
-            if code is not None:
-                raise StartError(
-                    f"{name} exited with code {code}; log {self.sup.log_dir / (name + '.log')}:\n"
-                    + _log_tail(self.sup.log_dir / f"{name}.log")
-                )
-            return predicate()
-
-        try:
-            kube.wait_for(what, ok, timeout=timeout or self.settings.start_timeout_s)
-        except kube.KubeError as e:
-            log = self.sup.log_dir / f"{name}.log"
-            raise StartError(f"{e}; log {log}:\n{_log_tail(log)}") from e
+        wait_started(self.sup, name, what, predicate, timeout=timeout or self.settings.start_timeout_s)
 
     # -- start ----------------------------------------------------------------------------------------------
     def start(self) -> ClusterState:
@@ -259,15 +246,48 @@ class ControlPlane:
         if not files:
             self.echo(f"[cluster] no CRDs found in {crd_dir}; skipping")
             return
-        for f in files:
-            kube.kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(f))
-        kube.kubectl(kubeconfig, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s", timeout=90)
+        apply_crds(kubeconfig, files)
 
     # -- stop -----------------------------------------------------------------------------------------------
     def stop(self) -> None:
         """Stop every process recorded in the run dir (offpeak's services first, etcd last)."""
         self.sup.stop_all(order=STOP_ORDER)
         shutil.rmtree(self.run_dir / "etcd-data", ignore_errors=True)
+
+
+def wait_started(sup: procs.Supervisor, name: str, what: str, predicate: Callable[[], bool], *,
+                 timeout: float) -> None:
+    """Wait until `predicate` holds for the process `name` started by `sup`; StartError with its log's tail when it
+    exits first or the time runs out."""
+    log = sup.log_dir / f"{name}.log"
+
+    def ok() -> bool:
+        code = sup.exited(name)
+        if code is not None:
+            raise StartError(f"{name} exited with code {code}; log {log}:\n{_log_tail(log)}")
+        return predicate()
+
+    try:
+        kube.wait_for(what, ok, timeout=timeout)
+    except kube.KubeError as e:
+        raise StartError(f"{e}; log {log}:\n{_log_tail(log)}") from e
+
+
+def apply_crds(kubeconfig: Path, files: Sequence[Path]) -> None:
+    """Apply CRD files (server-side) and wait until every CRD in the cluster is served."""
+    for f in files:
+        kube.kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(f))
+    kube.kubectl(kubeconfig, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s", timeout=90)
+
+
+def install_built_crds(kubeconfig: Path, target: str) -> list[str]:
+    """Apply the CRDs `offpeak_e2e.build` copied from a target's module (Kueue's, training-operator's); their
+    file names."""
+    files = sorted(build.crd_dir(target).glob("*.yaml"))
+    if not files:
+        raise StartError(f"{target}'s CRDs are not in {build.crd_dir(target)}; run `python -m offpeak_e2e.build`")
+    apply_crds(kubeconfig, files)
+    return [f.name for f in files]
 
 
 def repo_root() -> Path:

@@ -252,3 +252,28 @@ def trainingjob_manifest(
         spec["estimatedSeconds"] = estimated_seconds
     spec.update(extra_spec or {})
     return {"apiVersion": "offpeak.io/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name}, "spec": spec}
+
+
+def offline_template(*, gpus: int, annotations: dict[str, str], container: str = "train",
+                     image: str = "registry.local/offpeak-e2e/train:1", requests: dict[str, str] | None = None,
+                     restart_policy: str | None = "Never") -> dict[str, Any]:
+    """A pod template that opts in to offpeak (label `offpeak.io/offline`, offpeak's scheduler) with one container of
+    `gpus` GPUs; `annotations` say what it trains and how long kwok runs it (`offpeak.io/sim-runtime`)."""
+    resources: dict[str, Any] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    if requests:
+        resources["requests"] = dict(requests)
+    spec: dict[str, Any] = {"schedulerName": "offpeak-scheduler",
+                            "containers": [{"name": container, "image": image, "resources": resources}]}
+    if restart_policy is not None:
+        spec["restartPolicy"] = restart_policy
+    return {"metadata": {"labels": {"offpeak.io/offline": "true"}, "annotations": dict(annotations)}, "spec": spec}
+
+
+def offline_job_manifest(name: str, *, template: dict[str, Any], labels: dict[str, str] | None = None,
+                         backoff_limit: int = 2) -> dict[str, Any]:
+    """A batch/v1 Job created suspended (as offpeak's opt-in asks) around an `offline_template`."""
+    metadata: dict[str, Any] = {"name": name}
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
+            "spec": {"suspend": True, "backoffLimit": backoff_limit, "template": template}}

@@ -1,5 +1,5 @@
-"""Kubeflow training-operator on the local control plane: the PyTorchJob CRD and the operator (built from its Go
-module by `offpeak_e2e.build`), PyTorchJobs only.
+"""Kubeflow training-operator on the local control plane, PyTorchJobs only (built from its Go module by
+`offpeak_e2e.build`; its PyTorchJob CRD: `controlplane.install_built_crds(kubeconfig, "training-operator")`).
 
 training-operator always runs its webhook server with certificates from its own rotator (open-policy-agent's
 cert-controller): the rotator fills the Secret `training-operator-webhook-cert` in the operator's namespace, and
@@ -12,28 +12,15 @@ from __future__ import annotations
 
 import base64
 import json
-import time
 from pathlib import Path
 
 from offpeak_e2e import build, kube, procs
-from offpeak_e2e.controlplane import StartError
+from offpeak_e2e.controlplane import StartError, wait_started
 
 NAME = "training-operator"
 NAMESPACE = "kubeflow"
 SECRET = "training-operator-webhook-cert"
 CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")  # fixed in training-operator's pkg/cert
-
-
-def install_crds(kubeconfig: Path) -> list[str]:
-    """Apply the PyTorchJob CRD and wait until it is served."""
-    crds = sorted(build.crd_dir(NAME).glob("*.yaml"))
-    if not crds:
-        raise StartError(f"training-operator's CRDs are not in {build.crd_dir(NAME)}; "
-                         "run `python -m offpeak_e2e.build`")
-    for crd in crds:
-        kube.kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    kube.kubectl(kubeconfig, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s", timeout=90)
-    return [c.name for c in crds]
 
 
 def _write_certs(kubeconfig: Path) -> bool:
@@ -63,13 +50,13 @@ def start(sup: procs.Supervisor, *, kubeconfig: Path, timeout: float = 150.0) ->
                      f"--webhook-server-port={ports['webhook']}"],
               env={"KUBECONFIG": str(kubeconfig), "MY_POD_NAMESPACE": NAMESPACE})
     url = f"http://127.0.0.1:{ports['health']}/readyz"
-    t0, certs = time.monotonic(), False
-    while time.monotonic() - t0 < timeout:
-        if sup.exited(NAME) is not None:
-            raise StartError(f"training-operator exited ({sup.exited(NAME)}); log {sup.log_dir / (NAME + '.log')}")
-        certs = certs or _write_certs(kubeconfig)
-        if certs and kube.http_ok(url):
-            return url
-        time.sleep(1.0)
-    raise StartError(f"training-operator not ready in {timeout:.0f}s (certificates written: {certs}); "
-                     f"log {sup.log_dir / (NAME + '.log')}")
+    written = False
+
+    def ready() -> bool:
+        nonlocal written
+        written = written or _write_certs(kubeconfig)
+        return written and kube.http_ok(url)
+
+    wait_started(sup, NAME, f"training-operator {url} (its certificates copied from Secret {SECRET})", ready,
+                 timeout=timeout)
+    return url

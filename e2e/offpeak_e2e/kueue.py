@@ -1,4 +1,5 @@
-"""Kueue on the local control plane: its CRDs and its controller (built from its Go module by `offpeak_e2e.build`).
+"""Kueue's controller on the local control plane (built from its Go module by `offpeak_e2e.build`; its CRDs:
+`controlplane.install_built_crds(kubeconfig, "kueue")`).
 
 Kueue runs as it would in a cluster, minus its webhooks: nothing registers them here, so Jobs are created with
 `spec.suspend: true` (what Kueue's mutating webhook would set, and what offpeak's opt-in asks anyway). Its webhook
@@ -10,26 +11,14 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 from offpeak_e2e import build, kube, procs
-from offpeak_e2e.controlplane import StartError
+from offpeak_e2e.controlplane import StartError, wait_started
 
 KUEUE = "kueue"
 FEATURE_GATES = "MultiKueue=false,ProvisioningACC=false,VisibilityOnDemand=false"
-
-
-def install_crds(kubeconfig: Path) -> list[str]:
-    """Apply Kueue's CRDs and wait until they are served; returns their file names."""
-    crds = sorted(build.kueue_crd_dir().glob("*.yaml"))
-    if not crds:
-        raise StartError(f"Kueue's CRDs are not in {build.kueue_crd_dir()}; run `python -m offpeak_e2e.build`")
-    for crd in crds:
-        kube.kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(crd))
-    kube.kubectl(kubeconfig, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s", timeout=90)
-    return [c.name for c in crds]
 
 
 def config(*, health_port: int, metrics_port: int, webhook_port: int, cert_dir: Path) -> dict[str, Any]:
@@ -65,11 +54,5 @@ def start(sup: procs.Supervisor, *, run_dir: Path, kubeconfig: Path, timeout: fl
     sup.start(KUEUE, [str(binary), f"--config={cfg}", f"--feature-gates={FEATURE_GATES}", "--zap-log-level=2"],
               env={"KUBECONFIG": str(kubeconfig)})
     url = f"http://127.0.0.1:{ports['health']}/healthz"
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        if sup.exited(KUEUE) is not None:
-            raise StartError(f"Kueue exited ({sup.exited(KUEUE)}); log {sup.log_dir / 'kueue.log'}")
-        if kube.http_ok(url):
-            return url
-        time.sleep(0.5)
-    raise StartError(f"Kueue did not become healthy in {timeout:.0f}s; log {sup.log_dir / 'kueue.log'}")
+    wait_started(sup, KUEUE, f"Kueue {url}", lambda: kube.http_ok(url), timeout=timeout)
+    return url

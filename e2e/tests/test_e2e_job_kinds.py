@@ -24,8 +24,10 @@ import pytest
 
 from offpeak_e2e import kubeflow
 from offpeak_e2e.cluster import ClusterSettings
-from offpeak_e2e.controlplane import ControlPlaneSettings, StartError
-from offpeak_e2e.harness import E2ECluster, own_cluster, session_cluster_name
+from offpeak_e2e.controlplane import ControlPlaneSettings, StartError, install_built_crds
+from offpeak_e2e.harness import (
+    E2ECluster, offline_job_manifest, offline_template, own_cluster, session_cluster_name,
+)
 
 TYPES = ("A100-SXM4-40GB", "H100-SXM5-80GB")
 POD_LABEL = "training.kubeflow.org/job-name=ddp"
@@ -42,7 +44,7 @@ def pytorch_cluster() -> Iterator[E2ECluster]:
     cluster = next(started)
     try:
         try:
-            kubeflow.install_crds(cluster.kubeconfig)
+            install_built_crds(cluster.kubeconfig, "training-operator")
             cluster.start_service("operator")  # its watch on PyTorchJobs starts with the CRD in place
             url = kubeflow.start(cluster.cluster.sup, kubeconfig=cluster.kubeconfig)
         except StartError as e:
@@ -55,12 +57,10 @@ def pytorch_cluster() -> Iterator[E2ECluster]:
 
 def _pytorch_job() -> dict[str, Any]:
     def replica(annotations: dict[str, str]) -> dict[str, Any]:
-        return {"replicas": 1, "restartPolicy": "OnFailure", "template": {
-            "metadata": {"labels": {"offpeak.io/offline": "true"},
-                         "annotations": {"offpeak.io/sim-runtime": "40000ms", **annotations}},
-            "spec": {"schedulerName": "offpeak-scheduler", "containers": [
-                {"name": "pytorch", "image": "registry.local/offpeak-e2e/ddp:1",
-                 "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}}
+        template = offline_template(gpus=2, container="pytorch", image="registry.local/offpeak-e2e/ddp:1",
+                                    restart_policy=None,  # the replica's restartPolicy, below
+                                    annotations={"offpeak.io/sim-runtime": "40000ms", **annotations})
+        return {"replicas": 1, "restartPolicy": "OnFailure", "template": template}
 
     said = {"offpeak.io/batch-size": "16", "offpeak.io/steps": "100", "offpeak.io/estimated-seconds": "20",
             "offpeak.io/gpu-types": TYPES[0]}
@@ -133,18 +133,9 @@ def test_a_labelled_pytorchjob_is_predicted_placed_evicted_and_finishes(pytorch_
 
 
 def _batch_job() -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "nightly"},
-        "spec": {"suspend": True, "backoffLimit": 2, "template": {
-                     "metadata": {"labels": {"offpeak.io/offline": "true"},
-                                  "annotations": {"offpeak.io/batch-size": "32", "offpeak.io/steps": "100",
-                                                  "offpeak.io/estimated-seconds": "20",
-                                                  "offpeak.io/gpu-types": TYPES[0],
-                                                  "offpeak.io/sim-runtime": "40000ms"}},
-                     "spec": {"schedulerName": "offpeak-scheduler", "restartPolicy": "Never",
-                              "containers": [{"name": "train", "image": "registry.local/offpeak-e2e/train:1",
-                                              "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}},
-    }  # fmt: skip
+    return offline_job_manifest("nightly", template=offline_template(gpus=4, annotations={
+        "offpeak.io/batch-size": "32", "offpeak.io/steps": "100", "offpeak.io/estimated-seconds": "20",
+        "offpeak.io/gpu-types": TYPES[0], "offpeak.io/sim-runtime": "40000ms"}))
 
 
 @pytest.mark.slow

@@ -26,8 +26,10 @@ import pytest
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e import kueue
 from offpeak_e2e.cluster import ClusterSettings, offpeak_argv
-from offpeak_e2e.controlplane import ControlPlaneSettings, StartError
-from offpeak_e2e.harness import E2ECluster, own_cluster, session_cluster_name
+from offpeak_e2e.controlplane import ControlPlaneSettings, StartError, install_built_crds
+from offpeak_e2e.harness import (
+    E2ECluster, offline_job_manifest, offline_template, own_cluster, session_cluster_name,
+)
 from offpeak_e2e.nodes import plan_nodes
 
 DAY = 240.0
@@ -53,7 +55,7 @@ def kueue_cluster() -> Iterator[E2ECluster]:
     cluster = next(started)
     try:
         try:
-            crds = kueue.install_crds(cluster.kubeconfig)
+            crds = install_built_crds(cluster.kubeconfig, "kueue")
             url = kueue.start(cluster.cluster.sup, run_dir=cluster.cluster.cp.run_dir, kubeconfig=cluster.kubeconfig)
         except StartError as e:
             pytest.fail(f"Kueue did not start: {e}", pytrace=False)
@@ -80,19 +82,10 @@ def _queues(ns: str) -> list[dict[str, Any]]:
 
 
 def _job(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": QUEUE}},
-        "spec": {"suspend": True, "backoffLimit": 2, "template": {
-            "metadata": {"labels": {"offpeak.io/offline": "true"},
-                         "annotations": {"offpeak.io/batch-size": "32", "offpeak.io/steps": "100",
-                                         "offpeak.io/estimated-seconds": "30", "offpeak.io/gpu-types": ",".join(TYPES),
-                                         "offpeak.io/sim-runtime": "5000ms"}},
-            "spec": {"schedulerName": "offpeak-scheduler", "restartPolicy": "Never",
-                     "containers": [{"name": "train", "image": "registry.local/offpeak-e2e/train:1",
-                                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"},
-                                                   "limits": {"nvidia.com/gpu": "2"}}}]}}},
-    }  # fmt: skip
+    template = offline_template(gpus=2, requests={"cpu": "1", "memory": "1Gi"}, annotations={
+        "offpeak.io/batch-size": "32", "offpeak.io/steps": "100", "offpeak.io/estimated-seconds": "30",
+        "offpeak.io/gpu-types": ",".join(TYPES), "offpeak.io/sim-runtime": "5000ms"})
+    return offline_job_manifest(name, template=template, labels={"kueue.x-k8s.io/queue-name": QUEUE})
 
 
 def _day_phase(c: E2ECluster) -> float:
@@ -162,6 +155,6 @@ def test_a_kueue_queued_job_is_admitted_only_once_a_forecast_window_fits(kueue_c
     assert pod["spec"]["nodeName"] in NODES
     started = parse_timestamp(pod["status"]["startTime"])
     assert started >= admitted - 2, (started, admitted)
-    scheduled = [e for e in c.get("events", "-n", ns, "--field-selector",
-                                  f"involvedObject.name={pod['metadata']['name']}")["items"] if e["reason"] == "Scheduled"]
+    events = c.get("events", "-n", ns, "--field-selector", f"involvedObject.name={pod['metadata']['name']}")
+    scheduled = [e for e in events["items"] if e["reason"] == "Scheduled"]
     assert (scheduled[0].get("reportingComponent") or scheduled[0]["source"].get("component")) == "offpeak-scheduler"

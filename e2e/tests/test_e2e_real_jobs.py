@@ -20,7 +20,7 @@ import pytest
 from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_core.humanize import duration
 from offpeak_core.timeparse import parse_timestamp
-from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
+from offpeak_e2e.harness import E2ECluster, offline_job_manifest, offline_template, trainingjob_manifest
 
 
 def _conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -217,17 +217,9 @@ def test_a_template_job_resumes_on_another_node_from_its_reported_checkpoint_on_
 def test_a_labelled_batch_job_is_predicted_unsuspended_placed_and_recorded(
         e2e_cluster: E2ECluster, e2e_namespace: str) -> None:
     ns = e2e_namespace
-    job = {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "nightly"},
-        "spec": {"suspend": True, "backoffLimit": 2, "template": {
-            "metadata": {"labels": {"offpeak.io/offline": "true"},
-                         "annotations": {"offpeak.io/batch-size": "32", "offpeak.io/steps": "100",
-                                         "offpeak.io/estimated-seconds": "20", "offpeak.io/gpu-types": FIRST,
-                                         "offpeak.io/sim-runtime": "3000ms"}},
-            "spec": {"schedulerName": "offpeak-scheduler", "restartPolicy": "Never",
-                     "containers": [{"name": "train", "image": "registry.local/offpeak-e2e/train:1",
-                                     "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}},
-    }  # fmt: skip
+    job = offline_job_manifest("nightly", template=offline_template(gpus=2, annotations={
+        "offpeak.io/batch-size": "32", "offpeak.io/steps": "100", "offpeak.io/estimated-seconds": "20",
+        "offpeak.io/gpu-types": FIRST, "offpeak.io/sim-runtime": "3000ms"}))
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
 
     def state() -> str:
