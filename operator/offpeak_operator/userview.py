@@ -150,7 +150,7 @@ def batch_job_row(job: Mapping[str, Any], *, now: datetime, workload: Mapping[st
     template = spec.get("template") or {}
     pods = int(spec.get("parallelism") or 1)
     per = workloads.pod_gpus(template.get("spec") or {})
-    types = str((template.get("metadata") or {}).get("annotations", {}).get(workloads.ANN_GPU_TYPES, ""))
+    types = str(workloads.template_annotations(job).get(workloads.ANN_GPU_TYPES, ""))
     gpus = (f"{pods}x{per}" if pods > 1 else str(per)) + (f" on {types}" if types else "")
     needs = ""
     if fastest and phase in ("Queued", "Predicted", "Waiting"):
