@@ -1,6 +1,7 @@
 """kopf wiring: every trigger calls the same reconcile; settings for watches, peering and progress storage.
 
-Triggers: on.create (at once), pod events (fast reaction to start/finish/eviction) and the Resyncer loop (time).
+Triggers: on.create (at once), pod events (fast reaction to start/finish/eviction) and the Resyncer loop (time);
+for opted-in workloads, their events, their analysis pod's, and a Resyncer of those being analysed.
 No handler needs a finalizer, so deleting a TrainingJob never waits for the operator.
 
 Handlers are registered on a registry built per operator (no import-time side effects), so tests can run the
@@ -17,7 +18,7 @@ from typing import Any
 import kopf
 from kubernetes import client
 
-from offpeak_core.jobkinds import PYTORCH_JOB
+from offpeak_core.jobkinds import BATCH_JOB, PYTORCH_JOB, JobKind
 from offpeak_operator import names
 from offpeak_operator.peering import PeeringGate
 from offpeak_operator.reconciler import Reconciler
@@ -67,11 +68,13 @@ def build_registry(reconciler: Reconciler, settings: OperatorSettings,
 
     gate = PeeringGate(reconciler.ctx.kube, settings.peering) if settings.peering is not None else None
     resyncer = Resyncer(reconciler, interval_seconds=settings.resync_seconds, gate=gate)
+    resyncers = [resyncer]
     tasks: list[asyncio.Task[None]] = []
 
     @kopf.on.startup(registry=registry)
     async def start_resync(**_: Any) -> None:
-        tasks.append(asyncio.create_task(resyncer.run(), name="offpeak-resync"))
+        for each in resyncers:
+            tasks.append(asyncio.create_task(each.run(), name="offpeak-resync"))
 
     @kopf.on.cleanup(registry=registry)
     async def stop_resync(**_: Any) -> None:
@@ -99,22 +102,40 @@ def build_registry(reconciler: Reconciler, settings: OperatorSettings,
         assert namespace is not None
         reconciler.reconcile(namespace, labels[names.LABEL_JOB], wait=False)
 
-    if settings.watch_batch_jobs:
-        jobs = WorkloadReconciler(reconciler)
+    watched = [kind for kind, on in ((BATCH_JOB, settings.watch_batch_jobs),
+                                     (PYTORCH_JOB, settings.watch_pytorch_jobs)) if on]
+    by_kind: dict[str, tuple[WorkloadReconciler, Resyncer]] = {}
+    for kind in watched:
+        workloads = WorkloadReconciler(reconciler, kind)
+        # a hung analysis pod sends no event, and its deadline must still end it: poll while analysed
+        analyses = Resyncer(workloads, interval_seconds=settings.resync_seconds, gate=gate,
+                            live_while=lambda state: state == "Analyzing")
+        by_kind[kind.kind] = (workloads, analyses)
+        _register_workload(registry, kind, workloads, analyses)
+        resyncers.append(analyses)
 
-        @kopf.on.event("batch", "v1", "jobs", registry=registry,
-                       when=lambda body, **_: opted_in(body))  # type: ignore[arg-type]
-        def batch_job_event(*, type: str, name: str, namespace: str | None, **_: Any) -> None:
-            if type != "DELETED" and namespace is not None:
-                jobs.reconcile(namespace, name)
-
-    if settings.watch_pytorch_jobs:
-        pytorch_jobs = WorkloadReconciler(reconciler, PYTORCH_JOB)
-
-        @kopf.on.event(PYTORCH_JOB.group, PYTORCH_JOB.version, PYTORCH_JOB.plural, registry=registry,
-                       when=lambda body, **_: opted_in(body, PYTORCH_JOB))  # type: ignore[arg-type]
-        def pytorch_job_event(*, type: str, name: str, namespace: str | None, **_: Any) -> None:
-            if type != "DELETED" and namespace is not None:
-                pytorch_jobs.reconcile(namespace, name)
+    if by_kind:
+        @kopf.on.event("", "v1", "pods", labels={names.LABEL_WORKLOAD_KIND: kopf.PRESENT,
+                                                 names.LABEL_WORKLOAD_NAME: kopf.PRESENT}, registry=registry)
+        def workload_pod_changed(*, labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:
+            """An opted-in workload's analysis pod changed: bring the workload forward at once."""
+            owner = by_kind.get(labels[names.LABEL_WORKLOAD_KIND])
+            if owner is not None and namespace is not None:
+                name = labels[names.LABEL_WORKLOAD_NAME]
+                owner[1].track(namespace, name, phase=owner[0].reconcile(namespace, name))
 
     return registry
+
+
+def _register_workload(registry: kopf.OperatorRegistry, kind: JobKind, workloads: WorkloadReconciler,
+                       analyses: Resyncer) -> None:
+    """The trigger of one opted-in kind: its own events (and the poll of those being analysed)."""
+
+    @kopf.on.event(kind.group or "batch", kind.version, kind.plural, registry=registry,
+                   when=lambda body, **_: opted_in(body, kind))  # type: ignore[arg-type]
+    def workload_event(*, type: str, name: str, namespace: str | None, **_: Any) -> None:
+        if namespace is None:
+            return
+        deleted = type == "DELETED"
+        analyses.track(namespace, name, phase=None if deleted else workloads.reconcile(namespace, name),
+                       deleted=deleted)

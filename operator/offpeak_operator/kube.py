@@ -74,6 +74,9 @@ class KubeIO:
                                                  _preload_content=False)
         return list(_json(response).get("items", []))
 
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return _read_if_present(lambda: self.core.read_namespaced_pod(name, namespace, _preload_content=False))
+
     def create_pod(self, body: Mapping[str, Any]) -> bool:
         """Create; False when a pod of that name already exists."""
         return _create_if_absent(self.core.create_namespaced_pod, body)

@@ -17,6 +17,9 @@ LABEL_ROLE = "offpeak.io/role"  # "training" | "analysis" | "graph"
 LABEL_ATTEMPT = "offpeak.io/attempt"
 LABEL_WORKER = "offpeak.io/worker"
 LABEL_GPU_TYPE = "offpeak.io/gpu-type"  # on nodes
+# on the analysis pod and graph ConfigMap of an opted-in workload (batch/v1 Job, PyTorchJob): whose they are
+LABEL_WORKLOAD_KIND = "offpeak.io/workload-kind"
+LABEL_WORKLOAD_NAME = "offpeak.io/workload-name"
 
 ANN_PREDICTED = "offpeak.io/predicted-job-seconds"
 ANN_CHECKPOINTING = "offpeak.io/checkpointing"

@@ -55,13 +55,15 @@ def extract_args(spec: JobSpec, *, out: str, hf_config_file: str = "") -> list[s
     return args
 
 
-def analysis_pod(job: Mapping[str, Any], spec: JobSpec, settings: AnalysisSettings) -> dict[str, Any]:
+def analysis_pod(job: Mapping[str, Any], spec: JobSpec, settings: AnalysisSettings, *,
+                 metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """CPU-only pod: copy the offpeak bundle, extract the graph in the user's image, print it to the log.
 
     Init 1 (offpeak image) copies the zipapp into an emptyDir; init 2 (user's image) runs the extractor from
     the zipapp against the user's entrypoint (exit status 2: the model source is invalid, see the state
     machine); the main container (offpeak image) reduces the graph to fit a
     ConfigMap and prints it between markers, and the operator stores it in the `<job>-graph` ConfigMap.
+    `metadata` names and owns the pod for another owner than a TrainingJob (an opted-in workload).
     """
     job_name = job["metadata"]["name"]
     resources = {"requests": {"cpu": settings.cpu_request, "memory": settings.memory_request},
@@ -73,7 +75,8 @@ def analysis_pod(job: Mapping[str, Any], spec: JobSpec, settings: AnalysisSettin
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": _metadata(job, name=names.analysis_pod_name(job_name), role="analysis"),
+        "metadata": (dict(metadata) if metadata is not None
+                     else _metadata(job, name=names.analysis_pod_name(job_name), role="analysis")),
         "spec": {
             "restartPolicy": "Never",
             "activeDeadlineSeconds": settings.timeout_seconds,
@@ -235,15 +238,20 @@ def checkpoint_claim(job: Mapping[str, Any], spec: JobSpec) -> dict[str, Any] | 
             "spec": copy.deepcopy(dict(ckpt.claim_template["spec"]))}
 
 
-def graph_configmap(job: Mapping[str, Any], encoded: EncodedGraph, *, source: str) -> dict[str, Any]:
-    """The owned `<job>-graph` ConfigMap: gzip graph JSON in binaryData, hash and reduction as annotations."""
+def graph_configmap(job: Mapping[str, Any], encoded: EncodedGraph, *, source: str,
+                    metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The owned `<job>-graph` ConfigMap: gzip graph JSON in binaryData, hash and reduction as annotations.
+    `metadata` names and owns it for another owner than a TrainingJob (an opted-in workload)."""
     job_name = job["metadata"]["name"]
     annotations = {names.ANN_GRAPH_HASH: encoded.graph_hash, names.ANN_GRAPH_REDUCED: encoded.reduced,
                    "offpeak.io/graph-source": source}
+    meta = (dict(metadata) if metadata is not None else
+            _metadata(job, name=names.graph_configmap_name(job_name), role="graph"))
+    meta["annotations"] = {**(meta.get("annotations") or {}), **annotations}
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(job, name=names.graph_configmap_name(job_name), role="graph", annotations=annotations),
+        "metadata": meta,
         "binaryData": {names.GRAPH_KEY: base64.b64encode(encoded.data).decode()},
     }
 

@@ -75,6 +75,18 @@ def api_message(e: ApiException) -> str:
         return str(e.reason)
 
 
+def read_analysis_graph(kube: KubeIO, namespace: str, pod_name: str) -> tuple[EncodedGraph, ModelGraph]:
+    """The graph a finished analysis pod printed to its `emit` log: as it is stored (already reduced to fit a
+    ConfigMap by the pod) and decoded. Raises ApiException (no log) or GraphDecodeError (not a graph)."""
+    data, header = from_log(kube.pod_log(namespace, pod_name, "emit"))
+    graph = decode_bytes(data)
+    encoded = EncodedGraph(data=data, graph_hash=header.get("hash") or graph.content_hash(),
+                           reduced=header.get("reduced", ""), ops=len(graph.ops),
+                           original_ops=int(header.get("original_ops", len(graph.ops))),
+                           model_name=graph.model_name, model_family=graph.model_family)
+    return encoded, graph
+
+
 class _Rejected(Exception):
     """The API server refused one of a launch's objects as invalid (400/422): retrying cannot help."""
 
@@ -97,7 +109,8 @@ class Reconciler:
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
 
-    def _lock(self, key: str) -> threading.Lock:
+    def lock(self, key: str) -> threading.Lock:
+        """The lock that serialises the triggers of one object (a TrainingJob, or an opted-in workload)."""
         with self._locks_guard:
             return self._locks[key]
 
@@ -108,7 +121,7 @@ class Reconciler:
         see the newest state, and no kopf worker thread sits blocked behind a slow graph extraction.
         """
         key = f"{namespace}/{name}"
-        lock = self._lock(key)
+        lock = self.lock(key)
         if not lock.acquire(blocking=wait):
             return None
         try:
@@ -270,18 +283,12 @@ class Reconciler:
     def _collect_graph(self, job: Mapping[str, Any], status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
         meta = job["metadata"]
         try:
-            text = self.ctx.kube.pod_log(meta["namespace"], names.analysis_pod_name(meta["name"]), "emit")
-            data, header = from_log(text)
-            graph = decode_bytes(data)
+            encoded, _ = read_analysis_graph(self.ctx.kube, meta["namespace"], names.analysis_pod_name(meta["name"]))
         except (ApiException, GraphDecodeError) as e:
             message = f"could not read the graph from the analysis pod: {getattr(e, 'reason', None) or e}"
             self.ctx.kube.emit_event(job, type="Warning", reason="GraphUnreadable", message=message, now=now)
             return self._graph_done(status, now, source="entrypoint", ok=False, reason="GraphUnreadable",
                                     message=message)
-        encoded = EncodedGraph(data=data, graph_hash=header.get("hash") or graph.content_hash(),
-                               reduced=header.get("reduced", ""), ops=len(graph.ops),
-                               original_ops=int(header.get("original_ops", len(graph.ops))),
-                               model_name=graph.model_name, model_family=graph.model_family)
         info = self._store_graph(job, encoded, source="entrypoint")
         return self._graph_done(status, now, source="entrypoint", ok=True, reason="Extracted",
                                 message=f"model graph extracted ({info['ops']} ops)", graph=info)

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from offpeak.progress import Progress
 from offpeak_core.humanize import duration
@@ -285,30 +285,60 @@ def _analyzing(spec: JobSpec, status: Mapping[str, Any], observed: Observed, now
     if source.in_process:
         return Decision(actions=[ExtractInProcess()])
     started = parse_time(status.get("analysisStartTime")) or now
-    deadline = started + timedelta(seconds=settings.analysis.timeout_seconds + settings.analysis.grace_seconds)
-    pod = observed.analysis_pod
+    judged = judge_analysis(observed.analysis_pod, started=started, now=now, settings=settings,
+                            source_value=source.value)
+    match judged.outcome:
+        case "invalid":
+            return _invalid_source(status, judged.message, now)
+        case "collect":
+            return Decision(actions=[CollectGraph()])
+        case "failed":
+            decision = _graph_failed(status, judged.reason, judged.message, now)
+            if judged.delete_pod:
+                decision.actions.insert(0, DeleteAnalysisPod())
+            return decision
+        case "create":
+            return Decision(actions=[CreateAnalysisPod()])  # gone (or never made): make it again, by the same name
+    return Decision()
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysisJudgement:
+    """What the analysis pod's state means: `create` it (again), `wait`, `collect` its graph, the model source is
+    `invalid` (the user's error, stop), or the analysis `failed` (predict without the graph; `delete_pod` when it
+    is still there, hung)."""
+
+    outcome: Literal["create", "wait", "collect", "invalid", "failed"]
+    reason: str = ""
+    message: str = ""
+    delete_pod: bool = False
+
+
+def judge_analysis(pod: PodView | None, *, started: datetime, now: datetime, settings: OperatorSettings,
+                   source_value: str) -> AnalysisJudgement:
+    """Judge an analysis pod started at `started` (TrainingJobs and opted-in workloads alike)."""
+    timeout = settings.analysis.timeout_seconds
+    deadline = started + timedelta(seconds=timeout + settings.analysis.grace_seconds)
     if pod is not None and pod.extract_exit_code == USER_ERROR_EXIT:
-        return _invalid_source(status, pod.extract_message or f"the extractor rejected {source.value}", now)
+        return AnalysisJudgement("invalid", INVALID_MODEL_SOURCE,
+                                 pod.extract_message or f"the extractor rejected {source_value}")
     if pod is not None and pod.phase == "Succeeded":
-        return Decision(actions=[CollectGraph()])
+        return AnalysisJudgement("collect")
     if pod is not None and pod.phase == "Failed":
         timed_out = pod.reason == "DeadlineExceeded"
-        reason = "AnalysisTimeout" if timed_out else "AnalysisFailed"
         if timed_out:
-            message = f"analysis pod ran past {settings.analysis.timeout_seconds}s"
+            message = f"analysis pod ran past {timeout}s"
         elif pod.extract_exit_code:
             message = f"extractor exited {pod.extract_exit_code}: {pod.extract_message or 'see its logs'}"
         else:
             message = f"analysis pod failed: {pod.reason or 'see its logs'} {pod.message}".strip()
-        return _graph_failed(status, reason, message, now)
+        return AnalysisJudgement("failed", "AnalysisTimeout" if timed_out else "AnalysisFailed", message)
     if now >= deadline:
-        decision = _graph_failed(status, "AnalysisTimeout",
-                                 f"no graph after {settings.analysis.timeout_seconds}s of analysis", now)
-        decision.actions.insert(0, DeleteAnalysisPod())
-        return decision
+        return AnalysisJudgement("failed", "AnalysisTimeout", f"no graph after {timeout}s of analysis",
+                                 delete_pod=True)
     if pod is None:
-        return Decision(actions=[CreateAnalysisPod()])  # gone (or never made): make it again, by the same name
-    return Decision()
+        return AnalysisJudgement("create")
+    return AnalysisJudgement("wait")
 
 
 def _invalid_source(status: Mapping[str, Any], detail: str, now: datetime) -> Decision:

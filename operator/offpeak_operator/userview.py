@@ -135,8 +135,8 @@ def batch_job_row(job: Mapping[str, Any], *, now: datetime, workload: Mapping[st
     check = _pending_check(workload)
     if end is not None:
         phase = "Succeeded" if end.succeeded else "Failed"
-    elif word == "Invalid":
-        phase = "Invalid"
+    elif word in ("Invalid", "Analyzing"):  # Analyzing: its entry point's analysis pod runs
+        phase = word
     elif spec.get("suspend"):
         phase = "Queued" if queued else ("Predicted" if word == "Predicted" else "Pending")
     else:
@@ -156,7 +156,7 @@ def batch_job_row(job: Mapping[str, Any], *, now: datetime, workload: Mapping[st
     if fastest and phase in ("Queued", "Predicted", "Waiting"):
         needs = f"{duration(fastest[1] * (1 + margin))} x {per} GPU(s)" + (f" for {pods} pods" if pods > 1 else "")
     created = parse_time(meta.get("creationTimestamp"))
-    why = check if phase == "Queued" else (message if phase == "Invalid" else "")
+    why = check if phase == "Queued" else (message if phase in ("Invalid", "Analyzing") else "")
     return JobRow(
         namespace=str(meta.get("namespace") or ""), name=f"job/{meta.get('name') or ''}", phase=phase,
         reason=f"Kueue {queued}" if queued and phase == "Queued" else word, gpus=gpus, predicted=predicted,

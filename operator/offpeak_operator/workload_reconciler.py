@@ -1,4 +1,5 @@
-"""One reconcile of one opted-in batch/v1 Job (offpeak_operator.workloads): predict, annotate, unsuspend, record.
+"""One reconcile of one opted-in workload (offpeak_operator.workloads): analyse an entry point in the workload's
+own image, predict, annotate, unsuspend, record.
 
 The Job stays the Job controller's: it creates, retries and finishes the pods. offpeak only decides when they may
 start and where (the prediction the extender places by), says so in annotations and Events, and records how long
@@ -15,13 +16,15 @@ from kubernetes.client.exceptions import ApiException
 from offpeak_core.jobkinds import BATCH_JOB, JobKind
 from offpeak_graph.schema import ModelGraph
 
-from offpeak_operator import workloads
+from offpeak_operator import names, workloads
 from offpeak_operator.extraction import ExtractionFailed
 from offpeak_operator.graphstore import GraphDecodeError, graph_from_configmap
 from offpeak_operator.jobspec import JobSpec
+from offpeak_operator.observe import pod_view
 from offpeak_operator.predictions import fallback, remaining_seconds
 from offpeak_operator.predictor_http import PredictorUnavailable
-from offpeak_operator.reconciler import Reconciler, api_message
+from offpeak_operator.reconciler import Reconciler, api_message, read_analysis_graph
+from offpeak_operator.statemachine import INVALID_MODEL_SOURCE, judge_analysis, parse_time
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +38,19 @@ class WorkloadReconciler:
         self.ctx = reconciler.ctx
         self.kind = kind
 
-    def reconcile(self, namespace: str, name: str) -> str:
-        """Bring one Job forward; returns the state word it is left in ("" when it is not offpeak's)."""
+    def reconcile(self, namespace: str, name: str, *, wait: bool = True) -> str | None:
+        """Bring one Job forward; returns the state word it is left in ("" when it is not offpeak's). Triggers (the
+        workload's events, its analysis pod's, the resync while it is analysed) are serialised per workload; with
+        `wait=False` one already being reconciled is skipped (None)."""
+        lock = self.reconciler.lock(f"{self.kind.kind}:{namespace}/{name}")
+        if not lock.acquire(blocking=wait):
+            return None
+        try:
+            return self._reconcile(namespace, name)
+        finally:
+            lock.release()
+
+    def _reconcile(self, namespace: str, name: str) -> str:
         kube = self.ctx.kube
         job = kube.get_workload(self.kind, namespace, name)
         if job is None or not workloads.opted_in(job, self.kind):
@@ -60,11 +74,87 @@ class WorkloadReconciler:
             if job["metadata"].get("annotations", {}).get(workloads.ANN_STATE) != f"Invalid: {message}"[:1000]:
                 self._say(job, "Invalid", message, warning=True, reason=problems[0].reason)
             return "Invalid"  # stays suspended: nothing runs that offpeak cannot place
-        return self._admit(job, spec)
+        if spec.model_source.kind != "entrypoint":
+            return self._admit(job, spec, self._graph(job, spec), "no graph")
+        word, graph, why = self._analyse(job, spec)
+        if word == "Invalid":
+            if current != "Invalid":
+                self._say(job, "Invalid", why, warning=True, reason=INVALID_MODEL_SOURCE)
+            return word
+        return word if word == "Analyzing" else self._admit(job, spec, graph, why or "no graph")
+
+    def _analyse(self, job: Mapping[str, Any], spec: JobSpec) -> tuple[str, ModelGraph | None, str]:
+        """Run the entry point in the workload's own image (a TrainingJob's analysis pod) and keep its graph.
+
+        Returns ("Analyzing", None, "") while the pod runs, ("Invalid", None, why) when the source cannot be built
+        (the training would fail the same way), ("Ready", graph, "") once extracted, or ("Ready", None, why) when
+        the analysis failed and the prediction goes on without the graph. Each outcome is written on the Job, so
+        it holds across restarts and the pod is made once per source."""
+        meta = job["metadata"]
+        namespace, source = meta["namespace"], spec.model_source.value
+        kube = self.ctx.kube
+        record = workloads.analysis_record(job, source)
+        if record is not None and record.get("outcome") == "extracted":
+            graph = self._graph(job, spec)
+            if graph is not None:
+                return "Ready", graph, ""
+            record = None  # its ConfigMap is gone: analyse again
+        if record is not None:
+            return ("Invalid" if record.get("outcome") == "invalid" else "Ready"), None, record.get("message", "")
+        pod_name = workloads.owned_name(job, self.kind, "analysis")
+        pod = kube.get_pod(namespace, pod_name)
+        now = self.ctx.clock()
+        started = (parse_time(pod["metadata"].get("creationTimestamp")) if pod else None) or now
+        view = pod_view(pod, node_gpu_types={}) if pod else None
+        judged = judge_analysis(view, started=started, now=now, settings=self.ctx.settings, source_value=source)
+        match judged.outcome:
+            case "wait":
+                return "Analyzing", None, ""
+            case "create":
+                try:
+                    kube.create_pod(workloads.analysis_pod(job, spec, self.ctx.settings.analysis, self.kind))
+                except ApiException as e:
+                    if e.status not in (400, 403, 422):
+                        raise  # transient: the next trigger tries again
+                    return self._analysed(job, source, "failed",
+                                          f"the API server rejected the analysis pod: {api_message(e)}")
+                if workloads.state(job) != "Analyzing":
+                    self._say(job, "Analyzing", f"extracting the model graph from {source} in analysis pod "
+                                                f"{pod_name}, in the {self.kind.kind}'s own image")
+                return "Analyzing", None, ""
+            case "collect":
+                try:
+                    encoded, graph = read_analysis_graph(kube, namespace, pod_name)
+                except (ApiException, GraphDecodeError) as e:
+                    kube.delete_pod(namespace, pod_name)
+                    return self._analysed(job, source, "failed", "could not read the graph from the analysis pod: "
+                                                                 f"{getattr(e, 'reason', None) or e}")
+                kube.create_configmap(workloads.graph_configmap(job, encoded, self.kind))
+                kube.delete_pod(namespace, pod_name)
+                kube.patch_workload(self.kind, namespace, meta["name"], workloads.analysis_patch(
+                    source, "extracted", f"model graph extracted ({encoded.original_ops} ops)"))
+                return "Ready", graph, ""
+            case "invalid":
+                kube.delete_pod(namespace, pod_name)
+                return self._analysed(job, source, "invalid", f"invalid model source: {judged.message}")
+        kube.delete_pod(namespace, pod_name)  # failed: what is left of it goes
+        return self._analysed(job, source, "failed", judged.message)
+
+    def _analysed(self, job: Mapping[str, Any], source: str, outcome: str, message: str) -> tuple[str, None, str]:
+        """Record an analysis that gave no graph; the reconcile goes on as the outcome says."""
+        meta = job["metadata"]
+        self.ctx.kube.patch_workload(self.kind, meta["namespace"], meta["name"],
+                                     workloads.analysis_patch(source, outcome, message))
+        log.warning("no graph for %s %s/%s: %s", self.kind.kind, meta["namespace"], meta["name"], message)
+        return ("Invalid" if outcome == "invalid" else "Ready"), None, message
 
     def _graph(self, job: Mapping[str, Any], spec: JobSpec) -> ModelGraph | None:
         source = spec.model_source
         try:
+            if source.kind == "entrypoint":  # extracted by the analysis pod into the workload's graph ConfigMap
+                cm = self.ctx.kube.get_configmap(job["metadata"]["namespace"],
+                                                 workloads.owned_name(job, self.kind, "graph"))
+                return graph_from_configmap(cm, key=names.GRAPH_KEY) if cm is not None else None
             if source.in_process:
                 return self.ctx.extract(spec, float(self.ctx.settings.analysis.in_process_timeout_seconds))
             if source.kind == "graphConfigMap":
@@ -74,11 +164,11 @@ class WorkloadReconciler:
             log.warning("no graph for Job %s/%s: %s", job["metadata"]["namespace"], job["metadata"]["name"], e)
         return None
 
-    def _admit(self, job: Mapping[str, Any], spec: JobSpec) -> str:
+    def _admit(self, job: Mapping[str, Any], spec: JobSpec, graph: ModelGraph | None, why: str) -> str:
+        """Predict (from `graph`; without one, by the fallback, saying `why`), annotate and unsuspend."""
         meta = job["metadata"]
         asked, canonical = self.reconciler.gpu_names(spec)
-        graph = self._graph(job, spec)
-        prediction, why = self.reconciler.ask_predictor(job, spec, graph) if graph is not None else (None, "no graph")
+        prediction, why = self.reconciler.ask_predictor(job, spec, graph) if graph is not None else (None, why)
         if prediction is None:
             prediction = fallback(asked=asked, canonical=canonical, steps=spec.total_steps,
                                   estimated_seconds=spec.estimated_seconds, startup_seconds=spec.startup_seconds,

@@ -3,7 +3,9 @@
 A team keeps its Job and adds, to the pod template, the label `offpeak.io/offline: "true"`,
 `schedulerName: offpeak-scheduler`, and annotations saying what it trains:
 
-    offpeak.io/model-source: torchvision:resnet50 | hf:gpt2 | graph-configmap:<name>   (optional)
+    offpeak.io/model-source: torchvision:resnet50 | hf:gpt2 | graph-configmap:<name>
+                             | entrypoint:<package.module:function>   (optional)
+    offpeak.io/input-shape: "3,224,224"   (an entry point's float input per sample; or offpeak.io/seq-len)
     offpeak.io/batch-size: "64"        offpeak.io/steps: "10000"   (or offpeak.io/estimated-seconds)
     offpeak.io/gpu-types: "A100,H100"  offpeak.io/precision, offpeak.io/optimizer, offpeak.io/seq-len (optional)
 
@@ -13,20 +15,28 @@ template, which a suspended Job that never ran may change, and unsuspends it (a 
 `kueue.x-k8s.io/queue-name`, Kueue unsuspends once offpeak's admission check finds a window). The Job's status
 stays the Job controller's: what offpeak decided goes to annotations on the Job (`offpeak.io/state`,
 `offpeak.io/prediction`) and to Events.
+
+An entry point is built in the Job's own image, as a TrainingJob's is: the operator runs the same analysis pod
+(`<kind>-<name>-analysis`, the training container's image, env and working directory, CPU only) and keeps the graph
+in the ConfigMap `<kind>-<name>-graph`; both are owned by the workload, so they go with it. The Job stays suspended
+(state `Analyzing`) meanwhile. What became of the analysis is kept on the Job (`offpeak.io/analysis`), so a model
+source that cannot be built is not run again until the annotation names another one.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from offpeak_core.jobkinds import BATCH_JOB, JobKind, template_opted_in
-from offpeak_operator import names, podtemplate
+from offpeak_operator import names, podspecs, podtemplate
+from offpeak_operator.graphstore import EncodedGraph
 from offpeak_operator.jobspec import GpuResolver, JobSpec, Problem, SpecError, parse_spec, validate
 from offpeak_operator.podspecs import gpu_type_terms, predicted_annotation
+from offpeak_operator.settings import AnalysisSettings
 from offpeak_operator.statemachine import parse_time
 
 ANN_MODEL_SOURCE = "offpeak.io/model-source"
@@ -37,16 +47,19 @@ ANN_GPU_TYPES = "offpeak.io/gpu-types"
 ANN_PRECISION = "offpeak.io/precision"
 ANN_OPTIMIZER = "offpeak.io/optimizer"
 ANN_SEQ_LEN = "offpeak.io/seq-len"
+ANN_INPUT_SHAPE = "offpeak.io/input-shape"  # an entry point's input per sample, e.g. "3,224,224"
 ANN_CHECKPOINTING_OPT = "offpeak.io/checkpointing"  # "true": the code resumes from its own checkpoints
 # written by the operator on the Job itself
 ANN_SAMPLE = "offpeak.io/sample"  # what became of the measured run as a predictor sample
 ANN_STATE = "offpeak.io/state"  # Invalid | Predicted | Unpredicted | Finished, with a reason after ": "
 ANN_PREDICTION = "offpeak.io/prediction"  # the prediction in human words
+ANN_ANALYSIS = "offpeak.io/analysis"  # what became of an entry point's analysis: {"source", "outcome", "message"}
 # The start-up the predictor adds when a job names none (offpeak_predictor.jobtime.DEFAULT_STARTUP_SECONDS; the
 # operator talks to the predictor over HTTP only, so the figure is repeated here).
 PREDICTOR_STARTUP_SECONDS = 60.0
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-SOURCE_PREFIXES = {"torchvision": "torchvision", "hf": "hfConfig", "graph-configmap": "graphConfigMap"}
+SOURCE_PREFIXES = {"torchvision": "torchvision", "hf": "hfConfig", "graph-configmap": "graphConfigMap",
+                   "entrypoint": "entrypoint"}
 
 
 def _template(job: Mapping[str, Any], kind: JobKind = BATCH_JOB) -> Mapping[str, Any]:
@@ -85,6 +98,15 @@ def _int_annotation(ann: Mapping[str, str], key: str) -> int | None:
         raise SpecError(f"annotation {key} must be an integer, got {ann[key]!r}") from e
 
 
+def _shape_annotation(value: str) -> list[int]:
+    try:
+        shape = [int(part) for part in str(value).split(",")]
+    except ValueError as e:
+        raise SpecError(f"annotation {ANN_INPUT_SHAPE} must be comma-separated integers such as \"3,224,224\", "
+                        f"got {value!r}") from e
+    return shape
+
+
 def pod_gpus(pod_spec: Mapping[str, Any]) -> int:
     """GPUs the training container of a pod spec asks for (1 when it names none)."""
     containers = pod_spec.get("containers") or []
@@ -114,8 +136,13 @@ def workload_spec(job: Mapping[str, Any], *, resolve_gpu: GpuResolver | None,
                                                    f"{kind.kind}'s scheduler cannot be changed after it is created)"))
     containers = pod_spec.get("containers") or []
     index = podtemplate.train_container_index(containers) if containers else None
+    train: Mapping[str, Any] = containers[index] if index is not None else {}
     raw: dict[str, Any] = {
-        "image": str(containers[index].get("image") or "") if index is not None else "",
+        "image": str(train.get("image") or ""),
+        # what an entry point's analysis pod runs the extractor with: the training container's own
+        "env": [e for e in train.get("env") or [] if isinstance(e, Mapping) and e.get("name")],
+        "workingDir": str(train.get("workingDir") or ""),
+        "imagePullPolicy": str(train.get("imagePullPolicy") or "IfNotPresent"),
         "gpuTypes": [t.strip() for t in str(ann.get(ANN_GPU_TYPES, "")).split(",") if t.strip()],
         "workers": kind.replicas(job),  # a Job's parallel pods are timed alone; a PyTorchJob's train together
         "gpusPerWorker": pod_gpus(pod_spec),
@@ -128,6 +155,8 @@ def workload_spec(job: Mapping[str, Any], *, resolve_gpu: GpuResolver | None,
             value = _int_annotation(ann, key)
             if value is not None:
                 raw[field] = value
+        if ANN_INPUT_SHAPE in ann:
+            raw["inputShape"] = _shape_annotation(ann[ANN_INPUT_SHAPE])
         if ANN_ESTIMATED_SECONDS in ann:
             raw["estimatedSeconds"] = float(str(ann[ANN_ESTIMATED_SECONDS]))
             raw.setdefault("steps", 1)
@@ -143,13 +172,13 @@ def workload_spec(job: Mapping[str, Any], *, resolve_gpu: GpuResolver | None,
         if "batchSize" not in raw:
             raise SpecError(f"annotation {ANN_BATCH_SIZE} is required (per-pod samples per step)")
         spec = parse_spec(raw)
+        spec = replace(spec, image_pull_secrets=tuple(dict(s) for s in pod_spec.get("imagePullSecrets") or []
+                                                      if isinstance(s, Mapping)))
     except (SpecError, ValueError) as e:
         return None, [*problems, Problem("InvalidSpec", str(e))]
     name = str((job.get("metadata") or {}).get("name") or "")
     problems += [p for p in validate(spec, job_name=name[:names.MAX_JOB_NAME], resolve_gpu=resolve_gpu)
                  if p.reason != "NameTooLong"]
-    if spec.model_source.kind == "entrypoint":
-        problems.append(Problem("InvalidModelSource", "an entry point needs a TrainingJob (its analysis pod)"))
     return (spec if not problems else None), problems
 
 
@@ -230,3 +259,60 @@ def prediction_summary(remaining: Mapping[str, Mapping[str, Any]], *, source: st
     """The prediction as the Job's `offpeak.io/prediction` annotation: compact JSON a person can read."""
     return json.dumps({"source": source, **{g: {"p50": v["p50"], "p90": v["p90"]} for g, v in remaining.items()}},
                       sort_keys=True, separators=(",", ":"))
+
+
+# ---- an entry point's analysis, in the workload's own image ----------------------------------------------------
+
+
+def owned_name(job: Mapping[str, Any], kind: JobKind, suffix: str) -> str:
+    """`<kind>-<name>-<suffix>`: apart from a TrainingJob's `<name>-<suffix>` and another kind's of the same name."""
+    return f"{kind.kind.lower()}-{job['metadata']['name']}-{suffix}"
+
+
+def owned_metadata(job: Mapping[str, Any], kind: JobKind, *, suffix: str, role: str) -> dict[str, Any]:
+    """Metadata of an object offpeak makes for a workload: labelled with whose it is (the operator's pod trigger
+    reads them) and owned by it, so it is deleted with it. The reference is not a controller's, so the Job
+    controller (or training-operator) neither adopts nor releases it."""
+    meta = job["metadata"]
+    return {
+        "name": owned_name(job, kind, suffix),
+        "namespace": meta["namespace"],
+        "labels": {names.LABEL_ROLE: role, names.LABEL_WORKLOAD_KIND: kind.kind,
+                   names.LABEL_WORKLOAD_NAME: meta["name"]},
+        "annotations": {},
+        "ownerReferences": [{"apiVersion": kind.api_version, "kind": kind.kind, "name": meta["name"],
+                             "uid": meta["uid"]}],
+    }
+
+
+def analysis_pod(job: Mapping[str, Any], spec: JobSpec, settings: AnalysisSettings,
+                 kind: JobKind = BATCH_JOB) -> dict[str, Any]:
+    """The TrainingJob's analysis pod (offpeak_operator.podspecs), named and owned for the workload."""
+    return podspecs.analysis_pod(job, spec, settings,
+                                 metadata=owned_metadata(job, kind, suffix="analysis", role="analysis"))
+
+
+def graph_configmap(job: Mapping[str, Any], encoded: EncodedGraph, kind: JobKind = BATCH_JOB) -> dict[str, Any]:
+    """The workload's `<kind>-<name>-graph` ConfigMap, as a TrainingJob's `<name>-graph`."""
+    return podspecs.graph_configmap(job, encoded, source="entrypoint",
+                                    metadata=owned_metadata(job, kind, suffix="graph", role="graph"))
+
+
+def analysis_record(job: Mapping[str, Any], source: str) -> Mapping[str, str] | None:
+    """What became of the analysis of entry point `source` (the Job's `offpeak.io/analysis`), None when it has not
+    ended, or ended for another source (the user changed the annotation: analyse again)."""
+    raw = ((job.get("metadata") or {}).get("annotations") or {}).get(ANN_ANALYSIS)
+    try:
+        record = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("source") != source:
+        return None
+    return {k: str(v) for k, v in record.items()}
+
+
+def analysis_patch(source: str, outcome: str, message: str = "") -> dict[str, Any]:
+    """Merge patch of the Job's `offpeak.io/analysis`: `extracted`, `invalid` (the source cannot be built) or
+    `failed` (predicted without the graph)."""
+    record = {"source": source, "outcome": outcome, "message": message[:500]}
+    return {"metadata": {"annotations": {ANN_ANALYSIS: json.dumps(record, sort_keys=True)}}}

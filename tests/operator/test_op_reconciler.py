@@ -403,7 +403,7 @@ def test_deleted_job_is_forgotten() -> None:
 
 def test_busy_job_is_skipped_without_waiting() -> None:
     rec, kube, _, _ = make(job_body())
-    lock = rec._lock("ns/train-1")
+    lock = rec.lock("ns/train-1")
     with lock:
         assert rec.reconcile("ns", "train-1", wait=False) is None
     assert kube.status_patches == 0

@@ -80,6 +80,12 @@ def test_a_batch_job_row_follows_the_job_to_its_end_and_says_why_it_is_invalid()
     invalid = batch_job_row(batch_job(state="Invalid: annotation offpeak.io/steps must be an integer", suspend=True),
                             now=NOW)
     assert (invalid.phase, invalid.why) == ("Invalid", "annotation offpeak.io/steps must be an integer")
+    unpredicted = batch_job(state="Analyzing: extracting the model graph from m:build in analysis pod "
+                                  "job-nightly-analysis", suspend=True)
+    del unpredicted["metadata"]["annotations"]["offpeak.io/prediction"]  # not predicted yet
+    analysing = batch_job_row(unpredicted, now=NOW)
+    assert (analysing.phase, analysing.predicted, analysing.needs) == ("Analyzing", "", "")
+    assert analysing.why.startswith("extracting the model graph from m:build")
 
 
 def test_the_schedulers_summary_splits_into_its_reasons_without_preemption() -> None:

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import timedelta
 from typing import Any
 
 import kubernetes_validate
 from optestkit import NOW, small_graph
+from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
+
+from offpeak_graph.schema import ModelGraph
 
 from offpeak_core.jobkinds import BATCH_JOB, PYTORCH_JOB, JobKind
 from offpeak_operator import workloads
+from offpeak_operator.graphstore import encode_graph, to_log_lines
 from offpeak_operator.metrics import OperatorMetrics
 from offpeak_operator.predictor_http import PredictorUnavailable
 from offpeak_operator.reconciler import Context, Reconciler
@@ -299,3 +304,182 @@ def test_an_unsuspended_pytorchjob_is_warned_about_with_its_own_field() -> None:
     rec, kube = make(pytorch_job(suspend=False), PYTORCH_JOB)
     assert rec.reconcile("team", "ddp") == "Unpredicted"
     assert "spec.runPolicy.suspend: true" in kube.events[0][3]
+
+
+# ---- an entry point, analysed in the Job's own image -------------------------------------------------------
+
+
+class AnalysisKube(JobKube):
+    """JobKube plus the pods, logs and ConfigMaps an entry point's analysis makes and reads."""
+
+    def __init__(self, job: dict[str, Any], kind: JobKind = BATCH_JOB, *, reject_pods: int | None = None) -> None:
+        super().__init__(job, kind)
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.created_pods: list[str] = []
+        self.logs: dict[str, str] = {}
+        self.configmaps: dict[str, dict[str, Any]] = {}
+        self.reject_pods = reject_pods
+
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.pods.get(name))
+
+    def create_pod(self, body: dict[str, Any]) -> bool:
+        if self.reject_pods is not None:
+            raise ApiException(status=self.reject_pods, reason="Forbidden")
+        name = body["metadata"]["name"]
+        if name in self.pods:
+            return False
+        self.pods[name] = {**copy.deepcopy(body), "status": {"phase": "Pending"}}
+        self.pods[name]["metadata"]["creationTimestamp"] = "2026-11-21T06:00:00Z"  # NOW
+        self.created_pods.append(name)
+        return True
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self.pods.pop(name, None)
+
+    def pod_log(self, namespace: str, name: str, container: str) -> str:
+        assert container == "emit"
+        if name not in self.logs:
+            raise ApiException(status=400, reason="container not found")
+        return self.logs[name]
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.configmaps.get(name))
+
+    def create_configmap(self, body: dict[str, Any]) -> bool:
+        self.configmaps.setdefault(body["metadata"]["name"], copy.deepcopy(body))
+        return True
+
+
+class GraphPredictor:
+    """Answers from the graph it is given (it must be the analysed one)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+
+    def predict(self, **body: Any) -> dict[str, Any]:
+        self.requests.append(body)
+        return {"model_version": "m1", "graph_hash": "sha256:x", "predictions": [
+            {"gpu": g, "gpu_type": g, "step_seconds": 0.2, "step_seconds_p90": 0.3, "job_seconds": 260.0,
+             "job_seconds_p90": 360.0, "model_version": "m1"} for g in body["gpus"]]}
+
+
+def entrypoint_job(source: str = "entrypoint:team.models:build", **ann: str) -> dict[str, Any]:
+    job = batch_job(**{"offpeak.io/model-source": source, "offpeak.io/input-shape": "3,64,64", **ann})
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    container.update(env=[{"name": "MODEL_DEPTH", "value": "18"}], workingDir="/src")
+    job["spec"]["template"]["spec"]["imagePullSecrets"] = [{"name": "registry"}]
+    return job
+
+
+def analysing(job: dict[str, Any], kind: JobKind = BATCH_JOB, **kube_kw: Any):
+    kube = AnalysisKube(job, kind, **kube_kw)
+    clock = {"now": NOW}
+    predictor = GraphPredictor()
+    ctx = Context(settings=OperatorSettings(), kube=kube, predictor=predictor,  # type: ignore[arg-type]
+                  metrics=OperatorMetrics(CollectorRegistry()), resolve_gpu=None, clock=lambda: clock["now"])
+    return WorkloadReconciler(Reconciler(ctx), kind), kube, predictor, clock
+
+
+def _finish_analysis(kube: AnalysisKube, pod: str, graph) -> None:
+    encoded = encode_graph(graph)
+    kube.logs[pod] = "\n".join(to_log_lines(encoded.data, {"hash": encoded.graph_hash, "reduced": "",
+                                                           "original_ops": len(graph.ops)}))
+    kube.pods[pod]["status"] = {"phase": "Succeeded"}
+
+
+def test_an_entry_point_and_its_input_shape_become_a_spec_run_with_the_training_containers_settings() -> None:
+    spec, problems = workloads.workload_spec(entrypoint_job(), resolve_gpu=None)
+    assert problems == [] and spec is not None
+    assert (spec.model_source.kind, spec.model_source.value) == ("entrypoint", "team.models:build")
+    assert spec.input_shape == (3, 64, 64) and spec.image == "example/train:1" and spec.working_dir == "/src"
+    assert spec.env == ({"name": "MODEL_DEPTH", "value": "18"},)
+    assert spec.image_pull_secrets == ({"name": "registry"},)
+    no_shape = entrypoint_job()
+    del no_shape["spec"]["template"]["metadata"]["annotations"]["offpeak.io/input-shape"]
+    assert any("inputShape" in p.message for p in workloads.workload_spec(no_shape, resolve_gpu=None)[1])
+    _, problems = workloads.workload_spec(entrypoint_job(**{"offpeak.io/input-shape": "3xx64"}), resolve_gpu=None)
+    assert "offpeak.io/input-shape must be comma-separated integers" in problems[0].message
+    _, problems = workloads.workload_spec(entrypoint_job("entrypoint:not a module"), resolve_gpu=None)
+    assert problems and problems[0].reason == "InvalidModelSource"
+
+
+def test_an_entry_point_is_extracted_in_an_owned_analysis_pod_then_predicted_from_its_graph() -> None:
+    rec, kube, predictor, _ = analysing(entrypoint_job())
+    assert rec.reconcile("team", "nightly") == "Analyzing"
+    pod = kube.pods["job-nightly-analysis"]
+    kubernetes_validate.validate({k: v for k, v in pod.items() if k != "status"}, "1.32", strict=True)
+    assert pod["metadata"]["ownerReferences"] == [{"apiVersion": "batch/v1", "kind": "Job", "name": "nightly",
+                                                   "uid": "u1"}]  # not a controller's: the Job controller ignores it
+    assert pod["metadata"]["labels"] == {"offpeak.io/role": "analysis", "offpeak.io/workload-kind": "Job",
+                                         "offpeak.io/workload-name": "nightly"}
+    extract = pod["spec"]["initContainers"][1]
+    assert extract["image"] == "example/train:1" and extract["workingDir"] == "/src"
+    assert "--entrypoint" in extract["command"] and "team.models:build" in extract["command"]
+    assert {"name": "MODEL_DEPTH", "value": "18"} in extract["env"]
+    assert pod["spec"]["imagePullSecrets"] == [{"name": "registry"}] and "nvidia.com/gpu" not in str(pod)
+    assert kube.job["spec"]["suspend"] is True
+    assert kube.job["metadata"]["annotations"]["offpeak.io/state"].startswith(
+        "Analyzing: extracting the model graph from team.models:build in analysis pod job-nightly-analysis")
+    assert rec.reconcile("team", "nightly") == "Analyzing"  # still running: nothing new
+    assert kube.created_pods == ["job-nightly-analysis"] and len(kube.events) == 1
+
+    graph = small_graph(name="user-model")
+    _finish_analysis(kube, "job-nightly-analysis", graph)
+    assert rec.reconcile("team", "nightly") == "Predicted"
+    (asked,) = predictor.requests
+    assert ModelGraph.from_dict(asked["graph"]).content_hash() == graph.content_hash()
+    assert kube.job["spec"]["suspend"] is False and "job-nightly-analysis" not in kube.pods
+    cm = kube.configmaps["job-nightly-graph"]
+    assert cm["metadata"]["ownerReferences"][0]["kind"] == "Job"
+    assert cm["metadata"]["annotations"]["offpeak.io/graph-hash"] == graph.content_hash()
+    assert json.loads(kube.job["metadata"]["annotations"]["offpeak.io/analysis"])["outcome"] == "extracted"
+    assert "by the predictor" in kube.job["metadata"]["annotations"]["offpeak.io/state"]
+    # the sample of the finished Job is sent with the stored graph
+    assert rec._graph(kube.job, workloads.workload_spec(kube.job, resolve_gpu=None)[0]).content_hash() == \
+        graph.content_hash()
+
+
+def test_an_entry_point_the_extractor_rejects_leaves_the_job_invalid_until_the_annotation_changes() -> None:
+    rec, kube, predictor, _ = analysing(entrypoint_job())
+    assert rec.reconcile("team", "nightly") == "Analyzing"
+    kube.pods["job-nightly-analysis"]["status"] = {"phase": "Failed", "initContainerStatuses": [
+        {"name": "extract", "state": {"terminated": {"exitCode": 2, "message": "cannot import team.models"}}}]}
+    assert rec.reconcile("team", "nightly") == "Invalid"
+    state = kube.job["metadata"]["annotations"]["offpeak.io/state"]
+    assert state == "Invalid: invalid model source: cannot import team.models"
+    assert kube.events[-1][1:3] == ("Warning", "InvalidModelSource") and kube.job["spec"]["suspend"] is True
+    assert rec.reconcile("team", "nightly") == "Invalid"  # not analysed again, not said again
+    assert kube.created_pods == ["job-nightly-analysis"] and len(kube.events) == 2 and predictor.requests == []
+    kube.job["spec"]["template"]["metadata"]["annotations"]["offpeak.io/model-source"] = "entrypoint:team.fixed:build"
+    assert rec.reconcile("team", "nightly") == "Analyzing" and kube.created_pods[-1] == "job-nightly-analysis"
+    assert len(kube.created_pods) == 2
+
+
+def test_a_hung_or_refused_analysis_falls_back_to_a_prediction_without_the_graph_and_says_why() -> None:
+    rec, kube, predictor, clock = analysing(entrypoint_job())
+    assert rec.reconcile("team", "nightly") == "Analyzing"
+    settings = OperatorSettings().analysis
+    clock["now"] = NOW + timedelta(seconds=settings.timeout_seconds + settings.grace_seconds + 1)
+    assert rec.reconcile("team", "nightly") == "Predicted"
+    assert "job-nightly-analysis" not in kube.pods and predictor.requests == [] and kube.job["spec"]["suspend"] is False
+    state = kube.job["metadata"]["annotations"]["offpeak.io/state"]
+    assert f"by the user-estimate (no graph after {settings.timeout_seconds}s of analysis)" in state, state
+
+    rec, kube, predictor, _ = analysing(entrypoint_job(), reject_pods=403)
+    assert rec.reconcile("team", "nightly") == "Predicted" and kube.pods == {}
+    assert "the API server rejected the analysis pod" in kube.job["metadata"]["annotations"]["offpeak.io/state"]
+
+
+def test_a_pytorchjobs_analysis_runs_in_its_masters_image_under_its_own_names() -> None:
+    job = pytorch_job()
+    master = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    master["metadata"]["annotations"].update({"offpeak.io/model-source": "entrypoint:ddp.model:build",
+                                              "offpeak.io/seq-len": "128"})
+    rec, kube, _, _ = analysing(job, PYTORCH_JOB)
+    assert rec.reconcile("team", "ddp") == "Analyzing"
+    pod = kube.pods["pytorchjob-ddp-analysis"]
+    assert pod["spec"]["initContainers"][1]["image"] == "example/ddp:1"
+    assert pod["metadata"]["ownerReferences"][0] == {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                                                     "name": "ddp", "uid": "u2"}
+    assert kube.job["spec"]["runPolicy"]["suspend"] is True
