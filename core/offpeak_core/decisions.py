@@ -251,12 +251,16 @@ def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float
     return _ArrayAssessment(fits, free_short, timed & fits, need, left, by_type)
 
 
-def _node_assessment(a: _ArrayAssessment, nodes: NodeArrays, i: int) -> _Assessment:
-    """One node's `_Assessment` out of the arrays (for its failure reason)."""
-    if a.free_short[i]:
-        return _NOT_FREE
-    t = a.by_type[int(nodes.type_code[i])]
-    return t._replace(fits=bool(a.fits[i]), need=float(a.need[i]), left=float(a.left[i]))
+def _node_assessments(a: _ArrayAssessment, nodes: NodeArrays, rows: list[int]) -> list[_Assessment]:
+    """The `_Assessment` of each node in `rows`, out of the arrays (for their failure reasons)."""
+    at = np.asarray(rows, dtype=np.int64)
+    out: list[_Assessment] = []
+    for short, code, fits, need, left in zip(a.free_short[at].tolist(), nodes.type_code[at].tolist(),
+                                             a.fits[at].tolist(), a.need[at].tolist(), a.left[at].tolist()):
+        t = a.by_type[code]
+        out.append(_NOT_FREE if short else _Assessment(fits, t.free_short, t.pred, t.exact, need, left, t.capped,
+                                                       t.by_goodput, t.no_memory))
+    return out
 
 
 def filter_arrays(
@@ -273,23 +277,40 @@ def filter_arrays(
     if margin < 0:
         raise ValueError(f"margin must be >= 0, got {margin}")
     a = _assess_arrays(pod, nodes, now, margin, checkpoint_intervals, goodput)
-    views = nodes.views
-    fits = a.fits.tolist()
-    passed = tuple(v.name for v, ok in zip(views, fits) if ok)
-    failed: dict[str, str] = {}
-    said: dict[tuple[int, ...], str] = {}  # a reason depends on the node only through these keys
-    short, code, left = a.free_short.tolist(), nodes.type_code.tolist(), a.left.tolist()
-    for i in np.flatnonzero(~a.fits).tolist():
-        view = views[i]
-        if short[i]:
-            key: tuple[int, ...] = (-1, view.gpus_free_now, view.gpus_total)
-        else:
-            key = (code[i], math.ceil(left[i]) if math.isfinite(left[i]) else -1)
-        reason = said.get(key)
-        if reason is None:
-            reason = said[key] = _reason(pod, view, _node_assessment(a, nodes, i), margin)
-        failed[view.name] = reason
+    passed = tuple(nodes.names[a.fits].tolist())
+    failing = np.flatnonzero(~a.fits)
+    if not failing.size:
+        return FilterResult(passed=passed, failed={})
+    first, group = _reason_groups(a, nodes, failing)
+    # one reason per group, worded for its first node (the others differ from it in nothing the reason says)
+    rows = failing[first].tolist()
+    reasons = [_reason(pod, nodes.views[i], assessed, margin)
+               for i, assessed in zip(rows, _node_assessments(a, nodes, rows))]
+    failed = dict(zip(nodes.names[failing].tolist(), map(reasons.__getitem__, group.tolist())))
     return FilterResult(passed=passed, failed=failed)
+
+
+def _reason_groups(a: _ArrayAssessment, nodes: NodeArrays, failing: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group the `failing` nodes by what their reason depends on: GPUs free now and in all (nodes short of GPUs),
+    else GPU type and whole seconds of window left. Returns each group's first node (a position in `failing`)
+    and each failing node's group, so reasons are worded once per group instead of once per node."""
+    short = a.free_short[failing]
+    left = a.left[failing]
+    whole_left = np.where(np.isfinite(left), np.ceil(left), -1.0)  # float ceil: exact, like math.ceil
+    keys = (
+        np.where(short, -1.0, nodes.type_code[failing]),  # type codes are >= 0: the two kinds never share a key
+        np.where(short, nodes.free_now[failing], whole_left),
+        np.where(short, nodes.total[failing], 0.0),
+    )
+    order = np.lexsort(keys[::-1])  # stable: within a group, nodes stay in request order
+    starts = np.zeros(order.size, dtype=bool)
+    starts[0] = True
+    for key in keys:
+        ordered = key[order]
+        starts[1:] |= ordered[1:] != ordered[:-1]
+    group = np.empty(order.size, dtype=np.int64)
+    group[order] = np.cumsum(starts) - 1
+    return order[starts], group
 
 
 def prioritize_arrays(
@@ -302,6 +323,22 @@ def prioritize_arrays(
     goodput: GoodputAdmission | None = None,
 ) -> dict[str, int]:
     """`prioritize_nodes` over columns: the same score for every node."""
+    scores = score_arrays(pod=pod, nodes=nodes, now=now, margin=margin, checkpoint_intervals=checkpoint_intervals,
+                          goodput=goodput)
+    return dict(zip(nodes.names.tolist(), scores.tolist()))
+
+
+def score_arrays(
+    *,
+    pod: PodRequest,
+    nodes: NodeArrays,
+    now: float,
+    margin: float = DEFAULT_MARGIN,
+    checkpoint_intervals: int = 0,
+    goodput: GoodputAdmission | None = None,
+) -> np.ndarray:
+    """`prioritize_arrays`' scores (0..10) as a column in the nodes' order: what the extender encodes without a
+    dict per request."""
     a = _assess_arrays(pod, nodes, now, margin, checkpoint_intervals, goodput)
     free = nodes.free_now
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -315,8 +352,7 @@ def prioritize_arrays(
             timed_total = SPEED_WEIGHT * speed + FIT_WEIGHT * fit + PACK_WEIGHT * pack
             total = np.where(a.timed, timed_total, pack)
     scores = np.clip(np.round(total * MAX_SCORE), 1, MAX_SCORE).astype(np.int64)
-    scores = np.where(a.fits, scores, 0)
-    return dict(zip((v.name for v in nodes.views), scores.tolist()))
+    return np.where(a.fits, scores, 0)
 
 
 def _pack_score(pod: PodRequest, node: NodeView) -> float:

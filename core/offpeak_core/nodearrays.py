@@ -38,18 +38,22 @@ class NodeArrays:
 
     Window columns are padded to the longest window list: `win_free` is `NO_WINDOW_FREE` in padding, an
     open-ended window ends at +inf. A view without a window list (`windows is None`) is described by
-    `flat_free`/`flat_end` (its current window; +inf when open-ended) instead.
+    `flat_free`/`flat_end` (its current window; +inf when open-ended) instead. The columns are read-only: one
+    `NodeArrays` may answer many requests (the extender's store keeps them per node-name list); `withhold` copies.
     """
 
     views: tuple[NodeView, ...]
+    names: np.ndarray  # object: each view's name, so results are built by masks instead of a loop over views
     type_names: tuple[str, ...]  # distinct GPU types; `type_code` indexes it
     type_code: np.ndarray
     free_now: np.ndarray
+    total: np.ndarray  # GPUs of the node (`gpus_total`)
     stale: np.ndarray
     has_windows: np.ndarray
     flat_free: np.ndarray
     flat_end: np.ndarray
-    win_start: np.ndarray  # (nodes, width)
+    win_start: np.ndarray  # (width, nodes): window j of every node is one contiguous row, so a max over windows
+    # is `width` passes over all nodes instead of a short reduction per node
     win_end: np.ndarray
     win_free: np.ndarray
 
@@ -76,19 +80,26 @@ class NodeArrays:
         free_now, flat_free, win_free = self.free_now.copy(), self.flat_free.copy(), self.win_free.copy()
         free_now[at] = np.maximum(0, free_now[at] - take)
         flat_free[at] = np.maximum(0, flat_free[at] - take)
-        part = win_free[at]
-        win_free[at] = np.where(part == NO_WINDOW_FREE, NO_WINDOW_FREE, np.maximum(0, part - take[:, None]))
+        part = win_free[:, at]
+        win_free[:, at] = np.where(part == NO_WINDOW_FREE, NO_WINDOW_FREE, np.maximum(0, part - take[None, :]))
         changed = list(self.views)
         for i, g in rows:
             changed[i] = withhold(changed[i], g)
-        return replace(self, views=tuple(changed), free_now=free_now, flat_free=flat_free, win_free=win_free)
+        return replace(self, views=tuple(changed), free_now=_frozen(free_now), flat_free=_frozen(flat_free),
+                       win_free=_frozen(win_free))
 
     def window_left(self, *, gpus: int, now: float) -> np.ndarray:
         """`decisions.window_left` for every node at once: seconds from `now` with `gpus` GPUs free (inf: open)."""
         in_window = (self.win_free >= gpus) & (self.win_start <= now)
-        listed = np.where(in_window, self.win_end - now, 0.0).max(axis=1, initial=0.0)
+        listed = np.where(in_window, self.win_end - now, 0.0).max(axis=0, initial=0.0)
         flat = np.where(self.flat_free < gpus, 0.0, np.maximum(0.0, self.flat_end - now))
         return np.where(self.has_windows, listed, flat)
+
+
+def _frozen(column: np.ndarray) -> np.ndarray:
+    """`column` made read-only: a shared `NodeArrays` must not be changed by one of its readers."""
+    column.flags.writeable = False
+    return column
 
 
 class NodeRows:
@@ -104,30 +115,32 @@ class NodeRows:
         self._alloc(16)
 
     def _alloc(self, capacity: int) -> None:
+        self._names = np.full(capacity, "", dtype=object)
         self._free_now = np.zeros(capacity, dtype=np.int64)
+        self._total = np.zeros(capacity, dtype=np.int64)
         self._type_code = np.zeros(capacity, dtype=np.int64)
         self._stale = np.zeros(capacity, dtype=bool)
         self._has_windows = np.zeros(capacity, dtype=bool)
         self._flat_free = np.zeros(capacity, dtype=np.int64)
         self._flat_end = np.zeros(capacity, dtype=float)
-        self._win_start = np.zeros((capacity, self._width), dtype=float)
-        self._win_end = np.zeros((capacity, self._width), dtype=float)
-        self._win_free = np.full((capacity, self._width), NO_WINDOW_FREE, dtype=np.int64)
+        self._win_start = np.zeros((self._width, capacity), dtype=float)
+        self._win_end = np.zeros((self._width, capacity), dtype=float)
+        self._win_free = np.full((self._width, capacity), NO_WINDOW_FREE, dtype=np.int64)
 
     def _grow(self, capacity: int, width: int) -> None:
         """Reallocate to at least `capacity` rows and `width` window columns, keeping the rows written so far."""
-        old = (self._free_now, self._type_code, self._stale, self._has_windows, self._flat_free, self._flat_end,
-               self._win_start, self._win_end, self._win_free)
+        old = (self._names, self._free_now, self._total, self._type_code, self._stale, self._has_windows,
+               self._flat_free, self._flat_end, self._win_start, self._win_end, self._win_free)
         n, w = len(old[0]), self._width
         self._width = max(self._width, width)
         self._alloc(n if capacity <= n else max(capacity, 2 * n))
-        new = (self._free_now, self._type_code, self._stale, self._has_windows, self._flat_free, self._flat_end,
-               self._win_start, self._win_end, self._win_free)
+        new = (self._names, self._free_now, self._total, self._type_code, self._stale, self._has_windows,
+               self._flat_free, self._flat_end, self._win_start, self._win_end, self._win_free)
         for dst, src in zip(new, old):
             if src.ndim == 1:
                 dst[:n] = src[:n]
             else:
-                dst[:n, :w] = src[:n, :w]
+                dst[:w, :n] = src[:w, :n]
 
     def _write(self, i: int, view: NodeView) -> None:
         windows = view.windows or ()
@@ -137,18 +150,20 @@ class NodeRows:
         if code is None:
             code = self._type_index[view.gpu_type] = len(self._type_names)
             self._type_names.append(view.gpu_type)
-        self._free_now[i], self._type_code[i], self._stale[i] = view.gpus_free_now, code, view.data_stale
+        self._names[i], self._free_now[i], self._total[i] = view.name, view.gpus_free_now, view.gpus_total
+        self._type_code[i], self._stale[i] = code, view.data_stale
         self._has_windows[i] = view.windows is not None
         self._flat_free[i] = view.gpus_free_now if view.window_free_gpus is None else view.window_free_gpus
         self._flat_end[i] = math.inf if view.window_end is None else view.window_end
-        self._win_free[i, :] = NO_WINDOW_FREE
+        self._win_free[:, i] = NO_WINDOW_FREE
         for j, w in enumerate(windows):
-            self._win_start[i, j] = w.start
-            self._win_end[i, j] = math.inf if w.end is None else w.end
-            self._win_free[i, j] = w.free_gpus
+            self._win_start[j, i] = w.start
+            self._win_end[j, i] = math.inf if w.end is None else w.end
+            self._win_free[j, i] = w.free_gpus
 
     def gather(self, views: Sequence[NodeView]) -> NodeArrays:
-        """The request's nodes as columns; rows of views not seen before (or changed since) are written first."""
+        """The request's nodes as columns (read-only copies); rows of views not seen before (or changed since) are
+        written first."""
         get, known = self._index.get, self._views
         found: list[int] = []
         keep = found.append
@@ -159,10 +174,13 @@ class NodeRows:
             keep(i)
         rows = np.array(found, dtype=np.int64)
         return NodeArrays(
-            views=tuple(views), type_names=tuple(self._type_names), type_code=self._type_code[rows],
-            free_now=self._free_now[rows], stale=self._stale[rows], has_windows=self._has_windows[rows],
-            flat_free=self._flat_free[rows], flat_end=self._flat_end[rows], win_start=self._win_start[rows],
-            win_end=self._win_end[rows], win_free=self._win_free[rows],
+            views=tuple(views), names=_frozen(self._names[rows]), type_names=tuple(self._type_names),
+            type_code=_frozen(self._type_code[rows]), free_now=_frozen(self._free_now[rows]),
+            total=_frozen(self._total[rows]), stale=_frozen(self._stale[rows]),
+            has_windows=_frozen(self._has_windows[rows]), flat_free=_frozen(self._flat_free[rows]),
+            flat_end=_frozen(self._flat_end[rows]), win_start=_frozen(self._win_start.take(rows, axis=1)),
+            win_end=_frozen(self._win_end.take(rows, axis=1)),
+            win_free=_frozen(self._win_free.take(rows, axis=1)),
         )
 
     def _place(self, view: NodeView, i: int | None) -> int:

@@ -133,3 +133,20 @@ def test_rows_are_rewritten_only_for_changed_views_and_forgotten_rows_are_reused
     third = rows.gather([c, wide])
     assert len(rows) == 2 and third.type_names[int(third.type_code[0])] == "H100"
     assert third.free_now.tolist() == [4, 3]
+
+
+def test_gathered_columns_name_their_nodes_and_are_read_only() -> None:
+    rng = np.random.default_rng(3)
+    views = [_view(rng, i) for i in range(30)]
+    rows = NodeRows(width=2)
+    arrays = rows.gather(views[::-1])
+    assert arrays.names.tolist() == [v.name for v in views[::-1]]
+    assert arrays.total.tolist() == [v.gpus_total for v in views[::-1]]
+    for column in (arrays.names, arrays.free_now, arrays.total, arrays.win_start, arrays.win_free):
+        assert not column.flags.writeable
+        assert column.flags.c_contiguous  # the window columns are (width, nodes): reductions run over nodes
+    with pytest.raises(ValueError):
+        arrays.win_free[0, 0] = 1
+    rows.forget(views[0].name)
+    again = rows.gather([NodeView("new", "T4", 2, 1, None), views[1]])  # takes the forgotten row
+    assert again.names.tolist() == ["new", views[1].name] and again.total.tolist() == [2, views[1].gpus_total]
