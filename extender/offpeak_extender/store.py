@@ -42,6 +42,9 @@ from offpeak_extender.wire import (
 log = logging.getLogger(__name__)
 
 ACTIVE_PHASES = frozenset({"Pending", "Running", "Unknown", ""})
+# Node-name lists whose columns `node_arrays` keeps. kube-scheduler sends the same lists again and again (every
+# feasible node to /filter, those that passed to /prioritize); each entry costs ~250 bytes a node.
+ARRAYS_CACHE_ENTRIES = 4
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,10 @@ class ClusterStore:
         self._ready: dict[str, NodeView] = {}
         self._ready_stale = True
         self._rows = NodeRows()  # the ready views as columns for the request path (`node_arrays`)
+        # Bumped by every change a view or the node set can see (`_changed`): columns gathered at one generation
+        # are reused for the same name list until the next.
+        self._generation = 0
+        self._arrays_cache: dict[tuple[str, ...], _CachedArrays] = {}
         self._forecast_version = 0
         max_samples = int(settings.history_seconds / settings.step_seconds) + 1
         self._samples: dict[str, deque[tuple[float, float]]] = {}
@@ -225,6 +232,7 @@ class ClusterStore:
                     self._index_gang(pod, +1)
             self._recount(changed)
             self.synced = self._nodes_synced and self._pods_synced
+            self._changed()
         self.views(self.node_names())  # rebuild invalidated views here, in the informer's thread, not per request
 
     def upsert_node(self, obj: Mapping[str, Any]) -> None:
@@ -234,6 +242,7 @@ class ClusterStore:
                 return  # status heartbeats and unrelated changes: nothing the decisions read
             self._nodes[info.name] = info
             self._bump(info.name)
+            self._changed()
 
     def delete_node(self, obj: Mapping[str, Any]) -> None:
         name = str((obj.get("metadata") or {}).get("name", ""))
@@ -241,6 +250,7 @@ class ClusterStore:
             self._nodes.pop(name, None)
             self._ready.pop(name, None)
             self._rows.forget(name)
+            self._changed()
 
     def upsert_pod(self, obj: Mapping[str, Any]) -> None:
         info = pod_info(obj)
@@ -254,6 +264,7 @@ class ClusterStore:
             for pod in (old, info):
                 if pod is not None and pod.node is not None:
                     self._ready.pop(pod.node, None)
+            self._changed()
 
     def delete_pod(self, obj: Mapping[str, Any]) -> None:
         uid = pod_info(obj).uid
@@ -263,6 +274,7 @@ class ClusterStore:
             self._index_gang(old, -1)
             if old is not None and old.node is not None:
                 self._ready.pop(old.node, None)
+            self._changed()
 
     def _account(self, pod: PodInfo | None, sign: int) -> None:
         if pod is None or not pod.holds_gpus or pod.node is None:
@@ -295,6 +307,11 @@ class ClusterStore:
         """The gang's live pods: pod uid -> the node it is bound to (None while pending)."""
         with self._lock:
             return dict(self._gangs.get(key, {}))
+
+    def _changed(self) -> None:
+        """Something views or the node set depend on changed: columns cached before are not served again."""
+        self._generation += 1
+        self._arrays_cache.clear()
 
     def _bump(self, node: str) -> None:
         self._usage.setdefault(node, _Usage()).version += 1
@@ -370,6 +387,7 @@ class ClusterStore:
                 inp.info.name: view for inp, view in views
                 if inp.info.name in self._nodes
                 and inp.key == (self._usage.get(inp.info.name, _Usage()).version, self._forecast_version)}
+            self._changed()
 
     @property
     def series_max_age_seconds(self) -> float:
@@ -382,6 +400,7 @@ class ClusterStore:
             self._history_error = error
             self._forecast_version += 1
             self._ready.clear()
+            self._changed()
 
     def data_stale(self, now: float | None = None) -> bool:
         """True when forecasts are missing, failed to refresh, or older than `stale_after_seconds`."""
@@ -414,6 +433,7 @@ class ClusterStore:
             if (name in self._nodes and inp.key == (usage.version, self._forecast_version)
                     and inp.stale == self._ready_stale):
                 self._ready[name] = view
+                self._changed()
 
     def rebuild_views(self, names: Sequence[str] | None = None, *, now: float | None = None) -> None:
         t = self.clock() if now is None else now
@@ -431,6 +451,7 @@ class ClusterStore:
         if stale != self._ready_stale:
             self._ready.clear()
             self._ready_stale = stale
+            self._changed()
         return stale
 
     def views(self, names: Sequence[str], *, now: float | None = None) -> tuple[list[NodeView], list[str]]:
@@ -461,10 +482,33 @@ class ClusterStore:
         return [v for v in out if v is not None], unknown
 
     def node_arrays(self, names: Sequence[str], *, now: float | None = None) -> tuple[NodeArrays, list[str]]:
-        """`views` as columns for the decisions' array path (rows are rewritten only for views rebuilt since)."""
-        views, unknown = self.views(names, now=now)
+        """`views` as columns for the decisions' array path, and the names the store does not know.
+
+        Hot path: the columns of a name list are kept until the store next changes (`_changed`), so a list sent
+        again (kube-scheduler sends the same ones over and over) costs a lookup instead of a pass over its names.
+        Otherwise rows are rewritten only for views rebuilt since.
+        """
+        t = self.clock() if now is None else now
+        key = tuple(names)
+        hash(key)  # hashes the names outside the lock (a string keeps its hash; a tuple's is cheap after that)
         with self._lock:
-            return self._rows.gather(views), unknown
+            self._check_staleness_locked(t)
+            generation = self._generation
+            hit = self._arrays_cache.get(key)
+        if hit is not None:
+            return hit.arrays, list(hit.unknown)
+        views, unknown = self.views(names, now=t)
+        with self._lock:
+            arrays = self._rows.gather(views)
+            if self._generation == generation:  # nothing changed meanwhile: no view was rebuilt, none went stale
+                self._remember_locked(key, _CachedArrays(arrays, tuple(unknown)))
+        return arrays, unknown
+
+    def _remember_locked(self, key: tuple[str, ...], entry: _CachedArrays) -> None:
+        """Keep `entry` for `key`, dropping the oldest entry beyond `ARRAYS_CACHE_ENTRIES`."""
+        while len(self._arrays_cache) >= ARRAYS_CACHE_ENTRIES:
+            del self._arrays_cache[next(iter(self._arrays_cache))]
+        self._arrays_cache[key] = entry
 
     # -- eviction controller side --------------------------------------------------------------------------------
     def node_names(self) -> list[str]:
@@ -505,6 +549,14 @@ class ClusterStore:
             for p in self.pods_on(node)
             if p.workload == "offline" and not p.deleting
         ]
+
+
+@dataclass(frozen=True)
+class _CachedArrays:
+    """A name list's columns and the names the store did not know, as gathered at the current generation."""
+
+    arrays: NodeArrays
+    unknown: tuple[str, ...]
 
 
 @dataclass(frozen=True)
