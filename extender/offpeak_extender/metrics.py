@@ -50,10 +50,11 @@ _PREFIX_CHARS = max(len(prefix) for prefix, _ in _REASON_KINDS)
 
 
 def count_reason_kinds(reasons: Iterable[str]) -> Tally[str]:
-    """How many reasons of each kind: `reason_kind` once per distinct prefix, not once per node (hot path)."""
+    """How many reasons of each kind: `reason_kind` once per distinct reason, not once per node (hot path: the
+    filter's nodes share a few reason strings, so counting them is one pass in C)."""
     out: Tally[str] = Tally()
-    for head, n in Tally([r[:_PREFIX_CHARS] for r in reasons]).items():
-        out[reason_kind(head)] += n
+    for reason, n in Tally(reasons).items():
+        out[reason_kind(reason[:_PREFIX_CHARS])] += n
     return out
 
 

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from offpeak_core.decisions import DEFAULT_MARGIN, prioritize_arrays
+import numpy as np
+from offpeak_core.decisions import DEFAULT_MARGIN, score_arrays
 from offpeak_core.goodput import GoodputAdmission
 from offpeak_core.model import FilterResult, NodeView, PodRequest
 from offpeak_core.nodearrays import NodeArrays
@@ -38,6 +39,7 @@ from offpeak_extender.wire import (
     WireError,
     encode_filter_result,
     encode_priorities,
+    encode_scores,
     error_filter_result,
     filter_result,
     loads,
@@ -108,7 +110,7 @@ class ExtenderService:
             return encode_priorities({}, ())
         if verb == FILTER:
             return encode_filter_result(self.filter(body, attempt))
-        return encode_priorities(*self._scores(body, attempt))
+        return encode_scores(*self._scores(body, attempt))
 
     def _parse(self, verb: str, body: Any, attempt: Attempt | None) -> ExtenderArgs:
         try:
@@ -184,26 +186,30 @@ class ExtenderService:
         return result, list(arrays.views)
 
     def prioritize(self, body: Any, attempt: Attempt | None = None) -> list[HostPriority]:
-        return priority_list(*self._scores(body, attempt))
+        names, scores = self._scores(body, attempt)
+        return priority_list(dict(zip(names, scores.tolist())), names)
 
-    def _scores(self, body: Any, attempt: Attempt | None) -> tuple[Mapping[str, int], Sequence[str]]:
-        """(score per node, the names asked about, in order); names without a score get 0."""
+    def _scores(self, body: Any, attempt: Attempt | None) -> tuple[Sequence[str], np.ndarray]:
+        """(the names asked about, in order; each one's score, in the same order)."""
         try:
             args = self._parse(PRIORITIZE, body, attempt)
         except WireError:
-            return {}, ()
+            return (), np.zeros(0, dtype=np.int64)
         if not args.managed:
             self.metrics.requests.labels(PRIORITIZE, PASSTHROUGH).inc()
-            return {}, args.node_names
-        arrays, _ = self.store.node_arrays(args.node_names)  # nodes the cache does not know score 0: never preferred
+            return args.node_names, np.zeros(len(args.node_names), dtype=np.int64)
+        arrays, unknown = self.store.node_arrays(args.node_names)  # unknown nodes score 0: never preferred
         if attempt is not None:
             attempt.check()
         now = self.store.clock()
         if args.gang is None:  # GPUs reserved for gangs are taken, as in the filter (a gang worker has its place)
             arrays = arrays.withhold(self.gangs.withheld(now))
-        scores = prioritize_arrays(pod=args.pod, nodes=arrays, now=now, margin=self.settings.margin,
-                                   goodput=None if args.gang is not None else self._admission())
+        scores = score_arrays(pod=args.pod, nodes=arrays, now=now, margin=self.settings.margin,
+                              goodput=None if args.gang is not None else self._admission())
         if attempt is not None:
             attempt.check()
         self.metrics.requests.labels(PRIORITIZE, MANAGED).inc()
-        return scores, args.node_names
+        if unknown:  # the columns hold the known names only
+            by_name = dict(zip(arrays.names.tolist(), scores.tolist()))
+            scores = np.array([by_name.get(n, 0) for n in args.node_names], dtype=np.int64)
+        return args.node_names, scores

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+
+import numpy as np
 from json.encoder import encode_basestring_ascii as _quote  # str -> JSON string literal, in C
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -243,9 +245,11 @@ def _node_names(names: Any) -> tuple[str, ...]:
         raise WireError("ExtenderArgs.NodeNames must be a list")
     if len(names) > MAX_NODES:
         raise WireError(f"ExtenderArgs.NodeNames has {len(names)} names, more than {MAX_NODES} (no real cluster)")
-    if set(map(type, names)) <= {str}:
-        return tuple(names)
-    raise WireError("ExtenderArgs.NodeNames must be a list of strings")
+    try:
+        "".join(names)  # one pass in C: a TypeError names anything that is not a string
+    except TypeError:
+        raise WireError("ExtenderArgs.NodeNames must be a list of strings") from None
+    return tuple(names)
 
 
 def _node_objects(nodes: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -322,5 +326,49 @@ def encode_priorities(scores: Mapping[str, int], names: Sequence[str]) -> bytes:
     return ("[" + ",".join([f'{{"Host":{_quote(n)},"Score":{_clamp(get(n, 0))}}}' for n in names]) + "]").encode()
 
 
+_HOST_OPEN = '{"Host":'
+# What follows a quoted host name, by score: the score, and the next entry's opening (cut off after the last).
+_SCORE_NEXT = np.array([f',"Score":{s}}},{_HOST_OPEN}' for s in range(MAX_EXTENDER_PRIORITY + 1)], dtype=object)
+
+
+def encode_scores(names: Sequence[str], scores: np.ndarray) -> bytes:
+    """`encode_priorities` for integer scores given in the names' order (`scores[i]` is `names[i]`'s): the same
+    bytes, built by array indexing and one join instead of formatting each entry (the extender's hot path)."""
+    if len(scores) != len(names):
+        raise ValueError(f"{len(scores)} scores for {len(names)} names")
+    if not len(names):
+        return b"[]"
+    parts = [""] * (2 * len(names))  # quoted name, score and next opening, alternately
+    parts[::2] = map(_quote, names)
+    parts[1::2] = _SCORE_NEXT[np.clip(scores, 0, MAX_EXTENDER_PRIORITY)].tolist()
+    return f"[{_HOST_OPEN}{''.join(parts)[:-len(_HOST_OPEN) - 1]}]".encode()
+
+
+_REASON_MAPS = ("FailedNodes", "FailedAndUnresolvableNodes")
+
+
 def encode_filter_result(result: ExtenderFilterResult) -> bytes:
-    return json.dumps(result, separators=(",", ":")).encode()
+    """`json.dumps(result, separators=(",", ":"))`, byte for byte, with each distinct failure reason quoted once:
+    thousands of failed nodes share a few reasons (hot path)."""
+    parts = []
+    for key, value in result.items():
+        text = _encode_reasons(value) if key in _REASON_MAPS and isinstance(value, dict) and value else _compact(value)
+        parts.append(f"{_quote(key)}:{text}")
+    return ("{" + ",".join(parts) + "}").encode()
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _encode_reasons(failed: Mapping[str, str]) -> str:
+    """A node -> reason map as a JSON object (what `_compact` gives), quoting each distinct reason once and
+    joining names and reasons in one pass."""
+    try:
+        quoted = {r: f":{_quote(r)}," for r in set(failed.values())}
+        parts = [""] * (2 * len(failed))  # "name", :"reason", alternately
+        parts[::2] = map(_quote, failed)
+        parts[1::2] = map(quoted.__getitem__, failed.values())
+    except TypeError:  # a name or reason that is not a string (not what the decisions build): the general encoder
+        return _compact(failed)
+    return "{" + "".join(parts)[:-1] + "}"  # less the last comma

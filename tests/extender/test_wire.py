@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from .k8s_objects import gpu_node, gpu_pod
 
 from offpeak_extender.wire import (
     WireError,
+    encode_filter_result,
     encode_priorities,
+    encode_scores,
+    error_filter_result,
     filter_result,
     parse_extender_args,
     parse_predictions,
@@ -98,3 +102,45 @@ def test_parse_predictions_reads_the_memory_verdict() -> None:
     for bad in ({"p50": 1, "fits_memory": "no"}, {"p50": 1, "fits_memory": True, "peak_memory_gib": -1}):
         with pytest.raises(WireError, match="fits_memory"):
             parse_predictions(json.dumps({"L4": bad}))
+
+
+NAMES = ["a", 'q"uote', "é", "back\\slash", "tab\tnode", "日本", "gpu-node-00001"]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_encode_scores_gives_the_bytes_of_encode_priorities(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    names = [str(n) for n in rng.choice(NAMES, size=int(rng.integers(0, 30)))]
+    scores = rng.integers(-3, 14, size=len(names))
+    want = encode_priorities(dict(zip(names, scores.tolist())), names)  # duplicates: the last score, as in a dict
+    if len(set(names)) == len(names):
+        assert encode_scores(names, scores) == want
+    distinct = list(dict.fromkeys(names))
+    dedup = np.array([dict(zip(names, scores.tolist()))[n] for n in distinct], dtype=np.int64)
+    assert encode_scores(distinct, dedup) == encode_priorities(dict(zip(distinct, dedup.tolist())), distinct)
+    assert json.loads(encode_scores(distinct, dedup)) == priority_list(dict(zip(distinct, dedup.tolist())), distinct)
+    with pytest.raises(ValueError):
+        encode_scores(names, np.zeros(len(names) + 1, dtype=np.int64))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_encode_filter_result_gives_the_bytes_of_json_dumps(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    reasons = ["needs 2 GPU(s), 0 of 8 free now", 'a "quoted" reason', "é and 日本", "window ends in 5m"]
+    names = [f"{rng.choice(NAMES)}-{i}" for i in range(int(rng.integers(0, 40)))]
+    failed = {n: str(rng.choice(reasons)) for n in names if rng.random() < 0.6}
+    passed = [n for n in names if n not in failed]
+    args = parse_extender_args({"Pod": gpu_pod("x-0"), "NodeNames": names})
+    full = parse_extender_args({"Pod": gpu_pod("x-0"), "Nodes": {"items": [gpu_node(n) for n in names]}})
+    for result in (filter_result(args=args, passed=passed, failed=failed),
+                   filter_result(args=full, passed=passed, failed=failed, error="e"),
+                   error_filter_result('bad "request"'), {"FailedNodes": {"a": 1, "b": None}}):
+        want = json.dumps(result, separators=(",", ":")).encode()
+        assert encode_filter_result(result) == want  # type: ignore[arg-type]
+
+
+def test_node_names_must_be_strings() -> None:
+    for names in (["a", 1], ["a", None], [["a"]], [b"a"]):
+        with pytest.raises(WireError, match="list of strings"):
+            parse_extender_args({"Pod": gpu_pod("x-0"), "NodeNames": names})
+    assert parse_extender_args({"Pod": gpu_pod("x-0"), "NodeNames": []}).node_names == ()
