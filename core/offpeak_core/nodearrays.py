@@ -12,6 +12,7 @@ import math
 import dataclasses
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, replace
+from json.encoder import encode_basestring_ascii as json_string
 
 import numpy as np
 
@@ -44,6 +45,8 @@ class NodeArrays:
 
     views: tuple[NodeView, ...]
     names: np.ndarray  # object: each view's name, so results are built by masks instead of a loop over views
+    json_names: np.ndarray  # object: each name as a JSON string (quoted), so replies listing nodes are joined
+    distinct: bool  # no node is listed twice (then a per-node answer needs no dict to be told apart)
     type_names: tuple[str, ...]  # distinct GPU types; `type_code` indexes it
     type_code: np.ndarray
     free_now: np.ndarray
@@ -116,6 +119,7 @@ class NodeRows:
 
     def _alloc(self, capacity: int) -> None:
         self._names = np.full(capacity, "", dtype=object)
+        self._json_names = np.full(capacity, "", dtype=object)
         self._free_now = np.zeros(capacity, dtype=np.int64)
         self._total = np.zeros(capacity, dtype=np.int64)
         self._type_code = np.zeros(capacity, dtype=np.int64)
@@ -129,13 +133,13 @@ class NodeRows:
 
     def _grow(self, capacity: int, width: int) -> None:
         """Reallocate to at least `capacity` rows and `width` window columns, keeping the rows written so far."""
-        old = (self._names, self._free_now, self._total, self._type_code, self._stale, self._has_windows,
-               self._flat_free, self._flat_end, self._win_start, self._win_end, self._win_free)
+        old = (self._names, self._json_names, self._free_now, self._total, self._type_code, self._stale,
+               self._has_windows, self._flat_free, self._flat_end, self._win_start, self._win_end, self._win_free)
         n, w = len(old[0]), self._width
         self._width = max(self._width, width)
         self._alloc(n if capacity <= n else max(capacity, 2 * n))
-        new = (self._names, self._free_now, self._total, self._type_code, self._stale, self._has_windows,
-               self._flat_free, self._flat_end, self._win_start, self._win_end, self._win_free)
+        new = (self._names, self._json_names, self._free_now, self._total, self._type_code, self._stale,
+               self._has_windows, self._flat_free, self._flat_end, self._win_start, self._win_end, self._win_free)
         for dst, src in zip(new, old):
             if src.ndim == 1:
                 dst[:n] = src[:n]
@@ -150,7 +154,8 @@ class NodeRows:
         if code is None:
             code = self._type_index[view.gpu_type] = len(self._type_names)
             self._type_names.append(view.gpu_type)
-        self._names[i], self._free_now[i], self._total[i] = view.name, view.gpus_free_now, view.gpus_total
+        self._names[i], self._json_names[i] = view.name, json_string(view.name)
+        self._free_now[i], self._total[i] = view.gpus_free_now, view.gpus_total
         self._type_code[i], self._stale[i] = code, view.data_stale
         self._has_windows[i] = view.windows is not None
         self._flat_free[i] = view.gpus_free_now if view.window_free_gpus is None else view.window_free_gpus
@@ -174,7 +179,8 @@ class NodeRows:
             keep(i)
         rows = np.array(found, dtype=np.int64)
         return NodeArrays(
-            views=tuple(views), names=_frozen(self._names[rows]), type_names=tuple(self._type_names),
+            views=tuple(views), names=_frozen(self._names[rows]), json_names=_frozen(self._json_names[rows]),
+            distinct=len(set(found)) == len(found), type_names=tuple(self._type_names),
             type_code=_frozen(self._type_code[rows]), free_now=_frozen(self._free_now[rows]),
             total=_frozen(self._total[rows]), stale=_frozen(self._stale[rows]),
             has_windows=_frozen(self._has_windows[rows]), flat_free=_frozen(self._flat_free[rows]),
