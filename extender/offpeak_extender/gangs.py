@@ -14,7 +14,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from offpeak_core.decisions import DEFAULT_MARGIN, filter_arrays, filter_nodes
+from offpeak_core.decisions import DEFAULT_MARGIN, FilterColumns, filter_arrays, filter_columns, filter_nodes
 from offpeak_core.gangs import (
     DEFAULT_GANG_TIMEOUT_SECONDS,
     EXPIRED,
@@ -104,6 +104,14 @@ class GangPlacer:
             result = filter_nodes(pod=pod, nodes=_withheld_views(views, withheld), now=now, margin=margin,
                                   goodput=goodput)
         return FilterResult(result.passed, _noting_withheld(result.failed, withheld)) if withheld else result
+
+    def filter_other_columns(self, *, pod: PodRequest, arrays: NodeArrays, now: float, margin: float = DEFAULT_MARGIN,
+                             goodput: GoodputAdmission | None = None) -> FilterColumns | None:
+        """`filter_other` over `arrays` as columns (`decisions.filter_columns`), or None while GPUs are reserved for
+        gangs: then reasons are noted node by node, which `filter_other` does."""
+        if self.withheld(now):
+            return None
+        return filter_columns(pod=pod, nodes=arrays, now=now, margin=margin, goodput=goodput)
 
     def withheld(self, now: float) -> dict[str, int]:
         """GPUs reserved for gangs per node, after ending finished or timed-out reservations (empty: none)."""

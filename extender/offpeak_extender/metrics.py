@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -55,6 +55,19 @@ def count_reason_kinds(reasons: Iterable[str]) -> Tally[str]:
     out: Tally[str] = Tally()
     for reason, n in Tally(reasons).items():
         out[reason_kind(reason[:_PREFIX_CHARS])] += n
+    return out
+
+
+def count_grouped_reason_kinds(reasons: Sequence[str], nodes: Sequence[int]) -> Tally[str]:
+    """`count_reason_kinds` of a filter answer given as distinct reasons and how many nodes got each (`reason_kind`
+    once per distinct prefix: reasons differ mostly in their numbers, further on)."""
+    heads: Tally[str] = Tally()
+    for reason, n in zip(reasons, nodes):
+        heads[reason[:_PREFIX_CHARS]] += n
+    out: Tally[str] = Tally()
+    for head, n in heads.items():
+        if n:
+            out[reason_kind(head)] += n
     return out
 
 

@@ -12,10 +12,10 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
-from offpeak_core.decisions import DEFAULT_MARGIN, score_arrays
+from offpeak_core.decisions import DEFAULT_MARGIN, FilterColumns, score_arrays
 from offpeak_core.goodput import GoodputAdmission
 from offpeak_core.model import FilterResult, NodeView, PodRequest
 from offpeak_core.nodearrays import NodeArrays
@@ -29,6 +29,7 @@ from offpeak_extender.metrics import (
     PASSTHROUGH,
     PRIORITIZE,
     ExtenderMetrics,
+    count_grouped_reason_kinds,
     count_reason_kinds,
 )
 from offpeak_extender.store import ClusterStore, node_info
@@ -36,12 +37,14 @@ from offpeak_extender.wire import (
     ExtenderArgs,
     ExtenderFilterResult,
     HostPriority,
+    NamesFilterReply,
     WireError,
     encode_filter_result,
     encode_priorities,
     encode_scores,
     error_filter_result,
     filter_result,
+    json_strings,
     loads,
     parse_extender_args,
     priority_list,
@@ -109,8 +112,9 @@ class ExtenderService:
                 return encode_filter_result(error_filter_result(f"offpeak extender: request is {e}"))
             return encode_priorities({}, ())
         if verb == FILTER:
-            return encode_filter_result(self.filter(body, attempt))
-        return encode_scores(*self._scores(body, attempt))
+            reply = self._filter(body, attempt)
+            return reply.encode() if isinstance(reply, NamesFilterReply) else encode_filter_result(reply)
+        return self._scores(body, attempt).encode()
 
     def _parse(self, verb: str, body: Any, attempt: Attempt | None) -> ExtenderArgs:
         try:
@@ -137,6 +141,11 @@ class ExtenderService:
         return views
 
     def filter(self, body: Any, attempt: Attempt | None = None) -> ExtenderFilterResult:
+        reply = self._filter(body, attempt)
+        return reply.result() if isinstance(reply, NamesFilterReply) else reply
+
+    def _filter(self, body: Any, attempt: Attempt | None) -> ExtenderFilterResult | NamesFilterReply:
+        """The filter's answer: as columns in the usual case (`_columns_reply`), else as the wire's dict."""
         try:
             args = self._parse(FILTER, body, attempt)
         except WireError as e:
@@ -163,12 +172,16 @@ class ExtenderService:
             result = self.gangs.filter_worker(pod=args.pod, gang=args.gang, views=views, now=now,
                                               margin=self.settings.margin)
         else:
+            if args.node_objects is None and not unknown and arrays is not None and arrays.distinct:
+                columns = self.gangs.filter_other_columns(pod=args.pod, arrays=arrays, now=now,
+                                                          margin=self.settings.margin, goodput=self._admission())
+                if columns is not None:
+                    return self._columns_reply(arrays, columns, attempt)
             result = self.gangs.filter_other(pod=args.pod, views=views, now=now, margin=self.settings.margin,
                                              arrays=arrays, goodput=self._admission())
         if attempt is not None:
             attempt.check()
-        for kind, n in count_reason_kinds(result.failed.values()).items():
-            self.metrics.filtered_out.labels(kind).inc(n)
+        self._count_filtered(count_reason_kinds(result.failed.values()))
         self.metrics.requests.labels(FILTER, MANAGED).inc()
         if len(result.passed) + len(result.failed) == len(args.node_names) and not unknown:
             passed: tuple[str, ...] | list[str] = result.passed  # views come back in request order
@@ -176,6 +189,21 @@ class ExtenderService:
             failed = result.failed
             passed = [n for n in args.node_names if n not in failed]  # a subset of the names sent, in their order
         return filter_result(args=args, passed=passed, failed=result.failed)
+
+    def _columns_reply(self, arrays: NodeArrays, columns: FilterColumns, attempt: Attempt | None) -> NamesFilterReply:
+        """The usual answer (names only, each known to the store and listed once, no GPUs reserved for gangs), kept
+        as columns: its reply is joined from the store's quoted names and a few reasons, no dict per node."""
+        if attempt is not None:
+            attempt.check()
+        nodes = np.bincount(columns.reason_of, minlength=len(columns.reasons)).tolist()  # per reason
+        self._count_filtered(count_grouped_reason_kinds(columns.reasons, nodes))
+        self.metrics.requests.labels(FILTER, MANAGED).inc()
+        return NamesFilterReply(names=arrays.names, json_names=arrays.json_names, fits=columns.fits,
+                                failing=columns.failing, reason_of=columns.reason_of, reasons=columns.reasons)
+
+    def _count_filtered(self, kinds: Mapping[str, int]) -> None:
+        for kind, n in kinds.items():
+            self.metrics.filtered_out.labels(kind).inc(n)
 
     def judge(self, pod: PodRequest) -> tuple[FilterResult, list[NodeView]]:
         """The filter's answer for `pod` over every node the cache knows, reserving nothing (what the Kueue
@@ -186,18 +214,17 @@ class ExtenderService:
         return result, list(arrays.views)
 
     def prioritize(self, body: Any, attempt: Attempt | None = None) -> list[HostPriority]:
-        names, scores = self._scores(body, attempt)
-        return priority_list(dict(zip(names, scores.tolist())), names)
+        got = self._scores(body, attempt)
+        return priority_list(dict(zip(got.names, got.scores.tolist())), got.names)
 
-    def _scores(self, body: Any, attempt: Attempt | None) -> tuple[Sequence[str], np.ndarray]:
-        """(the names asked about, in order; each one's score, in the same order)."""
+    def _scores(self, body: Any, attempt: Attempt | None) -> _Scores:
         try:
             args = self._parse(PRIORITIZE, body, attempt)
         except WireError:
-            return (), np.zeros(0, dtype=np.int64)
+            return _Scores((), np.zeros(0, dtype=np.int64))
         if not args.managed:
             self.metrics.requests.labels(PRIORITIZE, PASSTHROUGH).inc()
-            return args.node_names, np.zeros(len(args.node_names), dtype=np.int64)
+            return _Scores(args.node_names, np.zeros(len(args.node_names), dtype=np.int64))
         arrays, unknown = self.store.node_arrays(args.node_names)  # unknown nodes score 0: never preferred
         if attempt is not None:
             attempt.check()
@@ -211,5 +238,18 @@ class ExtenderService:
         self.metrics.requests.labels(PRIORITIZE, MANAGED).inc()
         if unknown:  # the columns hold the known names only
             by_name = dict(zip(arrays.names.tolist(), scores.tolist()))
-            scores = np.array([by_name.get(n, 0) for n in args.node_names], dtype=np.int64)
-        return args.node_names, scores
+            return _Scores(args.node_names, np.array([by_name.get(n, 0) for n in args.node_names], dtype=np.int64))
+        return _Scores(args.node_names, scores, arrays.json_names.tolist())
+
+
+class _Scores(NamedTuple):
+    """A prioritize answer: the names asked about, in order, and each one's score; the names as JSON strings too
+    when the store's columns have them (every name known), else they are quoted when encoding."""
+
+    names: Sequence[str]
+    scores: np.ndarray
+    json_names: list[str] | None = None
+
+    def encode(self) -> bytes:
+        json_names = self.json_names if self.json_names is not None else json_strings(self.names)
+        return encode_scores(json_names, self.scores)

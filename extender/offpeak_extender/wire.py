@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 from json.encoder import encode_basestring_ascii as _quote  # str -> JSON string literal, in C
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -331,17 +331,56 @@ _HOST_OPEN = '{"Host":'
 _SCORE_NEXT = np.array([f',"Score":{s}}},{_HOST_OPEN}' for s in range(MAX_EXTENDER_PRIORITY + 1)], dtype=object)
 
 
-def encode_scores(names: Sequence[str], scores: np.ndarray) -> bytes:
-    """`encode_priorities` for integer scores given in the names' order (`scores[i]` is `names[i]`'s): the same
-    bytes, built by array indexing and one join instead of formatting each entry (the extender's hot path)."""
-    if len(scores) != len(names):
-        raise ValueError(f"{len(scores)} scores for {len(names)} names")
-    if not len(names):
+def json_strings(names: Iterable[str]) -> list[str]:
+    """Each name as a JSON string literal (quoted and escaped, as `json.dumps` writes it)."""
+    return list(map(_quote, names))
+
+
+def encode_scores(json_names: list[str], scores: np.ndarray) -> bytes:
+    """`encode_priorities` for integer scores given in the names' order (`scores[i]` is that of the node named
+    `json_names[i]`, a JSON string: `json_strings`, or `NodeArrays.json_names`): the same bytes, built by array
+    indexing and one join instead of formatting each entry (the extender's hot path)."""
+    if len(scores) != len(json_names):
+        raise ValueError(f"{len(scores)} scores for {len(json_names)} names")
+    if not json_names:
         return b"[]"
-    parts = [""] * (2 * len(names))  # quoted name, score and next opening, alternately
-    parts[::2] = map(_quote, names)
+    parts = [""] * (2 * len(json_names))  # quoted name, score and next opening, alternately
+    parts[::2] = json_names
     parts[1::2] = _SCORE_NEXT[np.clip(scores, 0, MAX_EXTENDER_PRIORITY)].tolist()
     return f"[{_HOST_OPEN}{''.join(parts)[:-len(_HOST_OPEN) - 1]}]".encode()
+
+
+@dataclass(frozen=True)
+class NamesFilterReply:
+    """A filter answer to a names-only request (nodeCacheCapable) that lists no node twice, as columns of its nodes
+    in request order: `fits` per node; the k-th node that does not pass, `failing[k]`, has the reason
+    `reasons[reason_of[k]]`. The reply is joined from prepared JSON strings instead of built as dicts and encoded
+    (the extender's hot path); `result()` is the same answer as `filter_result` builds it."""
+
+    names: np.ndarray  # object: node names
+    json_names: np.ndarray  # object: the same names as JSON strings
+    fits: np.ndarray
+    failing: np.ndarray
+    reason_of: np.ndarray
+    reasons: Sequence[str]
+
+    def failed(self) -> dict[str, str]:
+        return dict(zip(self.names[self.failing].tolist(), map(self.reasons.__getitem__, self.reason_of.tolist())))
+
+    def result(self) -> ExtenderFilterResult:
+        return {"FailedNodes": self.failed(), "FailedAndUnresolvableNodes": {}, "Error": "",
+                "NodeNames": self.names[self.fits].tolist(), "Nodes": None}
+
+    def encode(self) -> bytes:
+        """`encode_filter_result(self.result())`, byte for byte (a test holds them equal)."""
+        passed = ",".join(self.json_names[self.fits].tolist())
+        quoted = np.array([f":{_quote(r)}," for r in self.reasons], dtype=object)  # reason and the comma after it
+        parts = [""] * (2 * len(self.failing))  # "name", :"reason", alternately
+        parts[::2] = self.json_names[self.failing].tolist()
+        parts[1::2] = quoted[self.reason_of].tolist()
+        failed = "".join(parts)[:-1]  # less the last comma
+        return (f'{{"FailedNodes":{{{failed}}},"FailedAndUnresolvableNodes":{{}},"Error":"",'
+                f'"NodeNames":[{passed}],"Nodes":null}}').encode()
 
 
 _REASON_MAPS = ("FailedNodes", "FailedAndUnresolvableNodes")

@@ -9,6 +9,7 @@ from offpeak_extender.metrics import (
     FILTER_REASON_KINDS,
     EvictorMetrics,
     ExtenderMetrics,
+    count_grouped_reason_kinds,
     count_reason_kinds,
     reason_kind,
 )
@@ -50,3 +51,12 @@ def test_count_reason_kinds_agrees_with_reason_kind() -> None:
     for r in reasons:
         expected[reason_kind(r)] = expected.get(reason_kind(r), 0) + 1
     assert dict(count_reason_kinds(reasons)) == expected
+
+
+def test_grouped_reason_kinds_count_each_reason_as_often_as_nodes_got_it() -> None:
+    reasons = ["needs 2 GPU(s), 1 of 8 free now", "window ends in 3m, job needs ~1h", "window ends in 41m, x",
+               "no idle window for 4 GPU(s) now", "gang of 2 has no room", "", "something else", "needs 2 GPU(s), 0"]
+    nodes = [3, 1, 4, 0, 2, 5, 1, 7]
+    expanded = [r for r, n in zip(reasons, nodes) for _ in range(n)]
+    assert count_grouped_reason_kinds(reasons, nodes) == count_reason_kinds(expanded)
+    assert "no_window" not in count_grouped_reason_kinds(reasons, nodes)  # no node got it

@@ -9,12 +9,14 @@ import pytest
 from .k8s_objects import gpu_node, gpu_pod
 
 from offpeak_extender.wire import (
+    NamesFilterReply,
     WireError,
     encode_filter_result,
     encode_priorities,
     encode_scores,
     error_filter_result,
     filter_result,
+    json_strings,
     parse_extender_args,
     parse_predictions,
     pod_gpus,
@@ -114,13 +116,14 @@ def test_encode_scores_gives_the_bytes_of_encode_priorities(seed: int) -> None:
     scores = rng.integers(-3, 14, size=len(names))
     want = encode_priorities(dict(zip(names, scores.tolist())), names)  # duplicates: the last score, as in a dict
     if len(set(names)) == len(names):
-        assert encode_scores(names, scores) == want
+        assert encode_scores(json_strings(names), scores) == want
     distinct = list(dict.fromkeys(names))
     dedup = np.array([dict(zip(names, scores.tolist()))[n] for n in distinct], dtype=np.int64)
-    assert encode_scores(distinct, dedup) == encode_priorities(dict(zip(distinct, dedup.tolist())), distinct)
-    assert json.loads(encode_scores(distinct, dedup)) == priority_list(dict(zip(distinct, dedup.tolist())), distinct)
+    got = encode_scores(json_strings(distinct), dedup)
+    assert got == encode_priorities(dict(zip(distinct, dedup.tolist())), distinct)
+    assert json.loads(got) == priority_list(dict(zip(distinct, dedup.tolist())), distinct)
     with pytest.raises(ValueError):
-        encode_scores(names, np.zeros(len(names) + 1, dtype=np.int64))
+        encode_scores(json_strings(names), np.zeros(len(names) + 1, dtype=np.int64))
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -137,6 +140,24 @@ def test_encode_filter_result_gives_the_bytes_of_json_dumps(seed: int) -> None:
                    error_filter_result('bad "request"'), {"FailedNodes": {"a": 1, "b": None}}):
         want = json.dumps(result, separators=(",", ":")).encode()
         assert encode_filter_result(result) == want  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_names_reply_in_columns_is_the_filter_result_and_its_bytes(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    reasons = ["needs 2 GPU(s), 0 of 8 free now", 'a "quoted" reason', "é and 日本", "window ends in 5m"]
+    names = np.array([f"{rng.choice(NAMES)}-{i}" for i in range(int(rng.integers(0, 40)))], dtype=object)
+    fits = rng.random(len(names)) < 0.4
+    failing = np.flatnonzero(~fits)
+    used = reasons[:int(rng.integers(1, len(reasons) + 1))]
+    reply = NamesFilterReply(names=names, json_names=np.array(json_strings(names), dtype=object), fits=fits,
+                             failing=failing, reason_of=rng.integers(0, len(used), failing.size), reasons=used)
+    args = parse_extender_args({"Pod": gpu_pod("x-0"), "NodeNames": names.tolist()})
+    failed = {str(names[i]): used[k] for i, k in zip(failing, reply.reason_of)}
+    want = filter_result(args=args, passed=names[fits].tolist(), failed=failed)
+    assert reply.result() == want and list(reply.result()) == list(want)  # the same keys, in the same order
+    assert list(reply.result()["FailedNodes"]) == list(want["FailedNodes"])
+    assert reply.encode() == encode_filter_result(want)
 
 
 def test_node_names_must_be_strings() -> None:
