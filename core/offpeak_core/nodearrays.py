@@ -94,7 +94,8 @@ class NodeArrays:
     def window_left(self, *, gpus: int, now: float) -> np.ndarray:
         """`decisions.window_left` for every node at once: seconds from `now` with `gpus` GPUs free (inf: open)."""
         in_window = (self.win_free >= gpus) & (self.win_start <= now)
-        listed = np.where(in_window, self.win_end - now, 0.0).max(axis=0, initial=0.0)
+        latest = np.where(in_window, self.win_end, -math.inf).max(axis=0, initial=-math.inf)  # of the fitting ones
+        listed = np.maximum(0.0, latest - now)  # = max(0, max of end - now): subtracting is monotonic
         flat = np.where(self.flat_free < gpus, 0.0, np.maximum(0.0, self.flat_end - now))
         return np.where(self.has_windows, listed, flat)
 

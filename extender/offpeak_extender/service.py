@@ -160,9 +160,9 @@ class ExtenderService:
             log.warning("pod %s: %s; placing it alone, not as part of a gang", args.pod.key, args.gang_error)
         arrays: NodeArrays | None
         arrays, unknown = self.store.node_arrays(args.node_names)
-        views = list(arrays.views)
+        views = arrays.views
         if args.node_objects is not None and unknown:
-            views.extend(self._unknown_views(args, unknown))
+            views = (*views, *self._unknown_views(args, unknown))
             arrays = None  # rare (nodes the cache has not seen yet): the per-node path judges them with the rest
         # (names only: an unknown node has no GPU count to check, so it passes fits-now; added below)
         if attempt is not None:
