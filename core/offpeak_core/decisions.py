@@ -148,21 +148,37 @@ def _assessor(
 
 def _reason(pod: PodRequest, node: NodeView, a: _Assessment, margin: float) -> str:
     if a.free_short:
-        return f"needs {pod.gpus} GPU(s), {node.gpus_free_now} of {node.gpus_total} free now"
+        return _short_reason(pod.gpus, node.gpus_free_now, node.gpus_total)
     if a.no_memory and a.pred is not None:
-        need = f"~{a.pred.peak_memory_gib:.0f} GiB" if a.pred.peak_memory_gib is not None else "more memory"
-        has = f" ({a.pred.gpu_memory_gib:.0f} GiB)" if a.pred.gpu_memory_gib is not None else ""
-        return f"needs {need} of GPU memory: does not fit {node.gpu_type}{has}"
-    # no "%" anywhere: kube-scheduler runs failure reasons through a printf-style formatter ("%!)(MISSING)")
+        return _memory_reason(a.pred, node.gpu_type)
+    return _window_reason(pod.gpus, a.left, a.need, _basis(a, node.gpu_type, margin))
+
+
+# no "%" in any reason: kube-scheduler runs failure reasons through a printf-style formatter ("%!)(MISSING)")
+def _short_reason(gpus: int, free: int, total: int) -> str:
+    return f"needs {gpus} GPU(s), {free} of {total} free now"
+
+
+def _memory_reason(pred: Prediction, gpu_type: str) -> str:
+    need = f"~{pred.peak_memory_gib:.0f} GiB" if pred.peak_memory_gib is not None else "more memory"
+    has = f" ({pred.gpu_memory_gib:.0f} GiB)" if pred.gpu_memory_gib is not None else ""
+    return f"needs {need} of GPU memory: does not fit {gpu_type}{has}"
+
+
+def _basis(a: _Assessment, gpu_type: str, margin: float) -> str:
+    """What the window a pod needs was judged on: the same for every node of a GPU type."""
     factor = f"p90 x{1 + margin:g}"
     if a.capped:
         factor = f"{factor} capped at a few checkpoints"
     elif a.by_goodput:
         factor = f"{factor} lowered by expected goodput"
-    basis = f"({factor}) on {node.gpu_type}" if a.exact else f"({factor}, slowest known GPU type)"
-    if a.left <= 0:
-        return f"no idle window for {pod.gpus} GPU(s) now, job needs ~{duration(a.need)} {basis}"
-    return f"window ends in {duration(a.left)}, job needs ~{duration(a.need)} {basis}"
+    return f"({factor}) on {gpu_type}" if a.exact else f"({factor}, slowest known GPU type)"
+
+
+def _window_reason(gpus: int, left: float, need: float, basis: str) -> str:
+    if left <= 0:
+        return f"no idle window for {gpus} GPU(s) now, job needs ~{duration(need)} {basis}"
+    return f"window ends in {duration(left)}, job needs ~{duration(need)} {basis}"
 
 
 def filter_nodes(
@@ -251,15 +267,25 @@ def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float
     return _ArrayAssessment(fits, free_short, timed & fits, need, left, by_type)
 
 
-def _node_assessments(a: _ArrayAssessment, nodes: NodeArrays, rows: list[int]) -> list[_Assessment]:
-    """The `_Assessment` of each node in `rows`, out of the arrays (for their failure reasons)."""
-    at = np.asarray(rows, dtype=np.int64)
-    out: list[_Assessment] = []
-    for short, code, fits, need, left in zip(a.free_short[at].tolist(), nodes.type_code[at].tolist(),
-                                             a.fits[at].tolist(), a.need[at].tolist(), a.left[at].tolist()):
+def _reasons_of(pod: PodRequest, a: _ArrayAssessment, nodes: NodeArrays, rows: np.ndarray, margin: float
+                ) -> list[str]:
+    """`_reason` of each node in `rows` (nodes that do not pass), out of the arrays; what a GPU type's nodes share
+    is worded once per type."""
+    bases: dict[int, str] = {}
+    out: list[str] = []
+    for short, code, free, total, need, left in zip(a.free_short[rows].tolist(), nodes.type_code[rows].tolist(),
+                                                    nodes.free_now[rows].tolist(), nodes.total[rows].tolist(),
+                                                    a.need[rows].tolist(), a.left[rows].tolist()):
         t = a.by_type[code]
-        out.append(_NOT_FREE if short else _Assessment(fits, t.free_short, t.pred, t.exact, need, left, t.capped,
-                                                       t.by_goodput, t.no_memory))
+        if short:
+            out.append(_short_reason(pod.gpus, free, total))
+        elif t.no_memory and t.pred is not None:
+            out.append(_memory_reason(t.pred, nodes.type_names[code]))
+        else:  # judged on its window: a timed GPU type (runtime-blind nodes pass when they fit now)
+            basis = bases.get(code)
+            if basis is None:
+                basis = bases[code] = _basis(t, nodes.type_names[code], margin)
+            out.append(_window_reason(pod.gpus, left, need, basis))
     return out
 
 
@@ -307,10 +333,7 @@ def filter_columns(
         return FilterColumns(a.fits, failing, np.zeros(0, dtype=np.int64), [])
     first, group = _reason_groups(a, nodes, failing)
     # one reason per group, worded for its first node (the others differ from it in nothing the reason says)
-    rows = failing[first].tolist()
-    reasons = [_reason(pod, nodes.views[i], assessed, margin)
-               for i, assessed in zip(rows, _node_assessments(a, nodes, rows))]
-    return FilterColumns(a.fits, failing, group, reasons)
+    return FilterColumns(a.fits, failing, group, _reasons_of(pod, a, nodes, failing[first], margin))
 
 
 def _reason_groups(a: _ArrayAssessment, nodes: NodeArrays, failing: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
