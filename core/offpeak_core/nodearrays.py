@@ -181,7 +181,7 @@ class NodeRows:
         rows = np.array(found, dtype=np.int64)
         return NodeArrays(
             views=tuple(views), names=_frozen(self._names[rows]), json_names=_frozen(self._json_names[rows]),
-            distinct=len(set(found)) == len(found), type_names=tuple(self._type_names),
+            distinct=bool(np.bincount(rows).max(initial=0) <= 1), type_names=tuple(self._type_names),
             type_code=_frozen(self._type_code[rows]), free_now=_frozen(self._free_now[rows]),
             total=_frozen(self._total[rows]), stale=_frozen(self._stale[rows]),
             has_windows=_frozen(self._has_windows[rows]), flat_free=_frozen(self._flat_free[rows]),

@@ -466,7 +466,8 @@ class ClusterStore:
             self._check_staleness_locked(t)
             ready = self._ready.get
             out: list[NodeView | None] = [ready(n) for n in names]
-            for i in [i for i, v in enumerate(out) if v is None]:
+            missing = [] if all(out) else [i for i, v in enumerate(out) if v is None]  # all(): a view is truthy
+            for i in missing:
                 name = names[i]
                 inp = self._inputs_locked(name, t)
                 if inp is None:
