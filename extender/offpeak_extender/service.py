@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
+
 from offpeak_core.decisions import DEFAULT_MARGIN, FilterColumns, score_arrays
 from offpeak_core.goodput import GoodputAdmission
 from offpeak_core.model import FilterResult, NodeView, PodRequest

@@ -4,7 +4,8 @@ Fed by the informer (watch events, as Kubernetes JSON dicts) and the history ref
 Every method takes the one lock briefly and never computes under it: the request path reads prepared `NodeView`s
 (rebuilt in the background each refresh, and lazily for the few nodes whose pods changed since); a view is built
 outside the lock from a snapshot of its inputs by the core's `forecast_now` (the same function the simulator
-runs), so the request path never waits on I/O or on another thread's numpy.
+runs), so the request path never waits on I/O or on another thread's numpy. The views of a node-name list are
+also kept as columns (`node_arrays`), for the few lists kube-scheduler sends over and over, until the store changes.
 """
 
 from __future__ import annotations

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import math
-
-import numpy as np
 from json.encoder import encode_basestring_ascii as _quote  # str -> JSON string literal, in C
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict
+
+import numpy as np
 
 from offpeak_core.gangs import MAX_GANG_SIZE, GangKey
 from offpeak_core.model import PodRequest, Prediction
