@@ -223,6 +223,8 @@ class ClusterStore:
                 self._nodes = infos
                 self._nodes_synced = True
                 self._rows.retain(infos)
+                for gone in set(self._ready) - set(infos):  # a node the re-list no longer has is unknown, not kept
+                    del self._ready[gone]
             else:
                 changed = set()
             if pinfos is not None:

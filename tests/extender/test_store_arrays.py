@@ -123,3 +123,12 @@ def test_the_cache_keeps_a_few_lists_only() -> None:
     first = {names: store.node_arrays(names)[0] for names in lists}
     assert store.node_arrays(lists[-1])[0] is first[lists[-1]]  # the newest is kept
     assert store.node_arrays(lists[0])[0] is not first[lists[0]]  # the oldest went
+
+
+def test_a_node_a_relist_no_longer_has_is_unknown_not_served_from_its_old_view() -> None:
+    store = make_store(Clock(NOW))
+    assert served(store, ["a", "b", "c"])[2] == []
+    store.replace_all(nodes=[gpu_node("a", gpus=4), gpu_node("c", gpus=8, gpu_type="T4")])  # b is gone
+    names, _, unknown = served(store, ["a", "b", "c"])
+    assert names == ["a", "c"] and unknown == ["b"]
+    assert [v.name for v in store.views(["a", "b", "c"])[0]] == ["a", "c"]
