@@ -259,29 +259,28 @@ class ClusterStore:
         info = pod_info(obj)
         with self._lock:
             old = self._pods.get(info.uid)
+            if old == info:
+                return  # status heartbeats and unrelated changes: nothing the store reads
             self._pods[info.uid] = info
-            self._account(old, -1)
-            self._account(info, +1)
+            touched = self._account(old, -1) | self._account(info, +1)
             self._index_gang(old, -1)
             self._index_gang(info, +1)
-            for pod in (old, info):
-                if pod is not None and pod.node is not None:
-                    self._ready.pop(pod.node, None)
-            self._changed()
+            self._usage_changed_locked(touched)
+        self.views(sorted(touched))  # rebuilt here, in the informer's thread, not by the next request
 
     def delete_pod(self, obj: Mapping[str, Any]) -> None:
         uid = pod_info(obj).uid
         with self._lock:
             old = self._pods.pop(uid, None)
-            self._account(old, -1)
+            touched = self._account(old, -1)
             self._index_gang(old, -1)
-            if old is not None and old.node is not None:
-                self._ready.pop(old.node, None)
-            self._changed()
+            self._usage_changed_locked(touched)
+        self.views(sorted(touched))
 
-    def _account(self, pod: PodInfo | None, sign: int) -> None:
+    def _account(self, pod: PodInfo | None, sign: int) -> set[str]:
+        """Count (+1) or uncount (-1) a pod's GPUs on its node; the nodes whose usage (so whose view) changed."""
         if pod is None or not pod.holds_gpus or pod.node is None:
-            return
+            return set()
         u = self._usage.setdefault(pod.node, _Usage())
         if pod.workload == "online":
             u.online += sign * pod.gpus
@@ -290,6 +289,15 @@ class ClusterStore:
         else:
             u.other += sign * pod.gpus
         u.version += 1
+        return {pod.node}
+
+    def _usage_changed_locked(self, nodes: set[str]) -> None:
+        """Views are built from node usage only: drop the views (and cached columns) of the nodes whose usage
+        changed, and nothing when none did (a pod that holds no GPUs)."""
+        for node in nodes:
+            self._ready.pop(node, None)
+        if nodes:
+            self._changed()
 
     def _index_gang(self, pod: PodInfo | None, sign: int) -> None:
         """Add (+1) or remove (-1) a gang worker in the gang index; pods being deleted or finished are gone."""

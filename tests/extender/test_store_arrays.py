@@ -97,14 +97,27 @@ def test_new_forecasts_and_staleness_are_served_fresh_columns() -> None:
 
 
 def test_columns_gathered_while_views_were_rebuilt_are_not_kept() -> None:
-    store = make_store(Clock(NOW))
-    store.upsert_pod(gpu_pod("train-0", gpus=1, node="a"))  # a's view is rebuilt by the next request
+    clock = Clock(NOW)
+    store = make_store(clock)
+    store.node_arrays(["a"])
+    clock.t += 60  # the forecasts go stale (after 30 s): the views are dropped and rebuilt by the next request
     first, _ = store.node_arrays(["a"])
     second, _ = store.node_arrays(["a"])
     third, _ = store.node_arrays(["a"])
     assert second is not first  # the rebuild published a new view: the store changed after the first lookup
     assert third is second
-    assert first.free_now.tolist() == second.free_now.tolist() == [1]
+    assert first.free_now.tolist() == second.free_now.tolist() == [2] and bool(first.stale[0])
+
+
+def test_a_pod_event_rebuilds_its_nodes_view_at_once_and_a_heartbeat_changes_nothing() -> None:
+    store = make_store(Clock(NOW))
+    before, _ = store.node_arrays(["a", "b"])
+    store.upsert_pod(gpu_pod("web-0", gpus=2, node="a", workload="online"))  # the same pod again: a heartbeat
+    store.upsert_pod(gpu_pod("cpu-0", gpus=0, node="b"))  # holds no GPUs: no view depends on it
+    assert store.node_arrays(["a", "b"])[0] is before
+    store.upsert_pod(gpu_pod("train-0", gpus=1, node="a"))
+    assert "a" in store._ready  # rebuilt in the informer's thread, not left to the next request
+    assert served(store, ["a", "b"])[1] == [1, 8]
 
 
 def test_shared_columns_are_read_only_and_withholding_copies() -> None:
