@@ -65,6 +65,11 @@ class JobKind:
         specs = (obj.get("spec") or {}).get(self.replica_specs) or {}
         return sum(int((s or {}).get("replicas", 1) or 0) for s in specs.values()) or 1
 
+    def gang_size(self, obj: Mapping[str, Any]) -> int:
+        """Pods placed all or none: a PyTorchJob's replicas (one data-parallel run waits for all of them), none of
+        a Job's (1: its parallel pods are independent)."""
+        return 1 if self.replica_specs is None else self.replicas(obj)
+
     def suspended(self, obj: Mapping[str, Any]) -> bool:
         spec = obj.get("spec") or {}
         if self.replica_specs is None:

@@ -29,6 +29,9 @@ ATTEMPT_LABEL = "offpeak.io/attempt"
 WORKER_LABEL = "offpeak.io/worker"
 # Workers of one attempt placed all-or-none ("<N>"; absent or "1": no gang). Gang key: namespace, job, attempt.
 GANG_SIZE_ANNOTATION = "offpeak.io/gang-size"
+# The gang of pods another controller makes (a PyTorchJob's replicas; written by the operator into every replica
+# template): the key is namespace and this label, in place of a TrainingJob's job and attempt labels.
+GANG_LABEL = "offpeak.io/gang"
 GPU_RESOURCE = "nvidia.com/gpu"
 MAX_EXTENDER_PRIORITY = 10
 MAX_POD_GPUS = 1024  # far above any node; keeps GPU counts small integers
@@ -76,8 +79,9 @@ class Gang:
 
 
 def parse_gang(meta: Mapping[str, Any]) -> Gang | None:
-    """A pod's gang from `offpeak.io/gang-size` and the job and attempt labels; None for a lone pod (no annotation,
-    or "1"); WireError when the size is not an integer in 1..MAX_GANG_SIZE or the job label is missing."""
+    """A pod's gang from `offpeak.io/gang-size` and the job and attempt labels (or `offpeak.io/gang`); None for a
+    lone pod (no annotation, or "1"); WireError when the size is not an integer in 1..MAX_GANG_SIZE or no label
+    says which gang."""
     ann = _mapping(meta.get("annotations"), "Pod.metadata.annotations")
     text = ann.get(GANG_SIZE_ANNOTATION)
     if text is None:
@@ -91,11 +95,14 @@ def parse_gang(meta: Mapping[str, Any]) -> Gang | None:
     if size == 1:
         return None
     labels = _mapping(meta.get("labels"), "Pod.metadata.labels")
+    namespace = str(meta.get("namespace") or "default")
+    if labels.get(GANG_LABEL):  # "gang:" keeps it apart from a TrainingJob of the same name
+        return Gang(GangKey(namespace, f"gang:{labels[GANG_LABEL]}", ""), size)
     job = labels.get(TRAININGJOB_LABEL)
     if not job:
-        raise WireError(f"{GANG_SIZE_ANNOTATION} needs the {TRAININGJOB_LABEL} label (the gang is job and attempt)")
-    key = GangKey(str(meta.get("namespace") or "default"), str(job), str(labels.get(ATTEMPT_LABEL, "")))
-    return Gang(key, size)
+        raise WireError(f"{GANG_SIZE_ANNOTATION} needs the {TRAININGJOB_LABEL} label (the gang is job and attempt) "
+                        f"or {GANG_LABEL}")
+    return Gang(GangKey(namespace, str(job), str(labels.get(ATTEMPT_LABEL, ""))), size)
 
 
 _QUANTITY_SUFFIXES = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,

@@ -17,6 +17,7 @@ LABEL_ROLE = "offpeak.io/role"  # "training" | "analysis" | "graph"
 LABEL_ATTEMPT = "offpeak.io/attempt"
 LABEL_WORKER = "offpeak.io/worker"
 LABEL_GPU_TYPE = "offpeak.io/gpu-type"  # on nodes
+LABEL_GANG = "offpeak.io/gang"  # an opted-in PyTorchJob's replicas: the extender's gang key (with the namespace)
 # on the analysis pod and graph ConfigMap of an opted-in workload (batch/v1 Job, PyTorchJob): whose they are
 LABEL_WORKLOAD_KIND = "offpeak.io/workload-kind"
 LABEL_WORKLOAD_NAME = "offpeak.io/workload-name"
@@ -34,7 +35,7 @@ ANN_TRAIN_CONTAINER = "offpeak.io/train-container"  # a template's training cont
 
 RESERVED_POD_ANNOTATIONS = frozenset({ANN_PREDICTED, ANN_CHECKPOINTING, ANN_PREEMPTIBLE, ANN_GANG_SIZE,
                                       ANN_CHECKPOINT_INTERVAL, ANN_TRAIN_CONTAINER})
-RESERVED_POD_LABELS = frozenset({LABEL_WORKLOAD, LABEL_JOB, LABEL_ROLE, LABEL_ATTEMPT, LABEL_WORKER})
+RESERVED_POD_LABELS = frozenset({LABEL_WORKLOAD, LABEL_JOB, LABEL_ROLE, LABEL_ATTEMPT, LABEL_WORKER, LABEL_GANG})
 
 SCHEDULER_NAME = "offpeak-scheduler"
 GPU_RESOURCE = "nvidia.com/gpu"

@@ -185,10 +185,16 @@ def workload_spec(job: Mapping[str, Any], *, resolve_gpu: GpuResolver | None,
 def admission_patch(job: Mapping[str, Any], spec: JobSpec, *, gpu_types: tuple[str, ...],
                     remaining: Mapping[str, Mapping[str, Any]], kind: JobKind = BATCH_JOB) -> dict[str, Any]:
     """Merge patch of the suspended workload's pod templates: the prediction the extender places by, offpeak's pod
-    annotations, and node affinity for the allowed GPU types ANDed with each template's own."""
+    annotations, node affinity for the allowed GPU types ANDed with each template's own, and, for replicas that
+    train together (a PyTorchJob's), the gang the extender places all or none."""
     annotations = {**predicted_annotation(remaining),
                    names.ANN_CHECKPOINTING: "true" if spec.checkpointing else "false",
                    names.ANN_PREEMPTIBLE: "true"}
+    labels = {names.LABEL_WORKLOAD: "offline"}
+    gang = kind.gang_size(job)
+    if gang > 1:
+        annotations[names.ANN_GANG_SIZE] = str(gang)
+        labels[names.LABEL_GANG] = str(job["metadata"]["name"])
     per_template = {}
     for replica, template in kind.templates(job).items():
         pod_spec = template.get("spec") or {}
@@ -196,7 +202,7 @@ def admission_patch(job: Mapping[str, Any], spec: JobSpec, *, gpu_types: tuple[s
                     .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
         terms = podtemplate.merge_node_terms(required.get("nodeSelectorTerms") or [], gpu_type_terms(gpu_types))
         per_template[replica] = {
-            "metadata": {"annotations": annotations, "labels": {names.LABEL_WORKLOAD: "offline"}},
+            "metadata": {"annotations": annotations, "labels": labels},
             "spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": terms}}}},
         }

@@ -199,11 +199,32 @@ def test_parse_gang_reads_key_and_size_and_refuses_nonsense() -> None:
             parse_gang(meta)
     meta["annotations"][GANG_SIZE_ANNOTATION] = "2"
     del meta["labels"]["offpeak.io/trainingjob"]
-    with pytest.raises(WireError, match="offpeak.io/trainingjob"):
+    with pytest.raises(WireError, match="offpeak.io/trainingjob label .* or offpeak.io/gang"):
         parse_gang(meta)
     unmanaged = worker(0)
     del unmanaged["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"]
     assert parse_extender_args({"Pod": unmanaged, "NodeNames": ["a"]}).gang is None  # online pods never wait
+
+
+def replica(name: str, *, gang: str = "ddp", node: str | None = None) -> dict[str, Any]:
+    """A PyTorchJob replica as training-operator makes it from a template the operator annotated: no TrainingJob
+    labels, the gang named by `offpeak.io/gang`."""
+    pod = gpu_pod(name, gpus=8, node=node, predicted=PRED, phase="Running" if node else "Pending")
+    pod["metadata"]["labels"]["offpeak.io/gang"] = gang
+    pod["metadata"]["annotations"][GANG_SIZE_ANNOTATION] = "2"
+    return pod
+
+
+def test_a_controller_made_gang_is_keyed_by_its_gang_label_and_placed_all_or_none() -> None:
+    assert pod_info(replica("ddp-master-0")).gang == GangKey("ml", "gang:ddp", "")  # apart from a TrainingJob ddp
+    c = Cluster()
+    c.add(gpu_pod("web-0", gpus=8, node="b", workload="online"))  # only a fits: no replica of the two is admitted
+    passed, failed = c.filter(replica("ddp-master-0"))
+    assert passed == [] and failed["a"].startswith("gang of 2 worker(s) x 8 GPU(s) needs 2 place(s)")
+    c.store.delete_pod(gpu_pod("web-0", gpus=8, node="b", workload="online"))
+    first, _ = c.filter(replica("ddp-master-0"))
+    second, _ = c.filter(replica("ddp-worker-0"))
+    assert len(first) == len(second) == 1 and {*first, *second} == {"a", "b"}  # each its own reserved place
 
 
 def test_over_http_a_scrape_expires_reservations_and_the_reasons_reach_the_scheduler() -> None:

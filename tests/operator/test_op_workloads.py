@@ -8,13 +8,14 @@ from datetime import timedelta
 from typing import Any
 
 import kubernetes_validate
-from optestkit import NOW, small_graph
 from kubernetes.client.exceptions import ApiException
+from optestkit import NOW, small_graph
 from prometheus_client import CollectorRegistry
 
-from offpeak_graph.schema import ModelGraph
-
+from offpeak_core.gangs import GangKey
 from offpeak_core.jobkinds import BATCH_JOB, PYTORCH_JOB, JobKind
+from offpeak_extender.wire import parse_gang
+from offpeak_graph.schema import ModelGraph
 from offpeak_operator import workloads
 from offpeak_operator.graphstore import encode_graph, to_log_lines
 from offpeak_operator.metrics import OperatorMetrics
@@ -133,6 +134,8 @@ def test_a_suspended_job_is_predicted_annotated_and_unsuspended_then_its_ending_
     assert rec.reconcile("team", "nightly") == "Predicted"
     assert kube.job["spec"]["suspend"] is False
     assert kube.patches[0]["spec"]["template"] and kube.patches[1] == {"spec": {"suspend": False}}  # template first
+    template = kube.job["spec"]["template"]["metadata"]  # a Job's parallel pods are independent: no gang
+    assert "offpeak.io/gang" not in template["labels"] and "offpeak.io/gang-size" not in template["annotations"]
     ann = kube.job["spec"]["template"]["metadata"]["annotations"]
     assert json.loads(ann["offpeak.io/predicted-job-seconds"])["T4"]["p50"] == 600.0  # the user's estimate
     assert kube.job["metadata"]["annotations"]["offpeak.io/state"].startswith("Predicted: predicted 600s")
@@ -291,6 +294,11 @@ def test_a_suspended_pytorchjob_gets_every_replicas_template_annotated_then_is_u
         assert set(json.loads(template["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])) == {"H100"}
         assert template["metadata"]["labels"]["offpeak.io/workload"] == "offline"
         assert template["spec"]["affinity"]["nodeAffinity"]
+        # one gang of all 3 replicas (Master + 2 Workers): the extender places them all or none
+        assert template["metadata"]["labels"]["offpeak.io/gang"] == "ddp"
+        assert template["metadata"]["annotations"]["offpeak.io/gang-size"] == "3"
+        gang = parse_gang({**template["metadata"], "namespace": "team"})  # as the extender reads the pods
+        assert gang is not None and gang.size == 3 and gang.key == GangKey("team", "gang:ddp", "")
     assert kube.patches[-2] == {"spec": {"runPolicy": {"suspend": False}}}  # after the templates, before the state
     assert kube.events[-1][:3] == ("PyTorchJob", "Normal", "Predicted")
     kube.job["status"] = {"startTime": "2026-11-21T06:00:00Z", "completionTime": "2026-11-21T06:20:00Z",
