@@ -4,9 +4,9 @@ offpeak allows, evicted when online work returns, and finish once their GPUs are
 Its own cluster (`pytorch`): an A100 node and an H100 node, online load only as the test sets it. training-operator
 v1.8.1 runs as built from its Go module (`offpeak_e2e.kubeflow`), its PyTorchJob CRD installed from the module's
 published manifest, and offpeak's operator watches PyTorchJobs (`OFFPEAK_PYTORCH_JOBS`). The job (a Master and a
-Worker of 2 GPUs each, A100 only) is created suspended; offpeak predicts it, writes the prediction into both replica
-templates and lifts the suspension; training-operator makes the pods and offpeak-scheduler places them on the
-A100 node. Online work then fills that node: the evictor evicts both pods, training-operator makes them again, and
+Worker of 2 GPUs each, A100 only) is created suspended; offpeak predicts it, writes the prediction (and the gang of
+both replicas) into both replica templates and lifts the suspension; training-operator makes the pods and
+offpeak-scheduler places them, all or none, on the A100 node. Online work then fills that node: the evictor evicts both pods, training-operator makes them again, and
 they wait (the H100 node is free, but not a GPU type the job allows) until the online work leaves; then the job
 succeeds and offpeak records how long it took. A batch/v1 Job goes the same way, its evicted pod replaced by the
 Job controller (an eviction counts against its backoffLimit here: under kwok an evicted pod never turns Failed, so
@@ -101,6 +101,9 @@ def test_a_labelled_pytorchjob_is_predicted_placed_evicted_and_finishes(pytorch_
     assert {p["spec"]["nodeName"] for p in first} == {a100}  # the allowed GPU type only
     for pod in first:
         assert pod["metadata"]["annotations"].get("offpeak.io/predicted-job-seconds")
+        # one gang: the extender placed the two replicas all or none
+        assert pod["metadata"]["labels"].get("offpeak.io/gang") == "ddp"
+        assert pod["metadata"]["annotations"].get("offpeak.io/gang-size") == "2"
         events = c.get("events", "-n", ns, "--field-selector", f"involvedObject.name={pod['metadata']['name']}")
         scheduled = [e for e in events["items"] if e["reason"] == "Scheduled"]
         assert (scheduled[0].get("reportingComponent") or scheduled[0]["source"].get("component")) == \
