@@ -78,7 +78,7 @@ class WorkloadReconciler:
             return self._admit(job, spec, self._graph(job, spec), "no graph")
         word, graph, why = self._analyse(job, spec)
         if word == "Invalid":
-            if current != "Invalid":
+            if job["metadata"].get("annotations", {}).get(workloads.ANN_STATE) != f"Invalid: {why}"[:1000]:
                 self._say(job, "Invalid", why, warning=True, reason=INVALID_MODEL_SOURCE)
             return word
         return word if word == "Analyzing" else self._admit(job, spec, graph, why or "no graph")
@@ -103,6 +103,9 @@ class WorkloadReconciler:
             return ("Invalid" if record.get("outcome") == "invalid" else "Ready"), None, record.get("message", "")
         pod_name = workloads.owned_name(job, self.kind, "analysis")
         pod = kube.get_pod(namespace, pod_name)
+        if pod is not None and workloads.analysed_source(pod) != source:
+            kube.delete_pod(namespace, pod_name)  # it runs an entry point the workload no longer names
+            return "Analyzing", None, ""  # its deletion triggers the next reconcile, which makes the new one
         now = self.ctx.clock()
         started = (parse_time(pod["metadata"].get("creationTimestamp")) if pod else None) or now
         view = pod_view(pod, node_gpu_types={}) if pod else None

@@ -293,9 +293,16 @@ def owned_metadata(job: Mapping[str, Any], kind: JobKind, *, suffix: str, role: 
 
 def analysis_pod(job: Mapping[str, Any], spec: JobSpec, settings: AnalysisSettings,
                  kind: JobKind = BATCH_JOB) -> dict[str, Any]:
-    """The TrainingJob's analysis pod (offpeak_operator.podspecs), named and owned for the workload."""
-    return podspecs.analysis_pod(job, spec, settings,
-                                 metadata=owned_metadata(job, kind, suffix="analysis", role="analysis"))
+    """The TrainingJob's analysis pod (offpeak_operator.podspecs), named and owned for the workload, annotated with
+    the entry point it runs (the user may name another before it ends)."""
+    metadata = owned_metadata(job, kind, suffix="analysis", role="analysis")
+    metadata["annotations"][ANN_MODEL_SOURCE] = spec.model_source.value
+    return podspecs.analysis_pod(job, spec, settings, metadata=metadata)
+
+
+def analysed_source(pod: Mapping[str, Any]) -> str:
+    """The entry point an analysis pod runs (`analysis_pod`)."""
+    return str(((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_MODEL_SOURCE, ""))
 
 
 def graph_configmap(job: Mapping[str, Any], encoded: EncodedGraph, kind: JobKind = BATCH_JOB) -> dict[str, Any]:

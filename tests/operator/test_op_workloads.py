@@ -421,6 +421,7 @@ def test_an_entry_point_is_extracted_in_an_owned_analysis_pod_then_predicted_fro
                                                    "uid": "u1"}]  # not a controller's: the Job controller ignores it
     assert pod["metadata"]["labels"] == {"offpeak.io/role": "analysis", "offpeak.io/workload-kind": "Job",
                                          "offpeak.io/workload-name": "nightly"}
+    assert pod["metadata"]["annotations"] == {"offpeak.io/model-source": "team.models:build"}
     extract = pod["spec"]["initContainers"][1]
     assert extract["image"] == "example/train:1" and extract["workingDir"] == "/src"
     assert "--entrypoint" in extract["command"] and "team.models:build" in extract["command"]
@@ -462,6 +463,34 @@ def test_an_entry_point_the_extractor_rejects_leaves_the_job_invalid_until_the_a
     kube.job["spec"]["template"]["metadata"]["annotations"]["offpeak.io/model-source"] = "entrypoint:team.fixed:build"
     assert rec.reconcile("team", "nightly") == "Analyzing" and kube.created_pods[-1] == "job-nightly-analysis"
     assert len(kube.created_pods) == 2
+
+
+def test_an_analysis_of_an_entry_point_the_job_no_longer_names_is_replaced() -> None:
+    rec, kube, _, _ = analysing(entrypoint_job())
+    assert rec.reconcile("team", "nightly") == "Analyzing"
+    kube.job["spec"]["template"]["metadata"]["annotations"]["offpeak.io/model-source"] = "entrypoint:team.v2:build"
+    _finish_analysis(kube, "job-nightly-analysis", small_graph(name="old-model"))  # the old source's graph
+    assert rec.reconcile("team", "nightly") == "Analyzing" and kube.pods == {}  # not collected: deleted
+    assert rec.reconcile("team", "nightly") == "Analyzing"
+    assert kube.pods["job-nightly-analysis"]["metadata"]["annotations"]["offpeak.io/model-source"] == \
+        "team.v2:build"
+    assert "job-nightly-graph" not in kube.configmaps
+
+
+def test_an_invalid_job_always_says_its_current_reason() -> None:
+    rec, kube, _, _ = analysing(entrypoint_job())
+    assert rec.reconcile("team", "nightly") == "Analyzing"
+    kube.pods["job-nightly-analysis"]["status"] = {"phase": "Failed", "initContainerStatuses": [
+        {"name": "extract", "state": {"terminated": {"exitCode": 2, "message": "build() needs an argument"}}}]}
+    assert rec.reconcile("team", "nightly") == "Invalid"
+    annotations = kube.job["spec"]["template"]["metadata"]["annotations"]
+    annotations["offpeak.io/batch-size"] = "many"
+    assert rec.reconcile("team", "nightly") == "Invalid"
+    assert "offpeak.io/batch-size must be an integer" in kube.job["metadata"]["annotations"]["offpeak.io/state"]
+    annotations["offpeak.io/batch-size"] = "32"  # fixed: the entry point is still the one that cannot be built
+    assert rec.reconcile("team", "nightly") == "Invalid"
+    assert kube.job["metadata"]["annotations"]["offpeak.io/state"] == \
+        "Invalid: invalid model source: build() needs an argument"
 
 
 def test_a_hung_or_refused_analysis_falls_back_to_a_prediction_without_the_graph_and_says_why() -> None:
