@@ -128,7 +128,7 @@ def run_jobs(args: argparse.Namespace) -> int:
     except client.ApiException as e:
         raise UserError(f"cannot list TrainingJobs: {e.status} {e.reason}") from e
     now = datetime.now(UTC)
-    rows = sorted([*(job_row(j, now=now) for j in items), *_batch_job_rows(api, ns, now)],
+    rows = sorted([*(job_row(j, now=now) for j in items), *_workload_rows(api, ns, now)],
                   key=lambda r: (r.namespace, r.name))
     table = Table(box=None, pad_edge=False)
     columns = (["NAMESPACE"] if args.all_namespaces else []) + [
@@ -140,7 +140,7 @@ def run_jobs(args: argparse.Namespace) -> int:
                       r.predicted, r.actual, r.error, r.needs, r.age)
     console = Console()
     if not rows:
-        console.print("no offline work (TrainingJobs or opted-in Jobs)" + (
+        console.print("no offline work (TrainingJobs, opted-in Jobs or PyTorchJobs)" + (
             "" if args.all_namespaces else f" in namespace {ns}"))
         return 0
     console.print(table)
@@ -150,13 +150,14 @@ def run_jobs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _batch_job_rows(api: Any, namespace: str | None, now: Any) -> list[Any]:
-    """Rows for the opted-in batch/v1 Jobs (with the Kueue Workload of each queued one); a cluster without Kueue,
-    or a user who may not list Jobs or Workloads, just shows fewer rows."""
+def _workload_rows(api: Any, namespace: str | None, now: Any) -> list[Any]:
+    """Rows for the opted-in batch/v1 Jobs and PyTorchJobs (with the Kueue Workload of each queued one); a cluster
+    without Kueue or training-operator, or a user who may not list them, just shows fewer rows."""
     from kubernetes import client  # noqa: PLC0415
 
+    from offpeak_core.jobkinds import BATCH_JOB, PYTORCH_JOB  # noqa: PLC0415
     from offpeak_operator import workloads  # noqa: PLC0415
-    from offpeak_operator.userview import batch_job_row  # noqa: PLC0415
+    from offpeak_operator.userview import workload_row  # noqa: PLC0415
 
     def listed(call: Any, *a: Any) -> list[dict[str, Any]]:
         try:
@@ -168,17 +169,22 @@ def _batch_job_rows(api: Any, namespace: str | None, now: Any) -> list[Any]:
         items: list[dict[str, Any]] = json.loads(response.data)["items"]
         return items
 
+    def custom_objects(group: str, version: str, plural: str) -> list[dict[str, Any]]:
+        if namespace is None:
+            return listed(custom.list_cluster_custom_object, group, version, plural)
+        return listed(custom.list_namespaced_custom_object, group, version, namespace, plural)
+
     batch, custom = client.BatchV1Api(api), client.CustomObjectsApi(api)
-    if namespace is None:
-        jobs = listed(batch.list_job_for_all_namespaces)
-        queued = listed(custom.list_cluster_custom_object, "kueue.x-k8s.io", "v1beta1", "workloads")
-    else:
-        jobs = listed(batch.list_namespaced_job, namespace)
-        queued = listed(custom.list_namespaced_custom_object, "kueue.x-k8s.io", "v1beta1", namespace, "workloads")
-    owners = {(w["metadata"].get("namespace"), ref["name"]): w for w in queued
-              for ref in w["metadata"].get("ownerReferences") or () if ref.get("kind") == "Job"}
-    return [batch_job_row(j, now=now, workload=owners.get((j["metadata"].get("namespace"), j["metadata"]["name"])))
-            for j in jobs if workloads.opted_in(j)]
+    jobs = (listed(batch.list_job_for_all_namespaces) if namespace is None
+            else listed(batch.list_namespaced_job, namespace))
+    pytorch_jobs = custom_objects(PYTORCH_JOB.group, PYTORCH_JOB.version, PYTORCH_JOB.plural)
+    queued = custom_objects("kueue.x-k8s.io", "v1beta1", "workloads")
+    owners = {(w["metadata"].get("namespace"), ref.get("kind"), ref["name"]): w for w in queued
+              for ref in w["metadata"].get("ownerReferences") or ()}
+    return [workload_row(j, now=now, kind=kind,
+                         workload=owners.get((j["metadata"].get("namespace"), kind.kind, j["metadata"]["name"])))
+            for kind, items in ((BATCH_JOB, jobs), (PYTORCH_JOB, pytorch_jobs))
+            for j in items if workloads.opted_in(j, kind)]
 
 
 def run_explain(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 from offpeak_core.decisions import DEFAULT_MARGIN
 from offpeak_core.humanize import duration
+from offpeak_core.jobkinds import BATCH_JOB, JobKind
 
 from offpeak_operator import workloads
 from offpeak_operator.predictions import remaining_fraction
@@ -115,6 +116,13 @@ def _fastest(prediction: str) -> tuple[float, float] | None:
     return min(pairs) if pairs else None
 
 
+def _active_pods(status: Mapping[str, Any], kind: JobKind) -> int:
+    """Pods of the workload running now: a Job's `status.active`, a PyTorchJob's replicas' `active` summed."""
+    if kind.replica_specs is None:
+        return int(status.get("active") or 0)
+    return sum(int((r or {}).get("active") or 0) for r in (status.get("replicaStatuses") or {}).values())
+
+
 def _pending_check(workload: Mapping[str, Any] | None) -> str:
     """The first Kueue admission check not passed yet on the Job's workload, in words ("" when none)."""
     for check in ((workload or {}).get("status") or {}).get("admissionChecks") or ():
@@ -123,34 +131,35 @@ def _pending_check(workload: Mapping[str, Any] | None) -> str:
     return ""
 
 
-def batch_job_row(job: Mapping[str, Any], *, now: datetime, workload: Mapping[str, Any] | None = None,
-                  margin: float = DEFAULT_MARGIN) -> JobRow:
-    """One line of `offpeak jobs` for an opted-in batch/v1 Job (named `job/<name>`), from what offpeak wrote on it
-    (`offpeak.io/state`, `offpeak.io/prediction`), the Job's own status and, when Kueue queues it, its Workload."""
-    meta, spec, status = job.get("metadata") or {}, job.get("spec") or {}, job.get("status") or {}
+def workload_row(job: Mapping[str, Any], *, now: datetime, kind: JobKind = BATCH_JOB,
+                 workload: Mapping[str, Any] | None = None, margin: float = DEFAULT_MARGIN) -> JobRow:
+    """One line of `offpeak jobs` for an opted-in workload (named `job/<name>`, `pytorchjob/<name>`), from what
+    offpeak wrote on it (`offpeak.io/state`, `offpeak.io/prediction`), its own status and, when Kueue queues it,
+    its Workload."""
+    meta, status = job.get("metadata") or {}, job.get("status") or {}
     ann = meta.get("annotations") or {}
     word, _, message = str(ann.get(workloads.ANN_STATE, "")).partition(": ")
-    end = workloads.ending(job)
+    end = workloads.ending(job, kind)
     queued = workloads.kueue_queue(job)
     check = _pending_check(workload)
     if end is not None:
         phase = "Succeeded" if end.succeeded else "Failed"
     elif word in ("Invalid", "Analyzing"):  # Analyzing: its entry point's analysis pod runs
         phase = word
-    elif spec.get("suspend"):
+    elif kind.suspended(job):
         phase = "Queued" if queued else ("Predicted" if word == "Predicted" else "Pending")
     else:
-        phase = "Running" if int(status.get("active") or 0) else "Waiting"
+        phase = "Running" if _active_pods(status, kind) else "Waiting"
     fastest = _fastest(str(ann.get(workloads.ANN_PREDICTION, "")))
     predicted = duration(fastest[0]) if fastest else ""
     if fastest and end is None:
         predicted += f" (p90 {duration(fastest[1])})"
     actual_s = end.seconds if end is not None else None
     error = f"{actual_s / fastest[0] - 1:+.0%}" if fastest and fastest[0] and actual_s is not None else ""
-    template = spec.get("template") or {}
-    pods = int(spec.get("parallelism") or 1)
-    per = workloads.pod_gpus(template.get("spec") or {})
-    types = str(workloads.template_annotations(job).get(workloads.ANN_GPU_TYPES, ""))
+    # a Job's parallel pods, a PyTorchJob's replicas (all of its templates' GPUs counted as the Master's)
+    pods = int((job.get("spec") or {}).get("parallelism") or 1) if kind.replica_specs is None else kind.replicas(job)
+    per = workloads.pod_gpus(kind.primary_template(job).get("spec") or {})
+    types = str(workloads.template_annotations(job, kind).get(workloads.ANN_GPU_TYPES, ""))
     gpus = (f"{pods}x{per}" if pods > 1 else str(per)) + (f" on {types}" if types else "")
     needs = ""
     if fastest and phase in ("Queued", "Predicted", "Waiting"):
@@ -158,9 +167,9 @@ def batch_job_row(job: Mapping[str, Any], *, now: datetime, workload: Mapping[st
     created = parse_time(meta.get("creationTimestamp"))
     why = check if phase == "Queued" else (message if phase in ("Invalid", "Analyzing") else "")
     return JobRow(
-        namespace=str(meta.get("namespace") or ""), name=f"job/{meta.get('name') or ''}", phase=phase,
-        reason=f"Kueue {queued}" if queued and phase == "Queued" else word, gpus=gpus, predicted=predicted,
-        actual=duration(actual_s) if actual_s is not None else "", error=error, needs=needs,
+        namespace=str(meta.get("namespace") or ""), name=f"{kind.kind.lower()}/{meta.get('name') or ''}",
+        phase=phase, reason=f"Kueue {queued}" if queued and phase == "Queued" else word, gpus=gpus,
+        predicted=predicted, actual=duration(actual_s) if actual_s is not None else "", error=error, needs=needs,
         age=duration((now - created).total_seconds()) if created else "", why=why,
     )  # fmt: skip
 

@@ -6,7 +6,8 @@ from datetime import timedelta
 
 from optestkit import NOW
 
-from offpeak_operator.userview import batch_job_row, explain_lines, job_row, scheduler_reasons, window_needed
+from offpeak_core.jobkinds import PYTORCH_JOB
+from offpeak_operator.userview import explain_lines, job_row, scheduler_reasons, window_needed, workload_row
 
 SAID = ("0/4 nodes are available: 1 gang of 2 worker(s) x 8 GPU(s) needs 2 place(s) in fitting windows; 1 found "
         "on 1 node(s), 1 window ends in 6s, job needs ~2m (p90 x1.15) on L4, 2 node(s) didn't match Pod's node "
@@ -61,7 +62,7 @@ def test_a_kueue_queued_job_row_shows_its_pending_check_and_the_window_it_needs(
     workload = {"status": {"admissionChecks": [
         {"name": "other", "state": "Ready", "message": "ok"},
         {"name": "offpeak-window", "state": "Pending", "message": "no forecast idle window fits now: n1: ..."}]}}
-    row = batch_job_row(batch_job(state="Predicted: predicted 600s", suspend=True, queue="team-q"), now=NOW,
+    row = workload_row(batch_job(state="Predicted: predicted 600s", suspend=True, queue="team-q"), now=NOW,
                         workload=workload)
     assert (row.name, row.phase, row.reason, row.gpus) == ("job/nightly", "Queued", "Kueue team-q", "2x4 on A100,H100")
     assert row.predicted == "10m (p90 15m)"  # the fastest type's p50 and p90
@@ -71,21 +72,46 @@ def test_a_kueue_queued_job_row_shows_its_pending_check_and_the_window_it_needs(
 
 
 def test_a_batch_job_row_follows_the_job_to_its_end_and_says_why_it_is_invalid() -> None:
-    running = batch_job_row(batch_job(state="Predicted: ...", suspend=False, active=2), now=NOW)
+    running = workload_row(batch_job(state="Predicted: ...", suspend=False, active=2), now=NOW)
     assert (running.phase, running.reason, running.why) == ("Running", "Predicted", "")
-    done = batch_job_row(batch_job(state="Finished: the Job succeeded in 660s", suspend=False,
+    done = workload_row(batch_job(state="Finished: the Job succeeded in 660s", suspend=False,
                                    startTime="2026-11-21T05:40:00Z", completionTime="2026-11-21T05:51:00Z",
                                    conditions=[{"type": "Complete", "status": "True"}]), now=NOW)
     assert (done.phase, done.actual, done.error, done.predicted, done.needs) == ("Succeeded", "11m", "+10%", "10m", "")
-    invalid = batch_job_row(batch_job(state="Invalid: annotation offpeak.io/steps must be an integer", suspend=True),
+    invalid = workload_row(batch_job(state="Invalid: annotation offpeak.io/steps must be an integer", suspend=True),
                             now=NOW)
     assert (invalid.phase, invalid.why) == ("Invalid", "annotation offpeak.io/steps must be an integer")
     unpredicted = batch_job(state="Analyzing: extracting the model graph from m:build in analysis pod "
                                   "job-nightly-analysis", suspend=True)
     del unpredicted["metadata"]["annotations"]["offpeak.io/prediction"]  # not predicted yet
-    analysing = batch_job_row(unpredicted, now=NOW)
+    analysing = workload_row(unpredicted, now=NOW)
     assert (analysing.phase, analysing.predicted, analysing.needs) == ("Analyzing", "", "")
     assert analysing.why.startswith("extracting the model graph from m:build")
+
+
+def test_a_pytorchjob_row_counts_its_replicas_and_follows_its_own_status() -> None:
+    def replica(n: int, ann: dict) -> dict:
+        return {"replicas": n, "template": {"metadata": {"labels": {"offpeak.io/offline": "true"}, "annotations": ann},
+                                            "spec": {"containers": [{"name": "pytorch", "resources": {
+                                                "limits": {"nvidia.com/gpu": "2"}}}]}}}
+
+    job = {"metadata": {"name": "ddp", "namespace": "team", "creationTimestamp": "2026-11-21T05:30:00Z",
+                        "annotations": {"offpeak.io/state": "Predicted: predicted 600s",
+                                        "offpeak.io/prediction": '{"H100-SXM5-80GB":{"p50":600,"p90":900},'
+                                                                 '"source":"predictor"}'}},
+           "spec": {"runPolicy": {"suspend": False},
+                    "pytorchReplicaSpecs": {"Master": replica(1, {"offpeak.io/gpu-types": "H100"}),
+                                            "Worker": replica(3, {})}},
+           "status": {"replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 3}}}}
+    row = workload_row(job, now=NOW, kind=PYTORCH_JOB)
+    assert (row.name, row.phase, row.gpus, row.predicted) == ("pytorchjob/ddp", "Running", "4x2 on H100",
+                                                              "10m (p90 15m)")
+    job["status"] = {"replicaStatuses": {"Master": {}, "Worker": {}}}
+    assert workload_row(job, now=NOW, kind=PYTORCH_JOB).needs == "18m x 2 GPU(s) for 4 pods"  # waiting again
+    job["status"] = {"startTime": "2026-11-21T05:40:00Z", "completionTime": "2026-11-21T05:52:00Z",
+                     "conditions": [{"type": "Succeeded", "status": "True"}]}
+    done = workload_row(job, now=NOW, kind=PYTORCH_JOB)
+    assert (done.phase, done.actual, done.error) == ("Succeeded", "12m", "+20%")
 
 
 def test_the_schedulers_summary_splits_into_its_reasons_without_preemption() -> None:
