@@ -71,7 +71,9 @@ def _queues(ns: str) -> list[dict[str, Any]]:
     return [
         {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "AdmissionCheck", "metadata": {"name": CHECK},
          "spec": {"controllerName": "offpeak.io/window-fit"}},
-        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "gpu-nodes"}},
+        # the flavor's node labels (every kwok node's) are where Kueue puts the pods, and what the check judges
+        {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ResourceFlavor", "metadata": {"name": "gpu-nodes"},
+         "spec": {"nodeLabels": {"type": "kwok"}}},
         {"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "ClusterQueue", "metadata": {"name": "offline"},
          "spec": {"namespaceSelector": {}, "admissionChecks": [CHECK], "resourceGroups": [
              {"coveredResources": ["cpu", "memory", "nvidia.com/gpu"],

@@ -50,6 +50,7 @@ class PendingCheck:
     owner_job: str | None  # the batch/v1 Job the workload was made for, if any
     pod_sets: tuple[Mapping[str, Any], ...]
     owner_pytorch_job: str | None = None  # or the Kubeflow PyTorchJob
+    flavors: tuple[str, ...] = ()  # the ResourceFlavors Kueue assigned to its (first) pod set
 
 
 def our_checks(admission_checks: Iterable[Mapping[str, Any]], controller_name: str = CONTROLLER_NAME) -> list[str]:
@@ -110,10 +111,28 @@ def pending_checks(workload: Mapping[str, Any], ours: Sequence[str]) -> list[Pen
     return [
         PendingCheck(str(meta.get("namespace") or "default"), str(meta["name"]), str(s["name"]),
                      str(s.get("message") or ""), str(s.get("lastTransitionTime") or ""), owner_job(workload), pod_sets,
-                     owner_pytorch_job(workload))
+                     owner_pytorch_job(workload), assigned_flavors(workload))
         for s in (workload.get("status") or {}).get("admissionChecks") or ()
         if s.get("name") in ours and s.get("state") == PENDING
     ]
+
+
+def assigned_flavors(workload: Mapping[str, Any]) -> tuple[str, ...]:
+    """The ResourceFlavors Kueue assigned to the workload's first pod set when it reserved quota (one per resource,
+    `status.admission.podSetAssignments[0].flavors`), distinct and sorted."""
+    assignments = ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or ()
+    flavors = (assignments[0].get("flavors") or {}) if assignments else {}
+    return tuple(sorted({str(f) for f in flavors.values() if f}))
+
+
+def flavor_node_labels(flavors: Sequence[str], resource_flavors: Mapping[str, Mapping[str, Any]]
+                       ) -> dict[str, str]:
+    """The node labels the assigned flavors put on the workload's pods (Kueue adds each flavor's `spec.nodeLabels`
+    to their node selector on admission): the nodes the check must judge, not every GPU node."""
+    labels: dict[str, str] = {}
+    for name in flavors:
+        labels.update(((resource_flavors.get(name) or {}).get("spec") or {}).get("nodeLabels") or {})
+    return labels
 
 
 def job_pod_set(job: Mapping[str, Any], pod_sets: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -157,10 +176,17 @@ def allowed_gpu_types(template: Mapping[str, Any]) -> frozenset[str] | None:
 
 
 def decide(*, pod: PodRequest, managed: bool, count: int, result: FilterResult, views: Sequence[NodeView],
-           allowed: frozenset[str] | None) -> Verdict:
-    """Ready when the nodes the extender's filter passes now can hold all `count` pods; else Pending, saying why."""
+           allowed: frozenset[str] | None, flavor_nodes: frozenset[str] | None = None,
+           flavors: Sequence[str] = ()) -> Verdict:
+    """Ready when the nodes the extender's filter passes now can hold all `count` pods; else Pending, saying why.
+    `flavor_nodes`: the nodes the assigned ResourceFlavors allow (None: any node), where Kueue will put the pods."""
     if not managed:
         return Verdict(PENDING, "waiting for offpeak's runtime prediction (the operator writes it into the Job)")
+    if flavor_nodes is not None:
+        views = [v for v in views if v.name in flavor_nodes]
+        if not views:
+            return Verdict(PENDING, f"no GPU node known to offpeak has the node labels of its ResourceFlavor(s) "
+                                    f"{', '.join(flavors)}")
     by_name = {v.name: v for v in views}
     fitting = [by_name[n] for n in result.passed
                if n in by_name and (allowed is None or by_name[n].gpu_type in allowed)]
@@ -172,7 +198,8 @@ def decide(*, pod: PodRequest, managed: bool, count: int, result: FilterResult, 
     if fitting:
         return Verdict(PENDING, f"windows fit {places} of {count} pods now; waiting for room for all of them")
     reasons = [f"{name}: {why}" for name, why in list(result.failed.items())
-               if allowed is None or by_name.get(name) is None or by_name[name].gpu_type in allowed][:MAX_REASONS]
+               if (flavor_nodes is None or name in by_name)
+               and (allowed is None or by_name.get(name) is None or by_name[name].gpu_type in allowed)][:MAX_REASONS]
     if not views:
         return Verdict(PENDING, "no GPU node known to offpeak yet")
     return Verdict(PENDING, "no forecast idle window fits now: " + ("; ".join(reasons) or "no node of its GPU types"))

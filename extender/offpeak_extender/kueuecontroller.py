@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -82,10 +82,13 @@ class KueueAdmissionCheck:
         if not ours:
             return counts
         written, seen = self._written, {}
+        flavors: dict[str, dict[str, Any]] | None = None  # read once a sweep, when a pending check has flavors
         for workload in self._list_cluster("workloads") or ():
             for pending in kueuecheck.pending_checks(workload, ours):
                 key = (pending.namespace, pending.workload, pending.check)
-                verdict = self._verdict(pending)
+                if pending.flavors and flavors is None:
+                    flavors = {f["metadata"]["name"]: f for f in self._list_cluster("resourceflavors") or ()}
+                verdict = self._verdict(pending, flavors or {})
                 last = written.get(key)
                 if verdict.state == kueuecheck.PENDING and (verdict.message == pending.message or (
                         last is not None and time.monotonic() - last < self.rewrite_pending_seconds)):
@@ -144,7 +147,8 @@ class KueueAdmissionCheck:
             return {}, "the workload has no pod sets"
         return dict(pending.pod_sets[0]), None
 
-    def _verdict(self, pending: kueuecheck.PendingCheck) -> kueuecheck.Verdict:
+    def _verdict(self, pending: kueuecheck.PendingCheck,
+                 resource_flavors: Mapping[str, Mapping[str, Any]]) -> kueuecheck.Verdict:
         pod_set, problem = self._template(pending)
         if problem is not None:
             return kueuecheck.Verdict(kueuecheck.PENDING, problem)
@@ -159,8 +163,11 @@ class KueueAdmissionCheck:
         if error:
             log.warning("workload %s/%s: %s; judged runtime-blind", pending.namespace, pending.workload, error)
         result, views = self.service.judge(pod)
+        labels = kueuecheck.flavor_node_labels(pending.flavors, resource_flavors)
         return kueuecheck.decide(pod=pod, managed=managed, count=int(pod_set.get("count", 1) or 1), result=result,
-                                 views=views, allowed=kueuecheck.allowed_gpu_types(template))
+                                 views=views, allowed=kueuecheck.allowed_gpu_types(template),
+                                 flavor_nodes=self.service.store.nodes_labelled(labels) if labels else None,
+                                 flavors=pending.flavors)
 
     def _apply(self, pending: kueuecheck.PendingCheck, verdict: kueuecheck.Verdict, *, now: str) -> None:
         body = kueuecheck.check_state_apply(pending, verdict, now=now)

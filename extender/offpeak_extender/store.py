@@ -522,6 +522,12 @@ class ClusterStore:
             del self._arrays_cache[next(iter(self._arrays_cache))]
         self._arrays_cache[key] = entry
 
+    def nodes_labelled(self, labels: Mapping[str, str]) -> frozenset[str]:
+        """The nodes that carry every one of `labels` (a Kueue ResourceFlavor's node labels)."""
+        with self._lock:
+            return frozenset(n for n, info in self._nodes.items()
+                             if all(info.labels.get(k) == v for k, v in labels.items()))
+
     # -- eviction controller side --------------------------------------------------------------------------------
     def node_names(self) -> list[str]:
         with self._lock:

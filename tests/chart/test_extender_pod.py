@@ -170,8 +170,8 @@ def test_the_kueue_admission_check_is_off_by_default_and_on_brings_its_flags_and
     assert (config.kueue_check, config.kueue_interval_seconds) == ("example.com/fit", 2.0)
     (role,) = [o for o in find(objects, "ClusterRole", "-extender")]
     kueue = {(r, v) for g, r, v in _grants(role) if g == "kueue.x-k8s.io"}
-    assert kueue == {("admissionchecks", "list"), ("workloads", "list"), ("admissionchecks/status", "patch"),
-                     ("workloads/status", "patch")}
+    assert kueue == {("admissionchecks", "list"), ("workloads", "list"), ("resourceflavors", "list"),
+                     ("admissionchecks/status", "patch"), ("workloads/status", "patch")}
     assert ("batch", "jobs", "get") in _grants(role) and ("batch", "jobs", "patch") not in _grants(role)
     assert {(r, v) for g, r, v in _grants(role) if g == "kubeflow.org"} == {("pytorchjobs", "get")}
     values.write_text("scheduler: {extender: {kueueAdmissionCheck: {enabled: true, controllerName: ''}}}\n")

@@ -130,16 +130,19 @@ class FakeKueueApi:
     """CustomObjectsApi and BatchV1Api as the controller calls them, recording every write."""
 
     def __init__(self, checks: list[dict[str, Any]] | None, workloads: list[dict[str, Any]],
-                 jobs: dict[str, dict[str, Any]]) -> None:
-        self.checks, self.workloads, self.jobs = checks, workloads, jobs
+                 jobs: dict[str, dict[str, Any]], flavors: list[dict[str, Any]] | None = None) -> None:
+        self.checks, self.workloads, self.jobs, self.flavors = checks, workloads, jobs, flavors or []
         self.applied: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
         self.activated: list[str] = []
+        self.listed: list[str] = []
 
     def list_cluster_custom_object(self, group: str, version: str, plural: str) -> dict[str, Any]:
         assert (group, version) == ("kueue.x-k8s.io", "v1beta1")
+        self.listed.append(plural)
         if self.checks is None:
             raise ApiException(status=404, reason="Not Found")
-        return {"items": self.checks if plural == "admissionchecks" else self.workloads}
+        return {"items": {"admissionchecks": self.checks, "workloads": self.workloads,
+                          "resourceflavors": self.flavors}[plural]}
 
     def patch_cluster_custom_object_status(self, group: str, version: str, plural: str, name: str,
                                            body: dict[str, Any]) -> None:
@@ -274,3 +277,52 @@ def test_a_workload_of_many_pods_needs_places_for_all(count: int, expect: str) -
     api = FakeKueueApi([admission_check("offpeak-window")], [workload("wl", job_name="wide", count=count)], jobs)
     controller(api).sweep()
     assert states(api)["wl"][0] == expect  # "long" has 7 GPUs free now: room for 7 one-GPU pods
+
+
+def flavored(wl: dict[str, Any], *flavors: str) -> dict[str, Any]:
+    """The workload as Kueue leaves it after reserving quota in `flavors` (GPUs in the first, CPU in the rest)."""
+    resources = ["nvidia.com/gpu", "cpu", "memory"]
+    wl["status"]["admission"] = {"clusterQueue": "cq", "podSetAssignments": [
+        {"name": "main", "count": 1, "flavors": dict(zip(resources, flavors))}]}
+    return wl
+
+
+def resource_flavor(name: str, **node_labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"nodeLabels": node_labels} if node_labels else {}}
+
+
+def test_the_assigned_flavors_node_labels_say_which_nodes_are_judged() -> None:
+    wl = flavored(workload("w", job_name="j"), "gpu-pool", "default", "default")
+    assert kueuecheck.assigned_flavors(wl) == ("default", "gpu-pool")
+    assert kueuecheck.assigned_flavors(workload("w", job_name="j")) == ()
+    known = {"gpu-pool": resource_flavor("gpu-pool", pool="a100", zone="z1"), "default": resource_flavor("default")}
+    assert kueuecheck.flavor_node_labels(("default", "gpu-pool"), known) == {"pool": "a100", "zone": "z1"}
+    pod = PodRequest("p", gpus=1, predicted={"A100-SXM4-40GB": Prediction(100.0, 120.0)})
+    everywhere = FilterResult(("a", "b"), {})
+    views = [view("a", 0), view("b", 8)]
+    only_a = kueuecheck.decide(pod=pod, managed=True, count=1, result=FilterResult(("b",), {"a": "needs 1 GPU(s)"}),
+                               views=views, allowed=None, flavor_nodes=frozenset({"a"}), flavors=("gpu-pool",))
+    assert only_a == kueuecheck.Verdict("Pending", "no forecast idle window fits now: a: needs 1 GPU(s)")
+    none = kueuecheck.decide(pod=pod, managed=True, count=1, result=everywhere, views=views, allowed=None,
+                             flavor_nodes=frozenset(), flavors=("gpu-pool",))
+    assert none.state == "Pending" and "node labels of its ResourceFlavor(s) gpu-pool" in none.message
+
+
+def test_a_sweep_judges_a_workload_on_the_nodes_of_the_flavor_kueue_assigned() -> None:
+    jobs = {"fits": job("fits", p90=120)}  # fits "long" (540 s), not "short" (60 s)
+    flavors = [resource_flavor("short-pool", **{"kubernetes.io/hostname": "short"}), resource_flavor("any"),
+               resource_flavor("nowhere", pool="none")]
+    wls = [flavored(workload("wl-short", job_name="fits"), "short-pool"),
+           flavored(workload("wl-any", job_name="fits"), "any"),
+           flavored(workload("wl-nowhere", job_name="fits"), "nowhere"),
+           workload("wl-plain", job_name="fits")]
+    api = FakeKueueApi([admission_check("offpeak-window", active=True)], wls, jobs, flavors)
+    controller(api).sweep()
+    got = states(api)
+    assert got["wl-short"][0] == "Pending" and got["wl-short"][1].startswith("no forecast idle window fits now: short")
+    assert got["wl-any"][0] == got["wl-plain"][0] == "Ready"  # a flavor without node labels: every node
+    assert got["wl-nowhere"][0] == "Pending" and "ResourceFlavor(s) nowhere" in got["wl-nowhere"][1]
+    assert api.listed.count("resourceflavors") == 1  # once a sweep
+    plain = FakeKueueApi([admission_check("offpeak-window", active=True)], [workload("wl", job_name="fits")], jobs)
+    controller(plain).sweep()
+    assert "resourceflavors" not in plain.listed  # no flavors assigned: not read at all
