@@ -52,10 +52,8 @@ _PREFIX_CHARS = max(len(prefix) for prefix, _ in _REASON_KINDS)
 def count_reason_kinds(reasons: Iterable[str]) -> Tally[str]:
     """How many reasons of each kind: `reason_kind` once per distinct reason, not once per node (hot path: the
     filter's nodes share a few reason strings, so counting them is one pass in C)."""
-    out: Tally[str] = Tally()
-    for reason, n in Tally(reasons).items():
-        out[reason_kind(reason[:_PREFIX_CHARS])] += n
-    return out
+    tally = Tally(reasons)
+    return count_grouped_reason_kinds(list(tally), list(tally.values()))
 
 
 def count_grouped_reason_kinds(reasons: Sequence[str], nodes: Sequence[int]) -> Tally[str]:

@@ -381,12 +381,9 @@ class NamesFilterReply:
     def encode(self) -> bytes:
         """`encode_filter_result(self.result())`, byte for byte (a test holds them equal)."""
         passed = ",".join(self.json_names[self.fits].tolist())
-        quoted = np.array([f":{_quote(r)}," for r in self.reasons], dtype=object)  # reason and the comma after it
-        parts = [""] * (2 * len(self.failing))  # "name", :"reason", alternately
-        parts[::2] = self.json_names[self.failing].tolist()
-        parts[1::2] = quoted[self.reason_of].tolist()
-        failed = "".join(parts)[:-1]  # less the last comma
-        return (f'{{"FailedNodes":{{{failed}}},"FailedAndUnresolvableNodes":{{}},"Error":"",'
+        quoted = np.array([_reason_entry(r) for r in self.reasons], dtype=object)
+        failed = _reason_object(self.json_names[self.failing].tolist(), quoted[self.reason_of].tolist())
+        return (f'{{"FailedNodes":{failed},"FailedAndUnresolvableNodes":{{}},"Error":"",'
                 f'"NodeNames":[{passed}],"Nodes":null}}').encode()
 
 
@@ -411,10 +408,20 @@ def _encode_reasons(failed: Mapping[str, str]) -> str:
     """A node -> reason map as a JSON object (what `_compact` gives), quoting each distinct reason once and
     joining names and reasons in one pass."""
     try:
-        quoted = {r: f":{_quote(r)}," for r in set(failed.values())}
-        parts = [""] * (2 * len(failed))  # "name", :"reason", alternately
-        parts[::2] = map(_quote, failed)
-        parts[1::2] = map(quoted.__getitem__, failed.values())
+        quoted = {r: _reason_entry(r) for r in set(failed.values())}
+        return _reason_object(list(map(_quote, failed)), list(map(quoted.__getitem__, failed.values())))
     except TypeError:  # a name or reason that is not a string (not what the decisions build): the general encoder
         return _compact(failed)
+
+
+def _reason_entry(reason: str) -> str:
+    """A reason as it follows its node's name in a reply's reason map: `:"reason",`."""
+    return f":{_quote(reason)},"
+
+
+def _reason_object(json_names: list[str], entries: list[str]) -> str:
+    """`{"name":"reason",...}` from the names as JSON strings and their `_reason_entry`s, in one join."""
+    parts = [""] * (2 * len(json_names))  # "name", :"reason", alternately
+    parts[::2] = json_names
+    parts[1::2] = entries
     return "{" + "".join(parts)[:-1] + "}"  # less the last comma
