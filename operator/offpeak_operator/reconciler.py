@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes.client.exceptions import ApiException
 from offpeak_graph.schema import ModelGraph
@@ -35,6 +35,7 @@ from offpeak_operator.predictor_http import PredictorHTTP, PredictorUnavailable
 from offpeak_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 MAX_STEPS_PER_RECONCILE = 6  # Pending -> Analyzing -> Predicted -> Waiting can happen in one pass
 REJECTED = frozenset({400, 422})  # the object itself is invalid: retrying cannot help
 # Refusals recorded as a condition and an Event (quota 403, conflict 409, invalid 422 outside pod creation); the
@@ -121,11 +122,16 @@ class Reconciler:
         see the newest state, and no kopf worker thread sits blocked behind a slow graph extraction.
         """
         key = f"{namespace}/{name}"
+        return self.serialised(key, lambda: self._reconcile(key, namespace, name), wait=wait)
+
+    def serialised(self, key: str, work: Callable[[], T], *, wait: bool = True) -> T | None:
+        """`work()` under the lock of one object (a TrainingJob, or an opted-in workload), so its triggers never
+        overlap; with `wait=False`, None at once when another trigger holds it."""
         lock = self.lock(key)
         if not lock.acquire(blocking=wait):
             return None
         try:
-            return self._reconcile(key, namespace, name)
+            return work()
         finally:
             lock.release()
 

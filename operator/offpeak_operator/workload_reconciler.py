@@ -42,13 +42,8 @@ class WorkloadReconciler:
         """Bring one Job forward; returns the state word it is left in ("" when it is not offpeak's). Triggers (the
         workload's events, its analysis pod's, the resync while it is analysed) are serialised per workload; with
         `wait=False` one already being reconciled is skipped (None)."""
-        lock = self.reconciler.lock(f"{self.kind.kind}:{namespace}/{name}")
-        if not lock.acquire(blocking=wait):
-            return None
-        try:
-            return self._reconcile(namespace, name)
-        finally:
-            lock.release()
+        return self.reconciler.serialised(f"{self.kind.kind}:{namespace}/{name}",
+                                          lambda: self._reconcile(namespace, name), wait=wait)
 
     def _reconcile(self, namespace: str, name: str) -> str:
         kube = self.ctx.kube
