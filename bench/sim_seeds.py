@@ -24,7 +24,20 @@ COLUMNS = (
     ("JCT p95 (h)", lambda m: (m["jct_p95_s"] or float("nan")) / 3600.0, "{:.1f}"),
     ("queueing mean (h)", lambda m: (m["queue_delay_mean_s"] or float("nan")) / 3600.0, "{:.2f}"),
     ("completed", lambda m: m["jobs_completed"], "{:,.0f}"),
+    ("online wait p50 (s)", lambda m: _num(m.get("online_wait_p50_s")), "{:.0f}"),
+    ("online wait p99 (s)", lambda m: _num(m.get("online_wait_p99_s")), "{:.0f}"),
+    ("online GPUs that waited (%)", lambda m: _blocked_pct(m), "{:.2f}"),
 )
+
+
+def _num(x: float | None) -> float:
+    return float("nan") if x is None else float(x)
+
+
+def _blocked_pct(m: dict) -> float:
+    """Share of online GPU requests that had to wait for offline work to let go (NaN in reports without it)."""
+    n = m.get("online_gpu_requests")
+    return float("nan") if not n else 100.0 * m["online_gpu_requests_blocked"] / n
 
 
 def _cell(xs: list[float], fmt: str) -> str:

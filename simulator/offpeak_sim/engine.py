@@ -39,6 +39,9 @@ class EngineSettings:
 
     checkpoint_seconds: float = 1800.0  # 0: jobs do not checkpoint (an eviction loses all work of the attempt)
     eviction_grace_seconds: float = 30.0  # online work waits this long for an evicted pod to go
+    # seconds an evicted offline pod takes to let go of its GPUs; None: the whole grace period (the worst case:
+    # the kubelet kills it then). An online GPU that needs it waits min(this, grace).
+    offline_exit_seconds: float | None = None
     margin: float = DEFAULT_MARGIN  # extender filter margin on p90
     prune: bool = True  # skip jobs/nodes whose forecast bound already rules them out (same decisions, faster)
     check_invariants: bool = False  # assert capacity after every step (tests)
@@ -67,6 +70,8 @@ class Tally:
     evictions: int = 0
     online_delay_gpu_s: float = 0.0
     online_delay_events: int = 0
+    online_gpu_requests: int = 0  # GPUs online demand added, over every node and minute (one online pod each)
+    online_waits: dict[float, int] = field(default_factory=dict)  # seconds waited -> online GPUs that waited so
     decisions: int = 0
     decision_s: list[float] = field(default_factory=list)
     occupancy: np.ndarray = field(default_factory=lambda: np.zeros(0))  # offline GPUs per run minute
@@ -166,9 +171,22 @@ class PolicyRun:
         self.remaining_ref[r.job] = max(0.0, self.remaining_ref[r.job] - kept_ref)
         self.queue.append(r.job)
 
+    def _online_wait_seconds(self) -> float:
+        """How long an online GPU held by offline work waits for it: the victim's exit, at most the grace period."""
+        grace = self.s.eviction_grace_seconds
+        ex = self.s.offline_exit_seconds
+        return grace if ex is None else min(grace, max(0.0, ex))
+
     def _evict_for_online(self, minute: int, now: float, minute_index: int) -> None:
+        """Evict for online demand that rose since the last minute; tally how long each online GPU waited.
+
+        Every GPU online demand adds on a node is one online pod's request: it waits 0 s when the node has it free,
+        else until an evicted offline pod lets go of it (`_online_wait_seconds`)."""
         fl = self.sc.fleet
         d_now = self.sc.demand[:, minute]
+        if minute > 0:
+            rise = d_now.astype(np.int64) - self.sc.demand[:, minute - 1]
+            self.t.online_gpu_requests += int(rise[rise > 0].sum())
         over = d_now + self.used - fl.gpus
         for n in np.flatnonzero(over > 0):
             short = int(d_now[n] + self.used[n] - fl.gpus[n])  # an evicted gang may already have freed this node
@@ -192,6 +210,8 @@ class PolicyRun:
                 self._evict(self.on_node[n][int(v.name)], now, minute_index)
             self.t.online_delay_gpu_s += float(short) * self.s.eviction_grace_seconds
             self.t.online_delay_events += 1
+            wait = self._online_wait_seconds()
+            self.t.online_waits[wait] = self.t.online_waits.get(wait, 0) + short
             if d_now[n] + self.used[n] > fl.gpus[n]:
                 raise AssertionError(f"eviction left node {n} over capacity")  # choose_victims returns all if short
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from offpeak_sim.engine import PolicyRun
+from offpeak_sim.engine import PolicyRun, Tally
 from offpeak_sim.scenario import Scenario
 
 
@@ -22,6 +22,32 @@ def _stats(x: np.ndarray, prefix: str) -> dict[str, float | None]:
         f"{prefix}_mean_s": float(np.mean(x)),
         f"{prefix}_p50_s": float(np.percentile(x, 50)),
         f"{prefix}_p95_s": float(np.percentile(x, 95)),
+    }
+
+
+def wait_percentile(waits: Mapping[float, int], total: int, q: float) -> float | None:
+    """The q-quantile (0..1) of online GPU requests' waits: `waits` maps seconds to how many requests waited so,
+    the other `total - sum(waits)` requests waited 0 s. Lower (inverted-CDF) quantile: the smallest wait that at
+    least q of the requests did not exceed. None when there were no requests."""
+    if total <= 0:
+        return None
+    values = sorted(waits)
+    counts = np.array([0, *(waits[v] for v in values)], dtype=float)
+    counts[0] = max(0, total - counts[1:].sum())
+    cdf = np.cumsum(counts) / counts.sum()
+    return float([0.0, *values][int(np.searchsorted(cdf, q - 1e-12, side="left"))])
+
+
+def online_wait(t: Tally) -> dict[str, float | int | None]:
+    """Online GPUs' wait for a GPU held by offline work: p50, p99, worst, and how many waited at all."""
+    blocked = int(sum(t.online_waits.values()))
+    n = int(t.online_gpu_requests)
+    return {
+        "online_gpu_requests": n,
+        "online_gpu_requests_blocked": blocked,
+        "online_wait_p50_s": wait_percentile(t.online_waits, n, 0.50),
+        "online_wait_p99_s": wait_percentile(t.online_waits, n, 0.99),
+        "online_wait_max_s": max(t.online_waits, default=0.0) if n else None,
     }
 
 
@@ -57,6 +83,7 @@ def summarise(scenario: Scenario, runs: Mapping[str, PolicyRun]) -> dict[str, di
             "lost_gpu_seconds": float(t.lost_gpu_s),
             "online_delayed_gpu_seconds": float(t.online_delay_gpu_s),
             "online_delay_events": int(t.online_delay_events),
+            **online_wait(t),
             "jobs": len(scenario.jobs),
             "jobs_started": int(np.isfinite(r.first_start).sum()),
             "jobs_completed": int(np.isfinite(r.finish).sum()),

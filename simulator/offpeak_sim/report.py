@@ -17,9 +17,14 @@ def _h(x: float | None) -> str:
     return f"{x / 3600:.2f} h"
 
 
+def _wait(m: Mapping[str, Any]) -> str:
+    p50, p99 = m.get("online_wait_p50_s"), m.get("online_wait_p99_s")
+    return "-" if p50 is None or p99 is None else f"{p50:.0f}/{p99:.0f}"
+
+
 def table(metrics: Mapping[str, Mapping[str, Any]], *, title: str) -> Table:
     t = Table(title=title)
-    for col in ("policy", "harvested GPU-h", "share of idle", "work V100-GPU-h", "evictions", "lost GPU-h", "online delay GPU-s",
+    for col in ("policy", "harvested GPU-h", "share of idle", "work V100-GPU-h", "evictions", "lost GPU-h", "online wait p50/p99 s",
                 "done", "JCT mean", "JCT p95", "queue mean", "decision µs"):
         t.add_column(col, justify="left" if col == "policy" else "right")
     for name, m in metrics.items():
@@ -30,7 +35,7 @@ def table(metrics: Mapping[str, Mapping[str, Any]], *, title: str) -> Table:
             f"{m['work_done_ref_gpu_hours']:.0f}",
             str(m["evictions"]),
             f"{m['lost_gpu_seconds'] / 3600:.0f}",
-            f"{m['online_delayed_gpu_seconds']:.0f}",
+            _wait(m),
             f"{m['jobs_completed']}/{m['jobs']}",
             _h(m["jct_mean_s"]),
             _h(m["jct_p95_s"]),
