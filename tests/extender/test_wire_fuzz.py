@@ -25,6 +25,7 @@ from offpeak_extender.wire import (
     MAX_EXTENDER_PRIORITY,
     PREDICTED_ANNOTATION,
     WireError,
+    loads,
     parse_extender_args,
 )
 
@@ -77,6 +78,45 @@ def test_parse_extender_args_returns_or_raises_wire_error(body: Any) -> None:
         assert str(e)  # a reason for the scheduler's log
     else:
         assert all(type(n) is str for n in args.node_names) and args.pod.gpus >= 0
+
+
+def json_answer(raw: str | bytes) -> tuple[str, Any]:
+    """What `json.loads` made of `raw` before msgspec decoded first: its value, or the WireError it was turned into."""
+    try:
+        return "value", json.loads(raw)
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return "error", type(e).__name__
+
+
+def loads_answer(raw: str | bytes) -> tuple[str, Any]:
+    try:
+        return "value", loads(raw)
+    except WireError as e:
+        return "error", str(e)
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=JSON | ARGS, indent=st.sampled_from([None, 1]))
+def test_loads_decodes_as_json_did(body: Any, indent: int | None) -> None:
+    text = json.dumps(body, indent=indent)  # NaN, Infinity and integers past 64 bits included
+    assert repr(loads(text)) == repr(json.loads(text))  # repr: NaN == NaN, 1 != 1.0, -0.0 != 0.0
+    assert repr(loads(text.encode())) == repr(json.loads(text.encode()))
+
+
+@pytest.mark.parametrize("raw", [
+    "NaN", "[Infinity, -Infinity]", "1e400", "123456789012345678901234567890", "-9223372036854775809",
+    '"\\ud800"', '{"a": 1, "a": 2}', "-0.0", "[0.1, 1e-320, 2.5e+300]", "\ufeff[1]", b"\xef\xbb\xbf[1]",
+    "[1]".encode("utf-16"), "[1]".encode("utf-32-le"), b"\xff\xfe", b"\xc3", "", "{", "[1,]", "01", '"a\x01"',
+    DEEP,
+])
+def test_loads_answers_what_json_took_or_refused_as_before(raw: str | bytes) -> None:
+    kind, want = json_answer(raw)
+    got_kind, got = loads_answer(raw)
+    assert got_kind == kind
+    if kind == "value":
+        assert repr(got) == repr(want)
+    else:
+        assert got.startswith("not JSON")
 
 
 @pytest.fixture(scope="module")
