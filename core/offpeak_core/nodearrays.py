@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import dataclasses
 from collections.abc import Container, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from json.encoder import encode_basestring_ascii as json_string
 
 import numpy as np
@@ -41,6 +41,7 @@ class NodeArrays:
     open-ended window ends at +inf. A view without a window list (`windows is None`) is described by
     `flat_free`/`flat_end` (its current window; +inf when open-ended) instead. The columns are read-only: one
     `NodeArrays` may answer many requests (the extender's store keeps them per node-name list); `withhold` copies.
+    What `window_left` derives from the columns alone is kept with them (`_ends`), for the requests after.
     """
 
     views: tuple[NodeView, ...]
@@ -59,6 +60,11 @@ class NodeArrays:
     # is `width` passes over all nodes instead of a short reduction per node
     win_end: np.ndarray
     win_free: np.ndarray
+    # GPUs -> (lo, hi, end): each node's latest end of a window with that many GPUs free that started by a time t
+    # with lo <= t < hi (no window starts in between, so every such t sees the same windows). Not an argument:
+    # `replace` (withhold) starts a new one for the new columns.
+    _ends: dict[int, tuple[float, float, np.ndarray]] = field(default_factory=dict, init=False, repr=False,
+                                                               compare=False)
 
     @classmethod
     def from_views(cls, views: Sequence[NodeView]) -> NodeArrays:
@@ -92,12 +98,29 @@ class NodeArrays:
                        win_free=_frozen(win_free))
 
     def window_left(self, *, gpus: int, now: float) -> np.ndarray:
-        """`decisions.window_left` for every node at once: seconds from `now` with `gpus` GPUs free (inf: open)."""
+        """`decisions.window_left` for every node at once: seconds from `now` with `gpus` GPUs free (inf: open).
+
+        The end each node's time is measured to depends on `now` only through which windows have started, so it is
+        kept per GPU count and reused while no window starts or is passed: then a request costs one subtraction.
+        """
+        kept = self._ends.get(gpus)
+        if kept is not None and kept[0] <= now < kept[1]:
+            end = kept[2]
+        else:
+            end = self._window_end(gpus, now)
+            started = self.win_start <= now
+            lo = float(self.win_start[started].max(initial=-math.inf))
+            hi = float(self.win_start[~started].min(initial=math.inf))
+            self._ends[gpus] = (lo, hi, end)  # one dict item: threads sharing these columns may race, harmlessly
+        return np.maximum(0.0, end - now)  # = max(0, max of end - now): subtracting is monotonic
+
+    def _window_end(self, gpus: int, now: float) -> np.ndarray:
+        """Per node, the end `window_left` measures to: the latest end of a started window with `gpus` GPUs free
+        (-inf: none), or the current window's end when no window list is known (-inf: too few GPUs free)."""
         in_window = (self.win_free >= gpus) & (self.win_start <= now)
         latest = np.where(in_window, self.win_end, -math.inf).max(axis=0, initial=-math.inf)  # of the fitting ones
-        listed = np.maximum(0.0, latest - now)  # = max(0, max of end - now): subtracting is monotonic
-        flat = np.where(self.flat_free < gpus, 0.0, np.maximum(0.0, self.flat_end - now))
-        return np.where(self.has_windows, listed, flat)
+        flat = np.where(self.flat_free < gpus, -math.inf, self.flat_end)
+        return _frozen(np.where(self.has_windows, latest, flat))
 
 
 def _frozen(column: np.ndarray) -> np.ndarray:

@@ -150,3 +150,21 @@ def test_gathered_columns_name_their_nodes_and_are_read_only() -> None:
     rows.forget(views[0].name)
     again = rows.gather([NodeView("new", "T4", 2, 1, None), views[1]])  # takes the forgotten row
     assert again.names.tolist() == ["new", views[1].name] and again.total.tolist() == [2, views[1].gpus_total]
+
+
+def test_window_left_kept_per_gpu_count_follows_now_across_window_starts() -> None:
+    rng = np.random.default_rng(11)
+    views = [_view(rng, i) for i in range(200)]
+    arrays = NodeArrays.from_views(views)
+    starts = sorted({w.start for v in views for w in v.windows or ()})
+    # forwards and back again, over window starts and exactly onto them: each time as the scalar rule says
+    nows = [NOW, NOW + 1.0, starts[len(starts) // 2], starts[len(starts) // 2] - 1e-6, starts[-1] + 5.0, NOW - 6_000.0,
+            starts[0], NOW, NOW + 40_000.0, NOW]
+    for now in nows:
+        for gpus in (0, 1, 2, 8):
+            got = arrays.window_left(gpus=gpus, now=now)
+            assert got.tolist() == [window_left(node=v, gpus=gpus, now=now) for v in views], (now, gpus)
+    assert set(arrays._ends) == {0, 1, 2, 8}
+    got[:] = -1.0  # a caller's copy: what is kept is not changed
+    assert arrays.window_left(gpus=8, now=NOW).tolist() == [window_left(node=v, gpus=8, now=NOW) for v in views]
+
