@@ -62,7 +62,7 @@ class NodeArrays:
     win_free: np.ndarray
     # GPUs -> (lo, hi, end): each node's latest end of a window with that many GPUs free that started by a time t
     # with lo <= t < hi (no window starts in between, so every such t sees the same windows). Not an argument:
-    # `replace` (withhold) starts a new one for the new columns.
+    # `replace` (withhold, patched rows) starts a new one for the new columns.
     _ends: dict[int, tuple[float, float, np.ndarray]] = field(default_factory=dict, init=False, repr=False,
                                                                compare=False)
 
@@ -189,6 +189,43 @@ class NodeRows:
             self._win_start[j, i] = w.start
             self._win_end[j, i] = math.inf if w.end is None else w.end
             self._win_free[j, i] = w.free_gpus
+
+    def patch(self, arrays: NodeArrays, at: Sequence[int], views: Sequence[NodeView]) -> NodeArrays | None:
+        """`arrays` with the node at position `at[k]` described by `views[k]` instead: what `gather` gives for the
+        whole list when only those nodes changed, for the cost of copying the columns those rows change. None when a
+        view has more windows than `arrays` has columns for (then `gather` the list).
+
+        The views must be of the nodes named at those positions; `arrays` must come from this `NodeRows`."""
+        width = arrays.win_start.shape[0]
+        if any(len(v.windows or ()) > width for v in views):
+            return None
+        rows = np.array([self._row(v) for v in views], dtype=np.int64)
+        pos = np.asarray(at, dtype=np.int64)
+        listed = list(arrays.views)
+        for p, view in zip(pos.tolist(), views):
+            listed[p] = view
+
+        def put(old: np.ndarray, new: np.ndarray) -> np.ndarray:
+            rows_new = new[rows] if old.ndim == 1 else new[:width, rows]
+            if np.array_equal(old[..., pos], rows_new):
+                return old  # read-only and unchanged: shared, not copied
+            column = old.copy()
+            column[..., pos] = rows_new
+            return _frozen(column)
+
+        return replace(
+            arrays, views=tuple(listed), type_names=tuple(self._type_names),
+            type_code=put(arrays.type_code, self._type_code), free_now=put(arrays.free_now, self._free_now),
+            total=put(arrays.total, self._total), stale=put(arrays.stale, self._stale),
+            has_windows=put(arrays.has_windows, self._has_windows), flat_free=put(arrays.flat_free, self._flat_free),
+            flat_end=put(arrays.flat_end, self._flat_end), win_start=put(arrays.win_start, self._win_start),
+            win_end=put(arrays.win_end, self._win_end), win_free=put(arrays.win_free, self._win_free),
+        )
+
+    def _row(self, view: NodeView) -> int:
+        """The row of `view`'s node, written first when the view is new or changed."""
+        i = self._index.get(view.name)
+        return i if i is not None and self._views[i] is view else self._place(view, i)
 
     def gather(self, views: Sequence[NodeView]) -> NodeArrays:
         """The request's nodes as columns (read-only copies); rows of views not seen before (or changed since) are

@@ -5,7 +5,8 @@ Every method takes the one lock briefly and never computes under it: the request
 (rebuilt in the background each refresh, and lazily for the few nodes whose pods changed since); a view is built
 outside the lock from a snapshot of its inputs by the core's `forecast_now` (the same function the simulator
 runs), so the request path never waits on I/O or on another thread's numpy. The views of a node-name list are
-also kept as columns (`node_arrays`), for the few lists kube-scheduler sends over and over, until the store changes.
+also kept as columns (`node_arrays`), for the few lists kube-scheduler sends over and over: a change to a few nodes
+rewrites only their rows, any other change drops them.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import threading
 import time
 from collections import deque
+from itertools import islice
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +48,9 @@ ACTIVE_PHASES = frozenset({"Pending", "Running", "Unknown", ""})
 # Node-name lists whose columns `node_arrays` keeps. kube-scheduler sends the same lists again and again (every
 # feasible node to /filter, those that passed to /prioritize); each entry costs ~250 bytes a node.
 ARRAYS_CACHE_ENTRIES = 4
+# Per-node changes remembered (a GPU-moving pod event makes two: its node's view dropped, then rebuilt), so kept
+# columns can be patched instead of gathered again; columns older than the log are gathered again.
+CHANGE_LOG_ENTRIES = 1024
 
 
 @dataclass(frozen=True)
@@ -198,9 +203,10 @@ class ClusterStore:
         self._ready_stale = True
         self._rows = NodeRows()  # the ready views as columns for the request path (`node_arrays`)
         # Bumped by every change a view or the node set can see (`_changed`): columns gathered at one generation
-        # are reused for the same name list until the next.
+        # are reused for the same name list until the next, then patched where the change log names their nodes.
         self._generation = 0
         self._arrays_cache: dict[tuple[str, ...], _CachedArrays] = {}
+        self._change_log: deque[tuple[str, ...]] = deque(maxlen=CHANGE_LOG_ENTRIES)  # the nodes of each generation
         self._forecast_version = 0
         max_samples = int(settings.history_seconds / settings.step_seconds) + 1
         self._samples: dict[str, deque[tuple[float, float]]] = {}
@@ -245,7 +251,7 @@ class ClusterStore:
                 return  # status heartbeats and unrelated changes: nothing the decisions read
             self._nodes[info.name] = info
             self._bump(info.name)
-            self._changed()
+            self._changed((info.name,))
 
     def delete_node(self, obj: Mapping[str, Any]) -> None:
         name = str((obj.get("metadata") or {}).get("name", ""))
@@ -253,7 +259,7 @@ class ClusterStore:
             self._nodes.pop(name, None)
             self._ready.pop(name, None)
             self._rows.forget(name)
-            self._changed()
+            self._changed((name,))
 
     def upsert_pod(self, obj: Mapping[str, Any]) -> None:
         info = pod_info(obj)
@@ -297,7 +303,7 @@ class ClusterStore:
         for node in nodes:
             self._ready.pop(node, None)
         if nodes:
-            self._changed()
+            self._changed(tuple(nodes))
 
     def _index_gang(self, pod: PodInfo | None, sign: int) -> None:
         """Add (+1) or remove (-1) a gang worker in the gang index; pods being deleted or finished are gone."""
@@ -319,10 +325,23 @@ class ClusterStore:
         with self._lock:
             return dict(self._gangs.get(key, {}))
 
-    def _changed(self) -> None:
-        """Something views or the node set depend on changed: columns cached before are not served again."""
+    def _changed(self, nodes: tuple[str, ...] | None = None) -> None:
+        """Something views or the node set depend on changed: the views of `nodes` only (their rows of cached
+        columns are patched on the next lookup), or anything (None: cached columns are not served again)."""
         self._generation += 1
-        self._arrays_cache.clear()
+        if nodes is None:
+            self._arrays_cache.clear()
+            self._change_log.clear()
+        else:
+            self._change_log.append(nodes)
+
+    def _changed_since_locked(self, generation: int) -> set[str] | None:
+        """The nodes changed after `generation`; None when that is not known (a change to anything since, or more
+        changes than the log keeps)."""
+        behind = self._generation - generation
+        if behind > len(self._change_log):  # the log holds exactly the generations since the last change to anything
+            return None
+        return {n for nodes in islice(reversed(self._change_log), behind) for n in nodes}
 
     def _bump(self, node: str) -> None:
         self._usage.setdefault(node, _Usage()).version += 1
@@ -444,7 +463,7 @@ class ClusterStore:
             if (name in self._nodes and inp.key == (usage.version, self._forecast_version)
                     and inp.stale == self._ready_stale):
                 self._ready[name] = view
-                self._changed()
+                self._changed((name,))
 
     def rebuild_views(self, names: Sequence[str] | None = None, *, now: float | None = None) -> None:
         t = self.clock() if now is None else now
@@ -497,7 +516,8 @@ class ClusterStore:
         """`views` as columns for the decisions' array path, and the names the store does not know.
 
         Hot path: the columns of a name list are kept until the store next changes (`_changed`), so a list sent
-        again (kube-scheduler sends the same ones over and over) costs a lookup instead of a pass over its names.
+        again (kube-scheduler sends the same ones over and over) costs a lookup instead of a pass over its names;
+        after a change to a few nodes (a pod started or stopped) only their rows are rewritten (`_patched`).
         Otherwise rows are rewritten only for views rebuilt since.
         """
         t = self.clock() if now is None else now
@@ -507,17 +527,52 @@ class ClusterStore:
             self._check_staleness_locked(t)
             generation = self._generation
             hit = self._arrays_cache.get(key)
-        if hit is not None:
-            return hit.arrays, list(hit.unknown)
+            changed = None if hit is None else self._changed_since_locked(hit.generation)
+        if hit is not None and changed is not None:
+            patched = self._patched(key, names, hit, changed, generation, t)
+            if patched is not None:
+                return patched, list(hit.unknown)
         views, unknown = self.views(names, now=t)
         with self._lock:
             arrays = self._rows.gather(views)
             if self._generation == generation:  # nothing changed meanwhile: no view was rebuilt, none went stale
-                self._remember_locked(key, _CachedArrays(arrays, tuple(unknown)))
+                self._remember_locked(key, _CachedArrays(arrays, tuple(unknown), generation))
         return arrays, unknown
 
+    def _patched(self, key: tuple[str, ...], names: Sequence[str], hit: _CachedArrays, changed: set[str],
+                 generation: int, now: float) -> NodeArrays | None:
+        """`hit`'s columns as of `generation`, given that only the views of `changed` changed since they were
+        gathered: the same columns when none of those nodes is listed, else a copy with their rows rewritten. None
+        when the list must be gathered afresh: it names a node the store does not know (then or now) or one node
+        twice, or a change to anything came meanwhile."""
+        if not changed:
+            return hit.arrays
+        positions = hit.positions if hit.positions is not None else dict(zip(names, range(len(names))))
+        at = sorted(positions[n] for n in changed if n in positions)
+        if at and (hit.unknown or not hit.arrays.distinct):
+            return None
+        views: list[NodeView] = []
+        if at:
+            views, unknown = self.views([names[i] for i in at], now=now)
+            if unknown:
+                return None
+        with self._lock:
+            if at:
+                if self._changed_since_locked(generation) is None:  # a refit or staleness flip meanwhile
+                    return None
+                arrays = self._rows.patch(hit.arrays, at, views)
+                if arrays is None:
+                    return None
+            else:
+                arrays = hit.arrays
+            if self._generation == generation:  # as in `node_arrays`: kept only if no view changed meanwhile
+                self._remember_locked(key, _CachedArrays(arrays, hit.unknown, generation, positions))
+        return arrays
+
     def _remember_locked(self, key: tuple[str, ...], entry: _CachedArrays) -> None:
-        """Keep `entry` for `key`, dropping the oldest entry beyond `ARRAYS_CACHE_ENTRIES`."""
+        """Keep `entry` for `key` (in place of an older one), dropping the oldest entry beyond
+        `ARRAYS_CACHE_ENTRIES`."""
+        self._arrays_cache.pop(key, None)
         while len(self._arrays_cache) >= ARRAYS_CACHE_ENTRIES:
             del self._arrays_cache[next(iter(self._arrays_cache))]
         self._arrays_cache[key] = entry
@@ -571,10 +626,12 @@ class ClusterStore:
 
 @dataclass(frozen=True)
 class _CachedArrays:
-    """A name list's columns and the names the store did not know, as gathered at the current generation."""
+    """A name list's columns and the names the store did not know, as of `generation`."""
 
     arrays: NodeArrays
     unknown: tuple[str, ...]
+    generation: int
+    positions: Mapping[str, int] | None = None  # each name's position in the list, once a patch needed it
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ node, reason for reason; `NodeRows` rewrites a row only when its view changes an
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -168,3 +169,45 @@ def test_window_left_kept_per_gpu_count_follows_now_across_window_starts() -> No
     got[:] = -1.0  # a caller's copy: what is kept is not changed
     assert arrays.window_left(gpus=8, now=NOW).tolist() == [window_left(node=v, gpus=8, now=NOW) for v in views]
 
+
+def test_patched_rows_give_what_gathering_the_list_gives() -> None:
+    rng = np.random.default_rng(5)
+    views = [_view(rng, i) for i in range(60)]
+    rows = NodeRows()
+    arrays = rows.gather(views)
+    arrays.window_left(gpus=2, now=NOW)  # kept with these columns, not with the patched ones
+    width = arrays.win_start.shape[0]
+    at = [3, 17, 40]
+    changed = [dataclasses.replace(_view(rng, i), name=views[i].name, gpu_type="B200") for i in at]
+    changed = [v if len(v.windows or ()) <= width else dataclasses.replace(v, windows=v.windows[:width])
+               for v in changed]
+    patched = rows.patch(arrays, at, changed)
+    assert patched is not None
+    now_views = list(views)
+    for i, v in zip(at, changed):
+        now_views[i] = v
+    fresh = NodeArrays.from_views(now_views)
+    assert patched.views == tuple(now_views) and arrays.views == tuple(views)  # the old columns are left alone
+    assert patched.names.tolist() == fresh.names.tolist() and patched.distinct
+    assert [patched.type_names[c] for c in patched.type_code] == [v.gpu_type for v in now_views]
+    for col in ("free_now", "total", "stale", "has_windows", "flat_free", "flat_end"):
+        assert getattr(patched, col).tolist() == getattr(fresh, col).tolist(), col
+        assert not getattr(patched, col).flags.writeable
+    assert patched.win_free.tolist() == np.pad(fresh.win_free, ((0, width - fresh.win_free.shape[0]), (0, 0)),
+                                               constant_values=-1).tolist()
+    for gpus in (1, 2, 4):
+        assert patched.window_left(gpus=gpus, now=NOW).tolist() == fresh.window_left(gpus=gpus, now=NOW).tolist()
+        assert patched.window_left(gpus=gpus, now=NOW + 900).tolist() == [
+            window_left(node=v, gpus=gpus, now=NOW + 900) for v in now_views]
+    pod = PodRequest("p", gpus=2, predicted={"T4": Prediction(600.0, 900.0), "B200": Prediction(60.0, 90.0)})
+    assert filter_arrays(pod=pod, nodes=patched, now=NOW) == filter_nodes(pod=pod, nodes=now_views, now=NOW)
+    same = rows.patch(arrays, [5], [views[5]])  # nothing changed in the row: every column is shared
+    assert same is not None and same.free_now is arrays.free_now and same.win_free is arrays.win_free
+
+
+def test_a_patch_with_more_windows_than_the_columns_hold_is_refused() -> None:
+    rows = NodeRows(width=1)
+    arrays = rows.gather([NodeView("a", "T4", 8, 8, None, None, False, (IdleWindow(NOW, NOW + 10, 8),))])
+    wide = NodeView("a", "T4", 8, 8, None, None, False, (IdleWindow(NOW, NOW + 10, 8), IdleWindow(NOW, NOW + 20, 4)))
+    assert rows.patch(arrays, [0], [wide]) is None
+    assert rows.gather([wide]).window_left(gpus=4, now=NOW).tolist() == [20.0]

@@ -1,13 +1,17 @@
 """`ClusterStore.node_arrays` keeps the columns of a node-name list until the store changes: the same list again is
-served the same columns, any change the views can see (pods, nodes, forecasts, staleness) is served fresh, and a
-different list never gets another list's rows."""
+served the same columns, any change the views can see (pods, nodes, forecasts, staleness) is served fresh (a change
+to a few nodes by rewriting their rows only), and a different list never gets another list's rows."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 
 from offpeak_core.forecast import ForecastSettings
+from offpeak_core.nodearrays import NodeArrays
+from offpeak_extender import store as store_module
 from offpeak_extender.store import ARRAYS_CACHE_ENTRIES, ClusterStore
 
 from support.clock import Clock
@@ -145,3 +149,88 @@ def test_a_node_a_relist_no_longer_has_is_unknown_not_served_from_its_old_view()
     names, _, unknown = served(store, ["a", "b", "c"])
     assert names == ["a", "c"] and unknown == ["b"]
     assert [v.name for v in store.views(["a", "b", "c"])[0]] == ["a", "c"]
+
+
+def columns(arrays: NodeArrays, now: float) -> dict[str, Any]:
+    """Everything the decisions read of `arrays`, comparable (window columns through `window_left`)."""
+    return {"views": arrays.views, "names": arrays.names.tolist(), "json": arrays.json_names.tolist(),
+            "types": [arrays.type_names[c] for c in arrays.type_code.tolist()],
+            **{c: getattr(arrays, c).tolist() for c in ("free_now", "total", "stale", "has_windows", "flat_free",
+                                                        "flat_end")},
+            **{f"left{g}": arrays.window_left(gpus=g, now=now + dt).tolist() for g in (1, 2, 4) for dt in (0, 70)}}
+
+
+def assert_served_fresh(store: ClusterStore, names: list[str], now: float) -> NodeArrays:
+    """`node_arrays` serves what gathering the store's views afresh gives."""
+    arrays, unknown = store.node_arrays(names)
+    views, want_unknown = store.views(names)
+    assert unknown == want_unknown
+    assert columns(arrays, now) == columns(NodeArrays.from_views(views), now)
+    return arrays
+
+
+def test_a_pod_event_rewrites_its_nodes_rows_only_and_lists_without_it_keep_their_columns() -> None:
+    store = make_store(Clock(NOW))
+    both, _ = store.node_arrays(["a", "b", "c"])
+    without, _ = store.node_arrays(["a", "c"])
+    store.upsert_pod(gpu_pod("train-0", gpus=3, node="b"))
+    assert store.node_arrays(["a", "c"])[0] is without  # b is not listed: nothing to rewrite
+    patched = assert_served_fresh(store, ["a", "b", "c"], NOW)
+    assert patched is not both and patched.free_now.tolist() == [2, 5, 8] and both.free_now.tolist() == [2, 8, 8]
+    assert patched.total is both.total and patched.names is both.names  # unchanged columns are shared
+    assert store.node_arrays(["a", "b", "c"])[0] is patched  # and kept for the next request
+    store.delete_pod(gpu_pod("train-0", gpus=3, node="b"))
+    assert assert_served_fresh(store, ["a", "b", "c"], NOW).free_now.tolist() == [2, 8, 8]
+
+
+def test_node_changes_in_a_kept_list_are_served_fresh() -> None:
+    store = make_store(Clock(NOW))
+    store.node_arrays(["a", "b", "c"])
+    store.upsert_node(gpu_node("b", gpus=8, gpu_type="H100-SXM5-80GB"))  # relabelled: a GPU type new to the rows
+    arrays = assert_served_fresh(store, ["a", "b", "c"], NOW)
+    assert arrays.type_names[int(arrays.type_code[1])] == "H100-SXM5-80GB"
+    store.delete_node(gpu_node("c"))
+    assert served(store, ["a", "b", "c"]) == (["a", "b"], [2, 8], ["c"])
+    store.upsert_node(gpu_node("c", gpus=2, gpu_type="T4"))  # back, and no longer unknown
+    assert served(store, ["a", "b", "c"]) == (["a", "b", "c"], [2, 8, 2], [])
+
+
+def test_kept_columns_always_match_columns_gathered_afresh() -> None:
+    """Random pod, node, forecast and clock changes, each followed by requests for a few lists: a patched row that
+    kept an old value, or a list served rows it should not have, fails here."""
+    rng = np.random.default_rng(1)
+    clock = Clock(NOW)
+    names = [f"n{i}" for i in range(8)]
+    store = ClusterStore(settings=S, clock=clock, stale_after_seconds=30.0)
+    store.replace_all(nodes=[gpu_node(n, gpus=8) for n in names], pods=[])
+    store.set_history(history(names), now=NOW)
+    lists = [names, names[::2], names[3:], names[:2] + ["gone"], names[1:3] + names[1:2]]
+    for step in range(300):
+        node, gpus = names[int(rng.integers(len(names)))], int(rng.integers(1, 4))
+        kind = rng.choice(["pod", "pod", "pod", "unpod", "node", "delete", "refit", "tick"])
+        pod = gpu_pod(f"p{int(rng.integers(6))}", gpus=gpus, node=node, workload=str(rng.choice(["online", "x"])))
+        if kind == "pod":
+            store.upsert_pod(pod)
+        elif kind == "unpod":
+            store.delete_pod(pod)
+        elif kind == "node":
+            store.upsert_node(gpu_node(node, gpus=int(rng.choice([4, 8])), gpu_type=str(rng.choice(["T4", "L4"]))))
+        elif kind == "delete":
+            store.delete_node(gpu_node(node))
+        elif kind == "refit" and step % 5 == 0:
+            store.set_history(history(names, online=float(rng.uniform(0, 6)), end=clock.t), now=clock.t)
+        elif kind == "tick":
+            clock.t += float(rng.choice([1.0, 20.0]))
+        for names_asked in [lists[int(i)] for i in rng.permutation(len(lists))[:3]]:
+            assert_served_fresh(store, names_asked, clock.t)
+
+
+def test_columns_older_than_the_change_log_are_gathered_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_module, "CHANGE_LOG_ENTRIES", 4)
+    store = make_store(Clock(NOW))
+    kept, _ = store.node_arrays(["a", "b"])
+    for i in range(3):  # six changes: more than the log holds
+        store.upsert_pod(gpu_pod(f"train-{i}", gpus=1, node="c"))
+    again = assert_served_fresh(store, ["a", "b"], NOW)
+    assert again is not kept and again.total is not kept.total  # gathered, not patched from what it kept
+
