@@ -205,7 +205,7 @@ class ClusterStore:
         # Bumped by every change a view or the node set can see (`_changed`): columns gathered at one generation
         # are reused for the same name list until the next, then patched where the change log names their nodes.
         self._generation = 0
-        self._arrays_cache: dict[tuple[str, ...], _CachedArrays] = {}
+        self._arrays_cache: dict[str | tuple[str, ...], _CachedArrays] = {}  # by `list_key`
         self._change_log: deque[tuple[str, ...]] = deque(maxlen=CHANGE_LOG_ENTRIES)  # the nodes of each generation
         self._forecast_version = 0
         max_samples = int(settings.history_seconds / settings.step_seconds) + 1
@@ -521,8 +521,8 @@ class ClusterStore:
         Otherwise rows are rewritten only for views rebuilt since.
         """
         t = self.clock() if now is None else now
-        key = tuple(names)
-        hash(key)  # hashes the names outside the lock (a string keeps its hash; a tuple's is cheap after that)
+        key = list_key(names)
+        hash(key)  # outside the lock (a string keeps its hash)
         with self._lock:
             self._check_staleness_locked(t)
             generation = self._generation
@@ -539,7 +539,7 @@ class ClusterStore:
                 self._remember_locked(key, _CachedArrays(arrays, tuple(unknown), generation))
         return arrays, unknown
 
-    def _patched(self, key: tuple[str, ...], names: Sequence[str], hit: _CachedArrays, changed: set[str],
+    def _patched(self, key: str | tuple[str, ...], names: Sequence[str], hit: _CachedArrays, changed: set[str],
                  generation: int, now: float) -> NodeArrays | None:
         """`hit`'s columns as of `generation`, given that only the views of `changed` changed since they were
         gathered: the same columns when none of those nodes is listed, else a copy with their rows rewritten. None
@@ -569,7 +569,7 @@ class ClusterStore:
                 self._remember_locked(key, _CachedArrays(arrays, hit.unknown, generation, positions))
         return arrays
 
-    def _remember_locked(self, key: tuple[str, ...], entry: _CachedArrays) -> None:
+    def _remember_locked(self, key: str | tuple[str, ...], entry: _CachedArrays) -> None:
         """Keep `entry` for `key` (in place of an older one), dropping the oldest entry beyond
         `ARRAYS_CACHE_ENTRIES`."""
         self._arrays_cache.pop(key, None)
@@ -622,6 +622,14 @@ class ClusterStore:
             for p in self.pods_on(node)
             if p.workload == "offline" and not p.deleting
         ]
+
+
+def list_key(names: Sequence[str]) -> str | tuple[str, ...]:
+    """The key of a node-name list in the columns cache: the names joined by NUL, one string, which keeps its hash
+    once computed and compares in one memcmp (a tuple of thousands of names rehashes at every lookup); the tuple of
+    names when a name holds a NUL itself or the list is empty, where joining could give two lists one key."""
+    joined = "\0".join(names)
+    return joined if joined.count("\0") == len(names) - 1 else tuple(names)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import pytest
 from offpeak_core.forecast import ForecastSettings
 from offpeak_core.nodearrays import NodeArrays
 from offpeak_extender import store as store_module
-from offpeak_extender.store import ARRAYS_CACHE_ENTRIES, ClusterStore
+from offpeak_extender.store import ARRAYS_CACHE_ENTRIES, ClusterStore, list_key
 
 from support.clock import Clock
 
@@ -234,3 +234,9 @@ def test_columns_older_than_the_change_log_are_gathered_afresh(monkeypatch: pyte
     again = assert_served_fresh(store, ["a", "b"], NOW)
     assert again is not kept and again.total is not kept.total  # gathered, not patched from what it kept
 
+
+def test_list_keys_tell_every_list_apart() -> None:
+    lists = [[], [""], ["", ""], ["a"], ["a", "b"], ["a\0b"], ["a", "\0b"], ["a\0", "b"], ["ab"], ["b", "a"]]
+    keys = [list_key(n) for n in lists]
+    assert len(set(keys)) == len(lists)
+    assert list_key(("a", "b")) == list_key(["a", "b"]) and isinstance(list_key(["a", "b"]), str)
