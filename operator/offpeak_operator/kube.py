@@ -149,6 +149,12 @@ class KubeIO:
         """Create; False when a ConfigMap of that name already exists."""
         return _create_if_absent(self.core.create_namespaced_config_map, body)
 
+    def replace_configmap(self, body: Mapping[str, Any]) -> None:
+        """Replace an existing ConfigMap whole (a workload's graph, analysed again for another entry point)."""
+        meta = body["metadata"]
+        self.core.replace_namespaced_config_map(meta["name"], meta["namespace"], cast(Any, body), _headers=JSON_BODY,
+                                                _preload_content=False)
+
     # -- workloads that opt in (offpeak_operator.workloads): batch/v1 Jobs, PyTorchJobs (offpeak_core.jobkinds)
     def get_workload(self, kind: JobKind, namespace: str, name: str) -> dict[str, Any] | None:
         if kind.group == "":

@@ -127,7 +127,9 @@ class WorkloadReconciler:
                     kube.delete_pod(namespace, pod_name)
                     return self._analysed(job, source, "failed", "could not read the graph from the analysis pod: "
                                                                  f"{getattr(e, 'reason', None) or e}")
-                kube.create_configmap(workloads.graph_configmap(job, encoded, self.kind))
+                body = workloads.graph_configmap(job, encoded, self.kind, entrypoint=source)
+                if not kube.create_configmap(body):  # an earlier entry point's graph: this one replaces it
+                    kube.replace_configmap(body)
                 kube.delete_pod(namespace, pod_name)
                 kube.patch_workload(self.kind, namespace, meta["name"], workloads.analysis_patch(
                     source, "extracted", f"model graph extracted ({encoded.original_ops} ops)"))
@@ -152,7 +154,9 @@ class WorkloadReconciler:
             if source.kind == "entrypoint":  # extracted by the analysis pod into the workload's graph ConfigMap
                 cm = self.ctx.kube.get_configmap(job["metadata"]["namespace"],
                                                  workloads.owned_name(job, self.kind, "graph"))
-                return graph_from_configmap(cm, key=names.GRAPH_KEY) if cm is not None else None
+                if cm is None or not workloads.graph_is_of(cm, source.value):
+                    return None  # none yet, or another entry point's
+                return graph_from_configmap(cm, key=names.GRAPH_KEY)
             if source.in_process:
                 return self.ctx.extract(spec, float(self.ctx.settings.analysis.in_process_timeout_seconds))
             if source.kind == "graphConfigMap":

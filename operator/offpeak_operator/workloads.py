@@ -301,14 +301,23 @@ def analysis_pod(job: Mapping[str, Any], spec: JobSpec, settings: AnalysisSettin
 
 
 def analysed_source(pod: Mapping[str, Any]) -> str:
-    """The entry point an analysis pod runs (`analysis_pod`)."""
+    """The entry point an analysis pod runs (`analysis_pod`), or whose graph a graph ConfigMap holds."""
     return str(((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_MODEL_SOURCE, ""))
 
 
-def graph_configmap(job: Mapping[str, Any], encoded: EncodedGraph, kind: JobKind = BATCH_JOB) -> dict[str, Any]:
-    """The workload's `<kind>-<name>-graph` ConfigMap, as a TrainingJob's `<name>-graph`."""
-    return podspecs.graph_configmap(job, encoded, source="entrypoint",
-                                    metadata=owned_metadata(job, kind, suffix="graph", role="graph"))
+def graph_configmap(job: Mapping[str, Any], encoded: EncodedGraph, kind: JobKind = BATCH_JOB, *,
+                    entrypoint: str = "") -> dict[str, Any]:
+    """The workload's `<kind>-<name>-graph` ConfigMap, as a TrainingJob's `<name>-graph`; it names the entry point
+    whose graph it holds (`ANN_MODEL_SOURCE`), so a graph of an entry point the workload no longer names is never
+    taken for the current one's (`graph_is_of`)."""
+    metadata = owned_metadata(job, kind, suffix="graph", role="graph")
+    metadata["annotations"] = {ANN_MODEL_SOURCE: entrypoint}
+    return podspecs.graph_configmap(job, encoded, source="entrypoint", metadata=metadata)
+
+
+def graph_is_of(configmap: Mapping[str, Any], entrypoint: str) -> bool:
+    """Whether a workload's graph ConfigMap holds the graph of this entry point."""
+    return analysed_source(configmap) == entrypoint
 
 
 def analysis_record(job: Mapping[str, Any], source: str) -> Mapping[str, str] | None:

@@ -355,8 +355,14 @@ class AnalysisKube(JobKube):
         return copy.deepcopy(self.configmaps.get(name))
 
     def create_configmap(self, body: dict[str, Any]) -> bool:
-        self.configmaps.setdefault(body["metadata"]["name"], copy.deepcopy(body))
+        if body["metadata"]["name"] in self.configmaps:
+            return False  # as the API server's 409
+        self.configmaps[body["metadata"]["name"]] = copy.deepcopy(body)
         return True
+
+    def replace_configmap(self, body: dict[str, Any]) -> None:
+        assert body["metadata"]["name"] in self.configmaps  # a PUT of an absent object is a 404
+        self.configmaps[body["metadata"]["name"]] = copy.deepcopy(body)
 
 
 class GraphPredictor:
@@ -475,6 +481,30 @@ def test_an_analysis_of_an_entry_point_the_job_no_longer_names_is_replaced() -> 
     assert kube.pods["job-nightly-analysis"]["metadata"]["annotations"]["offpeak.io/model-source"] == \
         "team.v2:build"
     assert "job-nightly-graph" not in kube.configmaps
+
+
+def test_a_graph_of_an_entry_point_the_job_no_longer_names_is_replaced_not_reused() -> None:
+    """Extracted, then refused on admission (the Job stays suspended), then pointed at another entry point: the new
+    analysis must predict from, and keep, the new graph, never the old ConfigMap's (which used to be kept: the
+    ConfigMap was only created when absent)."""
+    rec, kube, predictor, _ = analysing(entrypoint_job())
+    old, new = small_graph(name="old-model"), small_graph(3, name="new-model")
+    assert old.content_hash() != new.content_hash()
+    assert rec.reconcile("team", "nightly") == "Analyzing"
+    _finish_analysis(kube, "job-nightly-analysis", old)
+    assert rec.reconcile("team", "nightly") == "Predicted"
+    # as `_admit` leaves a Job whose prediction's patch the API server refused: suspended, Invalid
+    kube.job["spec"]["suspend"] = True
+    kube.job["metadata"]["annotations"]["offpeak.io/state"] = "Invalid: the API server refused the prediction's patch"
+    kube.job["spec"]["template"]["metadata"]["annotations"]["offpeak.io/model-source"] = "entrypoint:team.v2:build"
+    assert rec._graph(kube.job, workloads.workload_spec(kube.job, resolve_gpu=None)[0]) is None  # not v2's graph
+    assert rec.reconcile("team", "nightly") == "Analyzing"
+    _finish_analysis(kube, "job-nightly-analysis", new)
+    assert rec.reconcile("team", "nightly") == "Predicted"
+    assert ModelGraph.from_dict(predictor.requests[-1]["graph"]).content_hash() == new.content_hash()
+    cm = kube.configmaps["job-nightly-graph"]
+    assert cm["metadata"]["annotations"]["offpeak.io/graph-hash"] == new.content_hash()
+    assert cm["metadata"]["annotations"]["offpeak.io/model-source"] == "team.v2:build"
 
 
 def test_an_invalid_job_always_says_its_current_reason() -> None:
