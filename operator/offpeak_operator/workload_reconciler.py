@@ -133,12 +133,21 @@ class WorkloadReconciler:
                 kube.delete_pod(namespace, pod_name)
                 kube.patch_workload(self.kind, namespace, meta["name"], workloads.analysis_patch(
                     source, "extracted", f"model graph extracted ({encoded.original_ops} ops)"))
+                self._observe_analysis((now - started).total_seconds(), ok=True)
                 return "Ready", graph, ""
             case "invalid":
                 kube.delete_pod(namespace, pod_name)
+                self._observe_analysis((now - started).total_seconds(), ok=False)
                 return self._analysed(job, source, "invalid", f"invalid model source: {judged.message}")
         kube.delete_pod(namespace, pod_name)  # failed: what is left of it goes
+        self._observe_analysis((now - started).total_seconds(), ok=False)
         return self._analysed(job, source, "failed", judged.message)
+
+    def _observe_analysis(self, seconds: float, *, ok: bool) -> None:
+        """An analysis pod's run, from its creation to its outcome, in the histogram TrainingJobs' analyses feed
+        (source `entrypoint`)."""
+        self.ctx.metrics.analysis_duration_seconds.labels(source="entrypoint", outcome="ok" if ok else "failed"
+                                                          ).observe(max(0.0, seconds))  # fmt: skip
 
     def _analysed(self, job: Mapping[str, Any], source: str, outcome: str, message: str) -> tuple[str, None, str]:
         """Record an analysis that gave no graph; the reconcile goes on as the outcome says."""

@@ -104,6 +104,7 @@ OPERATOR_NAMESPACED = {
     ("", "pods", "patch"),  # a real prediction replaces a fallback in the waiting pods' annotation
     ("", "pods/log", "get"),
     ("", "configmaps", "get"), ("", "configmaps", "create"),
+    ("", "configmaps", "update"),  # a workload analysed again for another entry point replaces its graph
     ("", "services", "create"),  # a multi-worker job's headless rendezvous Service
     ("", "persistentvolumeclaims", "create"),  # spec.checkpoint.claimTemplate
     # opted-in batch/v1 Jobs: watched, their template annotated and unsuspended

@@ -449,6 +449,8 @@ def test_an_entry_point_is_extracted_in_an_owned_analysis_pod_then_predicted_fro
     assert cm["metadata"]["ownerReferences"][0]["kind"] == "Job"
     assert cm["metadata"]["annotations"]["offpeak.io/graph-hash"] == graph.content_hash()
     assert json.loads(kube.job["metadata"]["annotations"]["offpeak.io/analysis"])["outcome"] == "extracted"
+    assert rec.ctx.metrics.registry.get_sample_value("offpeak_analysis_duration_seconds_count",
+                                                     {"source": "entrypoint", "outcome": "ok"}) == 1
     assert "by the predictor" in kube.job["metadata"]["annotations"]["offpeak.io/state"]
     # the sample of the finished Job is sent with the stored graph
     assert rec._graph(kube.job, workloads.workload_spec(kube.job, resolve_gpu=None)[0]).content_hash() == \
@@ -532,6 +534,11 @@ def test_a_hung_or_refused_analysis_falls_back_to_a_prediction_without_the_graph
     assert "job-nightly-analysis" not in kube.pods and predictor.requests == [] and kube.job["spec"]["suspend"] is False
     state = kube.job["metadata"]["annotations"]["offpeak.io/state"]
     assert f"by the user-estimate (no graph after {settings.timeout_seconds}s of analysis)" in state, state
+    failed = {"source": "entrypoint", "outcome": "failed"}
+    registry = rec.ctx.metrics.registry
+    assert registry.get_sample_value("offpeak_analysis_duration_seconds_count", failed) == 1
+    assert registry.get_sample_value("offpeak_analysis_duration_seconds_sum", failed) == \
+        settings.timeout_seconds + settings.grace_seconds + 1
 
     rec, kube, predictor, _ = analysing(entrypoint_job(), reject_pods=403)
     assert rec.reconcile("team", "nightly") == "Predicted" and kube.pods == {}
