@@ -366,7 +366,7 @@ def encode_scores(json_names: list[str], scores: np.ndarray) -> bytes:
         return b"[]"
     parts = [""] * (2 * len(json_names))  # quoted name, score and next opening, alternately
     parts[::2] = json_names
-    parts[1::2] = _SCORE_NEXT[np.clip(scores, 0, MAX_EXTENDER_PRIORITY)].tolist()
+    parts[1::2] = _SCORE_NEXT.take(scores, mode="clip").tolist()  # clipped to 0..10 in the same C call
     return f"[{_HOST_OPEN}{''.join(parts)[:-len(_HOST_OPEN) - 1]}]".encode()
 
 
