@@ -5,6 +5,11 @@ and the e2e demo can compress a day into minutes); each bin's high quantile (def
 Missing data is normal (agents restart, Prometheus drops scrapes): NaN samples are ignored, a day-of-week bin
 with too few samples falls back to the same time of day on any weekday, then to the node's overall quantile,
 and the confidence drops with each fallback. No history at all gives confidence 0 (callers treat it as stale).
+
+Each fit also learns the node's idle runs (`offpeak_core.idleruns`): how long its windows really lasted, given
+how long they had lasted already. At request time a window is forecast to end no later than `run_quantile` of the
+node's past windows of the same age went on, which the time-of-day quantiles cannot say (a window that opened a
+minute ago on a node where online work comes and goes is not a long window, whatever the hour).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from offpeak_core.idleruns import IdleRuns, cap_online, fit_idle_runs
 from offpeak_core.schedules import EPOCH_WEEKDAY, BusySchedule
 
 DAYS_PER_WEEK = 7
@@ -34,6 +40,10 @@ class ForecastSettings:
     min_samples: int = 3  # samples a bin needs before it is trusted
     live_tolerance: float = 0.5  # GPUs above the forecast that count as "online demand rising now"
     live_hold_seconds: float | None = None  # how long a live surprise holds (default: season/24, one "hour")
+    # A window lasts as long as this share of the node's own past windows of its age went on (None: off). 0.9 is
+    # the same caution as `quantile`: nine in ten such windows lasted at least that long.
+    run_quantile: float | None = 0.9
+    min_runs: int = 10  # past windows that lasted beyond a window's age before their lengths are trusted
 
     def __post_init__(self) -> None:
         if self.season_seconds <= 0 or self.step_seconds <= 0 or self.horizon_seconds <= 0:
@@ -42,6 +52,10 @@ class ForecastSettings:
             raise ValueError("step_seconds must not exceed season_seconds")
         if not 0.0 <= self.quantile <= 1.0:
             raise ValueError(f"quantile must be in [0, 1], got {self.quantile}")
+        if self.run_quantile is not None and not 0.0 < self.run_quantile <= 1.0:
+            raise ValueError(f"run_quantile must be in (0, 1] or None, got {self.run_quantile}")
+        if self.min_runs < 1:
+            raise ValueError(f"min_runs must be >= 1, got {self.min_runs}")
 
     @property
     def bins_per_day(self) -> int:
@@ -63,6 +77,7 @@ class SeasonalModel:
     day_n: np.ndarray
     overall_q: float  # NaN when there is no data at all
     n_samples: int
+    runs: IdleRuns | None = None  # the node's idle runs (None: no samples, or `run_quantile` off)
 
 
 @dataclass(frozen=True)
@@ -73,6 +88,7 @@ class DemandForecast:
     online: np.ndarray
     confidence: np.ndarray
     step_seconds: float
+    runs: IdleRuns | None = None  # the node's idle runs, as fitted (applied by `forecast_now`)
 
 
 def _bins(times: np.ndarray, s: ForecastSettings) -> tuple[np.ndarray, np.ndarray]:
@@ -112,7 +128,11 @@ def fit_seasonal(*, times: np.ndarray, online: np.ndarray, now: float, settings:
     week_q, week_n = _grouped_quantile(week, v, DAYS_PER_WEEK * bpd, settings.quantile)
     day_q, day_n = _grouped_quantile(tod, v, bpd, settings.quantile)
     overall = float(np.quantile(v, settings.quantile, method="higher")) if v.size else float("nan")
-    return SeasonalModel(settings, week_q, week_n, day_q, day_n, overall, int(v.size))
+    runs = None
+    if settings.run_quantile is not None:
+        runs = fit_idle_runs(times=times, online=online, now=now, history_seconds=settings.history_seconds,
+                             max_gap_seconds=settings.step_seconds)
+    return SeasonalModel(settings, week_q, week_n, day_q, day_n, overall, int(v.size), runs)
 
 
 def forecast_demand(*, model: SeasonalModel, start: float) -> DemandForecast:
@@ -133,7 +153,19 @@ def forecast_demand(*, model: SeasonalModel, start: float) -> DemandForecast:
     if np.isfinite(model.overall_q):
         online[rest] = model.overall_q
         conf[rest] = CONFIDENCE_OVERALL
-    return DemandForecast(times=times, online=online, confidence=conf, step_seconds=s.step_seconds)
+    return DemandForecast(times=times, online=online, confidence=conf, step_seconds=s.step_seconds, runs=model.runs)
+
+
+def apply_runs(
+    *, forecast: DemandForecast, runs: IdleRuns | None, live_online: float | None, now: float,
+    settings: ForecastSettings,
+) -> DemandForecast:
+    """End each window no later than the node's own past windows of its age say (`idleruns.cap_online`)."""
+    if runs is None or settings.run_quantile is None or forecast.times.size == 0:
+        return forecast
+    online = cap_online(times=forecast.times, online=forecast.online, step_seconds=forecast.step_seconds, runs=runs,
+                        live_online=live_online, now=now, quantile=settings.run_quantile, min_runs=settings.min_runs)
+    return DemandForecast(forecast.times, online, forecast.confidence, forecast.step_seconds)
 
 
 def apply_live(
@@ -209,7 +241,8 @@ def forecast_now(
     schedule: BusySchedule | None = None,
 ) -> DemandForecast | None:
     """The request-time half of `forecast_node`: a fitted forecast (refreshed in the background) brought to `now`,
-    then the live override and declared busy hours; clipped to capacity.
+    then the live override, the node's own window lengths (`apply_runs`) and declared busy hours; clipped to
+    capacity.
 
     Without a fitted forecast, declared busy hours alone are a forecast: steps outside them count as free with
     confidence 0.4. Without either, there is no forecast (None): the caller marks the node stale.
@@ -220,6 +253,7 @@ def forecast_now(
         fitted = empty_forecast(now, settings)
     fc = shifted_to(fitted, now)
     fc = apply_live(forecast=fc, live_online=live_online, now=now, settings=settings, capacity=capacity)
+    fc = apply_runs(forecast=fc, runs=fitted.runs, live_online=live_online, now=now, settings=settings)
     fc = apply_schedule(forecast=fc, schedule=schedule, capacity=capacity, settings=settings)
     online, conf = fc.online, fc.confidence
     if schedule is not None:
