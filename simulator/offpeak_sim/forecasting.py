@@ -8,6 +8,11 @@ These are `forecast_node`'s two halves, as the extender runs them: the fit when 
 Mode `exact`: the true future demand (max per forecast step), i.e. a perfect forecaster; used to separate
 forecast error from runtime-prediction error, and by tests.
 
+Between refreshes, a node whose online demand changed gets its forecast brought to the minute with the new live
+demand (`live_updates`), as the extender's store rebuilds a node's view whenever its online pods change (the pod
+informer), so a surprise (online work back before the forecast said) closes that node's windows at once instead of
+up to `refresh_seconds` later.
+
 Windows are computed for the online demand alone (no offline pods) and shifted per policy by the GPUs that
 policy's offline pods hold on the node, which is what `free_profile(offline_now=...)` would give.
 
@@ -20,12 +25,13 @@ future leaks into a decision. The table is rebuilt every `survival_seconds`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from offpeak_core.forecast import ForecastSettings, SeasonalModel, fit_seasonal, forecast_demand, forecast_now
 from offpeak_core.goodput import DEFAULT_CLASS_EDGES, WindowSurvival, add_observations
+from offpeak_core.idleruns import IdleRuns, run_ages
 from offpeak_core.model import IdleWindow
 from offpeak_core.windows import FreeProfile, free_profile, idle_windows
 
@@ -43,6 +49,7 @@ class FeedSettings:
     survival_seconds: float = 3600.0  # how often the window-survival table is rebuilt
     survival_bin_seconds: float = 300.0
     survival_horizon_seconds: float = 86400.0  # windows followed this long count as outlasting it
+    live_updates: bool = True  # seasonal: re-forecast a node when its online demand changes (as the extender does)
 
     def __post_init__(self) -> None:
         if self.mode not in ("seasonal", "exact"):
@@ -76,10 +83,27 @@ class WindowFeed:
         self._survival_at = -np.inf
         self.survival: WindowSurvival | None = None
         self.survival_version = 0
+        self._live = np.full(scenario.fleet.size, -1, dtype=np.int64)  # online GPUs each node was forecast with
+        self.updates = 0  # node forecasts brought up to date between refreshes (live_updates)
+
+    def update_live(self, now: float) -> np.ndarray:
+        """Re-forecast (seasonal mode) the nodes whose online demand changed since their last forecast; return them.
+
+        The forecast stays on the refresh's step grid (`times`), so bounds and windows keep one clock; steps already
+        past repeat the current one."""
+        if self.s.mode != "seasonal" or not self.s.live_updates or not self._models:
+            return np.zeros(0, dtype=np.int64)
+        changed = np.flatnonzero(self.sc.demand[:, int(now // 60)] != self._live)
+        for n in changed:
+            self._forecast_node(int(n), now)
+            self._windows.pop(int(n), None)
+        self.updates += int(changed.size)
+        return changed
 
     def maybe_refresh(self, now: float) -> bool:
         """Refresh when `refresh_seconds` have passed; return True when it did."""
         if now - self.refreshed_at < self.s.refresh_seconds:
+            self.update_live(now)
             return False
         self.refreshed_at = now
         self.refresh_index += 1
@@ -169,15 +193,46 @@ class WindowFeed:
                 fit_seasonal(times=t, online=self.sc.demand[n, lo:m_now].astype(float), now=now, settings=fs)
                 for n in range(self.sc.fleet.size)
             ]
-        for n, model in enumerate(self._models):
-            cap = int(self.sc.fleet.gpus[n])
-            fc = forecast_now(fitted=forecast_demand(model=model, start=now), capacity=cap, now=now, settings=fs,
-                              live_online=float(self.sc.demand[n, m_now]))
-            assert fc is not None  # a fitted forecast always gives one
-            prof = free_profile(forecast=fc, capacity=cap)
-            self.free[n] = prof.free
-            self.stale[n] = float(prof.confidence[0]) <= 0.0
-            self._profiles[n] = prof
+        for n in range(len(self._models)):
+            self._forecast_node(n, now)
+
+    def _forecast_node(self, n: int, now: float) -> None:
+        """Node n's free profile at `now` (live demand overlaid), on the step grid of the last refresh."""
+        fs = self.s.forecast
+        live = int(self.sc.demand[n, int(now // 60)])
+        cap = int(self.sc.fleet.gpus[n])
+        model = self._models[n]
+        if model.runs is not None:
+            model = replace(model, runs=self._aged(n, model.runs, now))
+        fitted = forecast_demand(model=model, start=self.refreshed_at)
+        fc = forecast_now(fitted=fitted, capacity=cap, now=now, settings=fs, live_online=float(live))
+        assert fc is not None  # a fitted forecast always gives one
+        prof = free_profile(forecast=fc, capacity=cap)
+        past = self.steps - prof.free.size  # steps of the refresh's grid already wholly past
+        if past:
+            prof = FreeProfile(self.times, np.concatenate([np.repeat(prof.free[:1], past), prof.free]),
+                               np.concatenate([np.repeat(prof.confidence[:1], past), prof.confidence]),
+                               prof.step_seconds)
+        self.free[n] = prof.free
+        self.stale[n] = float(prof.confidence[0]) <= 0.0
+        self._profiles[n] = prof
+        self._live[n] = live
+
+    def _aged(self, n: int, runs: IdleRuns, now: float) -> IdleRuns:
+        """The node's idle runs as fitted (daily), with the ages of its open runs brought to `now`: what a fit at
+        `now` would give, but for runs completed since the fit (the extender refits every minute anyway).
+
+        Ages are looked for in the last day of samples first, in the whole history only when a run reaches back
+        further (same answer, much less work)."""
+        m = int(now // 60)
+        lo = max(0, int((now - self.s.forecast.history_seconds) // 60))
+        k = len(runs.age)
+        for first in (max(lo, m - 1440), lo):
+            levels = self.sc.demand[n, first:m].astype(np.int64)
+            age = run_ages(times=self._minute_times[first:m], levels=levels, thresholds=k)
+            if first == lo or not np.any(age >= (m - 1 - first) * 60.0):
+                break
+        return IdleRuns(at=float(self._minute_times[m - 1]) if m > 0 else now, lengths=runs.lengths, age=age)
 
     def base_windows(self, node: int) -> tuple[IdleWindow, ...]:
         """The extender's idle windows for the node's online forecast alone (cached until the next refresh)."""

@@ -25,7 +25,8 @@ def test_online_gpus_wait_the_grace_period_only_when_offline_work_holds_them() -
     # a 4-GPU backfill job takes 4 of the 6 free GPUs at the run start; online then rises 2 -> 7 GPUs:
     # 2 of the 5 new online GPUs are free (0 s), 3 need the offline job's GPUs (the grace period)
     sc = make_scenario(_one_node(7), [(0.0, 10 * H, 4)])
-    r = simulate(sc, [POLICIES["backfill"]], feed=None, settings=EngineSettings(eviction_grace_seconds=30.0))["backfill"]
+    r = simulate(sc, [POLICIES["backfill"]], feed=None,
+                 settings=EngineSettings(eviction_grace_seconds=30.0))["backfill"]
     assert r.t.evictions == 1
     assert r.t.online_gpu_requests == 5
     assert r.t.online_waits == {30.0: 3}
