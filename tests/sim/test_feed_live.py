@@ -1,0 +1,61 @@
+"""The feed brings a node's forecast up to date when its online demand changes between refreshes, as the
+extender's store rebuilds a node's view on online pod events; and it matches a fresh `forecast_node` then."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from offpeak_core.forecast import ForecastSettings, fit_seasonal, forecast_demand, forecast_now
+from offpeak_core.idleruns import IdleRuns, fit_idle_runs
+from offpeak_core.windows import free_profile
+from offpeak_sim.forecasting import FeedSettings, WindowFeed
+
+from .conftest import daily, make_scenario
+
+
+def test_a_surprise_between_refreshes_closes_the_nodes_windows_at_once() -> None:
+    demand = daily(2, 3, [(600, 900, 8)])  # busy 10:00-15:00 every day, else idle
+    sc = make_scenario(demand, [])
+    m = int(sc.start_s // 60) + 60  # 01:00 on the run's first day: forecast idle for hours
+    sc.demand[0, m + 3 :] = 8  # online work comes back on node 0 three minutes after a refresh
+    live = WindowFeed(sc, FeedSettings(refresh_seconds=600))
+    stale = WindowFeed(sc, FeedSettings(refresh_seconds=600, live_updates=False))
+    for f in (live, stale):
+        f.maybe_refresh(m * 60.0)
+        assert f.windows_for(0, offline_gpus=0, now=m * 60.0)  # a window now
+        f.maybe_refresh((m + 3) * 60.0)
+    assert not live.windows_for(0, offline_gpus=0, now=(m + 3) * 60.0)  # closed at once
+    assert stale.windows_for(0, offline_gpus=0, now=(m + 3) * 60.0)  # still open until the next refresh
+    assert live.updates == 1 and live.windows_for(1, offline_gpus=0, now=(m + 3) * 60.0)  # node 1 untouched
+
+
+def test_a_live_update_gives_what_the_fit_gives_with_the_ages_of_a_fresh_fit(random_scenario) -> None:
+    """The feed keeps the (daily) seasonal fit and its complete runs, brings the open runs' ages to the minute
+    (looking back a day first) and stays on the refresh's step grid: the same free GPUs as forecasting from that
+    fit with a fresh fit's ages, from the current step on."""
+    sc = random_scenario
+    fs = ForecastSettings()
+    feed = WindowFeed(sc, FeedSettings(refresh_seconds=1800, refit_seconds=86400, forecast=fs))
+    start = sc.start_s
+    feed.maybe_refresh(start)
+    m0 = int(start // 60)
+    checked = 0
+    for now in start + 60.0 * np.arange(1, 30):
+        m = int(now // 60)
+        for n in feed.update_live(now):
+            cap = int(sc.fleet.gpus[n])
+            model = fit_seasonal(times=np.arange(m0) * 60.0, online=sc.demand[n, :m0].astype(float), now=start,
+                                 settings=fs)
+            fresh = fit_idle_runs(times=np.arange(m) * 60.0, online=sc.demand[n, :m].astype(float), now=now,
+                                  history_seconds=fs.history_seconds, max_gap_seconds=fs.step_seconds)
+            assert model.runs is not None and fresh is not None
+            runs = IdleRuns(at=fresh.at, lengths=model.runs.lengths, age=fresh.age[: len(model.runs.age)])
+            fitted = forecast_demand(model=replace(model, runs=runs), start=feed.refreshed_at)
+            fc = forecast_now(fitted=fitted, capacity=cap, now=now, settings=fs, live_online=float(sc.demand[n, m]))
+            assert fc is not None
+            want = free_profile(forecast=fc, capacity=cap).free
+            assert np.array_equal(feed.free[n][-want.size :], want), (n, now)
+            checked += 1
+    assert checked > 5
