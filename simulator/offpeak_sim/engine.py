@@ -330,12 +330,12 @@ class PolicyRun:
                     if plan is None:
                         break
                     bad = False
-                    for n, w in plan:
-                        ok_w = w
-                        while ok_w > 0 and not self._passes(j, n, ok_w, free, now, predicted, len(plan)):
+                    for member, width in plan:
+                        ok_w = width
+                        while ok_w > 0 and not self._passes(j, member, ok_w, free, now, predicted, len(plan)):
                             ok_w -= 1
-                        if ok_w < w:
-                            exact[n] = ok_w
+                        if ok_w < width:
+                            exact[member] = ok_w
                             bad = True
                     if not bad:
                         return plan
@@ -414,7 +414,7 @@ class PolicyRun:
                 chosen = self._pick(pod, views, res.passed, now) if res.passed else None
             plan = None
             if chosen is None and gangs and gj > 1:
-                plan = self._plan_gang(k, j, gj, free, now, p90, levels, predicted)
+                plan = self._plan_gang(int(k), j, gj, free, now, p90, levels, predicted)
             self.t.decision_s.append(time.perf_counter() - t0)
             self.t.decisions += 1
             if chosen is not None:

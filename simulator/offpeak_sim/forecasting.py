@@ -108,7 +108,7 @@ class WindowFeed:
         self.refreshed_at = now
         self.refresh_index += 1
         self._windows.clear()
-        self.times = now + np.arange(self.steps) * self.step
+        self.times = now + np.arange(self.steps, dtype=np.float64) * self.step
         if self.s.mode == "exact":
             self._exact(now)
         else:
