@@ -106,6 +106,9 @@ class OfflinePod:
     seconds_since_checkpoint: float | None = None
     trainingjob: str | None = None
     uid: str = ""
+    # GPUs of all the workers of the pod's gang together (0: not in a gang). A gang runs all or none, so evicting
+    # one worker stops every worker: the work it throws away is on all of their GPUs, not only this pod's.
+    gang_gpus: int = 0
 
     @property
     def key(self) -> str:
@@ -113,9 +116,9 @@ class OfflinePod:
 
     @property
     def work_at_risk_seconds(self) -> float:
-        """GPU-seconds an eviction now would throw away."""
+        """GPU-seconds an eviction now would throw away (a gang worker's: its whole gang's)."""
         if self.checkpointing and self.seconds_since_checkpoint is not None:
             lost = min(self.seconds_since_checkpoint, self.elapsed_seconds)
         else:
             lost = self.elapsed_seconds
-        return max(0.0, lost) * self.gpus
+        return max(0.0, lost) * max(self.gpus, self.gang_gpus)

@@ -615,13 +615,23 @@ class ClusterStore:
             return max(0, info.gpus_total - self._usage.get(name, _Usage()).used)
 
     def offline_pods_on(self, node: str, *, now: float) -> list[OfflinePod]:
+        """The offline pods running on `node` as eviction sees them; a gang worker carries its gang's GPUs, since
+        evicting it stops every worker."""
+        with self._lock:
+            pods = [p for p in self._pods.values() if p.node == node and p.holds_gpus
+                    and p.workload == "offline" and not p.deleting]
+            gang_gpus = {p.gang: self._gang_gpus_locked(p.gang) for p in pods if p.gang is not None}
         return [
             OfflinePod(name=p.name, namespace=p.namespace, gpus=p.gpus, checkpointing=p.checkpointing,
                        elapsed_seconds=max(0.0, now - p.started_at) if p.started_at else 0.0,
-                       trainingjob=p.trainingjob, uid=p.uid)
-            for p in self.pods_on(node)
-            if p.workload == "offline" and not p.deleting
+                       trainingjob=p.trainingjob, uid=p.uid,
+                       gang_gpus=gang_gpus[p.gang] if p.gang is not None else 0)
+            for p in pods
         ]
+
+    def _gang_gpus_locked(self, key: GangKey) -> int:
+        """GPUs the gang's live workers hold or ask for, together."""
+        return sum(pod.gpus for uid in self._gangs.get(key, {}) if (pod := self._pods.get(uid)) is not None)
 
 
 def list_key(names: Sequence[str]) -> str | tuple[str, ...]:

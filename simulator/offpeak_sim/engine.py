@@ -202,6 +202,7 @@ class PolicyRun:
                     checkpointing=c > 0,
                     elapsed_seconds=now - r.start,
                     seconds_since_checkpoint=((now - r.start) % c) if c > 0 else None,
+                    gang_gpus=r.gpus if len(r.members) > 1 else 0,  # an evicted member stops its whole gang
                 )
                 for j, r in self.on_node[n].items()
             ]

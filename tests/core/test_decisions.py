@@ -138,6 +138,18 @@ def test_victims_drop_unnecessary_and_count_free_gpus() -> None:
     assert [p.name for p in choose_victims(node=node("n", free=2), online_gpus_needed=3, offline_pods=pods)] == ["small"]
 
 
+def test_a_gang_worker_risks_its_whole_gangs_work() -> None:
+    """Evicting one worker of a gang stops every worker, so it loses the work on all of the gang's GPUs: an
+    independent pod with more of its own work at risk goes first (counted per pod, the worker looked cheaper)."""
+    worker = OfflinePod("ddp-worker-0", gpus=1, checkpointing=True, elapsed_seconds=900, seconds_since_checkpoint=300,
+                        gang_gpus=16)
+    solo = OfflinePod("solo", gpus=1, checkpointing=True, elapsed_seconds=900, seconds_since_checkpoint=600)
+    assert worker.work_at_risk_seconds == 300 * 16 and solo.work_at_risk_seconds == 600
+    got = choose_victims(node=node("n", free=0), online_gpus_needed=1, offline_pods=[worker, solo])
+    assert [p.name for p in got] == ["solo"]
+    assert OfflinePod("alone", gpus=2, elapsed_seconds=10, gang_gpus=0).work_at_risk_seconds == 20
+
+
 def test_victims_best_effort_when_not_enough() -> None:
     pods = [OfflinePod("a", gpus=1), OfflinePod("b", gpus=1)]
     got = choose_victims(node=node("n", free=0), online_gpus_needed=5, offline_pods=pods)

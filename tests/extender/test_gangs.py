@@ -265,3 +265,16 @@ def test_the_timeout_comes_from_the_command_line_or_the_environment(monkeypatch:
     assert config().gangs.timeout_seconds == 120.0
     with pytest.raises(ValueError):
         GangSettings(timeout_seconds=0)
+
+
+def test_a_running_gang_worker_is_offered_for_eviction_with_its_whole_gangs_gpus() -> None:
+    """Evicting one worker stops the gang, so eviction weighs the work on all of its GPUs (`gang_gpus`)."""
+    c = Cluster()
+    c.add(worker(0, gpus=4, node="a"), worker(1, gpus=4, node="b"), gpu_pod("solo-0", gpus=2, node="a",
+                                                                           predicted=PRED, phase="Running"))
+    on_a = {p.name: p for p in c.store.offline_pods_on("a", now=NOW)}
+    assert set(on_a) == {"bert-a0-w0", "solo-0"}
+    assert on_a["bert-a0-w0"].gang_gpus == 8 and on_a["bert-a0-w0"].gpus == 4
+    assert on_a["solo-0"].gang_gpus == 0
+    c.store.delete_pod(worker(1, gpus=4, node="b"))  # a worker gone: the rest of the gang holds less
+    assert {p.name: p.gang_gpus for p in c.store.offline_pods_on("a", now=NOW)}["bert-a0-w0"] == 4
