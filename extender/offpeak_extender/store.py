@@ -590,7 +590,10 @@ class ClusterStore:
 
     def pods_on(self, node: str) -> list[PodInfo]:
         with self._lock:
-            return [p for p in self._pods.values() if p.node == node and p.holds_gpus]
+            return self._pods_on_locked(node)
+
+    def _pods_on_locked(self, node: str) -> list[PodInfo]:
+        return [p for p in self._pods.values() if p.node == node and p.holds_gpus]
 
     def pending_pods(self, workload: str) -> list[PodInfo]:
         with self._lock:
@@ -618,8 +621,7 @@ class ClusterStore:
         """The offline pods running on `node` as eviction sees them; a gang worker carries its gang's GPUs, since
         evicting it stops every worker."""
         with self._lock:
-            pods = [p for p in self._pods.values() if p.node == node and p.holds_gpus
-                    and p.workload == "offline" and not p.deleting]
+            pods = [p for p in self._pods_on_locked(node) if p.workload == "offline" and not p.deleting]
             gang_gpus = {p.gang: self._gang_gpus_locked(p.gang) for p in pods if p.gang is not None}
         return [
             OfflinePod(name=p.name, namespace=p.namespace, gpus=p.gpus, checkpointing=p.checkpointing,
