@@ -66,11 +66,13 @@ def serve_extender(config: ExtenderConfig) -> None:
     from offpeak_extender.goodputfeed import GoodputFeed
     from offpeak_extender.history import LocalHistory, PrometheusHistory, Refresher
     from offpeak_extender.kube import Informer, load_api_client
+    from offpeak_extender.mallocarena import share_main_arena
     from offpeak_extender.metrics import ExtenderMetrics
     from offpeak_extender.server import make_app, make_probe_app
     from offpeak_extender.service import ExtenderService
     from offpeak_extender.store import ClusterStore
 
+    share_main_arena()  # before any thread allocates: decisions run in worker threads (mallocarena's docstring)
     registry = CollectorRegistry()
     metrics = ExtenderMetrics.create(registry)
     store = ClusterStore(settings=config.forecast, stale_after_seconds=config.stale_seconds)

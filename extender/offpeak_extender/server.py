@@ -22,6 +22,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from offpeak_extender.mallocarena import share_main_arena
 from offpeak_extender.metrics import DEADLINE, FILTER, INTERNAL_ERROR, PRIORITIZE, TOO_LARGE
 from offpeak_extender.service import Attempt, DeadlineExceeded, ExtenderService, fail_open
 
@@ -160,6 +161,8 @@ async def windows(request: web.Request) -> web.Response:
 
 
 async def _executor(app: web.Application) -> AsyncIterator[None]:
+    share_main_arena()  # the workers below allocate in the main arena (serve_extender asked already; apps built
+    # elsewhere, as the speed bench's, ask here)
     executor = ThreadPoolExecutor(max_workers=app[SETTINGS_KEY].workers, thread_name_prefix="extender-decide")
     app[EXECUTOR_KEY] = executor
     yield

@@ -1,0 +1,62 @@
+"""The extender's worker threads allocate in glibc's main arena (`offpeak_extender.mallocarena`).
+
+Counted with glibc's own `malloc_info` (one `<heap nr=...>` per arena) in a fresh interpreter, after a thread has
+allocated and freed a few MB as a decision does: two arenas without `share_main_arena`, one with it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from offpeak_extender.mallocarena import share_main_arena
+
+PROBE = r"""
+import ctypes, os, sys, tempfile, threading
+from offpeak_extender.mallocarena import share_main_arena
+took = share_main_arena() if sys.argv[1] == "share" else None
+def decide():  # what a decision does to the heap: a few MB allocated and freed
+    blobs = [bytearray(200_000) for _ in range(20)]
+    del blobs
+worker = threading.Thread(target=decide)
+worker.start()
+worker.join()
+libc = ctypes.CDLL("libc.so.6")
+libc.fopen.restype = ctypes.c_void_p
+fd, path = tempfile.mkstemp()
+os.close(fd)
+out = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, ctypes.c_void_p(out))
+libc.fclose(ctypes.c_void_p(out))
+print(took, open(path).read().count("<heap nr="))
+os.unlink(path)
+"""
+
+glibc_only = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
+                                reason="arenas are glibc's; elsewhere share_main_arena does nothing")
+
+
+def arenas_after_a_thread(mode: str) -> tuple[str, int]:
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    out = subprocess.run([sys.executable, "-c", PROBE, mode], env=env, capture_output=True, text=True, check=True)
+    took, heaps = out.stdout.split()
+    return took, int(heaps)
+
+
+@glibc_only
+def test_a_worker_thread_gets_an_arena_of_its_own_by_default() -> None:
+    assert arenas_after_a_thread("none") == ("None", 2)
+
+
+@glibc_only
+def test_shared_arena_keeps_worker_threads_on_the_main_heap() -> None:
+    assert arenas_after_a_thread("share") == ("True", 1)
+
+
+def test_an_operators_malloc_arena_max_is_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "4")
+    assert share_main_arena() is False
