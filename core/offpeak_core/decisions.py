@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -181,6 +182,12 @@ def _window_reason(gpus: int, left: float, need: float, basis: str) -> str:
     return f"window ends in {duration(left)}, job needs ~{duration(need)} {basis}"
 
 
+@lru_cache(maxsize=4096)  # a filter words tens of reasons, and the next filters mostly the same ones again
+def _window_words(gpus: int, whole_left: int, need: float, basis: str) -> str:
+    """`_window_reason` for a window of `whole_left` seconds (its ceiling: all `duration` words of it)."""
+    return _window_reason(gpus, whole_left, need, basis)
+
+
 def filter_nodes(
     *,
     pod: PodRequest,
@@ -285,7 +292,8 @@ def _reasons_of(pod: PodRequest, a: _ArrayAssessment, nodes: NodeArrays, rows: n
             basis = bases.get(code)
             if basis is None:
                 basis = bases[code] = _basis(t, nodes.type_names[code], margin)
-            out.append(_window_reason(pod.gpus, left, need, basis))
+            out.append(_window_words(pod.gpus, math.ceil(left), need, basis) if math.isfinite(left)
+                       else _window_reason(pod.gpus, left, need, basis))
     return out
 
 
@@ -337,17 +345,59 @@ def filter_columns(
 
 
 def _reason_groups(a: _ArrayAssessment, nodes: NodeArrays, failing: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Group the `failing` nodes by what their reason depends on: GPUs free now and in all (nodes short of GPUs),
-    else GPU type and whole seconds of window left. Returns each group's first node (a position in `failing`)
-    and each failing node's group, so reasons are worded once per group instead of once per node."""
+    """Group the `failing` nodes by what their reason says: GPUs free now and in all (nodes short of GPUs), else GPU
+    type and the window left as `duration` words it (whole seconds under a minute, whole minutes above). Returns
+    each group's first node (a position in `failing`) and each failing node's group, so reasons are worded once per
+    group instead of once per node.
+
+    One integer key per node, sorted once (a radix sort while the keys span less than 2**16, as they do for GPU
+    types × the minutes of a day); where the numbers are too large to pack into a key exactly (no real node), the
+    fields are sorted together instead, to the same groups.
+    """
     short = a.free_short[failing]
-    left = a.left[failing]
-    whole_left = np.where(np.isfinite(left), np.ceil(left), -1.0)  # float ceil: exact, like math.ceil
-    keys = (
-        np.where(short, -1.0, nodes.type_code[failing]),  # type codes are >= 0: the two kinds never share a key
-        np.where(short, nodes.free_now[failing], whole_left),
-        np.where(short, nodes.total[failing], 0.0),
-    )
+    code = nodes.type_code[failing]
+    free, total = nodes.free_now[failing], nodes.total[failing]
+    whole = np.ceil(a.left[failing])  # float ceil: exact, like math.ceil in `duration`
+    worded = np.where(whole < 60, whole, 60 + np.ceil(whole / 60))  # `duration` words minutes from a minute up
+    worded[short | np.asarray([t.no_memory for t in a.by_type], dtype=bool)[code]] = 0.0  # reasons without a window
+    key = _packed_key(short, code, worded, free, total)
+    if key is None:
+        return _sorted_groups((np.where(short, -1.0, code), np.where(short, free, worded), np.where(short, total, 0.0)))
+    low = int(key.min())
+    if int(key.max()) - low < 2**16:
+        key = (key - low).astype(np.uint16)
+    order = np.argsort(key, kind="stable")  # stable: a group's first node is its first in request order
+    ordered = key[order]
+    starts = np.empty(order.size, dtype=bool)
+    starts[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+    group = np.empty(order.size, dtype=np.int64)
+    group[order] = np.cumsum(starts) - 1
+    return order[starts], group
+
+
+_KEY_LIMIT = 2.0**62  # packed keys stay below this in magnitude: exact in int64, and in the float64 they are made in
+
+
+def _packed_key(short: np.ndarray, code: np.ndarray, worded: np.ndarray, free: np.ndarray, total: np.ndarray
+                ) -> np.ndarray | None:
+    """Each node's group as one int64: GPU type and worded window (>= 0) or free and total GPUs (< 0, nodes short
+    of GPUs); None when a field is too large (or a window endless) to pack exactly."""
+    span_w = float(worded.max(initial=0.0)) + 1
+    if not span_w * (int(code.max(initial=0)) + 1) < _KEY_LIMIT:  # also catches an endless (inf) window
+        return None
+    key = code.astype(np.int64) * int(span_w) + worded.astype(np.int64)
+    if short.any():
+        lo_f, lo_t = int(free[short].min()), int(total[short].min())
+        span_t = int(total[short].max()) - lo_t + 1
+        if (int(free[short].max()) - lo_f + 1) * span_t >= _KEY_LIMIT:
+            return None
+        key[short] = -1 - ((free[short] - lo_f) * span_t + (total[short] - lo_t))
+    return key
+
+
+def _sorted_groups(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """`_reason_groups` for keys that do not pack: a stable sort by all of them, groups where any changes."""
     order = np.lexsort(keys[::-1])  # stable: within a group, nodes stay in request order
     starts = np.zeros(order.size, dtype=bool)
     starts[0] = True

@@ -9,7 +9,8 @@ import math
 import numpy as np
 import pytest
 
-from offpeak_core.decisions import filter_arrays, filter_nodes, prioritize_arrays, prioritize_nodes, window_left
+from offpeak_core.decisions import (filter_arrays, filter_columns, filter_nodes, prioritize_arrays, prioritize_nodes,
+                                    window_left)
 from offpeak_core.goodput import GoodputAdmission, GoodputSettings, survival_from_observations
 from offpeak_core.model import IdleWindow, NodeView, PodRequest, Prediction
 from offpeak_core.nodearrays import NodeArrays, NodeRows, withhold
@@ -211,3 +212,30 @@ def test_a_patch_with_more_windows_than_the_columns_hold_is_refused() -> None:
     wide = NodeView("a", "T4", 8, 8, None, None, False, (IdleWindow(NOW, NOW + 10, 8), IdleWindow(NOW, NOW + 20, 4)))
     assert rows.patch(arrays, [0], [wide]) is None
     assert rows.gather([wide]).window_left(gpus=4, now=NOW).tolist() == [20.0]
+
+
+def test_nodes_whose_windows_word_alike_share_one_reason_group() -> None:
+    """61 s and 119 s left both read "2m": one reason, worded once, for both nodes (and the per-node loop's)."""
+    views = [NodeView(f"n{i}", "T4", 8, 8, NOW + left, 8) for i, left in enumerate((61.0, 119.0, 59.0))]
+    pod = PodRequest("p", gpus=1, predicted={"T4": Prediction(3_600.0, 3_600.0)})
+    columns = filter_columns(pod=pod, nodes=NodeArrays.from_views(views), now=NOW)
+    assert sorted(columns.reasons) == sorted(set(filter_nodes(pod=pod, nodes=views, now=NOW).failed.values()))
+    assert len(columns.reasons) == 2  # "2m" for n0 and n1, "59s" for n2
+    assert columns.reason_of[0] == columns.reason_of[1] != columns.reason_of[2]
+
+
+@pytest.mark.parametrize("case", ["huge window", "huge node"])
+def test_numbers_too_large_to_pack_group_as_exactly(case: str) -> None:
+    """Reason groups are one packed integer per node; where a window or a GPU count is too large for that (no real
+    node), the nodes are grouped by sorting their fields instead, with the same reasons as the per-node loop."""
+    if case == "huge window":
+        views = [NodeView(f"n{i}", "T4", 8, 8, NOW + 1e25 * (i + 1), 8) for i in range(3)]
+        pod = PodRequest("p", gpus=1, predicted={"T4": Prediction(1e30, 1e30)})
+    else:
+        views = [NodeView("n0", "T4", 2**63 - 1, 0, None, None), NodeView("n1", "T4", 1, 0, None, None),
+                 NodeView("n2", "T4", 1, 0, None, None)]
+        pod = PodRequest("p", gpus=1, predicted={"T4": Prediction(60.0, 60.0)})
+    arrays = NodeArrays.from_views(views)
+    result = filter_arrays(pod=pod, nodes=arrays, now=NOW)
+    assert result == filter_nodes(pod=pod, nodes=views, now=NOW)
+    assert len(result.failed) == 3 and len(filter_columns(pod=pod, nodes=arrays, now=NOW).reasons) in (2, 3)
