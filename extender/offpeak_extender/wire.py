@@ -11,6 +11,7 @@ import math
 from json.encoder import encode_basestring_ascii as _quote  # str -> JSON string literal, in C
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, TypedDict
 
 import msgspec
@@ -199,6 +200,20 @@ def parse_predictions(text: str) -> dict[str, Prediction]:
     """Parse the `offpeak.io/predicted-job-seconds` annotation: `{"<gpu-type>": {"p50": s, "p90": s}}`, each
     entry optionally with `fits_memory` (bool), `peak_memory_gib` and `gpu_memory_gib` (the step's peak GPU memory
     and the GPU type's)."""
+    if len(text) > _KEPT_PREDICTION_CHARS:
+        return _parse_predictions(text)
+    return dict(_kept_predictions(text))  # a copy: the caller may change its dict, not the one kept
+
+
+_KEPT_PREDICTION_CHARS = 4096  # a few dozen GPU types; the cache below holds at most 256 of these (~1 MiB)
+
+
+@lru_cache(maxsize=256)  # each scheduling cycle sends a pod's annotation twice (filter, prioritize), and again on retry
+def _kept_predictions(text: str) -> dict[str, Prediction]:
+    return _parse_predictions(text)
+
+
+def _parse_predictions(text: str) -> dict[str, Prediction]:
     try:
         raw = loads(text)
     except WireError as e:
@@ -395,9 +410,15 @@ class NamesFilterReply:
         """`encode_filter_result(self.result())`, byte for byte (a test holds them equal)."""
         passed = ",".join(self.json_names[self.fits].tolist())
         quoted = np.array([_reason_entry(r) for r in self.reasons], dtype=object)
-        failed = _reason_object(self.json_names[self.failing].tolist(), quoted[self.reason_of].tolist())
-        return (f'{{"FailedNodes":{failed},"FailedAndUnresolvableNodes":{{}},"Error":"",'
-                f'"NodeNames":[{passed}],"Nodes":null}}').encode()
+        n = len(self.failing)
+        parts = [""] * (2 * n + 2)  # one join of every piece: a 5,000-node reply is ~260 KiB, copied once
+        parts[0] = '{"FailedNodes":{'
+        parts[1:-1:2] = self.json_names[self.failing].tolist()  # "name", :"reason", alternately
+        parts[2:-1:2] = quoted[self.reason_of].tolist()
+        if n:
+            parts[-2] = parts[-2][:-1]  # the last reason without its comma
+        parts[-1] = f'}},"FailedAndUnresolvableNodes":{{}},"Error":"","NodeNames":[{passed}],"Nodes":null}}'
+        return "".join(parts).encode()
 
 
 _REASON_MAPS = ("FailedNodes", "FailedAndUnresolvableNodes")

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 from .k8s_objects import gpu_node, gpu_pod
+from offpeak_core.model import Prediction
 
 from offpeak_extender.wire import (
     NamesFilterReply,
@@ -165,3 +166,18 @@ def test_node_names_must_be_strings() -> None:
         with pytest.raises(WireError, match="list of strings"):
             parse_extender_args({"Pod": gpu_pod("x-0"), "NodeNames": names})
     assert parse_extender_args({"Pod": gpu_pod("x-0"), "NodeNames": []}).node_names == ()
+
+
+def test_predictions_kept_for_the_next_call_are_not_shared_with_the_caller() -> None:
+    """Parsed annotations are kept (a pod's is sent to filter and prioritize alike): each caller still gets its own
+    dict, an invalid one is refused every time, and an annotation too long to keep is parsed as well."""
+    text = json.dumps({"T4": {"p50": 100, "p90": 200}})
+    first = parse_predictions(text)
+    first["T4"] = Prediction(1.0, 1.0)
+    first["A100"] = Prediction(1.0, 1.0)
+    assert parse_predictions(text) == {"T4": Prediction(100.0, 200.0)}
+    for _ in range(2):
+        with pytest.raises(WireError, match="finite p50/p90"):
+            parse_predictions(json.dumps({"T4": {"p50": -1}}))
+    long = {f"gpu-{i:04d}": {"p50": i, "p90": 2 * i} for i in range(400)}
+    assert parse_predictions(json.dumps(long))["gpu-0399"] == Prediction(399.0, 798.0)
