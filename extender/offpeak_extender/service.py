@@ -160,7 +160,7 @@ class ExtenderService:
         if args.gang_error:
             log.warning("pod %s: %s; placing it alone, not as part of a gang", args.pod.key, args.gang_error)
         arrays: NodeArrays | None
-        arrays, unknown = self.store.node_arrays(args.node_names)
+        arrays, unknown = self.store.node_arrays(args.node_names, key=args.names_key)
         views = arrays.views
         if args.node_objects is not None and unknown:
             views = (*views, *self._unknown_views(args, unknown))
@@ -226,7 +226,7 @@ class ExtenderService:
         if not args.managed:
             self.metrics.requests.labels(PRIORITIZE, PASSTHROUGH).inc()
             return _Scores(args.node_names, np.zeros(len(args.node_names), dtype=np.int64))
-        arrays, unknown = self.store.node_arrays(args.node_names)  # unknown nodes score 0: never preferred
+        arrays, unknown = self.store.node_arrays(args.node_names, key=args.names_key)  # unknown: score 0
         if attempt is not None:
             attempt.check()
         now = self.store.clock()

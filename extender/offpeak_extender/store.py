@@ -37,6 +37,7 @@ from offpeak_extender.wire import (
     TRAININGJOB_LABEL,
     WORKLOAD_LABEL,
     WireError,
+    list_key,
     parse_gang,
     parse_quantity,
     pod_gpus,
@@ -512,16 +513,19 @@ class ClusterStore:
             out[i] = view
         return [v for v in out if v is not None], unknown
 
-    def node_arrays(self, names: Sequence[str], *, now: float | None = None) -> tuple[NodeArrays, list[str]]:
+    def node_arrays(self, names: Sequence[str], *, now: float | None = None,
+                    key: str | tuple[str, ...] | None = None) -> tuple[NodeArrays, list[str]]:
         """`views` as columns for the decisions' array path, and the names the store does not know.
 
         Hot path: the columns of a name list are kept until the store next changes (`_changed`), so a list sent
         again (kube-scheduler sends the same ones over and over) costs a lookup instead of a pass over its names;
         after a change to a few nodes (a pod started or stopped) only their rows are rewritten (`_patched`).
-        Otherwise rows are rewritten only for views rebuilt since.
+        Otherwise rows are rewritten only for views rebuilt since. `key`: the names' `list_key`, when the caller
+        has it already (the wire makes it while checking a request's names).
         """
         t = self.clock() if now is None else now
-        key = list_key(names)
+        if key is None:
+            key = list_key(names)
         hash(key)  # outside the lock (a string keeps its hash)
         with self._lock:
             self._check_staleness_locked(t)
@@ -634,14 +638,6 @@ class ClusterStore:
     def _gang_gpus_locked(self, key: GangKey) -> int:
         """GPUs the gang's live workers hold or ask for, together."""
         return sum(pod.gpus for uid in self._gangs.get(key, {}) if (pod := self._pods.get(uid)) is not None)
-
-
-def list_key(names: Sequence[str]) -> str | tuple[str, ...]:
-    """The key of a node-name list in the columns cache: the names joined by NUL, one string, which keeps its hash
-    once computed and compares in one memcmp (a tuple of thousands of names rehashes at every lookup); the tuple of
-    names when a name holds a NUL itself or the list is empty, where joining could give two lists one key."""
-    joined = "\0".join(names)
-    return joined if joined.count("\0") == len(names) - 1 else tuple(names)
 
 
 @dataclass(frozen=True)

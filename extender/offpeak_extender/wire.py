@@ -70,6 +70,7 @@ class ExtenderArgs:
     prediction_error: str | None = None
     gang: Gang | None = None  # the pod is one worker of a gang (gang size > 1)
     gang_error: str | None = None  # a gang annotation or label that could not be read (the pod goes alone)
+    names_key: str | tuple[str, ...] | None = None  # `list_key(node_names)`, made while checking them (names only)
 
 
 @dataclass(frozen=True)
@@ -275,16 +276,26 @@ def _checkpoint_interval(value: Any) -> float | None:
     return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
-def _node_names(names: Any) -> tuple[str, ...]:
+def _node_names(names: Any) -> tuple[tuple[str, ...], str | tuple[str, ...]]:
+    """The names and their `list_key` (the store's cache key of the list, made by the join that checks them)."""
     if not isinstance(names, list):
         raise WireError("ExtenderArgs.NodeNames must be a list")
     if len(names) > MAX_NODES:
         raise WireError(f"ExtenderArgs.NodeNames has {len(names)} names, more than {MAX_NODES} (no real cluster)")
     try:
-        "".join(names)  # one pass in C: a TypeError names anything that is not a string
+        key = list_key(names)  # one join in C: a TypeError names anything that is not a string
     except TypeError:
         raise WireError("ExtenderArgs.NodeNames must be a list of strings") from None
-    return tuple(names)
+    return tuple(names), key
+
+
+def list_key(names: Sequence[str]) -> str | tuple[str, ...]:
+    """The key of a node-name list in the store's columns cache: the names joined by NUL, one string, which keeps its
+    hash once computed and compares in one memcmp (a tuple of thousands of names rehashes at every lookup); the tuple
+    of names when a name holds a NUL itself or the list is empty, where joining could give two lists one key. A name
+    that is not a string is a TypeError."""
+    joined = "\0".join(names)
+    return joined if joined.count("\0") == len(names) - 1 else tuple(names)
 
 
 def _node_objects(nodes: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -316,7 +327,8 @@ def parse_extender_args(body: Any) -> ExtenderArgs:
             gang_error = str(e)
     names = body.get("NodeNames")
     if names is not None:
-        return ExtenderArgs(req, _node_names(names), None, managed, error, gang, gang_error)
+        checked, key = _node_names(names)
+        return ExtenderArgs(req, checked, None, managed, error, gang, gang_error, key)
     nodes = body.get("Nodes")
     if nodes is not None:
         objects = _node_objects(_mapping(nodes, "ExtenderArgs.Nodes"))

@@ -12,7 +12,8 @@ import pytest
 from offpeak_core.forecast import ForecastSettings
 from offpeak_core.nodearrays import NodeArrays
 from offpeak_extender import store as store_module
-from offpeak_extender.store import ARRAYS_CACHE_ENTRIES, ClusterStore, list_key
+from offpeak_extender.store import ARRAYS_CACHE_ENTRIES, ClusterStore
+from offpeak_extender.wire import list_key
 
 from support.clock import Clock
 
