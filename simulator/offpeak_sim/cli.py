@@ -56,6 +56,10 @@ def register(subparsers: Any) -> None:
                    help="fold jobs wider than a node onto one node with the same GPU-seconds (the old model)")
     p.add_argument("--busy-util", type=float, default=10.0, help="Alibaba: GPU duty %% that counts as online-busy (default 10)")
     p.add_argument("--hold-minutes", type=int, default=5, help="Alibaba: busy minutes hold the GPU +- this (default 5)")
+    p.add_argument("--online-placement", choices=("pods", "pinned"), default="pods",
+                   help="Helios/Philly: online pods placed as the default scheduler would, evicting through the "
+                   "evictor's plan_for_pending (pods, default), or online GPUs packed onto fixed nodes (pinned, "
+                   "the model before); Alibaba is always pinned")
     p.add_argument("--report", required=True, metavar="OUT.json", help="write the per-policy JSON report here")
     p.add_argument("--plots", metavar="DIR", help="write harvest.png, jct_cdf.png, evictions.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
@@ -74,7 +78,7 @@ def handle(args: argparse.Namespace) -> int:
     from offpeak_sim.engine import EngineSettings
     from offpeak_sim.fleet import DEFAULT_MIX
     from offpeak_sim.forecasting import FeedSettings
-    from offpeak_sim.online import OnlineSettings
+    from offpeak_sim.online import OnlineSettings, detect_layout
     from offpeak_sim.policies import parse_policies
     from offpeak_sim.runner import run
     from offpeak_sim.scenario import ScenarioSettings
@@ -105,13 +109,16 @@ def handle(args: argparse.Namespace) -> int:
         load=args.load,
         clusters=tuple(c.strip() for c in args.clusters.split(",") if c.strip()),
         seed=args.seed,
-        online=OnlineSettings(busy_util_pct=args.busy_util, hold_minutes=args.hold_minutes),
+        online=OnlineSettings(busy_util_pct=args.busy_util, hold_minutes=args.hold_minutes,
+                              placement=args.online_placement),
         predictor_reports=reports_dir,
         predictor_sigma=args.predictor_sigma,
         fold_wide_jobs=args.fold_wide_jobs,
     )
     if args.forecast_quantile is not None and not 0.0 <= args.forecast_quantile <= 1.0:
         raise UserError("--forecast-quantile must be within 0..1")
+    if args.forecast == "exact" and args.online_placement == "pods" and detect_layout(online_dir) != "alibaba":
+        raise UserError("--forecast exact needs the future online demand per node: add --online-placement pinned")
     fs = ForecastSettings() if args.forecast_quantile is None else ForecastSettings(quantile=args.forecast_quantile)
     feed = FeedSettings(mode=args.forecast, refresh_seconds=args.refresh_seconds, forecast=fs)
     if args.min_efficiency is not None and not 0.0 < args.min_efficiency <= 1.0:

@@ -13,6 +13,11 @@ Wide jobs: a job that no single node can take (too few GPUs free, or no window t
 pods on several nodes of one GPU type (`gangs`), all or nothing: every member passes `filter_nodes` for its
 own GPU count on its node, and when online work takes any member's GPUs the whole gang is evicted (work since
 the last checkpoint lost on every member). Gangs run at the speed of a single node (no communication cost).
+
+Online demand is either pinned to nodes (the scenario's demand, the same for every policy) or pod-placed
+(`Scenario.online_pods`): then each policy carries on its own placement of online pods (`offpeak_sim.onlinepods`),
+a pod that finds no room makes the evictor's `plan_for_pending` choose what goes, and each windowed policy has its
+own feed over its own per-node demand.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from offpeak_core.decisions import DEFAULT_MARGIN, choose_victims, filter_nodes, prioritize_nodes
+from offpeak_core.evictions import NodeState, plan_for_pending
 from offpeak_core.goodput import GoodputAdmission, GoodputSettings, min_window
 from offpeak_core.model import NodeView, OfflinePod, PodRequest, Prediction
 
@@ -86,8 +92,12 @@ class PolicyRun:
             raise ValueError(f"policy {policy.name} needs a window feed")
         self.p = policy
         self.sc = scenario
-        self.feed = feed
         self.s = settings
+        # pod-placed online demand: this policy's own placement, per-node demand (filled minute by minute) and feed
+        self.placement = None if scenario.online_pods is None else scenario.online_pods.clone()
+        self.demand = scenario.demand if self.placement is None else scenario.demand.copy()
+        self.own_feed = self.placement is not None and feed is not None
+        self.feed = feed.fork(self.demand) if self.own_feed and feed is not None else feed
         fl = scenario.fleet
         n_jobs = len(scenario.jobs)
         self.used = np.zeros(fl.size, dtype=np.int64)
@@ -177,6 +187,87 @@ class PolicyRun:
         ex = self.s.offline_exit_seconds
         return grace if ex is None else min(grace, max(0.0, ex))
 
+    def _offline_pods(self, n: int, now: float) -> list[OfflinePod]:
+        """Node n's offline pods as the eviction choice sees them (a gang member: its GPUs here, its gang's work)."""
+        c = self.s.checkpoint_seconds
+        return [
+            OfflinePod(
+                name=str(j),
+                gpus=next(w for m, w in r.members if m == n),
+                checkpointing=c > 0,
+                elapsed_seconds=now - r.start,
+                seconds_since_checkpoint=((now - r.start) % c) if c > 0 else None,
+                gang_gpus=r.gpus if len(r.members) > 1 else 0,  # an evicted member stops its whole gang
+            )
+            for j, r in self.on_node[n].items()
+        ]
+
+    def _place_online(self, minute: int, now: float, minute_index: int) -> None:
+        """Pod-placed online demand: end and start this minute's online pods, evicting as the evictor would.
+
+        Ends first (pools in order), then each new pod: to the pool node with most unallocated GPUs (ties at
+        random); when no pool node has room, `plan_for_pending` over the pool's nodes, with GPUs of pods evicted
+        this minute counted as releasing; the pod then waits for the evicted pod to go (`_online_wait_seconds`)."""
+        pl = self.placement
+        assert pl is not None
+        fl = self.sc.fleet
+        want = pl.pools.pods[:, minute]
+        for p in range(want.size):
+            have = pl.count(p)
+            if want[p] < have:
+                pl.end(p, have - int(want[p]))
+        releasing = np.zeros(fl.size, dtype=np.int64)
+        for p in range(want.size):
+            for k in range(int(want[p]) - pl.count(p)):
+                self._start_online_pod(p, f"online-{p}-{minute}-{k}", now, minute_index, releasing)
+        pl.minute = minute
+        self.demand[:, minute] = pl.online_gpus
+
+    def _start_online_pod(self, pool: int, key: str, now: float, minute_index: int, releasing: np.ndarray) -> None:
+        """Place one online pod of `pool`; evict for it when no pool node has room; tally its wait."""
+        pl = self.placement
+        assert pl is not None
+        fl = self.sc.fleet
+        g = int(pl.pools.pod_gpus[pool])
+        self.t.online_gpu_requests += g
+        unallocated = fl.gpus - pl.online_gpus - self.used - releasing
+        node = pl.pick(pool, unallocated)
+        if node is not None:
+            pl.put(node)
+            return
+        nodes = pl.pools.nodes[pool]
+        states = {
+            fl.names[n]: NodeState(
+                NodeView(fl.names[n], fl.gpu_types[n], int(fl.gpus[n]), max(0, int(unallocated[n]))),
+                tuple(self._offline_pods(int(n), now)),
+                int(releasing[n]),
+            )
+            for n in nodes
+        }
+        names = [fl.names[n] for n in nodes]
+        plan = plan_for_pending(pod_key=key, gpus=g, candidates=names, nodes=states)
+        if plan is not None:
+            node = fl.names.index(plan.node)
+            for v in plan.victims:
+                r = self.on_node[node].get(int(v.name))
+                if r is None:  # already gone with a gang evicted for an earlier victim
+                    continue
+                for n, w in r.members:
+                    releasing[n] += w
+                self._evict(r, now, minute_index)
+            self.t.online_delay_events += 1
+        else:  # room is on its way on a candidate (GPUs of pods evicted this minute): the pod waits for it there
+            room = [int(n) for n in nodes if max(0, int(unallocated[n])) + int(releasing[n]) >= g]
+            if not room:
+                raise AssertionError(f"online pod {key} finds no room and nothing to evict in pool {pool}")
+            node = room[0]
+        take_free = min(max(0, int(fl.gpus[node] - pl.online_gpus[node] - self.used[node] - releasing[node])), g)
+        releasing[node] -= g - take_free
+        pl.put(node)
+        self.t.online_delay_gpu_s += float(g) * self.s.eviction_grace_seconds
+        wait = self._online_wait_seconds()
+        self.t.online_waits[wait] = self.t.online_waits.get(wait, 0) + g
+
     def _evict_for_online(self, minute: int, now: float, minute_index: int) -> None:
         """Evict for online demand that rose since the last minute; tally how long each online GPU waited.
 
@@ -194,18 +285,7 @@ class PolicyRun:
                 continue
             d_prev = int(self.sc.demand[n, minute - 1]) if minute > 0 else 0
             view = NodeView(fl.names[n], fl.gpu_types[n], int(fl.gpus[n]), max(0, int(fl.gpus[n] - self.used[n] - d_prev)))
-            c = self.s.checkpoint_seconds
-            pods = [
-                OfflinePod(
-                    name=str(j),
-                    gpus=next(w for m, w in r.members if m == n),
-                    checkpointing=c > 0,
-                    elapsed_seconds=now - r.start,
-                    seconds_since_checkpoint=((now - r.start) % c) if c > 0 else None,
-                    gang_gpus=r.gpus if len(r.members) > 1 else 0,  # an evicted member stops its whole gang
-                )
-                for j, r in self.on_node[n].items()
-            ]
+            pods = self._offline_pods(int(n), now)
             victims = choose_victims(node=view, online_gpus_needed=int(d_now[n]) - d_prev, offline_pods=pods)
             for v in victims:
                 self._evict(self.on_node[n][int(v.name)], now, minute_index)
@@ -365,7 +445,7 @@ class PolicyRun:
         if not self.queue:
             return
         fl = self.sc.fleet
-        free = fl.gpus - self.sc.demand[:, minute] - self.used
+        free = fl.gpus - self.demand[:, minute] - self.used
         if free.max() <= 0:
             return
         q = np.array(self.queue, dtype=np.int64)
@@ -439,12 +519,18 @@ class PolicyRun:
         i = minute - self.sc.start_minute
         self._complete_until(now)
         self.arrive(new_jobs)
-        self._evict_for_online(minute, now, i)
+        if self.placement is None:
+            self._evict_for_online(minute, now, i)
+        else:
+            self._place_online(minute, now, i)
+        if self.own_feed:
+            assert self.feed is not None
+            self.feed.maybe_refresh(now)  # this policy's own online demand, as its extender would see it
         self._views.clear()  # views hold the windows open now: valid for this minute only
         self.schedule(minute, now)
         self.t.occupancy[i] = float(self.used.sum())
         if self.s.check_invariants:
-            assert (self.sc.demand[:, minute] + self.used <= self.sc.fleet.gpus).all(), "capacity exceeded"
+            assert (self.demand[:, minute] + self.used <= self.sc.fleet.gpus).all(), "capacity exceeded"
             assert (self.used >= 0).all()
 
     def close(self, end_s: float) -> None:
@@ -466,7 +552,8 @@ def simulate(
     runs = {p.name: PolicyRun(p, scenario, feed if p.windowed else None, settings) for p in policies}
     arrivals = scenario.jobs.arrival_s
     ptr = 0
-    needs_feed = feed is not None and any(p.windowed for p in policies)
+    # pod-placed online demand: each policy refreshes its own feed in its step (the shared one is only a template)
+    needs_feed = feed is not None and scenario.online_pods is None and any(p.windowed for p in policies)
     for minute in range(scenario.start_minute, scenario.end_minute):
         now = minute * 60.0
         hi = int(np.searchsorted(arrivals, now, side="right"))

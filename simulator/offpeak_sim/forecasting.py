@@ -21,6 +21,11 @@ refresh, for every node and every free-GPU level free right now, it notes the fo
 the demand that follows, when the GPUs were really taken back. A window counts only as far as the simulated
 clock has seen it: windows still open are right-censored at their age (Kaplan-Meier), so nothing from the
 future leaks into a decision. The table is rebuilt every `survival_seconds`.
+
+With pod-placed online demand each policy's cluster has its own per-node demand (where online pods go depends on
+where its offline pods are), so each policy gets its own feed (`fork`) over its own demand array, which the engine
+fills minute by minute: that feed reads no minute after now, and learns when a window closed only once the clock
+has passed it (`causal`); `exact` needs the future and so the pinned model.
 """
 
 from __future__ import annotations
@@ -61,9 +66,14 @@ class FeedSettings:
 class WindowFeed:
     """Current forecast per node: a free-GPU matrix for quick bounds, and idle windows on demand (cached)."""
 
-    def __init__(self, scenario: Scenario, settings: FeedSettings) -> None:
+    def __init__(self, scenario: Scenario, settings: FeedSettings, demand: np.ndarray | None = None) -> None:
         self.sc = scenario
         self.s = settings
+        # causal: `demand` is filled as the run goes (a policy's own pod-placed online demand), so nothing after now
+        self.causal = demand is not None
+        if self.causal and settings.mode == "exact":
+            raise ValueError("the exact forecast needs the future demand: use the pinned online model")
+        self.demand: np.ndarray = scenario.demand if demand is None else demand
         self.step = settings.forecast.step_seconds
         self.steps = max(1, int(np.ceil(settings.forecast.horizon_seconds / self.step)))
         self.refreshed_at = -np.inf
@@ -75,16 +85,23 @@ class WindowFeed:
         self.stale = np.zeros(scenario.fleet.size, dtype=bool)
         self._windows: dict[int, tuple[IdleWindow, ...]] = {}
         self._profiles: dict[int, FreeProfile] = {}
-        minutes = np.arange(scenario.demand.shape[1])
+        minutes = np.arange(self.demand.shape[1])
         self._minute_times = minutes * 60.0
         bins = int(np.ceil(settings.survival_horizon_seconds / settings.survival_bin_seconds))
         self._closed = np.zeros((len(DEFAULT_CLASS_EDGES), bins + 1), dtype=np.int64)
         self._pending: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (start, class-left, closes at)
+        # causal: windows still open when last looked at, as (node, level, start, class-left), looked at until
+        self._open = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0), np.zeros(0))
+        self._looked_to = -1  # the last minute of demand the open windows were checked against
         self._survival_at = -np.inf
         self.survival: WindowSurvival | None = None
         self.survival_version = 0
         self._live = np.full(scenario.fleet.size, -1, dtype=np.int64)  # online GPUs each node was forecast with
         self.updates = 0  # node forecasts brought up to date between refreshes (live_updates)
+
+    def fork(self, demand: np.ndarray) -> WindowFeed:
+        """A fresh feed with these settings over another demand array (a policy's own, filled as the run goes)."""
+        return WindowFeed(self.sc, self.s, demand)
 
     def update_live(self, now: float) -> np.ndarray:
         """Re-forecast (seasonal mode) the nodes whose online demand changed since their last forecast; return them.
@@ -93,7 +110,7 @@ class WindowFeed:
         past repeat the current one."""
         if self.s.mode != "seasonal" or not self.s.live_updates or not self._models:
             return np.zeros(0, dtype=np.int64)
-        changed = np.flatnonzero(self.sc.demand[:, int(now // 60)] != self._live)
+        changed = np.flatnonzero(self.demand[:, int(now // 60)] != self._live)
         for n in changed:
             self._forecast_node(int(n), now)
             self._windows.pop(int(n), None)
@@ -121,10 +138,13 @@ class WindowFeed:
 
     def _observe(self, now: float) -> None:
         """Note every (node, free-GPU level) free now: the forecast's seconds left and when it really closed."""
+        if self.causal:
+            self._observe_causal(now)
+            return
         sc = self.sc
         m0 = int(now // 60)
         horizon = int(self.s.survival_horizon_seconds // 60)
-        future = sc.demand[:, m0 : m0 + horizon + 1].astype(np.int64)
+        future = self.demand[:, m0 : m0 + horizon + 1].astype(np.int64)
         if future.shape[1] == 0:
             return
         peak = np.maximum.accumulate(future, axis=1)  # online GPUs held at some point since now
@@ -148,8 +168,52 @@ class WindowFeed:
         if starts:
             self._pending.append((np.concatenate(starts), np.concatenate(lefts), np.concatenate(closes)))
 
+    def _observe_causal(self, now: float) -> None:
+        """`_observe` without the future: note the windows free now; `_close_causal` finds when they closed."""
+        m0 = int(now // 60)
+        cap = self.sc.fleet.gpus.astype(np.int64)
+        free_now = cap - self.demand[:, m0].astype(np.int64)
+        low = np.minimum.accumulate(self.free, axis=1)
+        nodes, levels, lefts = [], [], []
+        for level in range(1, int(cap.max()) + 1):
+            ok_now = np.flatnonzero(free_now >= level)
+            run = (low[ok_now] >= level).sum(axis=1)
+            nodes.append(ok_now)
+            levels.append(np.full(ok_now.size, level))
+            lefts.append(np.where(run >= self.steps, np.inf, run * self.step))
+        n, lv, st, lf = self._open
+        self._open = (np.concatenate([n, *nodes]), np.concatenate([lv, *levels]),
+                      np.concatenate([st, np.full(sum(x.size for x in nodes), now)]), np.concatenate([lf, *lefts]))
+
+    def _close_causal(self, now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Check the open windows against the demand seen since the last look; return the (start, class-left,
+        closes at) of those now known (closed, or followed for the whole horizon: closes at inf) and keep the rest."""
+        node, level, start, left = self._open
+        m_now = int(now // 60)
+        horizon = int(self.s.survival_horizon_seconds // 60)
+        a = max(self._looked_to + 1, 0)
+        close = np.full(node.size, np.nan)
+        if node.size and m_now >= a:
+            cols = np.arange(a, m_now + 1)
+            cap = self.sc.fleet.gpus.astype(np.int64)
+            seen = self.demand[node, a : m_now + 1]  # [windows, minutes since the last look]
+            m_start = (start // 60).astype(np.int64)
+            valid = (cols[None, :] > m_start[:, None]) & (cols[None, :] <= m_start[:, None] + horizon)
+            taken = valid & (seen > (cap[node] - level)[:, None])
+            hit = taken.any(axis=1)
+            close[hit] = cols[taken[hit].argmax(axis=1)] * 60.0
+        self._looked_to = m_now
+        outlasted = np.isnan(close) & (start + self.s.survival_horizon_seconds <= now)
+        close[outlasted] = np.inf
+        known = ~np.isnan(close)
+        self._open = (node[~known], level[~known], start[~known], left[~known])
+        return start[known], left[known], close[known]
+
     def _rebuild_survival(self, now: float) -> None:
         """Move windows seen closing (or outlasting the horizon) into the table; the rest are censored at their age."""
+        if self.causal:
+            start, left, close = self._close_causal(now)
+            self._pending = [(start, left, close), (self._open[2], self._open[3], np.full(self._open[2].size, np.nan))]
         b = self.s.survival_bin_seconds
         h = self.s.survival_horizon_seconds
         open_at = np.zeros_like(self._closed)
@@ -170,7 +234,7 @@ class WindowFeed:
         self.survival_version += 1
 
     def _exact(self, now: float) -> None:
-        d = self.sc.demand
+        d = self.demand
         per = max(1, int(round(self.step / 60.0)))
         m0 = int(now // 60)
         need = self.steps * per
@@ -190,7 +254,7 @@ class WindowFeed:
             lo = max(0, int((now - fs.history_seconds) // 60))
             t = self._minute_times[lo:m_now]
             self._models = [
-                fit_seasonal(times=t, online=self.sc.demand[n, lo:m_now].astype(float), now=now, settings=fs)
+                fit_seasonal(times=t, online=self.demand[n, lo:m_now].astype(float), now=now, settings=fs)
                 for n in range(self.sc.fleet.size)
             ]
         for n in range(len(self._models)):
@@ -199,7 +263,7 @@ class WindowFeed:
     def _forecast_node(self, n: int, now: float) -> None:
         """Node n's free profile at `now` (live demand overlaid), on the step grid of the last refresh."""
         fs = self.s.forecast
-        live = int(self.sc.demand[n, int(now // 60)])
+        live = int(self.demand[n, int(now // 60)])
         cap = int(self.sc.fleet.gpus[n])
         model = self._models[n]
         if model.runs is not None:
@@ -228,7 +292,7 @@ class WindowFeed:
         lo = max(0, int((now - self.s.forecast.history_seconds) // 60))
         k = len(runs.age)
         for first in (max(lo, m - 1440), lo):
-            levels = self.sc.demand[n, first:m].astype(np.int64)
+            levels = self.demand[n, first:m].astype(np.int64)
             age = run_ages(times=self._minute_times[first:m], levels=levels, thresholds=k)
             if first == lo or not np.any(age >= (m - 1 - first) * 60.0):
                 break

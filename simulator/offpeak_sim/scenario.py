@@ -16,6 +16,7 @@ from offpeak.errors import UserError
 from offpeak_sim import estimates, jobs as jobs_mod, online
 from offpeak_sim.fleet import DEFAULT_MIX, SLOWDOWN, Fleet, build_fleet, parse_mix
 from offpeak_sim.jobs import JobStream
+from offpeak_sim.onlinepods import OnlinePlacement
 
 DAY = 86400.0
 
@@ -46,7 +47,9 @@ class Scenario:
     """Inputs of one simulated period, identical for every policy."""
 
     fleet: Fleet
-    demand: np.ndarray  # int16 [nodes, minutes]: online GPUs per node per minute (history + run)
+    # int16 [nodes, minutes]: online GPUs per node per minute (history + run). With pod-placed online demand
+    # (`online_pods` set) the run's part is the placement with no offline pods: each policy places its own.
+    demand: np.ndarray
     start_s: float
     end_s: float
     jobs: JobStream
@@ -55,6 +58,7 @@ class Scenario:
     user_est_ref_s: np.ndarray  # [jobs]: user's wall-time estimate on the reference GPU
     profile: estimates.ErrorProfile
     notes: dict[str, object] = field(default_factory=dict)
+    online_pods: OnlinePlacement | None = None  # pod-placed online demand: the placement where the run starts
 
     @property
     def start_minute(self) -> int:
@@ -83,7 +87,9 @@ def build_scenario(s: ScenarioSettings) -> Scenario:
     start_s = s.history_days * DAY
     end_s = start_s + s.days * DAY
     minutes = int(np.ceil(end_s / 60.0)) + 1
-    demand = online.load_online_demand(s.online_trace, fleet=fleet, minutes=minutes, seed=s.seed, settings=s.online)
+    on = online.load_online(s.online_trace, fleet=fleet, minutes=minutes, seed=s.seed, settings=s.online,
+                            start_minute=int(start_s // 60))
+    demand = on.demand
     all_jobs = jobs_mod.load_jobs(s.jobs_trace, clusters=s.clusters)
     if s.fold_wide_jobs:
         all_jobs = jobs_mod.fold_to_node(all_jobs, gpus_per_node=s.gpus_per_node)
@@ -106,8 +112,9 @@ def build_scenario(s: ScenarioSettings) -> Scenario:
     profile = profile or estimates.default_profile(seed=s.seed)
     pred_ratio = profile.sample_ratio(rng, (len(kept), len(fleet.types)))
     user = estimates.user_estimates(kept.duration_s, rng=rng)
-    notes = {
+    notes: dict[str, object] = {
         "online_layout": online.detect_layout(s.online_trace),
+        "online_placement": "pinned" if on.placement is None else "pods",
         "online_busy_share": float(d.sum() / (fleet.gpus.sum() * d.shape[1])),
         "jobs_in_period": len(period),
         "jobs_kept": len(kept),
@@ -115,4 +122,5 @@ def build_scenario(s: ScenarioSettings) -> Scenario:
         "offered_load": kept.gpu_seconds() * mean_slowdown / idle if idle else float("inf"),
         "predictor_profile": profile.describe(),
     }
-    return Scenario(fleet, demand, start_s, end_s, kept, pred_ratio, profile.p90_ratio, user, profile, notes)
+    return Scenario(fleet, demand, start_s, end_s, kept, pred_ratio, profile.p90_ratio, user, profile, notes,
+                    online_pods=on.placement)

@@ -60,3 +60,18 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, argv: list[str], m
     err = capsys.readouterr().err
     assert rc == 2
     assert message in err and err.count("\n") == 1
+
+
+def test_online_placement_is_a_flag_recorded_in_the_meta(tmp_path: Path, capsys) -> None:
+    helios = str(paths.data_root() / "traces" / "helios-earth-vc-2020-05")
+    base = ["simulate", "--nodes", "8", "--days", "0.2", "--history-days", "1", "--policies", "backfill",
+            "--online-trace", helios, "--quiet"]
+    for flag, want in (([], "pods"), (["--online-placement", "pinned"], "pinned")):
+        out = tmp_path / f"{want}.json"
+        assert main([*base, *flag, "--report", str(out)]) == 0
+        meta = json.loads((tmp_path / f"{want}.meta.json").read_text())
+        assert meta["scenario"]["online_placement"] == want
+        assert meta["settings"]["scenario"]["online"]["placement"] == want
+    rc = main([*base, "--forecast", "exact", "--report", str(tmp_path / "x.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--online-placement pinned" in err and err.count("\n") == 1
