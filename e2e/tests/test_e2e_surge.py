@@ -1,5 +1,6 @@
 """Scenario 3: an online surge on a node evicts its offline pods within the grace period; the TrainingJob is
-Requeued and later finishes on another node."""
+Requeued and later finishes on another node. When the node holds more offline work than the surge needs back, the
+pod that loses least goes, a gang worker counting the work of its whole gang (evicting it stops every worker)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
 
 
@@ -65,3 +67,58 @@ def test_online_surge_evicts_and_requeues(e2e_cluster: E2ECluster, e2e_namespace
     assert status["phase"] == "Succeeded", status
     assert status["attempts"] >= 2, status
     assert status["node"] == other, status  # finished elsewhere
+
+
+def test_surge_evicts_a_lone_pod_before_a_gang_worker_that_risks_more_work(
+        e2e_cluster: E2ECluster, e2e_namespace: str, online_reset: None) -> None:
+    ns = e2e_namespace
+    first, other = e2e_cluster.node_of_type("V100-SXM2-16GB"), e2e_cluster.node_of_type("L4")
+    e2e_cluster.scale_online(other, 4)  # 4 GPUs free there: room for one worker of the pair below, not both
+    e2e_cluster.wait_for(f"4 online pods running on {other}", lambda: len([
+        p for p in e2e_cluster.pods("online", f"app=online-{other}") if p["status"].get("phase") == "Running"
+    ]) == 4, timeout=60)
+
+    lone = trainingjob_manifest("lone", sim_seconds=400, gpu_types=["V100-SXM2-16GB"], torchvision=None,
+                                estimated_seconds=60, extra_spec={"gpusPerWorker": 4, "checkpointing": True})
+    e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(lone))
+    e2e_cluster.wait_phase(ns, "lone", ["Running"], timeout=120)
+    pair = trainingjob_manifest("pair", sim_seconds=400, gpu_types=["V100-SXM2-16GB", "L4"], torchvision=None,
+                                estimated_seconds=60, workers=2,
+                                extra_spec={"gpusPerWorker": 4, "checkpointing": True})
+    e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(pair))
+    e2e_cluster.wait_phase(ns, "pair", ["Running"], timeout=120)
+
+    (lone_pod,) = e2e_cluster.pods(ns, "offpeak.io/trainingjob=lone,offpeak.io/workload=offline")
+    workers = e2e_cluster.pods(ns, "offpeak.io/trainingjob=pair,offpeak.io/workload=offline")
+    assert lone_pod["spec"]["nodeName"] == first
+    assert sorted(w["spec"]["nodeName"] for w in workers) == sorted([first, other]), workers
+    (worker_here,) = [w for w in workers if w["spec"]["nodeName"] == first]
+    lone_start = parse_timestamp(lone_pod["status"]["startTime"])
+    pair_start = min(parse_timestamp(w["status"]["startTime"]) for w in workers)
+    assert lone_start is not None and pair_start is not None
+    # The lone pod has run longer, so its own 4 GPUs hold more work than the worker's own 4; but the worker puts
+    # the pair's 8 GPUs at risk. The lone pod loses less while it has run less than twice the pair's time: surge
+    # once the pair has run 10 s longer than the head start the lone pod had (then lone = pair + head start <
+    # 2 x pair).
+    head_start = max(0.0, pair_start - lone_start)
+    pause = pair_start + head_start + 10 - time.time()
+    print(f"[e2e] lone pod's head start {head_start:.0f}s; surge in {max(0.0, pause):.0f}s")
+    time.sleep(max(0.0, pause))
+
+    e2e_cluster.scale_online(first, 4)  # 4 online + 4 (lone) + 4 (worker) > 8 GPUs: one offline pod must go
+
+    def deleting(ns_name: str, pod_name: str) -> bool:
+        p = e2e_cluster.kubectl("-n", ns_name, "get", "pod", pod_name, "-o", "json", check=False)
+        return p.returncode != 0 or bool(json.loads(p.stdout)["metadata"].get("deletionTimestamp"))
+
+    grace = e2e_cluster.cluster.settings.eviction_grace_s
+    lone_name, worker_name = lone_pod["metadata"]["name"], worker_here["metadata"]["name"]
+    e2e_cluster.wait_for(f"lone pod {lone_name} evicted", lambda: deleting(ns, lone_name), timeout=grace + 30,
+                         interval=0.5)
+    for _ in range(10):  # and the gang keeps running: nothing else was needed
+        assert not deleting(ns, worker_name), f"gang worker {worker_name} was evicted as well"
+        time.sleep(1)
+    assert e2e_cluster.phase(ns, "pair") == "Running"
+    reason = json.loads(e2e_cluster.kubectl("-n", ns, "get", "pod", lone_name, "-o", "json", check=False).stdout
+                        or "{}").get("metadata", {}).get("annotations", {}).get("offpeak.io/eviction-reason", "")
+    print(f"[e2e] evicted the lone pod, not the gang worker; reason: {reason or '(pod gone)'}")
