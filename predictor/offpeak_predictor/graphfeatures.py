@@ -13,6 +13,7 @@ import numpy as np
 from offpeak_graph.schema import ModelGraph
 from offpeak_predictor.features import BACKWARD_FACTOR, FREE, OP_CLASSES, OpTable, make_op_table, op_class
 from offpeak_predictor.gpus import GPU_FEATURES, GpuSpec
+from offpeak_predictor.stepops import step_ops
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4, "bool": 1}
 _PRECISION_BYTES = {"fp32": 4, "tf32": 4, "fp16": 2, "bf16": 2}
@@ -52,11 +53,13 @@ class GraphSummary:
     flop_share: tuple[float, ...]  # share of forward FLOPs per class (OP_CLASSES order)
 
 
-def summarise(graph: ModelGraph, *, key: str | None = None) -> GraphSummary:
-    """Reduce a graph; `key` defaults to its content hash."""
+def summarise(graph: ModelGraph, *, key: str | None = None, as_traced: bool = False) -> GraphSummary:
+    """Reduce a graph to the ops a step runs (`stepops.step_ops`: attention as the fused kernel a GPU runs, the
+    loss on the logits); `as_traced` keeps the traced forward as it is (ablations). `key` defaults to the graph's
+    content hash."""
     classes, flops, nbytes, out_numel, lead, dtb = [], [], [], [], [], []
     default_bytes = _PRECISION_BYTES.get(graph.precision, 4)
-    for op in graph.ops:
+    for op in graph.ops if as_traced else step_ops(graph):
         cls = op_class(str(op.type))
         if cls == FREE:
             continue

@@ -88,7 +88,7 @@ def build_plan(graph: ModelGraph, *, amp: bool, scale: float) -> StepPlan:
             elem[op.id] = amp_bytes(op, ins, has_buffer_input=_reads_buffer(op))
         numel[op.id] = sum(elements(s) for s in op.output_shapes)
         out_bytes[op.id] = round(numel[op.id] * elem[op.id])
-    keep_inputs = _fuse_decomposed_attention(ops, consumers, out_bytes)
+    keep_inputs = fuse_decomposed_attention(ops, consumers, out_bytes)
     for op in ops:
         if is_inplace(op) and op.inputs:
             same = [p for p in op.inputs if out_bytes[p] == out_bytes[op.id]]
@@ -152,13 +152,14 @@ def _is_free_layout_copy(op: Op, ops: list[Op], *, batch: int, amp: bool) -> boo
     return bool(attention.inputs) and all(ops[p].type != OpType.CONCAT for p in attention.inputs)
 
 
-def _fuse_decomposed_attention(ops: list[Op], consumers: dict[int, list[int]], out_bytes: list[int]
-                               ) -> dict[int, list[int]]:  # fmt: skip
+def fuse_decomposed_attention(ops: list[Op], consumers: dict[int, list[int]], out_bytes: list[int],
+                              members: dict[int, set[int]] | None = None) -> dict[int, list[int]]:  # fmt: skip
     """Attention traced as its math decomposition (`torch.nn.MultiheadAttention` calls the fused kernel through
     a path the tracer sees op by op: casts to fp32 for half inputs, scale, `q @ k^T`, `_safe_softmax`, `@ v`) runs
     as one fused kernel on a GPU, which never materialises the scores: zero the decomposition's intermediates and
     let the last matmul keep what the fused kernel keeps (q, k, v and the output).
-    Returns {last matmul: the inputs it keeps}."""
+    Returns {last matmul: the inputs it keeps}; `members`, when given, receives {last matmul: the ops it absorbs}
+    (the step-time pricing, `stepops.py`, prices each attention as one op)."""
     keep: dict[int, list[int]] = {}
     matmuls = (OpType.BMM, OpType.MATMUL)
 
@@ -201,6 +202,8 @@ def _fuse_decomposed_attention(ops: list[Op], consumers: dict[int, list[int]], o
         for f in fused:
             out_bytes[f] = 0
         keep[after[0]] = sorted(sources - fused)
+        if members is not None:
+            members[after[0]] = fused
     return keep
 
 

@@ -40,7 +40,8 @@ def test_roofline_base_time_is_compute_or_memory_bound():
 def test_summary_drops_free_ops_and_keeps_totals():
     g = mlp_graph(batch=32, width=512, layers=3)
     s = summarise(g)
-    assert len(s.ops) == 6  # input dropped
+    assert len(summarise(g, as_traced=True).ops) == 6  # input dropped
+    assert len(s.ops) == 6 + 2  # and the loss on the logits added: log-softmax and NLL (fp32: no cast)
     assert s.ops.flops.sum() == pytest.approx(g.total_flops_forward)
     assert s.params == g.total_params and s.key == g.content_hash()
 
@@ -126,7 +127,7 @@ def test_many_tiny_ops_are_floored_by_host_launch_time():
     total, _ = step_composition(summary=s, op_seconds=tiny, gpu=gpu, ctx=StepContext(optimizer="sgd"))
     host = host_seconds(s, StepContext(optimizer="sgd"))
     assert total == pytest.approx(host)
-    assert host == pytest.approx(400 * 8e-6 * 3 + 200 * 2e-5)
+    assert host == pytest.approx((400 + 2) * 8e-6 * 3 + 200 * 2e-5)  # 400 layer ops and the loss (log-softmax, NLL)
     # Graph-mode frameworks (TensorFlow rows) have no per-op host floor.
     tf_total, _ = step_composition(summary=s, op_seconds=tiny, gpu=gpu,
                                    ctx=StepContext(optimizer="sgd", framework="tensorflow"))  # fmt: skip
