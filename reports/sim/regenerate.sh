@@ -19,10 +19,14 @@ for s in $SEEDS; do
   log "alibaba seed $s"
   nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" --report "reports/sim/days-alibaba-s$s.json" \
     --plots "reports/sim/days-alibaba-s$s" --quiet
-  # Helios per-VC occupancy as the online side
+  # Helios per-VC occupancy as the online side: online pods placed by the default scheduler's rule
   log "helios seed $s"
   nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" --online-trace "$HELIOS" \
     --report "reports/sim/days-helios-s$s.json" --plots "reports/sim/days-helios-s$s" --quiet
+  # ... and with each VC's online GPUs pinned to its nodes (the model before pod placement), for the before/after
+  log "helios pinned seed $s"
+  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" --online-trace "$HELIOS" --online-placement pinned \
+    --report "reports/sim/pinned-helios-s$s.json" --quiet
   # the model before issue 18 (wide jobs folded onto one node, no gangs), for the before/after table
   log "before: alibaba and helios seed $s"
   nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs \
