@@ -48,6 +48,7 @@ RSS_AIM = 0.10
 
 def churn(store: object, n_nodes: int, stop: threading.Event) -> None:
     """What the informer and refresher do meanwhile: pod updates, and a refit with fresh history every 20 s."""
+    from offpeak_extender.heap import trim_heap
     from offpeak_extender.store import ClusterStore
 
     assert isinstance(store, ClusterStore)
@@ -68,7 +69,8 @@ def churn(store: object, n_nodes: int, stop: threading.Event) -> None:
             store.set_history(history, now=NOW)
             del history
             gc.collect()
-            gc.freeze()  # as the refresher does
+            gc.freeze()  # as the refresher does, and it hands the freed memory back
+            trim_heap()
             next_refit = time.monotonic() + REFIT_SECONDS
 
 

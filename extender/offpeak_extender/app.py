@@ -66,13 +66,13 @@ def serve_extender(config: ExtenderConfig) -> None:
     from offpeak_extender.goodputfeed import GoodputFeed
     from offpeak_extender.history import LocalHistory, PrometheusHistory, Refresher
     from offpeak_extender.kube import Informer, load_api_client
-    from offpeak_extender.mallocarena import share_main_arena
+    from offpeak_extender.heap import share_main_arena
     from offpeak_extender.metrics import ExtenderMetrics
     from offpeak_extender.server import make_app, make_probe_app
     from offpeak_extender.service import ExtenderService
     from offpeak_extender.store import ClusterStore
 
-    share_main_arena()  # before any thread allocates: decisions run in worker threads (mallocarena's docstring)
+    share_main_arena()  # before any thread allocates: decisions run in worker threads (heap's docstring)
     registry = CollectorRegistry()
     metrics = ExtenderMetrics.create(registry)
     store = ClusterStore(settings=config.forecast, stale_after_seconds=config.stale_seconds)
@@ -83,7 +83,7 @@ def serve_extender(config: ExtenderConfig) -> None:
     if config.goodput is not None:
         goodput = GoodputFeed(store=store, settings=config.goodput)
     refresher = Refresher(store=store, source=source, metrics=metrics, refresh_seconds=config.refresh_seconds,
-                          freeze_gc=True, goodput=goodput)
+                          freeze_gc=True, goodput=goodput, trim_heap=True)
     informer.start()
     refresher.start()
     service = ExtenderService(store=store, metrics=metrics, settings=config.decisions, gangs=config.gangs,

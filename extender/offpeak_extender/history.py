@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from offpeak_extender import heap
 from offpeak_extender.goodputfeed import GoodputFeed
 from offpeak_extender.metrics import ExtenderMetrics
 from offpeak_extender.store import ClusterStore
@@ -112,8 +113,10 @@ class Refresher:
     """Background thread: sample online usage every step, refit forecasts every `refresh_seconds`."""
 
     def __init__(self, *, store: ClusterStore, source: HistorySource, metrics: ExtenderMetrics | None,
-                 refresh_seconds: float = 60.0, freeze_gc: bool = False, goodput: GoodputFeed | None = None) -> None:
+                 refresh_seconds: float = 60.0, freeze_gc: bool = False, goodput: GoodputFeed | None = None,
+                 trim_heap: bool = False) -> None:
         self.freeze_gc = freeze_gc  # move the fresh long-lived views out of the GC's scans (cuts p99 latency)
+        self.trim_heap = trim_heap  # hand the refit's freed memory back to the kernel (`heap.trim_heap`)
         self.goodput = goodput  # its window ledger is fed at every sample step
         self.store = store
         self.source = source
@@ -137,9 +140,12 @@ class Refresher:
                 local = self.store.local_history()
                 history = {**{n: v for n, v in local.items() if n not in history}, **history}
             self.store.set_history(history, now=now)
+            del history  # the refit's input: garbage from here on, so the trim below can hand it back
             if self.freeze_gc:
                 gc.collect()
                 gc.freeze()
+            if self.trim_heap:
+                heap.trim_heap()
         finally:
             if self.metrics is not None:
                 self.metrics.history_refresh_seconds.observe(time.perf_counter() - started)

@@ -22,7 +22,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from offpeak_extender.mallocarena import share_main_arena
+from offpeak_extender.heap import share_main_arena
 from offpeak_extender.metrics import DEADLINE, FILTER, INTERNAL_ERROR, PRIORITIZE, TOO_LARGE
 from offpeak_extender.service import Attempt, DeadlineExceeded, ExtenderService, fail_open
 
