@@ -13,9 +13,12 @@ variant then recomputes the step features and refits only the correction booster
 With the baseline variant the first two equal `offpeak eval-predictor`'s `modern_h100_family_out` and
 `modern_offpeak_h100` (same folds, seeds and settings). Needs the full data (H100 rows):
 
-    .venv/bin/python bench/predictor_ablation.py [--variant NAME ...] [--json]
+    .venv/bin/python bench/predictor_ablation.py [--variant NAME ...] [--json] [--per-model]
 
-Variants (`VARIANTS`): the changes tried on 2026-11-24, kept here so they can be rerun on new data.
+Variants (`VARIANTS`): the changes tried on 2026-11-24, kept here so they can be rerun on new data. `baseline` is the
+shipped step model (`stepops.step_ops`); `as-traced` the one before it, which the older variants were measured on.
+The `dispatch-*` variants count every ATen op each model dispatches by tracing it again (about 2 minutes once, then
+cached next to the graphs); `uncollapsed` traces every model again without merging leaf modules (same).
 """
 
 from __future__ import annotations
