@@ -19,6 +19,7 @@ COLUMNS = (
     ("harvested GPU-h", lambda m: m["harvested_gpu_hours"], "{:,.0f}"),
     ("work (V100 GPU-h)", lambda m: m["work_done_ref_gpu_hours"], "{:,.0f}"),
     ("evictions", lambda m: m["evictions"], "{:,.0f}"),
+    ("yields", lambda m: m.get("yields", 0), "{:,.0f}"),
     ("GPU-h lost", lambda m: m["lost_gpu_seconds"] / 3600.0, "{:,.0f}"),
     ("JCT mean (h)", lambda m: (m["jct_mean_s"] or float("nan")) / 3600.0, "{:.2f}"),
     ("JCT p95 (h)", lambda m: (m["jct_p95_s"] or float("nan")) / 3600.0, "{:.1f}"),

@@ -36,6 +36,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--policies", default=DEFAULT_POLICIES, help=f"comma-separated (default {DEFAULT_POLICIES})")
     p.add_argument("--checkpoint-interval", type=float, default=1800.0,
                    help="seconds between checkpoints; 0 = none (default 1800)")
+    p.add_argument("--restart-seconds", type=float, default=None,
+                   help="seconds every (re)start of a job spends before useful work (image, restore); the goodput "
+                   "rule weighs the same figure (default: EngineSettings' 60)")
+    p.add_argument("--no-yield", action="store_true",
+                   help="the offpeak policies do not stop jobs at a checkpoint before their forecast window ends")
     p.add_argument("--eviction-grace", type=float, default=30.0, help="seconds online work waits per eviction (default 30)")
     p.add_argument("--margin", type=float, default=None, help="extender filter margin on p90 (default: the extender's)")
     p.add_argument("--forecast", choices=("seasonal", "exact"), default="seasonal",
@@ -89,6 +94,8 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError("--days must be > 0 and --history-days >= 1")
     if args.checkpoint_interval < 0 or args.eviction_grace < 0 or args.refresh_seconds <= 0:
         raise UserError("--checkpoint-interval and --eviction-grace must be >= 0, --refresh-seconds > 0")
+    if args.restart_seconds is not None and args.restart_seconds < 0:
+        raise UserError("--restart-seconds must be >= 0")
     if args.predictor_sigma is not None and args.predictor_sigma < 0:
         raise UserError("--predictor-sigma must be >= 0")
     if args.margin is not None and args.margin < 0:
@@ -132,6 +139,8 @@ def handle(args: argparse.Namespace) -> int:
         margin=DEFAULT_MARGIN if args.margin is None else args.margin,
         gangs=not args.no_gangs,
         goodput=goodput,
+        restart_seconds=EngineSettings().restart_seconds if args.restart_seconds is None else args.restart_seconds,
+        yield_at_checkpoints=not args.no_yield,
     )
     console = Console(stderr=True)
     show = not args.quiet

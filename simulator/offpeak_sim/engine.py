@@ -14,6 +14,13 @@ pods on several nodes of one GPU type (`gangs`), all or nothing: every member pa
 own GPU count on its node, and when online work takes any member's GPUs the whole gang is evicted (work since
 the last checkpoint lost on every member). Gangs run at the speed of a single node (no communication cost).
 
+Restarts and planned stops: every attempt of a job spends its first `restart_seconds` starting (image, restore
+from checkpoint) with no useful work, and checkpoints fall every `checkpoint_seconds` after that. Policies that
+yield (`Policy.yields`, with `EngineSettings.yield_at_checkpoints`) check each running job at each of its
+checkpoints against the node's live forecast (`offpeak_core.yielding.should_yield`): a job whose next checkpoint
+would land after its window's forecast end stops there, losing no work and making no online pod wait; it is
+counted as a yield, not an eviction, and requeued like an evicted job.
+
 Online demand is either pinned to nodes (the scenario's demand, the same for every policy) or pod-placed
 (`Scenario.online_pods`): then each policy carries on its own placement of online pods (`offpeak_sim.onlinepods`),
 a pod that finds no room makes the evictor's `plan_for_pending` choose what goes, and each windowed policy has its
@@ -25,7 +32,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -33,10 +40,15 @@ from offpeak_core.decisions import DEFAULT_MARGIN, choose_victims, filter_nodes,
 from offpeak_core.evictions import NodeState, plan_for_pending
 from offpeak_core.goodput import GoodputAdmission, GoodputSettings, min_window
 from offpeak_core.model import NodeView, OfflinePod, PodRequest, Prediction
+from offpeak_core.windows import current_window
+from offpeak_core.yielding import YieldSettings, should_yield
 
 from offpeak_sim.forecasting import WindowFeed
 from offpeak_sim.policies import Policy, believed_p50_p90, predictions
 from offpeak_sim.scenario import Scenario
+
+
+COMPLETE, YIELD = 0, 1  # kinds of timed events on a policy's heap
 
 
 @dataclass(frozen=True)
@@ -53,7 +65,19 @@ class EngineSettings:
     check_invariants: bool = False  # assert capacity after every step (tests)
     gangs: bool = True  # a job no single node can take may run across several nodes (all or nothing)
     gang_max_nodes: int = 8  # most nodes one gang may span
-    goodput: GoodputSettings = GoodputSettings(startup_seconds=0.0)  # the engine models no startup time either
+    # every attempt of every job does no useful work for its first restart_seconds (image pull, restore); the goodput
+    # rule weighs the same figure (goodput.startup_seconds is set from it)
+    restart_seconds: float = 60.0
+    goodput: GoodputSettings = GoodputSettings()
+    # policies with Policy.yields stop a job at a checkpoint whose successor would land past its forecast window's end
+    yield_at_checkpoints: bool = True
+    yielding: YieldSettings = YieldSettings()
+
+    def __post_init__(self) -> None:
+        if self.restart_seconds < 0:
+            raise ValueError(f"restart_seconds must be >= 0, got {self.restart_seconds}")
+        if self.goodput.startup_seconds != self.restart_seconds:  # one figure for the engine and the rule
+            object.__setattr__(self, "goodput", replace(self.goodput, startup_seconds=self.restart_seconds))
 
 
 @dataclass(slots=True)
@@ -65,6 +89,8 @@ class Run:
     slowdown: float
     end: float
     members: tuple[tuple[int, int], ...] = ()  # (node, GPUs) per pod; one entry for a single-node job
+    startup: float = 0.0  # seconds at the start of the attempt with no useful work (restart cost)
+    expected_end: float | None = None  # when the policy believes it ends (start + startup + p90); None: blind
 
 
 @dataclass
@@ -74,6 +100,8 @@ class Tally:
     ran_gpu_s: float = 0.0
     lost_gpu_s: float = 0.0
     evictions: int = 0
+    yields: int = 0  # planned stops at a checkpoint before the forecast window ends (no work lost, no online wait)
+    startup_gpu_s: float = 0.0  # GPU-seconds spent (re)starting: held, not lost at an eviction, no useful work
     online_delay_gpu_s: float = 0.0
     online_delay_events: int = 0
     online_gpu_requests: int = 0  # GPUs online demand added, over every node and minute (one online pod each)
@@ -103,7 +131,10 @@ class PolicyRun:
         self.used = np.zeros(fl.size, dtype=np.int64)
         self.on_node: list[dict[int, Run]] = [{} for _ in range(fl.size)]
         self.runs: dict[int, Run] = {}
-        self.heap: list[tuple[float, int, int]] = []
+        self.heap: list[tuple[float, int, int, int]] = []  # (time, job, attempt, COMPLETE | YIELD)
+        self.checkpoints: list[tuple[float, int, int]] = []  # (time, job, attempt): next checkpoint to look at
+        self.yields = (policy.yields and policy.windowed and settings.yield_at_checkpoints
+                       and settings.checkpoint_seconds > 0)
         self.attempt = np.zeros(n_jobs, dtype=np.int64)
         self.queue: list[int] = []
         self.remaining_ref = scenario.jobs.duration_s.astype(float).copy()
@@ -111,6 +142,7 @@ class PolicyRun:
         self.first_start = np.full(n_jobs, np.nan)
         self.finish = np.full(n_jobs, np.nan)
         self.job_evictions = np.zeros(n_jobs, dtype=np.int64)
+        self.job_yields = np.zeros(n_jobs, dtype=np.int64)
         self.placements: list[tuple[int, int, float]] = []  # (job, node, time) of every start
         minutes = scenario.end_minute - scenario.start_minute
         self.t = Tally(occupancy=np.zeros(minutes), lost_by_minute=np.zeros(minutes))
@@ -129,13 +161,18 @@ class PolicyRun:
         self.queue.extend(int(j) for j in jobs)
 
     def _complete_until(self, now: float) -> None:
+        """Completions and planned stops (yields) up to `now`, in time order."""
         while self.heap and self.heap[0][0] <= now:
-            end, job, attempt = heapq.heappop(self.heap)
+            end, job, attempt, kind = heapq.heappop(self.heap)
             if attempt != self.attempt[job] or job not in self.runs:
+                continue
+            if kind == YIELD:
+                self._yield(self.runs[job], end)
                 continue
             r = self.runs.pop(job)
             self._release(r)
             self.t.ran_gpu_s += (end - r.start) * r.gpus
+            self.t.startup_gpu_s += r.startup * r.gpus
             self.useful_ref[job] += self.remaining_ref[job]
             self.remaining_ref[job] = 0.0
             self.finish[job] = end
@@ -145,41 +182,100 @@ class PolicyRun:
             del self.on_node[n][r.job]
             self.used[n] -= g
 
-    def _start(self, job: int, node: int, now: float, members: tuple[tuple[int, int], ...] = ()) -> None:
+    def _start(self, job: int, node: int, now: float, members: tuple[tuple[int, int], ...] = (),
+               believed: float | None = None) -> None:
+        """Start an attempt: `restart_seconds` of start-up, then the remaining work (`believed`: the policy's p90
+        of it on this node's GPU type, seconds; None for runtime-blind policies)."""
         g = int(self.sc.jobs.gpus[job])
         members = members or ((node, g),)
         assert sum(w for _, w in members) == g
-        end = now + self.remaining_ref[job] * self.slow[node]
+        startup = self.s.restart_seconds
+        end = now + startup + self.remaining_ref[job] * self.slow[node]
         self.attempt[job] += 1
-        r = Run(job, node, now, g, float(self.slow[node]), end, members)
+        expected = None if believed is None else now + startup + believed
+        r = Run(job, node, now, g, float(self.slow[node]), end, members, startup, expected)
         self.runs[job] = r
         for n, w in members:
             self.on_node[n][job] = r
             self.used[n] += w
-        heapq.heappush(self.heap, (end, job, int(self.attempt[job])))
+        heapq.heappush(self.heap, (end, job, int(self.attempt[job]), COMPLETE))
+        first = now + startup + self.s.checkpoint_seconds
+        if self.yields and first < end:
+            heapq.heappush(self.checkpoints, (first, job, int(self.attempt[job])))
         self.placements.append((job, node, now))
         if len(members) > 1:
             self.gang_starts += 1
         if math.isnan(self.first_start[job]):
             self.first_start[job] = now
 
-    def _evict(self, r: Run, now: float, minute_index: int) -> None:
-        elapsed = now - r.start
+    def _saved(self, r: Run, now: float) -> float:
+        """Seconds of the attempt's work kept at its last checkpoint by `now` (none during start-up)."""
         c = self.s.checkpoint_seconds
-        saved = math.floor(elapsed / c) * c if c > 0 else 0.0
-        lost = (elapsed - saved) * r.gpus
+        work = max(0.0, now - r.start - r.startup)
+        return math.floor(work / c + 1e-9) * c if c > 0 else 0.0
+
+    def _stop(self, r: Run, now: float) -> float:
+        """End an attempt at `now` (eviction or yield): free its GPUs, keep its checkpointed work, requeue the job;
+        return the GPU-seconds of work lost (since the last checkpoint; start-up time is counted apart)."""
+        elapsed = now - r.start
+        saved = self._saved(r, now)
+        lost = max(0.0, max(0.0, elapsed - r.startup) - saved) * r.gpus
         self.runs.pop(r.job)
         self._release(r)
         self.attempt[r.job] += 1  # invalidates its completion event
         self.t.ran_gpu_s += elapsed * r.gpus
-        self.t.lost_gpu_s += lost
-        self.t.lost_by_minute[minute_index] += lost
-        self.t.evictions += 1
-        self.job_evictions[r.job] += 1
+        self.t.startup_gpu_s += min(elapsed, r.startup) * r.gpus
         kept_ref = saved / r.slowdown
         self.useful_ref[r.job] += kept_ref
         self.remaining_ref[r.job] = max(0.0, self.remaining_ref[r.job] - kept_ref)
         self.queue.append(r.job)
+        return lost
+
+    def _evict(self, r: Run, now: float, minute_index: int) -> None:
+        lost = self._stop(r, now)
+        self.t.lost_gpu_s += lost
+        self.t.lost_by_minute[minute_index] += lost
+        self.t.evictions += 1
+        self.job_evictions[r.job] += 1
+
+    def _yield(self, r: Run, at: float) -> None:
+        """A planned stop at a checkpoint: nothing lost, no online pod waits; the job is requeued."""
+        lost = self._stop(r, at)
+        assert abs(lost) < 1e-6 * max(1.0, at), "a yield happens at a checkpoint"
+        self.t.yields += 1
+        self.job_yields[r.job] += 1
+
+    def _window_end(self, n: int, now: float) -> float | None:
+        """Forecast end of the window node n's offline GPUs are in (all of them together, as `free_profile` with
+        the node's offline GPUs gives it): None when open-ended or the node's forecast is stale; `now` when the
+        forecast leaves them no window at all."""
+        assert self.feed is not None
+        if self.feed.stale[n]:
+            return None
+        w = current_window(windows=self.feed.base_windows(n), now=now, gpus=int(self.used[n]))
+        return now if w is None else w.end
+
+    def _plan_yields(self, now: float) -> None:
+        """Look at every checkpoint falling in this minute [now, now + 60) with the forecast as of now; a job that
+        should stop there gets a yield event at that checkpoint (processed before the next minute's evictions)."""
+        c = self.s.checkpoint_seconds
+        while self.checkpoints and self.checkpoints[0][0] < now + 60.0:
+            at, job, attempt = heapq.heappop(self.checkpoints)
+            r = self.runs.get(job)
+            if r is None or attempt != self.attempt[job] or at >= r.end:
+                continue
+            ends = [self._window_end(n, now) for n, _ in r.members]
+            window_end = None if any(e is None for e in ends) else min(e for e in ends if e is not None)
+            if should_yield(now=at, started_at=r.start, interval=c, window_end=window_end, startup_seconds=r.startup,
+                            finish_by=r.expected_end, settings=self.s.yielding):
+                heapq.heappush(self.heap, (at, job, attempt, YIELD))
+            elif at + c < r.end:
+                heapq.heappush(self.checkpoints, (at + c, job, attempt))
+
+    def _since_checkpoint(self, r: Run, now: float) -> float:
+        """Seconds since the attempt's last checkpoint, or since its start when it has none yet."""
+        saved = self._saved(r, now)
+        return now - r.start - (r.startup + saved if saved > 0 else 0.0)
 
     def _online_wait_seconds(self) -> float:
         """How long an online GPU held by offline work waits for it: the victim's exit, at most the grace period."""
@@ -196,7 +292,7 @@ class PolicyRun:
                 gpus=next(w for m, w in r.members if m == n),
                 checkpointing=c > 0,
                 elapsed_seconds=now - r.start,
-                seconds_since_checkpoint=((now - r.start) % c) if c > 0 else None,
+                seconds_since_checkpoint=self._since_checkpoint(r, now) if c > 0 else None,
                 gang_gpus=r.gpus if len(r.members) > 1 else 0,  # an evicted member stops its whole gang
             )
             for j, r in self.on_node[n].items()
@@ -424,6 +520,10 @@ class PolicyRun:
                     break  # even the widest members do not add up; larger gangs need longer windows
         return None
 
+    def _believed(self, p90: np.ndarray | None, k: int, node: int) -> float | None:
+        """The policy's p90 of queued job k's remaining run on node's GPU type (None: runtime-blind)."""
+        return None if p90 is None else float(p90[k, self.node_type[node]])
+
     @staticmethod
     def _greedy(nodes: np.ndarray, width: np.ndarray, gj: int, maxn: int) -> tuple[tuple[int, int], ...] | None:
         """Take nodes in order, as many GPUs as each allows, until gj; None if that needs more than maxn nodes."""
@@ -500,11 +600,11 @@ class PolicyRun:
             self.t.decisions += 1
             if chosen is not None:
                 n = names[chosen]
-                self._start(j, n, now)
+                self._start(j, n, now, believed=self._believed(p90, int(k), n))
                 free[n] -= gj
                 placed.add(j)
             elif plan is not None:
-                self._start(j, plan[0][0], now, plan)
+                self._start(j, plan[0][0], now, plan, believed=self._believed(p90, int(k), plan[0][0]))
                 for n, w in plan:
                     free[n] -= w
                 placed.add(j)
@@ -526,6 +626,8 @@ class PolicyRun:
         if self.own_feed:
             assert self.feed is not None
             self.feed.maybe_refresh(now)  # this policy's own online demand, as its extender would see it
+        if self.yields:
+            self._plan_yields(now)
         self._views.clear()  # views hold the windows open now: valid for this minute only
         self.schedule(minute, now)
         self.t.occupancy[i] = float(self.used.sum())
@@ -538,6 +640,7 @@ class PolicyRun:
         self._complete_until(end_s)
         for r in self.runs.values():
             self.t.ran_gpu_s += (end_s - r.start) * r.gpus
+            self.t.startup_gpu_s += min(end_s - r.start, r.startup) * r.gpus
 
 
 def simulate(

@@ -54,11 +54,12 @@ def online_wait(t: Tally) -> dict[str, float | int | None]:
 def work_done_ref_gpu_s(scenario: Scenario, r: PolicyRun) -> float:
     """Useful offline work in reference-GPU (V100) GPU-seconds: kept work plus work still running at the end.
 
-    Harvested GPU-hours count occupancy, so a job on a slow GPU "harvests" more for the same work; this does not.
+    Harvested GPU-hours count occupancy, so a job on a slow GPU "harvests" more for the same work; this does not,
+    nor does it count the start-up of attempts (`EngineSettings.restart_seconds`).
     """
     g = scenario.jobs.gpus
     kept = float((r.useful_ref * g).sum())
-    running = sum((scenario.end_s - x.start) / x.slowdown * x.gpus for x in r.runs.values())
+    running = sum(max(0.0, scenario.end_s - x.start - x.startup) / x.slowdown * x.gpus for x in r.runs.values())
     return kept + running
 
 
@@ -80,6 +81,7 @@ def summarise(scenario: Scenario, runs: Mapping[str, PolicyRun]) -> dict[str, di
             "ran_gpu_hours": t.ran_gpu_s / 3600.0,
             "work_done_ref_gpu_hours": work_done_ref_gpu_s(scenario, r) / 3600.0,
             "evictions": int(t.evictions),
+            "yields": int(t.yields),
             "lost_gpu_seconds": float(t.lost_gpu_s),
             "online_delayed_gpu_seconds": float(t.online_delay_gpu_s),
             "online_delay_events": int(t.online_delay_events),
@@ -88,6 +90,8 @@ def summarise(scenario: Scenario, runs: Mapping[str, PolicyRun]) -> dict[str, di
             "jobs_started": int(np.isfinite(r.first_start).sum()),
             "jobs_completed": int(np.isfinite(r.finish).sum()),
             "jobs_evicted": int((r.job_evictions > 0).sum()),
+            "jobs_yielded": int((r.job_yields > 0).sum()),
+            "restart_gpu_hours": float(t.startup_gpu_s) / 3600.0,
             "gang_starts": int(r.gang_starts),
             "jct_jobs": int(done_all.sum()),
         }

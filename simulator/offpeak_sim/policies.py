@@ -15,6 +15,10 @@ The windowed policies admit checkpointing jobs by expected goodput (`offpeak_cor
 survival the feed has learnt so far): a window shorter than the job is taken when the useful work expected
 before it closes is at least `GoodputSettings.min_efficiency` of the GPU time held.
 
+The offpeak policies (both rules) also yield: a checkpointing job stops at a checkpoint whose successor would land
+after its node's live forecast window ends (`offpeak_core.yielding`), with no work lost and no online pod waiting.
+user-estimate and oracle do not: they stay the runtime-knowledge comparisons they were.
+
 What-ifs, not in the default set: `offpeak-p90` is offpeak without the goodput rule (every job needs a window
 of p90 × (1 + margin), the rule before issue 18); `offpeak-ckpt` is that plus the older checkpoint cap
 (`checkpoint_intervals=4`: a checkpointing job only needs min(p90 × (1 + margin), 4 checkpoint intervals)).
@@ -39,6 +43,9 @@ class Policy:
     pick: str  # "spread" | "first" | "score"
     checkpoint_intervals: int = 0  # >0: the extender's checkpoint-aware rule with this k
     goodput: bool = True  # windowed: admit checkpointing jobs into shorter windows by expected goodput
+    # windowed: stop a checkpointing job at a checkpoint whose successor would land past its forecast window's end
+    # (`offpeak_core.yielding`; the engine's `yield_at_checkpoints` turns it off for every policy)
+    yields: bool = False
 
     @property
     def windowed(self) -> bool:
@@ -51,10 +58,10 @@ POLICIES: dict[str, Policy] = {
         Policy("default", "blind", "spread"),
         Policy("backfill", "blind", "first"),
         Policy("user-estimate", "user", "score"),
-        Policy("offpeak", "predicted", "score"),
+        Policy("offpeak", "predicted", "score", yields=True),
         Policy("oracle", "true", "score"),
-        Policy("offpeak-p90", "predicted", "score", goodput=False),
-        Policy("offpeak-ckpt", "predicted", "score", checkpoint_intervals=4, goodput=False),
+        Policy("offpeak-p90", "predicted", "score", goodput=False, yields=True),
+        Policy("offpeak-ckpt", "predicted", "score", checkpoint_intervals=4, goodput=False, yields=True),
     )
 }
 DEFAULT_SET = ("default", "backfill", "user-estimate", "offpeak", "oracle")

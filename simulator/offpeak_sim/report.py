@@ -24,7 +24,7 @@ def _wait(m: Mapping[str, Any]) -> str:
 
 def table(metrics: Mapping[str, Mapping[str, Any]], *, title: str) -> Table:
     t = Table(title=title)
-    for col in ("policy", "harvested GPU-h", "share of idle", "work V100-GPU-h", "evictions", "lost GPU-h", "online wait p50/p99 s",
+    for col in ("policy", "harvested GPU-h", "share of idle", "work V100-GPU-h", "evictions", "yields", "lost GPU-h", "online wait p50/p99 s",
                 "done", "JCT mean", "JCT p95", "queue mean", "decision µs"):
         t.add_column(col, justify="left" if col == "policy" else "right")
     for name, m in metrics.items():
@@ -34,6 +34,7 @@ def table(metrics: Mapping[str, Mapping[str, Any]], *, title: str) -> Table:
             f"{m['harvest_share']:.1%}",
             f"{m['work_done_ref_gpu_hours']:.0f}",
             str(m["evictions"]),
+            str(m.get("yields", 0)),
             f"{m['lost_gpu_seconds'] / 3600:.0f}",
             _wait(m),
             f"{m['jobs_completed']}/{m['jobs']}",

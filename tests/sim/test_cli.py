@@ -75,3 +75,15 @@ def test_online_placement_is_a_flag_recorded_in_the_meta(tmp_path: Path, capsys)
     rc = main([*base, "--forecast", "exact", "--report", str(tmp_path / "x.json")])
     err = capsys.readouterr().err
     assert rc == 2 and "--online-placement pinned" in err and err.count("\n") == 1
+
+
+def test_restart_and_yield_flags_reach_the_engine_and_the_goodput_rule(tmp_path: Path, capsys) -> None:
+    base = ["simulate", "--nodes", "4", "--days", "0.2", "--history-days", "1", "--policies", "backfill", "--quiet"]
+    for flags, restart, yields in (([], 60.0, True), (["--restart-seconds", "0", "--no-yield"], 0.0, False)):
+        out = tmp_path / f"{restart:g}.json"
+        assert main([*base, *flags, "--report", str(out)]) == 0
+        engine = json.loads((tmp_path / f"{restart:g}.meta.json").read_text())["settings"]["engine"]
+        assert engine["restart_seconds"] == restart and engine["goodput"]["startup_seconds"] == restart
+        assert engine["yield_at_checkpoints"] is yields
+        assert "yields" in json.loads(out.read_text())["backfill"]
+    assert main([*base, "--restart-seconds", "-1", "--report", str(tmp_path / "x.json")]) == 2

@@ -22,10 +22,11 @@ def test_capacity_and_conservation_hold_for_every_policy(random_scenario, mode: 
     idle = sc.idle_gpu_seconds()
     for name, r in runs.items():
         g = sc.jobs.gpus
-        in_flight = sum((sc.end_s - x.start) * x.gpus for x in r.runs.values())
+        in_flight = sum(max(0.0, sc.end_s - x.start - x.startup) * x.gpus for x in r.runs.values())
         useful = float((r.useful_ref * slow * g).sum())
-        # every GPU-second an offline pod held is either kept work, thrown-away work, or still running at the end
-        assert r.t.ran_gpu_s == pytest.approx(useful + r.t.lost_gpu_s + in_flight, rel=1e-9), name
+        # every GPU-second an offline pod held is kept work, thrown-away work, start-up, or work running at the end
+        assert r.t.startup_gpu_s > 0, name
+        assert r.t.ran_gpu_s == pytest.approx(useful + r.t.lost_gpu_s + r.t.startup_gpu_s + in_flight, rel=1e-9), name
         done = np.isfinite(r.finish)
         assert done.any(), name
         assert np.allclose(r.useful_ref[done], sc.jobs.duration_s[done]), name  # finished = all work kept
@@ -33,8 +34,10 @@ def test_capacity_and_conservation_hold_for_every_policy(random_scenario, mode: 
         assert r.t.occupancy.sum() * 60 <= idle  # never more offline GPU-time than idle GPU-time
         m = summarise(sc, {name: r})[name]
         # all nodes are A100 (0.5 x reference time): kept work in reference GPU-hours is twice the kept GPU-hours
-        assert m["work_done_ref_gpu_hours"] * slow == pytest.approx(m["harvested_gpu_hours"], rel=1e-9)
-        assert (r.finish[done] >= sc.jobs.arrival_s[done] + sc.jobs.duration_s[done] * slow - 1e-6).all()
+        kept = m["harvested_gpu_hours"] - m["restart_gpu_hours"]
+        assert m["work_done_ref_gpu_hours"] * slow == pytest.approx(kept, rel=1e-9)
+        start_up = EngineSettings().restart_seconds
+        assert (r.finish[done] >= sc.jobs.arrival_s[done] + start_up + sc.jobs.duration_s[done] * slow - 1e-6).all()
     blind = runs["backfill"].t.evictions
     assert blind > 0  # the scenario does exercise evictions
 

@@ -26,10 +26,11 @@ def test_a_job_wider_than_any_node_runs_across_nodes(name: str) -> None:
     demand[0] = 2  # node 0 has 6 free, nodes 1 and 2 have 8
     sc = make_scenario(demand, [(0.0, 2 * H, 12)])
     r = _run(sc, [name])[name]
+    s = EngineSettings().restart_seconds
     assert r.first_start[0] == sc.start_s
-    assert r.finish[0] == pytest.approx(sc.start_s + 2 * H * 0.5)  # A100: half the reference time
+    assert r.finish[0] == pytest.approx(sc.start_s + s + 2 * H * 0.5)  # start-up, then A100: half the reference time
     assert r.gang_starts == 1
-    assert r.t.ran_gpu_s == pytest.approx(12 * H)  # 12 GPUs for 1 h
+    assert r.t.ran_gpu_s == pytest.approx(12 * (H + s))  # 12 GPUs for 1 h and the start-up
 
 
 def test_without_gangs_a_wide_job_never_starts() -> None:
@@ -45,7 +46,8 @@ def test_losing_one_member_evicts_the_whole_gang() -> None:
     sc = make_scenario(demand, [(0.0, 8 * H, 16)])
     r = _run(sc, ["backfill"], checkpoint_seconds=1800)["backfill"]
     assert r.t.evictions == 1
-    assert r.t.lost_gpu_s == pytest.approx(10 * 60 * 16)  # 10 min since the last checkpoint, on all 16 GPUs
+    # 1 min start-up, checkpoints at 31, 61, 91 min: 9 min since the last one at 100 min, on all 16 GPUs
+    assert r.t.lost_gpu_s == pytest.approx(9 * 60 * 16)
     assert r.placements[0][2] == sc.start_s and len(r.placements) >= 2  # restarted once node 1 is free again
     assert np.isfinite(r.finish[0])
 

@@ -32,7 +32,7 @@ def test_oracle_never_evicts_when_the_forecast_is_exact_and_it_waits_for_whole_w
     sc = make_scenario(demand, jobs)
     strict = replace(POLICIES["oracle"], name="oracle-strict", goodput=False)
     runs = simulate(sc, [strict, POLICIES["oracle"], POLICIES["backfill"]], feed=WindowFeed(sc, EXACT),
-                    settings=EngineSettings(check_invariants=True))
+                    settings=EngineSettings(check_invariants=True, restart_seconds=0.0))
     assert runs["oracle-strict"].t.evictions == 0
     assert runs["oracle-strict"].t.lost_gpu_s == 0
     assert np.isfinite(runs["oracle-strict"].finish).sum() > 20
@@ -54,7 +54,7 @@ def test_runtime_aware_policies_wait_for_a_window_blind_ones_do_not() -> None:
     # one node; the whole node is busy 02:00-06:00; a 3 h job (6 h reference on A100) arrives at 00:00
     demand = daily(1, 3, [(120, 360, 8)])
     sc = make_scenario(demand, [(0.0, 6 * H, 1)])
-    runs = _run(sc, ["oracle", "backfill"], checkpoint_seconds=1800)
+    runs = _run(sc, ["oracle", "backfill"], checkpoint_seconds=1800, restart_seconds=0.0)
     o, b = runs["oracle"], runs["backfill"]
     assert o.t.evictions == 0 and o.first_start[0] >= sc.start_s + 6 * H  # waits until the busy period is over
     assert b.first_start[0] == sc.start_s and b.t.evictions == 1  # starts at once, evicted at 02:00
@@ -66,11 +66,16 @@ def test_runtime_aware_policies_wait_for_a_window_blind_ones_do_not() -> None:
 def test_lost_work_is_the_time_since_the_last_checkpoint() -> None:
     demand = daily(1, 3, [(100, 200, 8)])  # busy from 01:40
     sc = make_scenario(demand, [(0.0, 8 * H, 2)])
-    r = _run(sc, ["backfill"], checkpoint_seconds=1800)["backfill"]
+    r = _run(sc, ["backfill"], checkpoint_seconds=1800, restart_seconds=0.0)["backfill"]
     assert r.t.evictions == 1
     assert r.t.lost_gpu_s == pytest.approx(10 * 60 * 2)  # 100 min = 3 checkpoints + 10 min, on 2 GPUs
-    none = _run(sc, ["backfill"], checkpoint_seconds=0)["backfill"]
+    none = _run(sc, ["backfill"], checkpoint_seconds=0, restart_seconds=0.0)["backfill"]
     assert none.t.lost_gpu_s == pytest.approx(100 * 60 * 2)  # no checkpoints: the whole attempt
+    # with a 1-min start-up the checkpoints fall at 31, 61, 91 min: 9 min lost; the start-up is counted apart
+    r = _run(sc, ["backfill"], checkpoint_seconds=1800, restart_seconds=60.0)["backfill"]
+    assert r.t.lost_gpu_s == pytest.approx(9 * 60 * 2)
+    none = _run(sc, ["backfill"], checkpoint_seconds=0, restart_seconds=60.0)["backfill"]
+    assert none.t.lost_gpu_s == pytest.approx(99 * 60 * 2)
 
 
 def test_default_spreads_and_backfill_packs_first_fit() -> None:
