@@ -7,15 +7,18 @@ on, and measured online demand on a node (from the node agent) outgrowing what t
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from offpeak_core.decisions import choose_victims
+from offpeak_core.humanize import duration
 from offpeak_core.model import NodeView, OfflinePod
+from offpeak_core.yielding import YieldSettings, last_checkpoint, should_yield
 
 REASON_PENDING = "online-pod-pending"
 REASON_PRESSURE = "online-demand-rising"
+REASON_YIELD = "window-ending"  # a planned stop at a checkpoint (`offpeak_core.yielding`): nothing is lost
 # Every reason a plan can carry (offpeak_evictions_total{reason}, the offpeak.io/eviction-reason annotation's cause).
-EVICTION_REASONS = (REASON_PENDING, REASON_PRESSURE)
+EVICTION_REASONS = (REASON_PENDING, REASON_PRESSURE, REASON_YIELD)
 
 
 @dataclass(frozen=True)
@@ -90,3 +93,30 @@ def plan_for_pressure(
     msg = (f"online GPU demand on {view.name} rose to {online:g} of {view.gpus_total} GPUs; "
            f"evicting to free {over} GPU(s)")
     return EvictionPlan(node=view.name, victims=tuple(victims), reason=REASON_PRESSURE, message=msg)
+
+
+def plan_yields(
+    *, node: str, offline_pods: Sequence[OfflinePod], window_end: float | None, now: float,
+    startup_seconds: float = 0.0, settings: YieldSettings = YieldSettings(),
+) -> EvictionPlan | None:
+    """Stop, at a checkpoint, the offline pods on `node` whose next checkpoint would come after the forecast end of
+    the window they run in (`window_end`: when online demand is forecast to need their GPUs; None: not within the
+    forecast). A planned stop loses no work and is over before online work returns, where an eviction then would
+    lose the work since the checkpoint and make an online pod wait (`offpeak_core.yielding`)."""
+    if window_end is None:
+        return None
+    victims = tuple(
+        replace(p, seconds_since_checkpoint=now - last)  # what it loses: nothing past its checkpoint
+        for p in offline_pods
+        if p.checkpointing and should_yield(now=now, started_at=now - p.elapsed_seconds,
+                                            interval=p.checkpoint_interval_seconds, window_end=window_end,
+                                            startup_seconds=startup_seconds, finish_by=p.finish_by,
+                                            settings=settings)
+        and (last := last_checkpoint(now=now, started_at=now - p.elapsed_seconds,
+                                     interval=p.checkpoint_interval_seconds, startup_seconds=startup_seconds))
+        is not None)
+    if not victims:
+        return None
+    msg = (f"stopping at a checkpoint: online work is forecast to need the GPUs on {node} in "
+           f"{duration(max(0.0, window_end - now))}, before the next checkpoint; no work is lost, the job is requeued")
+    return EvictionPlan(node=node, victims=victims, reason=REASON_YIELD, message=msg)

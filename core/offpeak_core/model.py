@@ -109,6 +109,11 @@ class OfflinePod:
     # GPUs of all the workers of the pod's gang together (0: not in a gang). A gang runs all or none, so evicting
     # one worker stops every worker: the work it throws away is on all of their GPUs, not only this pod's.
     gang_gpus: int = 0
+    # Seconds between the pod's checkpoints (`offpeak.io/checkpoint-interval-seconds`; None: unknown or none), and
+    # when it is expected to finish (start + its predicted p90 on this node's GPU type; None: no prediction): what
+    # a planned stop at a checkpoint before the window ends needs (`offpeak_core.yielding`).
+    checkpoint_interval_seconds: float | None = None
+    finish_by: float | None = None
 
     @property
     def key(self) -> str:

@@ -28,6 +28,24 @@ def free_profile(*, forecast: DemandForecast, capacity: int, offline_now: int = 
     return FreeProfile(forecast.times, free, forecast.confidence, forecast.step_seconds)
 
 
+def held_window_end(*, forecast: DemandForecast, capacity: int, held: int, now: float) -> float | None:
+    """When the forecast online demand first leaves fewer than `held` GPUs of `capacity` (the GPUs offline pods hold
+    now): the end of the window those pods run in. None when that never happens within the horizon (open-ended),
+    when nothing is held, or when the forecast has no step from `now` on. Unknown demand counts as busy, as in
+    `free_profile`."""
+    if held <= 0:
+        return None
+    times = np.asarray(forecast.times, dtype=float)
+    ahead = times + forecast.step_seconds > now  # steps not over yet
+    if not ahead.any():
+        return None
+    online = np.where(np.isfinite(forecast.online), np.ceil(forecast.online - 1e-9), capacity)
+    short = ahead & (capacity - online < held)
+    if not short.any():
+        return None
+    return max(now, float(times[int(np.argmax(short))]))
+
+
 def idle_windows(*, profile: FreeProfile, open_ended: bool = True) -> list[IdleWindow]:
     """Maximal windows for every free-GPU level, nested (a 1-GPU window contains the 2-GPU windows within it).
 

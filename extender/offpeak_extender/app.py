@@ -131,11 +131,19 @@ def serve_evictor(args: argparse.Namespace) -> None:
     api = load_api_client(args.kubeconfig)
     informer = Informer(api_client=api, store=store)
     settings = EvictorSettings(grace_seconds=args.grace_seconds, interval_seconds=args.interval_seconds,
-                               prometheus_url=args.prometheus_url)
+                               prometheus_url=args.prometheus_url,
+                               yield_at_checkpoints=bool(getattr(args, "yield_at_checkpoints", False)))
     measured = prometheus_measured_online(args.prometheus_url) if args.prometheus_url else None
     evictor = Evictor(store=store, actions=KubeEvictionActions(api), metrics=metrics, settings=settings,
                       measured_online=measured)
     informer.start()
+    refresher = None
+    if settings.yield_at_checkpoints:  # planned stops need each node's forecast, as the extender fits it
+        from offpeak_extender.history import LocalHistory, PrometheusHistory, Refresher
+
+        source = PrometheusHistory(args.prometheus_url) if args.prometheus_url else LocalHistory(store)
+        refresher = Refresher(store=store, source=source, metrics=None, freeze_gc=True, trim_heap=True)
+        refresher.start()
     thread = threading.Thread(target=evictor.run, name="evictor", daemon=True)
     thread.start()
 
@@ -149,11 +157,14 @@ def serve_evictor(args: argparse.Namespace) -> None:
     app = web.Application()
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/healthz", healthz)
-    log.info("evictor metrics on http://%s:%d (grace %ds, every %gs)", args.host, args.metrics_port,
-             args.grace_seconds, args.interval_seconds)
+    log.info("evictor metrics on http://%s:%d (grace %ds, every %gs, planned stops at checkpoints: %s)", args.host,
+             args.metrics_port, args.grace_seconds, args.interval_seconds,
+             "on" if settings.yield_at_checkpoints else "off")
     try:
         web.run_app(app, host=args.host, port=args.metrics_port, print=None, access_log=None)
     finally:
         evictor.stop_event.set()
         informer.stop()
+        if refresher is not None:
+            refresher.stop()
 

@@ -103,6 +103,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     e.add_argument("--interval-seconds", type=float, default=_env_float("OFFPEAK_INTERVAL_SECONDS", 2.0))
     e.add_argument("--prometheus-url", default=_env("OFFPEAK_PROMETHEUS_URL"),
                    help="measured online GPUs per node (node agent); without it only pending online pods count")
+    e.add_argument("--yield-at-checkpoints", action="store_true",
+                   default=(_env("OFFPEAK_YIELD_AT_CHECKPOINTS", "") or "").lower() in ("1", "true", "yes"),
+                   help="stop a checkpointing pod at its last checkpoint before its node's idle window is forecast "
+                        "to end (nothing lost, no online pod waits); the evictor then also fits forecasts, from "
+                        "--prometheus-url or the pods it sees. Each stop counts as an attempt of the TrainingJob")
     e.add_argument("--log-level", default=_env("OFFPEAK_LOG_LEVEL", "INFO"))
     e.set_defaults(func=run_evictor)
 

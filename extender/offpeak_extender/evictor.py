@@ -18,9 +18,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from offpeak_core.evictions import EvictionPlan, NodeState, plan_for_pending, plan_for_pressure
+from offpeak_core.evictions import (REASON_YIELD, EvictionPlan, NodeState, plan_for_pending, plan_for_pressure,
+                                   plan_yields)
 from offpeak_extender.metrics import EvictorMetrics
 from offpeak_core.model import NodeView, OfflinePod
+from offpeak_core.yielding import DEFAULT_MARGIN_SECONDS, YieldSettings
 from offpeak_extender.store import ClusterStore
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,14 @@ class EvictorSettings:
     interval_seconds: float = 2.0  # how often demand is checked
     forget_seconds: float = 120.0  # how long an evicted pod counts as "releasing" if the watch has not caught up
     prometheus_url: str | None = None  # measured online GPUs per node (node agent); None: pods only
+    # Planned stops (opt-in, `offpeak evictor --yield-at-checkpoints`): a checkpointing pod whose next checkpoint
+    # would come after its window's forecast end stops at its checkpoint instead of being evicted later
+    # (`offpeak_core.yielding`). Checkpoints are taken to fall at start + `startup_seconds` + k x its
+    # `offpeak.io/checkpoint-interval-seconds`. Off by default: the operator counts each stop as an attempt
+    # (`maxAttempts`), as it counts evictions.
+    yield_at_checkpoints: bool = False
+    startup_seconds: float = 60.0  # as the goodput rule's default start-up
+    yield_margin_seconds: float = DEFAULT_MARGIN_SECONDS
 
 
 class EvictionActions(Protocol):
@@ -86,6 +96,8 @@ class Evictor:
             if plan is not None:
                 plans.append(plan)
                 states[plan.node] = _after(states[plan.node], plan)
+        if self.settings.yield_at_checkpoints:
+            plans.extend(self._yields(states, now))
         measured = self._measured()
         for name, value in measured.items():
             state = states.get(name)
@@ -93,6 +105,23 @@ class Evictor:
                 continue
             online, _, other = self.store.usage(name)
             plan = plan_for_pressure(state=state, measured_online=value, requested_online=online, other_gpus=other)
+            if plan is not None:
+                plans.append(plan)
+                states[name] = _after(state, plan)
+        return plans
+
+    def _yields(self, states: dict[str, NodeState], now: float) -> list[EvictionPlan]:
+        """Planned stops on every node whose offline pods' window is forecast to end (`plan_yields`); checked every
+        tick, so a pod counts as at its checkpoint for a tick and a half after it."""
+        settings = YieldSettings(margin_seconds=self.settings.yield_margin_seconds,
+                                 at_checkpoint_seconds=1.5 * self.settings.interval_seconds)
+        plans = []
+        for name, state in states.items():
+            if not any(p.checkpointing and p.checkpoint_interval_seconds for p in state.offline_pods):
+                continue
+            plan = plan_yields(node=name, offline_pods=state.offline_pods, now=now,
+                               window_end=self.store.held_window_end(name, now=now),
+                               startup_seconds=self.settings.startup_seconds, settings=settings)
             if plan is not None:
                 plans.append(plan)
                 states[name] = _after(state, plan)
@@ -181,9 +210,9 @@ class KubeEvictionActions:
             metadata=c.V1ObjectMeta(generate_name=f"{pod.trainingjob}.evicted.", namespace=pod.namespace),
             involved_object=c.V1ObjectReference(api_version=TRAININGJOB_API_VERSION, kind="TrainingJob",
                                                 name=pod.trainingjob, namespace=pod.namespace, uid=uid),
-            reason="OfflinePodEvicted",
+            reason="OfflinePodYielded" if plan.reason == REASON_YIELD else "OfflinePodEvicted",
             message=f"pod {pod.name}: {plan.message}",
-            type="Warning",
+            type="Normal" if plan.reason == REASON_YIELD else "Warning",
             source=c.V1EventSource(component=self.component),
             first_timestamp=_utcnow(),
             last_timestamp=_utcnow(),

@@ -23,22 +23,26 @@ from typing import Any
 import numpy as np
 
 from offpeak_core.forecast import DemandForecast, ForecastSettings, fit_seasonal, forecast_demand, forecast_now
+from offpeak_core.decisions import prediction_for
 from offpeak_core.gangs import GangKey
 from offpeak_core.gpuproducts import node_gpu_type
-from offpeak_core.model import NodeView, OfflinePod
+from offpeak_core.model import NodeView, OfflinePod, Prediction
 from offpeak_core.nodearrays import NodeArrays, NodeRows
 from offpeak_core.schedules import BusySchedule, parse_busy_hours
 from offpeak_core.timeparse import parse_timestamp
-from offpeak_core.windows import free_profile, node_view
+from offpeak_core.windows import free_profile, held_window_end, node_view
+from offpeak_core.yielding import checkpoint_interval
 from offpeak_extender.wire import (
     BUSY_HOURS_ANNOTATION,
     CHECKPOINTING_ANNOTATION,
     GPU_RESOURCE,
+    PREDICTED_ANNOTATION,
     TRAININGJOB_LABEL,
     WORKLOAD_LABEL,
     WireError,
     list_key,
     parse_gang,
+    parse_predictions,
     parse_quantity,
     pod_gpus,
 )
@@ -81,6 +85,8 @@ class PodInfo:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity_in: Mapping[str, frozenset[str]] = field(default_factory=dict)  # required nodeAffinity `In` terms
     gang: GangKey | None = None  # one worker of a gang (offpeak.io/gang-size > 1)
+    checkpoint_interval: float | None = None  # offpeak.io/checkpoint-interval-seconds (None: none, or unreadable)
+    predicted: Mapping[str, Prediction] | None = None  # an offline pod's remaining job seconds per GPU type
 
     def may_run_on(self, node: NodeInfo) -> bool:
         """Whether the pod's nodeSelector and required node affinity (`In` expressions) allow `node`."""
@@ -163,7 +169,28 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
         affinity_in=_affinity_in(spec),
         gang=None if gang is None else gang.key,
+        checkpoint_interval=checkpoint_interval(ann),
+        predicted=_predicted(ann) if labels.get(WORKLOAD_LABEL) == "offline" else None,
     )
+
+
+def _predicted(annotations: Mapping[str, Any]) -> Mapping[str, Prediction] | None:
+    """The pod's prediction annotation, parsed; None when absent or unreadable (the filter said so already)."""
+    text = annotations.get(PREDICTED_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        return parse_predictions(str(text))
+    except WireError:
+        return None
+
+
+def _finish_by(pod: PodInfo, gpu_type: str) -> float | None:
+    """When the pod is expected to be done: its start plus its predicted p90 on the node's GPU type."""
+    if pod.started_at is None or not pod.predicted:
+        return None
+    pred, exact = prediction_for(pod.predicted, gpu_type)
+    return pod.started_at + pred.p90 if pred is not None and exact else None
 
 
 @dataclass
@@ -627,13 +654,29 @@ class ClusterStore:
         with self._lock:
             pods = [p for p in self._pods_on_locked(node) if p.workload == "offline" and not p.deleting]
             gang_gpus = {p.gang: self._gang_gpus_locked(p.gang) for p in pods if p.gang is not None}
+        gpu_type = info.gpu_type if (info := self._nodes.get(node)) is not None else ""
         return [
             OfflinePod(name=p.name, namespace=p.namespace, gpus=p.gpus, checkpointing=p.checkpointing,
                        elapsed_seconds=max(0.0, now - p.started_at) if p.started_at else 0.0,
                        trainingjob=p.trainingjob, uid=p.uid,
-                       gang_gpus=gang_gpus[p.gang] if p.gang is not None else 0)
+                       gang_gpus=gang_gpus[p.gang] if p.gang is not None else 0,
+                       checkpoint_interval_seconds=p.checkpoint_interval, finish_by=_finish_by(p, gpu_type))
             for p in pods
         ]
+
+    def held_window_end(self, node: str, *, now: float | None = None) -> float | None:
+        """When online demand on `node` is forecast to need GPUs its offline pods hold now: the end of the window
+        they run in (None: not within the forecast, no trusted forecast, or nothing held)."""
+        t = self.clock() if now is None else now
+        with self._lock:
+            inp = self._inputs_locked(node, t)
+        if inp is None:
+            return None
+        fc = forecast_now(fitted=None if inp.stale else inp.fitted, capacity=inp.info.gpus_total, now=t,
+                          settings=self.settings, live_online=float(inp.online), schedule=inp.info.schedule)
+        if fc is None:
+            return None
+        return held_window_end(forecast=fc, capacity=inp.info.gpus_total, held=inp.offline, now=t)
 
     def _gang_gpus_locked(self, key: GangKey) -> int:
         """GPUs the gang's live workers hold or ask for, together."""

@@ -163,3 +163,55 @@ def test_event_failure_does_not_block_eviction() -> None:
     ev.tick()
     assert [c[0] for c in actions.calls] == ["annotate", "evict"]
     assert reg.get_sample_value("offpeak_evictions_total", {"reason": "online-pod-pending"}) == 1.0
+
+
+def _rfc3339(t: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _planned_stop_store(interval: float, started: float) -> ClusterStore:
+    """Node n1 (4 GPUs) is declared busy from 12:00 UTC, 53 min after NOW (11:06:40); a checkpointing 2-GPU pod
+    with `interval` s between checkpoints started at `started` runs there beside a pod that cannot checkpoint."""
+    store = ClusterStore(settings=ForecastSettings(), clock=lambda: NOW)
+    ck = gpu_pod("ck-0", gpus=2, node="n1", checkpointing=True, start=_rfc3339(started),
+                 predicted={"A100-SXM4-40GB": {"p50": 5e4, "p90": 6e4}})
+    ck["metadata"]["annotations"]["offpeak.io/checkpoint-interval-seconds"] = str(interval)
+    store.replace_all(nodes=[gpu_node("n1", gpus=4, busy_hours="daily 12:00-18:00")],
+                      pods=[ck, gpu_pod("plain-0", gpus=1, node="n1", start=_rfc3339(NOW - 5000))])
+    return store
+
+
+def _yielding(store: ClusterStore, actions: FakeActions, on: bool = True) -> tuple[Evictor, CollectorRegistry]:
+    registry = CollectorRegistry()
+    return Evictor(store=store, actions=actions, metrics=EvictorMetrics.create(registry), clock=lambda: NOW,
+                   settings=EvictorSettings(grace_seconds=15, yield_at_checkpoints=on)), registry
+
+
+def test_a_pod_at_its_last_checkpoint_before_the_window_ends_is_stopped_and_loses_nothing() -> None:
+    # 60 s start-up, then a checkpoint every hour: one was taken just now, the next (NOW + 3600) would come after
+    # the busy hours begin (12:00, in the forecast's first 5-min step from NOW that is all busy: NOW + 3300), so it
+    # stops now rather than be evicted at 12:00 with ~55 min lost
+    store = _planned_stop_store(interval=3600, started=NOW - 60 - 3600)
+    assert store.held_window_end("n1", now=NOW) == NOW + 3300
+    (ck,) = [p for p in store.offline_pods_on("n1", now=NOW) if p.name == "ck-0"]
+    assert ck.checkpoint_interval_seconds == 3600 and ck.finish_by == NOW - 3660 + 6e4
+    actions = FakeActions()
+    ev, reg = _yielding(store, actions)
+    plans = ev.tick()
+    assert [(p.node, p.reason, [v.name for v in p.victims]) for p in plans] == [("n1", "window-ending", ["ck-0"])]
+    assert "no work is lost" in plans[0].message and "in 55m" in plans[0].message
+    assert ("evict", "ml/ck-0", 15) in actions.calls and not any(c[1] == "ml/plain-0" for c in actions.calls)
+    assert reg.get_sample_value("offpeak_evictions_total", {"reason": "window-ending"}) == 1.0
+    assert reg.get_sample_value("offpeak_evicted_gpu_seconds_lost_total") < 1.0
+    assert ev.tick() == []  # stopping: not planned twice
+
+
+def test_no_planned_stop_off_a_checkpoint_when_the_next_one_fits_or_when_not_asked() -> None:
+    for interval, started in ((3600, NOW - 60 - 3600 - 300),  # 5 min past its checkpoint: wait for the next
+                              (1800, NOW - 60 - 1800)):  # its next one (NOW + 1800) comes before the busy hours
+        actions = FakeActions()
+        assert _yielding(_planned_stop_store(interval, started), actions)[0].tick() == [] and actions.calls == []
+    actions = FakeActions()
+    assert _yielding(_planned_stop_store(3600, NOW - 3660), actions, on=False)[0].tick() == []
