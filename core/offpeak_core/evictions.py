@@ -17,6 +17,9 @@ from offpeak_core.yielding import YieldSettings, last_checkpoint, should_yield
 REASON_PENDING = "online-pod-pending"
 REASON_PRESSURE = "online-demand-rising"
 REASON_YIELD = "window-ending"  # a planned stop at a checkpoint (`offpeak_core.yielding`): nothing is lost
+# Set ("true") beside `offpeak.io/eviction-reason` on a pod stopped by a planned stop, so the operator requeues the
+# job without counting the attempt against `maxAttempts` (a stop at a checkpoint is not a failure).
+PLANNED_STOP_ANNOTATION = "offpeak.io/planned-stop"
 # Every reason a plan can carry (offpeak_evictions_total{reason}, the offpeak.io/eviction-reason annotation's cause).
 EVICTION_REASONS = (REASON_PENDING, REASON_PRESSURE, REASON_YIELD)
 

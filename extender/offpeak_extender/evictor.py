@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from offpeak_core.evictions import (REASON_YIELD, EvictionPlan, NodeState, plan_for_pending, plan_for_pressure,
-                                   plan_yields)
+from offpeak_core.evictions import (PLANNED_STOP_ANNOTATION, REASON_YIELD, EvictionPlan, NodeState,
+                                   plan_for_pending, plan_for_pressure, plan_yields)
 from offpeak_extender.metrics import EvictorMetrics
 from offpeak_core.model import NodeView, OfflinePod
 from offpeak_core.yielding import DEFAULT_MARGIN_SECONDS, YieldSettings
@@ -40,15 +40,15 @@ class EvictorSettings:
     # Planned stops (opt-in, `offpeak evictor --yield-at-checkpoints`): a checkpointing pod whose next checkpoint
     # would come after its window's forecast end stops at its checkpoint instead of being evicted later
     # (`offpeak_core.yielding`). Checkpoints are taken to fall at start + `startup_seconds` + k x its
-    # `offpeak.io/checkpoint-interval-seconds`. Off by default: the operator counts each stop as an attempt
-    # (`maxAttempts`), as it counts evictions.
+    # `offpeak.io/checkpoint-interval-seconds`. Such a pod is annotated `offpeak.io/planned-stop`, and the operator
+    # does not count its attempt against `maxAttempts`.
     yield_at_checkpoints: bool = False
     startup_seconds: float = 60.0  # as the goodput rule's default start-up
     yield_margin_seconds: float = DEFAULT_MARGIN_SECONDS
 
 
 class EvictionActions(Protocol):
-    def annotate(self, pod: OfflinePod, reason: str) -> None: ...
+    def annotate(self, pod: OfflinePod, reason: str, planned: bool = False) -> None: ...
     def event(self, pod: OfflinePod, plan: EvictionPlan) -> None: ...
     def evict(self, pod: OfflinePod, grace_seconds: int) -> None: ...
 
@@ -138,7 +138,8 @@ class Evictor:
 
     def execute(self, plan: EvictionPlan, now: float) -> None:
         for pod in plan.victims:
-            for step, call in (("annotate", lambda p=pod: self.actions.annotate(p, plan.message)),
+            planned = plan.reason == REASON_YIELD
+            for step, call in (("annotate", lambda p=pod: self.actions.annotate(p, plan.message, planned)),
                                ("event", lambda p=pod: self.actions.event(p, plan))):
                 try:  # best effort: telling people why must not stop online work from getting its GPUs
                     call()
@@ -190,8 +191,11 @@ class KubeEvictionActions:
         self.custom = client.CustomObjectsApi(api_client)
         self.component = component
 
-    def annotate(self, pod: OfflinePod, reason: str) -> None:
-        body = {"metadata": {"annotations": {EVICTION_REASON_ANNOTATION: reason}}}
+    def annotate(self, pod: OfflinePod, reason: str, planned: bool = False) -> None:
+        annotations = {EVICTION_REASON_ANNOTATION: reason}
+        if planned:
+            annotations[PLANNED_STOP_ANNOTATION] = "true"
+        body = {"metadata": {"annotations": annotations}}
         self.core.patch_namespaced_pod(pod.name, pod.namespace, body)
 
     def event(self, pod: OfflinePod, plan: EvictionPlan) -> None:

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from offpeak.progress import Progress, parse
+from offpeak_core.evictions import PLANNED_STOP_ANNOTATION
 
 from offpeak_operator import names
 from offpeak_operator.statemachine import Observed, PodView, parse_time
@@ -94,6 +95,7 @@ def pod_view(pod: Mapping[str, Any], *, node_gpu_types: Mapping[str, str]) -> Po
         reason=status.get("reason") or "",
         message=status.get("message") or "",
         eviction_reason=(meta.get("annotations") or {}).get(names.ANN_EVICTION_REASON, ""),
+        planned_stop=(meta.get("annotations") or {}).get(PLANNED_STOP_ANNOTATION) == "true",
         deleting=bool(meta.get("deletionTimestamp")),
         started_at=started,
         finished_at=finished,

@@ -29,7 +29,8 @@ from offpeak_operator.settings import OperatorSettings
 # Reasons of a requeued attempt (offpeak_job_requeues_total{reason}): evicted, or failed any other way.
 REQUEUE_EVICTED = "Evicted"
 REQUEUE_POD_FAILED = "PodFailed"
-REQUEUE_REASONS = (REQUEUE_EVICTED, REQUEUE_POD_FAILED)
+REQUEUE_YIELDED = "Yielded"  # stopped at a checkpoint before its window ended (the evictor's planned stop)
+REQUEUE_REASONS = (REQUEUE_EVICTED, REQUEUE_POD_FAILED, REQUEUE_YIELDED)
 # The extractor's exit status for a UserError (offpeak.cli): the model source itself cannot be built (entry point
 # not importable or raising, not an nn.Module, unknown torchvision name, bad HF config, impossible input shape).
 # Classified by exit status, never by message text; every other failure is not the user's and falls back.
@@ -64,6 +65,7 @@ class PodView:
     reason: str = ""  # pod status reason (Evicted, DeadlineExceeded, ...)
     message: str = ""
     eviction_reason: str = ""  # offpeak.io/eviction-reason annotation
+    planned_stop: bool = False  # offpeak.io/planned-stop: stopped at a checkpoint, not evicted for online work
     deleting: bool = False  # deletionTimestamp set
     started_at: datetime | None = None
     finished_at: datetime | None = None
@@ -366,7 +368,8 @@ def _launch(job_name: str, spec: JobSpec, status: Mapping[str, Any], now: dateti
     completed = int(status.get("completedSteps") or 0)
     pods = expected_pods(job_name, attempt=attempt, workers=spec.workers)
     resumed = f", resuming after step {completed}" if completed else ""
-    message = (f"attempt {attempt}/{spec.max_attempts}: {len(pods)} training pod(s) waiting for an idle GPU "
+    counted = attempt - int(status.get("plannedStops") or 0)
+    message = (f"attempt {counted}/{spec.max_attempts}: {len(pods)} training pod(s) waiting for an idle GPU "
                f"window{resumed}")
     conds = cond.set_condition(_conditions(status), type=cond.SCHEDULED, ok=False, reason="WaitingForWindow",
                                message=message, now=now)
@@ -395,6 +398,9 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
         if _writing_checkpoint(evicted, now, settings):
             return Decision()  # the evicted pods are saving a checkpoint: read their final report before requeueing
     if gone or evicted:
+        if evicted and not gone and spec.checkpointing and all(v.planned_stop for v in evicted):
+            what = f"pod {evicted[0].name} stopped at a checkpoint ({evicted[0].eviction_reason})"
+            return _requeue(spec, status, present, prediction, REQUEUE_YIELDED, what, now, settings)
         if evicted:
             what = f"pod {evicted[0].name} evicted ({evicted[0].eviction_reason or evicted[0].reason or 'deleted'})"
         else:
@@ -435,7 +441,8 @@ def _why_waiting(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodVie
     said = next((p.unschedulable for p in pods if p.unschedulable), "")
     if not said:
         return Decision()
-    message = f"attempt {status.get('attempts') or 1}/{spec.max_attempts}: waiting: {said}"[:1000]
+    counted = int(status.get("attempts") or 1) - int(status.get("plannedStops") or 0)
+    message = f"attempt {counted}/{spec.max_attempts}: waiting: {said}"[:1000]
     if status.get("message") == message:
         return Decision()
     conds = cond.set_condition(_conditions(status), type=cond.SCHEDULED, ok=False, reason="Unschedulable",
@@ -610,14 +617,15 @@ def credited_steps(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodV
 def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], prediction: Prediction | None,
              reason: str, what: str, now: datetime, settings: OperatorSettings) -> Decision:
     attempt = int(status.get("attempts") or 1)
+    stops = int(status.get("plannedStops") or 0) + (reason == REQUEUE_YIELDED)  # attempts that do not count
     completed = credited_steps(spec, status, pods, prediction, now=now)
     ends = [p.finished_at for p in pods if p.finished_at is not None]
     wall = ((max(ends) if ends else now) - _attempt_start(status, pods, now)).total_seconds()
     measured = _measure(spec, status, pods, prediction, wall_seconds=max(0.0, wall), completed=False)
     alive = tuple(p.name for p in pods if p.phase not in ("Succeeded", "Failed") and not p.deleting)
     conds = _conditions(status)
-    if attempt >= spec.max_attempts:
-        message = f"{what}; no attempts left ({attempt}/{spec.max_attempts})"
+    if attempt - stops >= spec.max_attempts:
+        message = f"{what}; no attempts left ({attempt - stops}/{spec.max_attempts})"
         conds = cond.finished(conds, succeeded=False, reason="MaxAttemptsReached", message=message, now=now)
         return Decision(
             status={"phase": Phase.FAILED, "finishTime": rfc3339(now), "message": message, "conditions": conds,
@@ -627,11 +635,14 @@ def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     delay = settings.requeue.backoff(attempt)
     next_at = now + timedelta(seconds=delay)
     resume = f", will resume after step {completed}" if spec.checkpointing else ", will restart from the beginning"
-    message = f"{what}; attempt {attempt + 1}/{spec.max_attempts} in {delay:.0f}s{resume}"
+    message = f"{what}; attempt {attempt + 1 - stops}/{spec.max_attempts} in {delay:.0f}s{resume}"
+    if stops:
+        message += f" ({stops} planned stop(s) not counted)"
     conds = cond.set_condition(conds, type=cond.SCHEDULED, ok=False, reason=reason, message=message, now=now)
     out = {"phase": Phase.REQUEUED, "nextAttemptTime": rfc3339(next_at), "message": message, "conditions": conds,
-           "completedSteps": completed, "reason": reason}
-    actions: list[Action] = [DeletePods(alive), RecordRequeue(reason), EmitEvent("Warning", reason, message)]
+           "completedSteps": completed, "reason": reason, "plannedStops": stops}
+    kind = "Normal" if reason == REQUEUE_YIELDED else "Warning"
+    actions: list[Action] = [DeletePods(alive), RecordRequeue(reason), EmitEvent(kind, reason, message)]
     if measured is not None:  # the interrupted attempt reported its step time: learn from it too
         out["measurements"] = with_measurement(status.get("measurements"), measured)
         actions.append(ReportSample.of(measured))

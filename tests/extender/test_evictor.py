@@ -56,8 +56,10 @@ class FakeActions:
         self.calls: list[tuple[str, str, object]] = []
         self.fail = fail or set()
 
-    def annotate(self, pod: OfflinePod, reason: str) -> None:
+    def annotate(self, pod: OfflinePod, reason: str, planned: bool = False) -> None:
         self.calls.append(("annotate", pod.key, reason))
+        if planned:
+            self.calls.append(("planned-stop", pod.key, True))
 
     def event(self, pod: OfflinePod, plan: object) -> None:
         if "event" in self.fail:
@@ -203,6 +205,7 @@ def test_a_pod_at_its_last_checkpoint_before_the_window_ends_is_stopped_and_lose
     assert [(p.node, p.reason, [v.name for v in p.victims]) for p in plans] == [("n1", "window-ending", ["ck-0"])]
     assert "no work is lost" in plans[0].message and "in 55m" in plans[0].message
     assert ("evict", "ml/ck-0", 15) in actions.calls and not any(c[1] == "ml/plain-0" for c in actions.calls)
+    assert ("planned-stop", "ml/ck-0", True) in actions.calls  # so the operator does not count the attempt
     assert reg.get_sample_value("offpeak_evictions_total", {"reason": "window-ending"}) == 1.0
     assert reg.get_sample_value("offpeak_evicted_gpu_seconds_lost_total") < 1.0
     assert ev.tick() == []  # stopping: not planned twice
@@ -215,3 +218,19 @@ def test_no_planned_stop_off_a_checkpoint_when_the_next_one_fits_or_when_not_ask
         assert _yielding(_planned_stop_store(interval, started), actions)[0].tick() == [] and actions.calls == []
     actions = FakeActions()
     assert _yielding(_planned_stop_store(3600, NOW - 3660), actions, on=False)[0].tick() == []
+
+
+def test_kube_actions_mark_a_planned_stop_for_the_operator() -> None:
+    from kubernetes import client
+
+    from offpeak_extender.evictor import KubeEvictionActions
+
+    actions = KubeEvictionActions(client.ApiClient())
+    patches: list[tuple] = []
+    actions.core.patch_namespaced_pod = lambda *a: patches.append(a)  # type: ignore[method-assign]
+    pod = OfflinePod("ck-0", namespace="ml", uid="u")
+    actions.annotate(pod, "stopping at a checkpoint", planned=True)
+    actions.annotate(pod, "make room")
+    assert patches[0][2]["metadata"]["annotations"] == {"offpeak.io/eviction-reason": "stopping at a checkpoint",
+                                                        "offpeak.io/planned-stop": "true"}
+    assert patches[1][2]["metadata"]["annotations"] == {"offpeak.io/eviction-reason": "make room"}

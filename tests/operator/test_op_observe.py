@@ -36,6 +36,10 @@ def test_eviction_signals() -> None:
     deleting["metadata"]["deletionTimestamp"] = "2026-11-21T06:00:00Z"
     assert pod_view(deleting, node_gpu_types={}).evicted
     assert not pod_view(pod("d", phase="Failed", reason="Error"), node_gpu_types={}).evicted
+    stopped = pod_view(pod("e", annotations={"offpeak.io/eviction-reason": "window ends",
+                                             "offpeak.io/planned-stop": "true"}), node_gpu_types={})
+    assert stopped.evicted and stopped.planned_stop
+    assert not pod_view(pod("f", annotations={"offpeak.io/eviction-reason": "online"}), node_gpu_types={}).planned_stop
 
 
 def test_observe_splits_roles() -> None:

@@ -255,6 +255,35 @@ def test_failed_pod_requeues_until_max_attempts_then_fails() -> None:
     assert decide(waiting(), observed=pods(failed)).phase == "Requeued"
 
 
+def test_a_planned_stop_requeues_from_its_checkpoint_without_using_up_an_attempt() -> None:
+    """The evictor stopped the pod at a checkpoint before its window ended (offpeak.io/planned-stop): the job is
+    requeued like after an eviction, but the attempt does not count against maxAttempts, and people are told so."""
+    report = Progress(steps=640, attempt_steps=640, step_seconds=0.5, startup_seconds=20.0, checkpoint_steps=600)
+    stopped = sm.PodView("train-1-a3-w0", phase="Failed", reason="Evicted", node="n1", gpu_type="T4", started_at=NOW,
+                         finished_at=NOW + timedelta(seconds=340), progress=report,
+                         eviction_reason="stopping at a checkpoint", planned_stop=True)
+    d = decide(waiting(phase="Running", attempts=3), spec={"checkpointing": True}, observed=pods(stopped),
+               now=NOW + timedelta(seconds=345))
+    assert d.phase == "Requeued" and d.status["reason"] == "Yielded" and d.status["completedSteps"] == 600
+    assert d.status["plannedStops"] == 1 and "attempt 3/3" in d.status["message"]
+    assert "1 planned stop(s) not counted" in d.status["message"]
+    assert sm.RecordRequeue("Yielded") in d.actions
+    assert any(isinstance(a, sm.EmitEvent) and a.type == "Normal" and a.reason == "Yielded" for a in d.actions)
+    # the next launch names attempt 4 but counts 3; an eviction then ends the job as before
+    launched = decide({**waiting(attempts=3), **d.status}, spec={"checkpointing": True},
+                      now=NOW + timedelta(seconds=400))
+    assert launched.status["attempts"] == 4 and launched.status["message"].startswith("attempt 3/3")
+    evicted = sm.PodView("train-1-a4-w0", phase="Failed", reason="Evicted", started_at=NOW)
+    d = decide(waiting(phase="Running", attempts=4, plannedStops=1), spec={"checkpointing": True},
+               observed=pods(evicted), now=NOW + timedelta(seconds=500))
+    assert d.phase == "Failed" and cond(d.status, "Finished")["reason"] == "MaxAttemptsReached"
+    # the same stop without the planned-stop mark is an eviction that uses up the third attempt
+    unmarked = sm.PodView("train-1-a3-w0", phase="Failed", reason="Evicted", started_at=NOW,
+                          eviction_reason="stopping at a checkpoint")
+    assert decide(waiting(phase="Running", attempts=3), spec={"checkpointing": True}, observed=pods(unmarked),
+                  now=NOW + timedelta(seconds=345)).phase == "Failed"
+
+
 def test_backoff_doubles_per_attempt() -> None:
     view = sm.PodView("train-1-a2-w0", phase="Failed", reason="Evicted")
     d = decide(waiting(attempts=2), observed=pods(view))
