@@ -39,8 +39,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--restart-seconds", type=float, default=None,
                    help="seconds every (re)start of a job spends before useful work (image, restore); the goodput "
                    "rule weighs the same figure (default: EngineSettings' 60)")
-    p.add_argument("--no-yield", action="store_true",
-                   help="the offpeak policies do not stop jobs at a checkpoint before their forecast window ends")
+    p.add_argument("--yield", dest="yield_", action="store_true",
+                   help="the offpeak policies stop a job at a checkpoint whose successor would land after its "
+                   "forecast window ends (off by default)")
     p.add_argument("--eviction-grace", type=float, default=30.0, help="seconds online work waits per eviction (default 30)")
     p.add_argument("--margin", type=float, default=None, help="extender filter margin on p90 (default: the extender's)")
     p.add_argument("--forecast", choices=("seasonal", "exact"), default="seasonal",
@@ -140,7 +141,7 @@ def handle(args: argparse.Namespace) -> int:
         gangs=not args.no_gangs,
         goodput=goodput,
         restart_seconds=EngineSettings().restart_seconds if args.restart_seconds is None else args.restart_seconds,
-        yield_at_checkpoints=not args.no_yield,
+        yield_at_checkpoints=args.yield_,
     )
     console = Console(stderr=True)
     show = not args.quiet

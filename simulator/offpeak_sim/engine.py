@@ -69,8 +69,10 @@ class EngineSettings:
     # rule weighs the same figure (goodput.startup_seconds is set from it)
     restart_seconds: float = 60.0
     goodput: GoodputSettings = GoodputSettings()
-    # policies with Policy.yields stop a job at a checkpoint whose successor would land past its forecast window's end
-    yield_at_checkpoints: bool = True
+    # policies with Policy.yields stop a job at a checkpoint whose successor would land past its forecast window's end;
+    # off by default: on seed 0 of both traces it cost more (restarts, evictions on Alibaba) than it saved
+    # (docs/simulator.md, "Restart cost and yielding")
+    yield_at_checkpoints: bool = False
     yielding: YieldSettings = YieldSettings()
 
     def __post_init__(self) -> None:
@@ -101,7 +103,9 @@ class Tally:
     lost_gpu_s: float = 0.0
     evictions: int = 0
     yields: int = 0  # planned stops at a checkpoint before the forecast window ends (no work lost, no online wait)
-    startup_gpu_s: float = 0.0  # GPU-seconds spent (re)starting: held, not lost at an eviction, no useful work
+    # GPU-seconds spent (re)starting by attempts that kept work (finished, yielded, checkpointed, or running at the
+    # end); an attempt evicted before its first checkpoint counts its start-up in lost_gpu_s
+    startup_gpu_s: float = 0.0
     online_delay_gpu_s: float = 0.0
     online_delay_events: int = 0
     online_gpu_requests: int = 0  # GPUs online demand added, over every node and minute (one online pod each)
@@ -216,15 +220,17 @@ class PolicyRun:
 
     def _stop(self, r: Run, now: float) -> float:
         """End an attempt at `now` (eviction or yield): free its GPUs, keep its checkpointed work, requeue the job;
-        return the GPU-seconds of work lost (since the last checkpoint; start-up time is counted apart)."""
+        return the GPU-seconds lost: since the last checkpoint, or since the start when the attempt kept nothing
+        (its start-up then went for nothing too; an attempt that kept work counts its start-up apart)."""
         elapsed = now - r.start
         saved = self._saved(r, now)
-        lost = max(0.0, max(0.0, elapsed - r.startup) - saved) * r.gpus
+        lost = max(0.0, self._since_checkpoint(r, now)) * r.gpus
         self.runs.pop(r.job)
         self._release(r)
         self.attempt[r.job] += 1  # invalidates its completion event
         self.t.ran_gpu_s += elapsed * r.gpus
-        self.t.startup_gpu_s += min(elapsed, r.startup) * r.gpus
+        if saved > 0:
+            self.t.startup_gpu_s += r.startup * r.gpus
         kept_ref = saved / r.slowdown
         self.useful_ref[r.job] += kept_ref
         self.remaining_ref[r.job] = max(0.0, self.remaining_ref[r.job] - kept_ref)
@@ -245,15 +251,17 @@ class PolicyRun:
         self.t.yields += 1
         self.job_yields[r.job] += 1
 
-    def _window_end(self, n: int, now: float) -> float | None:
-        """Forecast end of the window node n's offline GPUs are in (all of them together, as `free_profile` with
-        the node's offline GPUs gives it): None when open-ended or the node's forecast is stale; `now` when the
-        forecast leaves them no window at all."""
+    def _window_end(self, r: Run, n: int, now: float) -> float | None:
+        """Forecast end of the window run r's GPUs on node n are in: the window for its GPUs on top of those of the
+        node's offline pods that started before it (a pod started later was admitted into what was left, so its
+        GPUs are the first the forecast takes back). None when open-ended or the node's forecast is stale; `now`
+        when the forecast leaves them no window at all."""
         assert self.feed is not None
         if self.feed.stale[n]:
             return None
-        w = current_window(windows=self.feed.base_windows(n), now=now, gpus=int(self.used[n]))
-        return now if w is None else w.end
+        held = sum(w for o in self.on_node[n].values() if o.start <= r.start for m, w in o.members if m == n)
+        win = current_window(windows=self.feed.base_windows(n), now=now, gpus=held)
+        return now if win is None else win.end
 
     def _plan_yields(self, now: float) -> None:
         """Look at every checkpoint falling in this minute [now, now + 60) with the forecast as of now; a job that
@@ -264,7 +272,7 @@ class PolicyRun:
             r = self.runs.get(job)
             if r is None or attempt != self.attempt[job] or at >= r.end:
                 continue
-            ends = [self._window_end(n, now) for n, _ in r.members]
+            ends = [self._window_end(r, n, now) for n, _ in r.members]
             window_end = None if any(e is None for e in ends) else min(e for e in ends if e is not None)
             if should_yield(now=at, started_at=r.start, interval=c, window_end=window_end, startup_seconds=r.startup,
                             finish_by=r.expected_end, settings=self.s.yielding):

@@ -79,7 +79,7 @@ def test_online_placement_is_a_flag_recorded_in_the_meta(tmp_path: Path, capsys)
 
 def test_restart_and_yield_flags_reach_the_engine_and_the_goodput_rule(tmp_path: Path, capsys) -> None:
     base = ["simulate", "--nodes", "4", "--days", "0.2", "--history-days", "1", "--policies", "backfill", "--quiet"]
-    for flags, restart, yields in (([], 60.0, True), (["--restart-seconds", "0", "--no-yield"], 0.0, False)):
+    for flags, restart, yields in (([], 60.0, False), (["--restart-seconds", "0", "--yield"], 0.0, True)):
         out = tmp_path / f"{restart:g}.json"
         assert main([*base, *flags, "--report", str(out)]) == 0
         engine = json.loads((tmp_path / f"{restart:g}.meta.json").read_text())["settings"]["engine"]

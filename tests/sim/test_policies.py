@@ -71,11 +71,12 @@ def test_lost_work_is_the_time_since_the_last_checkpoint() -> None:
     assert r.t.lost_gpu_s == pytest.approx(10 * 60 * 2)  # 100 min = 3 checkpoints + 10 min, on 2 GPUs
     none = _run(sc, ["backfill"], checkpoint_seconds=0, restart_seconds=0.0)["backfill"]
     assert none.t.lost_gpu_s == pytest.approx(100 * 60 * 2)  # no checkpoints: the whole attempt
-    # with a 1-min start-up the checkpoints fall at 31, 61, 91 min: 9 min lost; the start-up is counted apart
+    # with a 1-min start-up the checkpoints fall at 31, 61, 91 min: 9 min lost, the start-up counted apart
     r = _run(sc, ["backfill"], checkpoint_seconds=1800, restart_seconds=60.0)["backfill"]
     assert r.t.lost_gpu_s == pytest.approx(9 * 60 * 2)
+    # an attempt that kept nothing loses everything it held, its start-up included
     none = _run(sc, ["backfill"], checkpoint_seconds=0, restart_seconds=60.0)["backfill"]
-    assert none.t.lost_gpu_s == pytest.approx(99 * 60 * 2)
+    assert none.t.lost_gpu_s == pytest.approx(100 * 60 * 2)
 
 
 def test_default_spreads_and_backfill_packs_first_fit() -> None:
@@ -121,9 +122,14 @@ def test_checkpoint_capped_offpeak_runs_a_long_job_across_windows() -> None:
     # free 00:00-06:00 every day (busy the rest); a 10 h job (20 h reference on A100), checkpoints every 30 min
     demand = daily(1, 5, [(360, 1440, 8)])
     sc = make_scenario(demand, [(0.0, 20 * H, 1)], pred_ratio=1.0, p90_ratio=1.0)
-    runs = _run(sc, ["offpeak-p90", "offpeak-ckpt"], checkpoint_seconds=1800)
+    runs = _run(sc, ["offpeak-p90", "offpeak-ckpt"], checkpoint_seconds=1800, restart_seconds=0.0)
     assert np.isnan(runs["offpeak-p90"].first_start[0])  # never fits a 6 h window
     ck = runs["offpeak-ckpt"]
     assert ck.first_start[0] == sc.start_s
     assert np.isfinite(ck.finish[0])  # done over two nights
     assert ck.t.lost_gpu_s == 0  # every window ends on a checkpoint boundary here
+    # a 1-min restart moves the checkpoints off the window's end: evicted 29 min after one, unless it yields there
+    late = _run(sc, ["offpeak-ckpt"], checkpoint_seconds=1800)["offpeak-ckpt"]
+    assert late.t.evictions == 1 and late.t.lost_gpu_s == pytest.approx(29 * 60)
+    yielded = _run(sc, ["offpeak-ckpt"], checkpoint_seconds=1800, yield_at_checkpoints=True)["offpeak-ckpt"]
+    assert yielded.t.evictions == 0 and yielded.t.lost_gpu_s == 0 and yielded.t.yields == 1

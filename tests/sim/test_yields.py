@@ -29,7 +29,8 @@ def _short_window_scenario():
 
 def _run(sc, names, **engine):
     return simulate(sc, [POLICIES[n] for n in names], feed=WindowFeed(sc, EXACT),
-                    settings=EngineSettings(check_invariants=True, checkpoint_seconds=10 * MIN, **engine))
+                    settings=EngineSettings(**({"yield_at_checkpoints": True, "check_invariants": True,
+                                                "checkpoint_seconds": 10 * MIN} | engine)))
 
 
 def test_a_job_yields_at_its_last_checkpoint_before_the_window_ends() -> None:
@@ -66,7 +67,8 @@ def test_the_checkpoints_follow_the_restart() -> None:
 def test_a_job_that_cannot_checkpoint_never_yields() -> None:
     sc = _short_window_scenario()
     r = simulate(sc, [POLICIES["offpeak-p90"]], feed=WindowFeed(sc, EXACT),
-                 settings=EngineSettings(check_invariants=True, checkpoint_seconds=0.0))["offpeak-p90"]
+                 settings=EngineSettings(check_invariants=True, checkpoint_seconds=0.0, yield_at_checkpoints=True)
+                 )["offpeak-p90"]
     assert r.t.yields == 0 and r.t.evictions == 1
 
 
@@ -74,10 +76,13 @@ def test_only_the_offpeak_policies_yield() -> None:
     sc = _short_window_scenario()
     oracle_like = replace(POLICIES["offpeak-p90"], name="no-yield", yields=False)
     runs = simulate(sc, [POLICIES["offpeak-p90"], oracle_like, POLICIES["backfill"]], feed=WindowFeed(sc, EXACT),
-                    settings=EngineSettings(check_invariants=True, checkpoint_seconds=10 * MIN))
+                    settings=EngineSettings(check_invariants=True, checkpoint_seconds=10 * MIN, yield_at_checkpoints=True))
     assert runs["offpeak-p90"].t.yields == 1
     assert runs["no-yield"].t.yields == 0 and runs["backfill"].t.yields == 0
     assert POLICIES["offpeak"].yields and not POLICIES["oracle"].yields and not POLICIES["backfill"].yields
+    off = simulate(sc, [POLICIES["offpeak-p90"]], feed=WindowFeed(sc, EXACT),
+                   settings=EngineSettings(checkpoint_seconds=10 * MIN))["offpeak-p90"]
+    assert off.t.yields == 0  # off unless the engine turns it on
 
 
 def test_restart_cost_delays_useful_work_on_each_attempt() -> None:
@@ -104,3 +109,14 @@ def test_work_running_at_the_end_excludes_its_start_up() -> None:
     m = summarise(sc, {"b": r})["b"]
     assert len(r.runs) == 1
     assert m["work_done_ref_gpu_hours"] == 0.0 and m["restart_gpu_hours"] > 0
+
+
+def test_a_pod_started_later_into_a_shorter_window_does_not_make_an_earlier_one_yield() -> None:
+    # online takes 4 of the 8 GPUs from 25 min: the first pod's 2 GPUs stay free, the later 4-GPU pod's do not
+    demand = np.zeros((1, 3 * 1440 + 1))
+    demand[0, 1440 + 25 : 1440 + 60] = 4
+    sc = make_scenario(demand, [(0.0, 4 * H, 2), (MIN, 4 * H, 4)], pred_ratio=np.array([1.0, 0.1]))
+    r = _run(sc, ["offpeak-p90"], restart_seconds=0.0)["offpeak-p90"]
+    assert r.first_start[0] == sc.start_s and r.first_start[1] == sc.start_s + MIN  # both on the one node
+    assert r.job_yields[0] == 0 and r.job_yields[1] == 1  # the later one goes at its 21-min checkpoint
+    assert r.t.evictions == 0 and r.t.lost_gpu_s == 0.0
