@@ -3,7 +3,8 @@
 # Helios online demand, 3 seeds, 200 nodes x 8 GPUs. Why 3 days, not a week: with gangs and short-window
 # admission a week of six policies took > 15 min per run on the shared 2-core dev machine (about 10 min of CPU),
 # too long for 3 seeds x 2 traces; 3 days take ~4 min of CPU each (the whole script ~30 min with two in parallel).
-# DAYS=7 for the full week. SEEDS="0" for one seed.
+# DAYS=7 for the full week. SEEDS="0" for one seed. EXTRAS=0 skips the pinned-helios and before runs.
+# PREDICTOR_REPORTS=DIR takes the predictor's error profile from DIR instead of reports/predictor.
 # Usage: reports/sim/regenerate.sh   (from the repository root; OFFPEAK_SHARED_DATA overrides the data root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -13,25 +14,29 @@ SEEDS=${SEEDS:-"0 1 2"}
 DAYS=${DAYS:-3}
 POLICIES=default,backfill,user-estimate,offpeak,offpeak-p90,oracle
 HELIOS="$DATA/traces/helios-earth-vc-2020-05"
+EXTRAS=${EXTRAS:-1}
+PRED=()
+if [ -n "${PREDICTOR_REPORTS:-}" ]; then PRED=(--predictor-reports "$PREDICTOR_REPORTS"); fi
 log() { echo "$(date -u +%H:%M:%S) $*" >&2; }
 for s in $SEEDS; do
   # Alibaba GenAI online demand, ITP jobs (wide jobs as gangs), the extender's seasonal forecaster
   log "alibaba seed $s"
-  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" --report "reports/sim/days-alibaba-s$s.json" \
+  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" "${PRED[@]}" --report "reports/sim/days-alibaba-s$s.json" \
     --plots "reports/sim/days-alibaba-s$s" --quiet
   # Helios per-VC occupancy as the online side: online pods placed by the default scheduler's rule
   log "helios seed $s"
-  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" --online-trace "$HELIOS" \
+  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" "${PRED[@]}" --online-trace "$HELIOS" \
     --report "reports/sim/days-helios-s$s.json" --plots "reports/sim/days-helios-s$s" --quiet
+  if [ "$EXTRAS" != 1 ]; then continue; fi
   # ... and with each VC's online GPUs pinned to its nodes (the model before pod placement), for the before/after
   log "helios pinned seed $s"
-  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" --online-trace "$HELIOS" --online-placement pinned \
+  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" --online-trace "$HELIOS" --online-placement pinned "${PRED[@]}" \
     --report "reports/sim/pinned-helios-s$s.json" --quiet
   # the model before issue 18 (wide jobs folded onto one node, no gangs), for the before/after table
   log "before: alibaba and helios seed $s"
-  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs \
+  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs "${PRED[@]}" \
     --report "reports/sim/before-alibaba-s$s.json" --quiet
-  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs --online-trace "$HELIOS" \
+  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs --online-trace "$HELIOS" "${PRED[@]}" \
     --report "reports/sim/before-helios-s$s.json" --quiet
 done
 log "summary"
