@@ -119,10 +119,18 @@ class Evictor:
         for name, state in states.items():
             if not any(p.checkpointing and p.checkpoint_interval_seconds for p in state.offline_pods):
                 continue
-            plan = plan_yields(node=name, offline_pods=state.offline_pods, now=now,
-                               window_end=self.store.held_window_end(name, now=now),
-                               startup_seconds=self.settings.startup_seconds, settings=settings)
-            if plan is not None:
+            victims: list[OfflinePod] = []
+            for pod, held in _layered(state.offline_pods):
+                if not (pod.checkpointing and pod.checkpoint_interval_seconds):
+                    continue
+                plan = plan_yields(node=name, offline_pods=[pod], now=now,
+                                   window_end=self.store.held_window_end(name, held=held, now=now),
+                                   startup_seconds=self.settings.startup_seconds, settings=settings)
+                if plan is not None:
+                    victims.extend(plan.victims)
+                    message = plan.message
+            if victims:
+                plan = EvictionPlan(node=name, victims=tuple(victims), reason=REASON_YIELD, message=message)
                 plans.append(plan)
                 states[name] = _after(state, plan)
         return plans
@@ -171,6 +179,16 @@ class Evictor:
                 except Exception:  # noqa: BLE001 - keep the controller alive; the next tick retries
                     log.exception("eviction tick failed")
             self.stop_event.wait(self.settings.interval_seconds)
+
+
+def _layered(pods: tuple[OfflinePod, ...]) -> list[tuple[OfflinePod, int]]:
+    """Each offline pod with the GPUs it and the pods started before it hold: the window a pod runs in is the one
+    for those GPUs (a pod started later was admitted into what was left, so it must not make an earlier one stop)."""
+    out, held = [], 0
+    for pod in sorted(pods, key=lambda p: (-p.elapsed_seconds, p.key)):  # earliest start first
+        held += pod.gpus
+        out.append((pod, held))
+    return out
 
 
 def _after(state: NodeState, plan: EvictionPlan) -> NodeState:

@@ -664,9 +664,10 @@ class ClusterStore:
             for p in pods
         ]
 
-    def held_window_end(self, node: str, *, now: float | None = None) -> float | None:
-        """When online demand on `node` is forecast to need GPUs its offline pods hold now: the end of the window
-        they run in (None: not within the forecast, no trusted forecast, or nothing held)."""
+    def held_window_end(self, node: str, *, held: int | None = None, now: float | None = None) -> float | None:
+        """When online demand on `node` is forecast to leave fewer than `held` GPUs (default: all its offline and
+        other pods hold now): the end of the window those GPUs run in. None: not within the forecast, no forecast
+        at all, or nothing held."""
         t = self.clock() if now is None else now
         with self._lock:
             inp = self._inputs_locked(node, t)
@@ -676,7 +677,8 @@ class ClusterStore:
                           settings=self.settings, live_online=float(inp.online), schedule=inp.info.schedule)
         if fc is None:
             return None
-        return held_window_end(forecast=fc, capacity=inp.info.gpus_total, held=inp.offline, now=t)
+        return held_window_end(forecast=fc, capacity=inp.info.gpus_total, held=inp.offline if held is None else held,
+                               now=t)
 
     def _gang_gpus_locked(self, key: GangKey) -> int:
         """GPUs the gang's live workers hold or ask for, together."""

@@ -234,3 +234,25 @@ def test_kube_actions_mark_a_planned_stop_for_the_operator() -> None:
     assert patches[0][2]["metadata"]["annotations"] == {"offpeak.io/eviction-reason": "stopping at a checkpoint",
                                                         "offpeak.io/planned-stop": "true"}
     assert patches[1][2]["metadata"]["annotations"] == {"offpeak.io/eviction-reason": "make room"}
+
+
+def test_a_pod_started_later_does_not_make_an_earlier_one_stop() -> None:
+    """Online work is forecast to take 2 of n1's 4 GPUs from 12:00 (53 min after NOW) every day: the pod that
+    started first (2 GPUs) keeps its window; the one admitted later into the other 2 is the one whose window ends."""
+    import numpy as np
+
+    store = ClusterStore(settings=ForecastSettings(), clock=lambda: NOW)
+    pods = []
+    for name, started in (("early-0", NOW - 60 - 2 * 3600), ("late-0", NOW - 60 - 3600)):  # both at a checkpoint
+        pod = gpu_pod(name, gpus=2, node="n1", checkpointing=True, start=_rfc3339(started))
+        pod["metadata"]["annotations"]["offpeak.io/checkpoint-interval-seconds"] = "3600"
+        pods.append(pod)
+    store.replace_all(nodes=[gpu_node("n1", gpus=4)], pods=pods)
+    t = np.arange(NOW - 14 * 86400, NOW, 300.0)
+    hour = (t % 86400) / 3600
+    store.set_history({"n1": (t, np.where((hour >= 12) & (hour < 18), 2.0, 0.0))}, now=NOW)
+    assert store.held_window_end("n1", held=2, now=NOW) is None
+    assert store.held_window_end("n1", held=4, now=NOW) == store.held_window_end("n1", now=NOW) is not None
+    actions = FakeActions()
+    plans = _yielding(store, actions)[0].tick()
+    assert [[v.name for v in p.victims] for p in plans] == [["late-0"]]
