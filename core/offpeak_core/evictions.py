@@ -108,18 +108,18 @@ def plan_yields(
     lose the work since the checkpoint and make an online pod wait (`offpeak_core.yielding`)."""
     if window_end is None:
         return None
-    victims = tuple(
-        replace(p, seconds_since_checkpoint=now - last)  # what it loses: nothing past its checkpoint
-        for p in offline_pods
-        if p.checkpointing and should_yield(now=now, started_at=now - p.elapsed_seconds,
-                                            interval=p.checkpoint_interval_seconds, window_end=window_end,
-                                            startup_seconds=startup_seconds, finish_by=p.finish_by,
-                                            settings=settings)
-        and (last := last_checkpoint(now=now, started_at=now - p.elapsed_seconds,
-                                     interval=p.checkpoint_interval_seconds, startup_seconds=startup_seconds))
-        is not None)
+    victims: list[OfflinePod] = []
+    for p in offline_pods:
+        started, interval = now - p.elapsed_seconds, p.checkpoint_interval_seconds
+        if not p.checkpointing or not should_yield(now=now, started_at=started, interval=interval,
+                                                   window_end=window_end, startup_seconds=startup_seconds,
+                                                   finish_by=p.finish_by, settings=settings):
+            continue
+        last = last_checkpoint(now=now, started_at=started, interval=interval, startup_seconds=startup_seconds)
+        if last is not None:  # what it loses: nothing past its checkpoint
+            victims.append(replace(p, seconds_since_checkpoint=now - last))
     if not victims:
         return None
     msg = (f"stopping at a checkpoint: online work is forecast to need the GPUs on {node} in "
            f"{duration(max(0.0, window_end - now))}, before the next checkpoint; no work is lost, the job is requeued")
-    return EvictionPlan(node=node, victims=victims, reason=REASON_YIELD, message=msg)
+    return EvictionPlan(node=node, victims=tuple(victims), reason=REASON_YIELD, message=msg)

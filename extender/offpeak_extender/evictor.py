@@ -119,18 +119,18 @@ class Evictor:
         for name, state in states.items():
             if not any(p.checkpointing and p.checkpoint_interval_seconds for p in state.offline_pods):
                 continue
-            victims: list[OfflinePod] = []
+            stops: list[EvictionPlan] = []  # one a pod: each is judged against its own window
             for pod, held in _layered(state.offline_pods):
                 if not (pod.checkpointing and pod.checkpoint_interval_seconds):
                     continue
-                plan = plan_yields(node=name, offline_pods=[pod], now=now,
+                stop = plan_yields(node=name, offline_pods=[pod], now=now,
                                    window_end=self.store.held_window_end(name, held=held, now=now),
                                    startup_seconds=self.settings.startup_seconds, settings=settings)
-                if plan is not None:
-                    victims.extend(plan.victims)
-                    message = plan.message
-            if victims:
-                plan = EvictionPlan(node=name, victims=tuple(victims), reason=REASON_YIELD, message=message)
+                if stop is not None:
+                    stops.append(stop)
+            if stops:
+                plan = EvictionPlan(node=name, victims=tuple(v for s in stops for v in s.victims), reason=REASON_YIELD,
+                                    message=stops[0].message)
                 plans.append(plan)
                 states[name] = _after(state, plan)
         return plans

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from offpeak_core.forecast import DemandForecast, ForecastSettings, fit_seasonal, forecast_demand, forecast_now
 from offpeak_core.decisions import prediction_for
+from offpeak_core.forecast import DemandForecast, ForecastSettings, fit_seasonal, forecast_demand, forecast_now
 from offpeak_core.gangs import GangKey
 from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_core.model import NodeView, OfflinePod, Prediction
@@ -654,7 +654,7 @@ class ClusterStore:
         with self._lock:
             pods = [p for p in self._pods_on_locked(node) if p.workload == "offline" and not p.deleting]
             gang_gpus = {p.gang: self._gang_gpus_locked(p.gang) for p in pods if p.gang is not None}
-        gpu_type = info.gpu_type if (info := self._nodes.get(node)) is not None else ""
+            gpu_type = info.gpu_type if (info := self._nodes.get(node)) is not None else ""
         return [
             OfflinePod(name=p.name, namespace=p.namespace, gpus=p.gpus, checkpointing=p.checkpointing,
                        elapsed_seconds=max(0.0, now - p.started_at) if p.started_at else 0.0,
