@@ -38,6 +38,7 @@ import pandas as pd
 from offpeak_core.datapaths import runtime_dir
 from offpeak_graph.schema import ModelGraph, Op, OpType
 from offpeak_predictor import graphfeatures, stepops, train
+from offpeak_predictor.features import BACKWARD_FACTOR, FREE, op_class
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphcache import cache_dir, cache_key, get_graph
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, step_composition, step_features, summarise
@@ -63,6 +64,7 @@ class Variant:
     ops: Callable[[ModelGraph], list[Op]] | None = None  # the ops a step prices; None: as shipped (`step_ops`)
     uncollapsed: bool = False  # graphs traced without merging a leaf module's ATen ops into one op
     dispatch_features: bool = False  # features from the dispatched-op count (see `dispatch_counts`)
+    keep_conv_backward: bool = False  # retyped convolutions (framework_type "retyped-conv") keep the conv backward 2x
 
 
 def _host_per_op(inference_us: float, train_us: float, amp_cast_us: float = 0.0
@@ -241,6 +243,34 @@ def _with_weight_casts(graph: ModelGraph) -> list[Op]:
     return ops + casts
 
 
+def _is_depthwise(op: Op) -> bool:
+    """A grouped convolution with one input channel per group (MobileNet, EfficientNet, MnasNet, ConvNeXt)."""
+    groups = int(op.attrs.get("groups", 1) or 1)
+    return op.type.startswith("conv") and groups > 1 and groups == int(op.attrs.get("in_channels", 0) or 0)
+
+
+def _is_pointwise(op: Op) -> bool:
+    """An ungrouped 1x1 stride-1 convolution: a GEMM of (pixels x C_in) by (C_in x C_out)."""
+    a = op.attrs
+    return (op.type == OpType.CONV2D and int(a.get("groups", 1) or 1) == 1 and list(a.get("kernel") or []) == [1, 1]
+            and list(a.get("stride") or [1, 1]) == [1, 1])
+
+
+def _retyped(*rules: tuple[Callable[[Op], bool], OpType]) -> Callable[[ModelGraph], list[Op]]:
+    """step_ops with the matching convolutions priced by another class's booster (same FLOPs and bytes)."""
+
+    def retype(op: Op) -> Op:
+        for is_it, new_type in rules:
+            if is_it(op):
+                return replace(op, type=new_type, framework_type="retyped-conv")
+        return op
+
+    def ops(graph: ModelGraph) -> list[Op]:
+        return [retype(op) for op in stepops.step_ops(graph)]
+
+    return ops
+
+
 _T = _as_traced  # the variants below it were measured on the step model before 2026-11-24: their figures reproduce
 
 VARIANTS: dict[str, Variant] = {
@@ -285,6 +315,16 @@ VARIANTS: dict[str, Variant] = {
                                 ops=_with_weight_casts),
     "uncollapsed": Variant("step_ops of graphs traced without merging leaf modules (every kernel priced)",
                            ops=stepops.step_ops, uncollapsed=True),
+    "depthwise-as-pool": Variant("step_ops, depthwise convolutions priced by the memory booster as a pooling stencil "
+                                 "(backward 1x, not 2x)", ops=_retyped((_is_depthwise, OpType.AVGPOOL))),
+    "depthwise-as-pool-bwd2": Variant("depthwise-as-pool with the convolution's backward (2x)",
+                                      ops=_retyped((_is_depthwise, OpType.AVGPOOL)), keep_conv_backward=True),
+    "pointwise-as-gemm": Variant("step_ops, ungrouped 1x1 stride-1 convolutions priced by the GEMM booster",
+                                 ops=_retyped((_is_pointwise, OpType.LINEAR))),
+    "pointwise-gemm+depthwise-pool": Variant("both: 1x1 convolutions by the GEMM booster, depthwise ones by the memory "
+                                             "booster with the convolution's backward (2x)",
+                                             ops=_retyped((_is_pointwise, OpType.LINEAR),
+                                                          (_is_depthwise, OpType.AVGPOOL)), keep_conv_backward=True),
 }
 
 
@@ -402,7 +442,13 @@ class Ablation:
                 args = json.loads(key)
                 traced = variant.uncollapsed and "graph_file" not in args
                 graph = _uncollapsed_graph(args) if traced else get_graph(args)
-                cache[key] = summarise(replace(graph, ops=priced(graph)), key=graph.content_hash(), as_traced=True)
+                ops = priced(graph)
+                summary = summarise(replace(graph, ops=ops), key=graph.content_hash(), as_traced=True)
+                if variant.keep_conv_backward:
+                    kept = [op for op in ops if op_class(str(op.type)) != FREE]
+                    retyped = np.array([op.framework_type == "retyped-conv" for op in kept], dtype=bool)
+                    summary.backward_factor[retyped] = BACKWARD_FACTOR["conv"]
+                cache[key] = summary
             return cache[key]
 
         return ([summary_of(row) for _, row in self.public.iterrows()],
