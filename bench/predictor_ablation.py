@@ -65,6 +65,7 @@ class Variant:
     uncollapsed: bool = False  # graphs traced without merging a leaf module's ATen ops into one op
     dispatch_features: bool = False  # features from the dispatched-op count (see `dispatch_counts`)
     keep_conv_backward: bool = False  # retyped convolutions (framework_type "retyped-conv") keep the conv backward 2x
+    same_models_out: bool = False  # diagnostic: H100 family out also drops the public steps of the same model names
 
 
 def _host_per_op(inference_us: float, train_us: float, amp_cast_us: float = 0.0
@@ -321,6 +322,11 @@ VARIANTS: dict[str, Variant] = {
                                       ops=_retyped((_is_depthwise, OpType.AVGPOOL)), keep_conv_backward=True),
     "pointwise-as-gemm": Variant("step_ops, ungrouped 1x1 stride-1 convolutions priced by the GEMM booster",
                                  ops=_retyped((_is_pointwise, OpType.LINEAR))),
+    "baseline-same-models-out": Variant("diagnostic, not a step model: the shipped one, H100 family out also without "
+                                        "the public steps of the same models", same_models_out=True),
+    "pointwise-as-gemm-same-models-out": Variant("diagnostic: pointwise-as-gemm, H100 family out also without the "
+                                                 "public steps of the same models",
+                                                 ops=_retyped((_is_pointwise, OpType.LINEAR)), same_models_out=True),
     "pointwise-gemm+depthwise-pool": Variant("both: 1x1 convolutions by the GEMM booster, depthwise ones by the memory "
                                              "booster with the convolution's backward (2x)",
                                              ops=_retyped((_is_pointwise, OpType.LINEAR),
@@ -468,9 +474,13 @@ class Ablation:
         for family in sorted(held["family"].astype(str).unique()):
             test = (held["family"] == family).to_numpy()
             fit = may_train & ~test
-            rows = pd.concat([pub, held[fit]], ignore_index=True)
-            family_out[test] = self._fit_predict(variant, np.vstack([xp, xh[fit]]), np.r_[yp, yh[fit]], rows,
-                                                 xh[test], bh[test])  # fmt: skip
+            keep = np.ones(len(pub), dtype=bool)
+            if variant.same_models_out:
+                names = set(held.loc[test, "model_name"].astype(str).str.lower())
+                keep = ~pub["model_name"].astype(str).str.lower().isin(names).to_numpy()
+            rows = pd.concat([pub[keep], held[fit]], ignore_index=True)
+            family_out[test] = self._fit_predict(variant, np.vstack([xp[keep], xh[fit]]), np.r_[yp[keep], yh[fit]],
+                                                 rows, xh[test], bh[test])  # fmt: skip
         out["h100_family_out"] = _mape(t_held, family_out)
         self.family_out, self.base_held = family_out, bh  # for `per_model`
 
