@@ -54,7 +54,7 @@ SITE_GPU = json.dumps({"gpus": [{
 def test_a_site_gpu_joins_the_catalogue_and_is_priced_from_its_figures(tmp_path, monkeypatch, tiny_model):
     from offpeak_operator.gpus import load_resolver
     from offpeak_predictor.graphfeatures import StepContext, summarise
-    from tests.predictor.conftest import mlp_graph
+    from .conftest import mlp_graph
 
     monkeypatch.delenv("OFFPEAK_GPU_CATALOGUE", raising=False)
     with pytest.raises(UserError, match="unknown GPU 'NVIDIA RTX PRO 6000"):
