@@ -89,6 +89,7 @@ class JobSpec:
     dataset_size: int | None = None
     workers: int = 1
     gpus_per_worker: int = 1
+    min_workers: int | None = None  # elastic: the job may run on min_workers..workers workers (None: all of them)
     estimated_seconds: float | None = None
     startup_seconds: float | None = None  # None: the predictor's default start-up
     preemptible: bool = True
@@ -135,6 +136,11 @@ class JobSpec:
     @property
     def total_gpus(self) -> int:
         return self.workers * self.gpus_per_worker
+
+    @property
+    def elastic(self) -> bool:
+        """Whether an attempt may run on fewer workers than `workers` (`minWorkers` below it)."""
+        return self.min_workers is not None and self.min_workers < self.workers
 
 
 def _int(raw: Mapping[str, Any], key: str, default: int | None = None) -> int | None:
@@ -307,6 +313,7 @@ def parse_spec(raw: Mapping[str, Any]) -> JobSpec:
         dataset_size=_int(raw, "datasetSize"),
         workers=_int(raw, "workers", 1) or 1,
         gpus_per_worker=_int(raw, "gpusPerWorker", 1) or 1,
+        min_workers=_int(raw, "minWorkers"),
         estimated_seconds=float(estimate) if estimate is not None else None,
         startup_seconds=float(startup) if startup is not None else None,
         preemptible=_bool(raw, "preemptible", True),
@@ -355,6 +362,7 @@ def validate(spec: JobSpec, *, job_name: str, resolve_gpu: GpuResolver | None) -
                                   ("maxAttempts", spec.max_attempts, 1)):
         if value < lo:
             problems.append(Problem("InvalidSpec", f"spec.{field_name} must be at least {lo}"))
+    problems += _elastic_problems(spec)
     if spec.precision not in PRECISIONS:
         problems.append(Problem("InvalidSpec", f"spec.precision must be one of {', '.join(PRECISIONS)}"))
     if spec.optimizer not in OPTIMIZERS:
@@ -380,6 +388,21 @@ def validate(spec: JobSpec, *, job_name: str, resolve_gpu: GpuResolver | None) -
         problems.append(Problem("InvalidSpec", f"spec.podLabels must not set {', '.join(reserved)}"))
     problems.extend(_gpu_problems(spec.gpu_types, resolve_gpu))
     return problems
+
+
+def _elastic_problems(spec: JobSpec) -> list[Problem]:
+    """minWorkers is a width the job can run at, and the job can change width: workers restart from a checkpoint
+    whenever the width changes, so without one a join would throw the attempt's work away."""
+    if spec.min_workers is None:
+        return []
+    if not 1 <= spec.min_workers <= spec.workers:
+        return [Problem("InvalidSpec", f"spec.minWorkers must be between 1 and spec.workers ({spec.workers}), "
+                                       f"got {spec.min_workers}")]
+    if spec.elastic and not spec.checkpointing:
+        return [Problem("InvalidSpec", "spec.minWorkers below spec.workers needs checkpointing (spec.checkpoint or "
+                                       "spec.checkpointing: true): the workers restart from a checkpoint whenever "
+                                       "the width changes")]
+    return []
 
 
 def _source_problems(source: ModelSource) -> list[Problem]:

@@ -30,11 +30,12 @@ ANN_GRAPH_HASH = "offpeak.io/graph-hash"
 ANN_GRAPH_REDUCED = "offpeak.io/graph-reduced"
 ANN_GANG_SIZE = "offpeak.io/gang-size"  # workers of the attempt, placed all or none (the extender's gang key:
 #                                         namespace, offpeak.io/trainingjob, offpeak.io/attempt)
+ANN_GANG_MIN_SIZE = "offpeak.io/gang-min-size"  # elastic: the fewest workers the attempt may start or run on
 ANN_CHECKPOINT_INTERVAL = "offpeak.io/checkpoint-interval-seconds"  # how much work an eviction may lose
 ANN_TRAIN_CONTAINER = "offpeak.io/train-container"  # a template's training container not named `train`
 
 RESERVED_POD_ANNOTATIONS = frozenset({ANN_PREDICTED, ANN_CHECKPOINTING, ANN_PREEMPTIBLE, ANN_GANG_SIZE,
-                                      ANN_CHECKPOINT_INTERVAL, ANN_TRAIN_CONTAINER})
+                                      ANN_GANG_MIN_SIZE, ANN_CHECKPOINT_INTERVAL, ANN_TRAIN_CONTAINER})
 RESERVED_POD_LABELS = frozenset({LABEL_WORKLOAD, LABEL_JOB, LABEL_ROLE, LABEL_ATTEMPT, LABEL_WORKER, LABEL_GANG})
 
 SCHEDULER_NAME = "offpeak-scheduler"

@@ -112,7 +112,7 @@ def predicted_annotation(remaining: Mapping[str, Mapping[str, Any]]) -> dict[str
 RENDEZVOUS_PORT = 29500  # torchrun's default MASTER_PORT
 
 
-def rendezvous_env(job: Mapping[str, Any], spec: JobSpec, *, worker: int) -> list[dict[str, str]]:
+def rendezvous_env(job: Mapping[str, Any], spec: JobSpec, *, worker: int, attempt: int) -> list[dict[str, str]]:
     """torchrun-compatible environment: plain `torchrun train.py` (PET_* options) and `init_process_group("env://")`
     with one process per pod both work. WORLD_SIZE counts processes (workers x GPUs per worker) and RANK is the
     global rank of this pod's first process, as torch.distributed defines them; NODE_RANK is the worker index."""
@@ -123,11 +123,27 @@ def rendezvous_env(job: Mapping[str, Any], spec: JobSpec, *, worker: int) -> lis
                   f"{meta['namespace']}.svc")
     else:
         master = "127.0.0.1"
+    if spec.elastic:
+        return _elastic_env(job, spec, master=master, attempt=attempt)
     values = {
         "MASTER_ADDR": master, "MASTER_PORT": str(RENDEZVOUS_PORT), "WORLD_SIZE": str(spec.workers * gpus),
         "RANK": str(worker * gpus), "NODE_RANK": str(worker), "LOCAL_WORLD_SIZE": str(gpus),
         "PET_NNODES": str(spec.workers), "PET_NPROC_PER_NODE": str(gpus), "PET_NODE_RANK": str(worker),
         "PET_MASTER_ADDR": master, "PET_MASTER_PORT": str(RENDEZVOUS_PORT),
+    }  # fmt: skip
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def _elastic_env(job: Mapping[str, Any], spec: JobSpec, *, master: str, attempt: int) -> list[dict[str, str]]:
+    """torchrun's elastic rendezvous (`--nnodes=MIN:MAX`, c10d hosted by worker 0, which the extender always
+    admits): how many workers run is known only when they meet, so WORLD_SIZE, RANK and NODE_RANK are torchrun's
+    to set, not fixed here. The rendezvous id names the attempt, so a new attempt never meets an old one."""
+    meta = job["metadata"]
+    values = {
+        "PET_NNODES": f"{spec.min_workers}:{spec.workers}", "PET_NPROC_PER_NODE": str(spec.gpus_per_worker),
+        "LOCAL_WORLD_SIZE": str(spec.gpus_per_worker), "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_ENDPOINT": f"{master}:{RENDEZVOUS_PORT}", "PET_RDZV_ID": f"{meta['name']}-{attempt}",
+        "OFFPEAK_MIN_WORKERS": str(spec.min_workers),
     }  # fmt: skip
     return [{"name": k, "value": v} for k, v in values.items()]
 
@@ -156,6 +172,8 @@ def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker:
         annotations[names.ANN_TRAIN_CONTAINER] = str(container.get("name"))
     if spec.workers > 1:
         annotations[names.ANN_GANG_SIZE] = str(spec.workers)
+    if spec.elastic:
+        annotations[names.ANN_GANG_MIN_SIZE] = str(spec.min_workers)
     if spec.checkpoint is not None:
         annotations[names.ANN_CHECKPOINT_INTERVAL] = f"{spec.checkpoint.interval_seconds:g}"
     labels = {**(user_meta.get("labels") or {}), names.LABEL_WORKLOAD: "offline", names.LABEL_ATTEMPT: str(attempt),
@@ -174,7 +192,7 @@ def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker:
         {"name": "OFFPEAK_TOTAL_STEPS", "value": str(spec.total_steps)},
         {"name": "OFFPEAK_COMPLETED_STEPS", "value": str(completed_steps)},
         {"name": "OFFPEAK_PROGRESS_FILE", "value": names.TERMINATION_LOG},
-        *rendezvous_env(job, spec, worker=worker),
+        *rendezvous_env(job, spec, worker=worker, attempt=attempt),
     ]
     if spec.checkpoint is not None:
         env += [{"name": "OFFPEAK_CHECKPOINT_DIR", "value": spec.checkpoint.path},

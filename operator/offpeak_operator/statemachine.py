@@ -369,8 +369,9 @@ def _launch(job_name: str, spec: JobSpec, status: Mapping[str, Any], now: dateti
     pods = expected_pods(job_name, attempt=attempt, workers=spec.workers)
     resumed = f", resuming after step {completed}" if completed else ""
     counted = attempt - int(status.get("plannedStops") or 0)
+    elastic = f" (elastic: it starts on {spec.min_workers} or more)" if spec.elastic else ""
     message = (f"attempt {counted}/{spec.max_attempts}: {len(pods)} training pod(s) waiting for an idle GPU "
-               f"window{resumed}")
+               f"window{elastic}{resumed}")
     conds = cond.set_condition(_conditions(status), type=cond.SCHEDULED, ok=False, reason="WaitingForWindow",
                                message=message, now=now)
     return Decision(
@@ -409,6 +410,8 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
     if failed:
         what = f"pod {failed[0].name} failed: {failed[0].reason or 'see its logs'} {failed[0].message}".strip()
         return _requeue(spec, status, present, prediction, REQUEUE_POD_FAILED, what, now, settings)
+    if spec.elastic:
+        return _track_elastic(spec, status, present, prediction, now)
     if all(v.phase == "Succeeded" for v in present):
         return _succeeded(spec, status, present, prediction, now)
     running = [v for v in present if v.phase in ("Running", "Succeeded")]
@@ -419,6 +422,48 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
             return Decision(actions=[Repredict()])
         return _why_waiting(spec, status, present, now)
     return Decision()
+
+
+# Workers that start this close together ran the attempt together; one that started later joined at a checkpoint.
+JOINED_LATE_SECONDS = 120.0
+
+
+def _track_elastic(spec: JobSpec, status: Mapping[str, Any], present: Sequence[PodView],
+                   prediction: Prediction | None, now: datetime) -> Decision:
+    """An elastic attempt (no worker failed or evicted): it runs once at least `minWorkers` workers run and the
+    others still wait, and it succeeds when the workers that ran together succeeded; workers that never started
+    (or started only after the others finished) are deleted then, so none waits for a rendezvous that is over."""
+    started = [v for v in present if v.phase != "Pending"]
+    done = [v for v in started if v.phase == "Succeeded"]
+    if done:
+        ended = min((v.finished_at for v in done if v.finished_at is not None), default=now)
+        late = [v for v in started if v.phase == "Running" and v.started_at is not None and v.started_at >= ended]
+        ran = [v for v in started if v not in late]
+        if not all(v.phase == "Succeeded" for v in ran):
+            return Decision()  # the others of its group are finishing
+        decision = _succeeded(spec, status, ran, prediction, now)
+        leftover = tuple(v.name for v in present if v not in ran and not v.deleting)
+        return Decision(status=decision.status, actions=[*decision.actions, DeletePods(leftover)] if leftover
+                        else decision.actions)
+    running = [v for v in started if v.phase == "Running"]
+    if len(running) >= (spec.min_workers or spec.workers) and len(running) == len(started):
+        return _running(spec, status, running, prediction, now)
+    if not started:
+        if wants_reprediction(status, now=now):
+            return Decision(actions=[Repredict()])
+        return _why_waiting(spec, status, present, now)
+    return Decision()
+
+
+def narrowed(spec: JobSpec, pods: Sequence[PodView]) -> bool:
+    """Whether an elastic attempt ran on fewer than all its workers for some of its time: its step time is not the
+    full-width one the prediction is for, so it neither teaches the predictor nor counts as predicted vs actual."""
+    if not spec.elastic:
+        return False
+    starts = [p.started_at for p in pods if p.started_at is not None]
+    if len(starts) < spec.workers:
+        return True
+    return (max(starts) - min(starts)).total_seconds() > JOINED_LATE_SECONDS
 
 
 def _marked_only(pod: PodView) -> bool:
@@ -509,12 +554,16 @@ def _remaining_p50(prediction: Prediction | None, gpu_type: str, completed: int)
 def _running(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], prediction: Prediction | None,
              now: datetime) -> Decision:
     lead = pods[0]
-    if status.get("phase") == Phase.RUNNING and status.get("node") == lead.node:
+    width = len(pods)
+    if (status.get("phase") == Phase.RUNNING and status.get("node") == lead.node
+            and (not spec.elastic or status.get("runningWorkers") == width)):
         return Decision()
     start = _attempt_start(status, pods, now)
     completed = int(status.get("completedSteps") or 0)
     nodes = sorted({p.node for p in pods if p.node})
     message = f"running on {', '.join(nodes) or 'unknown node'} ({lead.gpu_type or 'unknown GPU type'})"
+    if spec.elastic:
+        message = f"{message}, {width} of {spec.workers} workers"
     out: dict[str, Any] = {
         "phase": Phase.RUNNING, "node": lead.node or None, "gpuType": lead.gpu_type or None,
         "attemptStartTime": rfc3339(start), "message": message, "reason": "Running",
@@ -524,6 +573,10 @@ def _running(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     if not status.get("startTime"):
         out["startTime"] = rfc3339(start)
     predicted = _remaining_p50(prediction, lead.gpu_type, completed)
+    if spec.elastic:
+        out["runningWorkers"] = width
+        if predicted is not None:  # the same samples on fewer workers (the extender's assumption too)
+            predicted *= spec.workers / width
     if predicted is not None:
         out["predictedSeconds"] = predicted
     return Decision(status=out, actions=[EmitEvent("Normal", "Running", message)])
@@ -550,8 +603,12 @@ def _succeeded(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView]
     completed = int(status.get("completedSteps") or 0)
     lead = pods[0]
     gpu_type = lead.gpu_type or status.get("gpuType") or ""
-    measured = _measure(spec, status, pods, prediction, wall_seconds=actual, completed=True)
+    narrow = narrowed(spec, pods)
+    measured = None if narrow else _measure(spec, status, pods, prediction, wall_seconds=actual, completed=True)
     message = f"succeeded in {actual:.0f}s on {gpu_type or 'an unknown GPU type'}"
+    if narrow:
+        message += (f" (elastic: on fewer than its {spec.workers} workers for some of it, so not compared with the "
+                    "full-width prediction)")
     if measured is not None:
         message += f", {measured.step_seconds:.4g}s per step"
         if measured.error is not None:
@@ -566,7 +623,7 @@ def _succeeded(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView]
     if not status.get("startTime"):
         out["startTime"] = rfc3339(start)
     actions: list[Action] = [EmitEvent("Normal", "Succeeded", message)]
-    predicted = _remaining_p50(prediction, gpu_type, completed)
+    predicted = None if narrow else _remaining_p50(prediction, gpu_type, completed)
     if predicted is not None:
         out["predictedSeconds"] = predicted
         actions.append(RecordOutcome(gpu_type=gpu_type, predicted_seconds=predicted, actual_seconds=actual))
@@ -621,7 +678,8 @@ def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     completed = credited_steps(spec, status, pods, prediction, now=now)
     ends = [p.finished_at for p in pods if p.finished_at is not None]
     wall = ((max(ends) if ends else now) - _attempt_start(status, pods, now)).total_seconds()
-    measured = _measure(spec, status, pods, prediction, wall_seconds=max(0.0, wall), completed=False)
+    measured = None if narrowed(spec, pods) else _measure(spec, status, pods, prediction,
+                                                          wall_seconds=max(0.0, wall), completed=False)
     alive = tuple(p.name for p in pods if p.phase not in ("Succeeded", "Failed") and not p.deleting)
     conds = _conditions(status)
     if attempt - stops >= spec.max_attempts:

@@ -144,6 +144,39 @@ def test_workers_get_a_torchrun_rendezvous_and_stable_hostnames() -> None:
     assert env_of(single)["WORLD_SIZE"] == "1" and env_of(single)["MASTER_ADDR"] == "127.0.0.1"
 
 
+def test_an_elastic_job_gets_torchruns_elastic_rendezvous_and_the_min_size_annotation() -> None:
+    body, spec = spec_of(workers=4, minWorkers=2, gpusPerWorker=2, checkpointing=True)
+    assert spec.elastic and validate(spec, job_name="train-1", resolve_gpu=None) == []
+    for w in (0, 3):
+        pod = pod_of(body, spec, worker=w)
+        env = env_of(pod)
+        assert (env["PET_NNODES"], env["PET_RDZV_BACKEND"], env["PET_NPROC_PER_NODE"]) == ("2:4", "c10d", "2")
+        assert env["PET_RDZV_ENDPOINT"] == "train-1-w0.train-1-workers.ns.svc:29500"
+        assert env["PET_RDZV_ID"] == "train-1-1" and env["OFFPEAK_MIN_WORKERS"] == "2"
+        # how many run is known only at the rendezvous: no fixed world size or rank to contradict torchrun's
+        assert not {"WORLD_SIZE", "RANK", "NODE_RANK", "PET_NODE_RANK"} & set(env)
+        annotations = pod["metadata"]["annotations"]
+        assert (annotations["offpeak.io/gang-size"], annotations["offpeak.io/gang-min-size"]) == ("4", "2")
+    rigid = pod_of(*spec_of(workers=4, minWorkers=4, checkpointing=True))  # minWorkers = workers: not elastic
+    assert "offpeak.io/gang-min-size" not in rigid["metadata"]["annotations"] and env_of(rigid)["WORLD_SIZE"] == "4"
+
+
+@pytest.mark.parametrize(("fields", "says"), [
+    ({"workers": 4, "minWorkers": 5, "checkpointing": True}, "between 1 and spec.workers (4), got 5"),
+    ({"workers": 4, "minWorkers": 2}, "needs checkpointing"),
+])
+def test_an_elastic_width_the_job_cannot_run_at_is_refused(fields: dict, says: str) -> None:
+    _, spec = spec_of(**fields)
+    (problem,) = validate(spec, job_name="train-1", resolve_gpu=None)
+    assert problem.reason == "InvalidSpec" and says in problem.message
+
+
+def test_the_elastic_annotation_is_the_operators_own() -> None:
+    _, spec = spec_of(podAnnotations={"offpeak.io/gang-min-size": "1"})
+    (problem,) = validate(spec, job_name="train-1", resolve_gpu=None)
+    assert "offpeak.io/gang-min-size" in problem.message
+
+
 def test_a_multi_worker_job_name_must_be_able_to_name_its_service() -> None:
     _, spec = spec_of(workers=2)
     assert [p.reason for p in validate(spec, job_name="7b-run", resolve_gpu=None)] == ["InvalidSpec"]

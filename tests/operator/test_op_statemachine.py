@@ -194,6 +194,82 @@ def test_multi_worker_job_succeeds_only_when_all_workers_do() -> None:
     assert d.phase != "Succeeded"
 
 
+ELASTIC = {"workers": 4, "minWorkers": 2, "checkpointing": True}
+
+
+def elastic_pods(*phases: str, start_gap: float = 0.0, finish: float | None = None) -> sm.Observed:
+    """Workers 0.. of attempt 1 in the given phases; worker i started `i * start_gap` s after NOW."""
+    views = []
+    for w, phase in enumerate(phases):
+        started = None if phase == "Pending" else NOW + timedelta(seconds=w * start_gap)
+        ended = NOW + timedelta(seconds=finish) if phase == "Succeeded" and finish is not None else None
+        views.append(sm.PodView(f"train-1-a1-w{w}", phase=phase, node=f"n{w}" if started else "", gpu_type="T4",
+                                started_at=started, finished_at=ended))
+    return pods(*views)
+
+
+def test_an_elastic_job_runs_on_its_minimum_while_the_other_workers_wait() -> None:
+    d = decide(waiting(), spec=ELASTIC, observed=elastic_pods("Running", "Running", "Pending", "Pending"))
+    assert d.phase == "Running" and d.status["runningWorkers"] == 2
+    assert "2 of 4 workers" in d.status["message"]
+    assert d.status["predictedSeconds"] == 1000.0  # 500 s on T4 at 4 workers, the same samples on 2
+    again = decide({**waiting(), **d.status}, spec=ELASTIC,
+                   observed=elastic_pods("Running", "Running", "Pending", "Pending"))
+    assert again.status == {}
+    grown = decide({**waiting(), **d.status}, spec=ELASTIC,
+                   observed=elastic_pods("Running", "Running", "Running", "Pending"))
+    assert grown.status["runningWorkers"] == 3 and grown.status["predictedSeconds"] == pytest.approx(500 * 4 / 3)
+
+
+def test_an_elastic_job_below_its_minimum_is_not_running_yet() -> None:
+    d = decide(waiting(), spec=ELASTIC, observed=elastic_pods("Running", "Pending", "Pending", "Pending"))
+    assert d.phase is None and d.actions == []
+    rigid = decide(waiting(), spec={"workers": 4}, observed=elastic_pods("Running", "Running", "Pending", "Pending"))
+    assert rigid.phase is None
+
+
+def test_an_elastic_job_succeeds_with_the_workers_that_ran_and_deletes_the_ones_that_waited() -> None:
+    d = decide(waiting(phase="Running"), spec=ELASTIC, now=NOW + timedelta(seconds=1010),
+               observed=elastic_pods("Succeeded", "Succeeded", "Pending", "Pending", finish=1000))
+    assert d.phase == "Succeeded" and d.status["actualSeconds"] == 1000.0
+    assert sm.DeletePods(("train-1-a1-w2", "train-1-a1-w3")) in d.actions
+    # it ran on 2 of 4 workers: its time is not the full-width one the prediction is for
+    assert not any(isinstance(a, sm.ReportSample | sm.RecordOutcome) for a in d.actions)
+    assert "not compared with the full-width prediction" in d.status["message"]
+
+
+def test_an_elastic_job_on_all_its_workers_from_the_start_is_measured_as_any_job() -> None:
+    d = decide(waiting(phase="Running"), spec=ELASTIC, now=NOW + timedelta(seconds=460),
+               observed=elastic_pods("Succeeded", "Succeeded", "Succeeded", "Succeeded", start_gap=5, finish=450))
+    assert d.phase == "Succeeded"
+    assert any(isinstance(a, sm.RecordOutcome) for a in d.actions)
+    assert not any(isinstance(a, sm.DeletePods) for a in d.actions)
+
+
+def test_a_worker_that_joined_late_makes_the_attempt_narrowed() -> None:
+    d = decide(waiting(phase="Running"), spec=ELASTIC, now=NOW + timedelta(seconds=2000),
+               observed=elastic_pods("Succeeded", "Succeeded", "Succeeded", "Succeeded", start_gap=400,
+                                     finish=1900))
+    assert d.phase == "Succeeded" and not any(isinstance(a, sm.RecordOutcome) for a in d.actions)
+
+
+def test_an_elastic_job_waits_for_the_rest_of_its_group_to_finish() -> None:
+    d = decide(waiting(phase="Running"), spec=ELASTIC, now=NOW + timedelta(seconds=1001),
+               observed=elastic_pods("Succeeded", "Running", "Pending", "Pending", finish=1000))
+    assert d.phase is None and d.actions == []
+
+
+def test_an_evicted_elastic_worker_requeues_the_attempt_as_for_any_gang() -> None:
+    observed = elastic_pods("Running", "Running", "Pending", "Pending")
+    evicted = sm.PodView("train-1-a1-w1", phase="Failed", reason="Evicted", node="n1", gpu_type="T4",
+                         started_at=NOW, finished_at=NOW + timedelta(seconds=300))
+    observed = pods(*[v for v in observed.training_pods.values() if v.name != evicted.name], evicted)
+    d = decide(waiting(phase="Running"), spec=ELASTIC, observed=observed, now=NOW + timedelta(seconds=400))
+    assert d.phase == "Requeued"
+    (delete,) = [a for a in d.actions if isinstance(a, sm.DeletePods)]
+    assert set(delete.pod_names) == {"train-1-a1-w0", "train-1-a1-w2", "train-1-a1-w3"}
+
+
 # ---- eviction, failure, requeue ----------------------------------------------------------------------
 
 
