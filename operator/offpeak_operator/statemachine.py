@@ -455,11 +455,14 @@ def _track_elastic(spec: JobSpec, status: Mapping[str, Any], present: Sequence[P
     return Decision()
 
 
-def narrowed(spec: JobSpec, pods: Sequence[PodView]) -> bool:
+def narrowed(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView]) -> bool:
     """Whether an elastic attempt ran on fewer than all its workers for some of its time: its step time is not the
-    full-width one the prediction is for, so it neither teaches the predictor nor counts as predicted vs actual."""
+    full-width one the prediction is for, so it neither teaches the predictor nor counts as predicted vs actual.
+    Seen running narrower (`status.narrowedAttempt`), or told by its workers' start times where it was not seen."""
     if not spec.elastic:
         return False
+    if status.get("narrowedAttempt") == int(status.get("attempts") or 1):
+        return True
     starts = [p.started_at for p in pods if p.started_at is not None]
     if len(starts) < spec.workers:
         return True
@@ -575,6 +578,8 @@ def _running(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     predicted = _remaining_p50(prediction, lead.gpu_type, completed)
     if spec.elastic:
         out["runningWorkers"] = width
+        if width < spec.workers:
+            out["narrowedAttempt"] = int(status.get("attempts") or 1)
         if predicted is not None:  # the same samples on fewer workers (the extender's assumption too)
             predicted *= spec.workers / width
     if predicted is not None:
@@ -603,7 +608,7 @@ def _succeeded(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView]
     completed = int(status.get("completedSteps") or 0)
     lead = pods[0]
     gpu_type = lead.gpu_type or status.get("gpuType") or ""
-    narrow = narrowed(spec, pods)
+    narrow = narrowed(spec, status, pods)
     measured = None if narrow else _measure(spec, status, pods, prediction, wall_seconds=actual, completed=True)
     message = f"succeeded in {actual:.0f}s on {gpu_type or 'an unknown GPU type'}"
     if narrow:
@@ -678,7 +683,7 @@ def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     completed = credited_steps(spec, status, pods, prediction, now=now)
     ends = [p.finished_at for p in pods if p.finished_at is not None]
     wall = ((max(ends) if ends else now) - _attempt_start(status, pods, now)).total_seconds()
-    measured = None if narrowed(spec, pods) else _measure(spec, status, pods, prediction,
+    measured = None if narrowed(spec, status, pods) else _measure(spec, status, pods, prediction,
                                                           wall_seconds=max(0.0, wall), completed=False)
     alive = tuple(p.name for p in pods if p.phase not in ("Succeeded", "Failed") and not p.deleting)
     conds = _conditions(status)

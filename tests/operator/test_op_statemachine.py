@@ -253,6 +253,16 @@ def test_a_worker_that_joined_late_makes_the_attempt_narrowed() -> None:
     assert d.phase == "Succeeded" and not any(isinstance(a, sm.RecordOutcome) for a in d.actions)
 
 
+def test_an_attempt_seen_running_narrow_is_not_measured_even_when_the_joiner_came_soon() -> None:
+    narrow = decide(waiting(), spec=ELASTIC, observed=elastic_pods("Running", "Running", "Pending", "Pending"))
+    assert narrow.status["narrowedAttempt"] == 1
+    d = decide({**waiting(), **narrow.status}, spec=ELASTIC, now=NOW + timedelta(seconds=500),
+               observed=elastic_pods("Succeeded", "Succeeded", "Succeeded", "Succeeded", start_gap=10, finish=450))
+    assert d.phase == "Succeeded" and not any(isinstance(a, sm.RecordOutcome) for a in d.actions)
+    wide = decide(waiting(), spec=ELASTIC, observed=elastic_pods("Running", "Running", "Running", "Running"))
+    assert "narrowedAttempt" not in wide.status
+
+
 def test_an_elastic_job_waits_for_the_rest_of_its_group_to_finish() -> None:
     d = decide(waiting(phase="Running"), spec=ELASTIC, now=NOW + timedelta(seconds=1001),
                observed=elastic_pods("Succeeded", "Running", "Pending", "Pending", finish=1000))
