@@ -5,6 +5,10 @@ Pure and clock-free (callers pass `now`), so the extender and the simulator run 
 window has GPUs for: GPUs are counted, not nodes), and `GangReservations` keeps the places reserved while the
 workers arrive one by one (claims, bindings, a timeout), and says how many GPUs each node holds back for gangs
 so other pods do not take them. Not thread-safe: the extender guards it with its own lock.
+
+An elastic gang (a job that runs on any width from its minimum to all its workers) gets the widest width that fits
+now, its runtime scaled to that width (`at_width`), and only its lowest-indexed waiting workers are admitted
+(`admitted_workers`); the rest join later, when a plan for them fits.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from offpeak_core.decisions import DEFAULT_MARGIN, filter_nodes, prioritize_nodes
-from offpeak_core.model import NodeView, PodRequest
+from offpeak_core.model import NodeView, PodRequest, Prediction
 from offpeak_core.nodearrays import withhold  # noqa: F401 - part of this module's API (the gang view of a node)
 
 DEFAULT_GANG_TIMEOUT_SECONDS = 60.0
@@ -37,11 +41,13 @@ class GangKey(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class GangPlan:
     """Places for a gang's workers (a node appears once per worker it takes), best first; empty when it does not
-    fit. `failed` carries a reason for every node that got no place."""
+    fit. `failed` carries a reason for every node that got no place. `width`: the job's width the places were
+    judged for, workers already bound included (an elastic gang may get fewer places than it asked; 0: no fit)."""
 
     places: tuple[str, ...]
     failed: Mapping[str, str] = field(default_factory=dict)
     reason: str = ""  # why the gang does not fit ('' when it does)
+    width: int = 0
 
     @property
     def fits(self) -> bool:
@@ -90,15 +96,29 @@ def plan_gang(
     now: float,
     margin: float = DEFAULT_MARGIN,
     checkpoint_intervals: int = 0,
+    min_workers: int | None = None,
+    full_width: int | None = None,
 ) -> GangPlan:
     """Choose places for `workers` copies of `pod` (the gang's remaining workers), or say why they do not fit.
 
     Nodes are taken in the order the shared prioritize scores a single worker (fastest GPU type, tightest fitting
     window, fullest node), then by how many workers they take (fewer nodes, less network between workers), then
     by name; each takes as many workers as its window has GPUs for.
+
+    Elastic gang (`min_workers` below `workers`): the widest k in workers..min_workers that fits is placed
+    (`_plan_elastic`). `full_width`: the job's width its prediction is for (default `workers`: none bound yet);
+    the workers already bound are `full_width - workers`. Rigid (`min_workers` None or `workers`): all or none.
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
+    width = workers if full_width is None else full_width
+    if width < workers:
+        raise ValueError(f"full_width must be >= workers ({workers}), got {full_width}")
+    if min_workers is not None and not 1 <= min_workers <= workers:
+        raise ValueError(f"min_workers must be in 1..{workers}, got {min_workers}")
+    if min_workers is not None and min_workers < workers:
+        return _plan_elastic(pod=pod, workers=workers, min_workers=min_workers, full_width=width, nodes=nodes,
+                             now=now, margin=margin, checkpoint_intervals=checkpoint_intervals)
     capacity, failed = worker_capacity(pod=pod, workers=workers, nodes=nodes, now=now, margin=margin,
                                        checkpoint_intervals=checkpoint_intervals)
     room = sum(capacity.values())
@@ -106,6 +126,22 @@ def plan_gang(
         reason = (f"gang of {workers} worker(s) x {pod.gpus} GPU(s) needs {workers} place(s) in fitting windows; "
                   f"{room} found on {len(capacity)} node(s)")
         return GangPlan((), {**failed, **dict.fromkeys(capacity, reason)}, reason)
+    places, unused = _take_places(pod=pod, workers=workers, capacity=capacity, nodes=nodes, now=now, margin=margin,
+                                  checkpoint_intervals=checkpoint_intervals)
+    return GangPlan(places, {**failed, **unused}, width=width)
+
+
+def _take_places(
+    *,
+    pod: PodRequest,
+    workers: int,
+    capacity: Mapping[str, int],
+    nodes: Sequence[NodeView],
+    now: float,
+    margin: float,
+    checkpoint_intervals: int,
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """`workers` places from `capacity` (enough room), best node first, and a reason for each node left out."""
     fitting = [n for n in nodes if n.name in capacity]
     scores = prioritize_nodes(pod=pod, nodes=fitting, now=now, margin=margin,
                               checkpoint_intervals=checkpoint_intervals)
@@ -117,7 +153,76 @@ def plan_gang(
         if len(places) == workers:
             break
     unused = {name: "not needed by the gang's plan" for name in capacity if name not in places}
-    return GangPlan(tuple(places), {**failed, **unused})
+    return tuple(places), unused
+
+
+def width_scale(*, width: int, full_width: int) -> float:
+    """How much longer a data-parallel job runs on `width` workers than on the `full_width` its prediction is for.
+
+    Assumption: the job processes the same samples whatever its width, and a worker's step time does not depend on
+    how many workers there are, so k workers take full_width / k times as long (fewer workers also all-reduce among
+    fewer peers, so this rather errs long).
+    """
+    if not 1 <= width <= full_width:
+        raise ValueError(f"width must be in 1..{full_width}, got {width}")
+    return full_width / width
+
+
+def at_width(pod: PodRequest, *, width: int, full_width: int) -> PodRequest:
+    """`pod` with its predicted runtimes (p50 and p90 of every GPU type, for `full_width` workers) scaled to
+    `width` workers (`width_scale`)."""
+    if pod.predicted is None or width == full_width:
+        return pod
+    scale = width_scale(width=width, full_width=full_width)
+    predicted: dict[str, Prediction] = {
+        gpu: dataclasses.replace(p, p50=p.p50 * scale, p90=p.p90 * scale) for gpu, p in pod.predicted.items()
+    }
+    return dataclasses.replace(pod, predicted=predicted)
+
+
+def _plan_elastic(
+    *,
+    pod: PodRequest,
+    workers: int,
+    min_workers: int,
+    full_width: int,
+    nodes: Sequence[NodeView],
+    now: float,
+    margin: float = DEFAULT_MARGIN,
+    checkpoint_intervals: int = 0,
+) -> GangPlan:
+    """Places for the widest k of `workers` down to `min_workers` that fit, each judged with the runtime at width
+    `bound + k` (`at_width`; bound = `full_width - workers`, workers already running), or say why none fits.
+
+    A narrower width runs longer, so it never finds more room than a wider one: after width k found room for r < k
+    workers, the next width tried is r (at most), which keeps the loop short when little fits.
+    """
+    bound = full_width - workers
+    k = workers
+    while True:
+        sized = at_width(pod, width=bound + k, full_width=full_width)
+        capacity, failed = worker_capacity(pod=sized, workers=k, nodes=nodes, now=now, margin=margin,
+                                           checkpoint_intervals=checkpoint_intervals)
+        room = sum(capacity.values())
+        if room >= k:
+            places, unused = _take_places(pod=sized, workers=k, capacity=capacity, nodes=nodes, now=now,
+                                          margin=margin, checkpoint_intervals=checkpoint_intervals)
+            return GangPlan(places, {**failed, **unused}, width=bound + k)
+        if min(k - 1, room) < min_workers:
+            break
+        k = min(k - 1, room)
+    reason = (f"gang of {workers} worker(s) x {pod.gpus} GPU(s) needs {min_workers} to {workers} place(s) in "
+              f"fitting windows (elastic: fewer workers run longer); {room} found on {len(capacity)} node(s) at the "
+              f"runtime of {bound + k} worker(s)")
+    return GangPlan((), {**failed, **dict.fromkeys(capacity, reason)}, reason)
+
+
+def admitted_workers(*, size: int, joining: int, bound: Collection[int]) -> frozenset[int]:
+    """The worker indexes of an elastic gang of `size` that get its `joining` new places, beside the workers in
+    `bound`: the lowest indexes not bound. Worker 0 hosts the rendezvous (torchrun's c10d store), so it is always
+    among the first to run; lowest-first keeps the choice the same whichever worker the scheduler asks about."""
+    waiting = [i for i in range(size) if i not in bound]
+    return frozenset(waiting[:joining])
 
 
 @dataclass
@@ -133,10 +238,23 @@ class Reservation:
     claims: dict[str, str] = field(default_factory=dict)
     bound: dict[str, str] = field(default_factory=dict)
     seen_members: bool = False  # the gang's pods were seen at least once (so "none left" means they are gone)
+    # Elastic gangs: the worker indexes the places are for (None: any worker of the gang), and the gang's pods
+    # already bound when the places were planned: they hold none of these places (the cluster counts their GPUs).
+    workers: frozenset[int] | None = None
+    earlier: frozenset[str] = frozenset()
 
     @property
     def size(self) -> int:
         return sum(self.places.values())
+
+    @property
+    def width(self) -> int:
+        """How many workers the gang runs on once every place is bound (those bound before included)."""
+        return len(self.earlier) + self.size
+
+    def admits(self, worker: int | None) -> bool:
+        """Whether worker index `worker` is one the places are for (always, for a gang that names none)."""
+        return self.workers is None or worker in self.workers
 
     def unbound_on(self, node: str) -> int:
         """Reserved worker places on `node` not yet taken by a bound worker (the store counts bound ones)."""
@@ -168,12 +286,20 @@ class GangReservations:
     def keys(self) -> list[GangKey]:
         return list(self._table)
 
-    def reserve(self, key: GangKey, *, places: Sequence[str], gpus: int, now: float) -> Reservation:
-        """Hold `places` (one node name per worker, best first) for `key`, replacing any earlier reservation."""
+    def reserve(self, key: GangKey, *, places: Sequence[str], gpus: int, now: float,
+                workers: Collection[int] | None = None, earlier: Collection[str] = ()) -> Reservation:
+        """Hold `places` (one node name per worker, best first) for `key`, replacing any earlier reservation.
+
+        `workers`: the only worker indexes admitted (an elastic gang's lowest waiting ones; None: any).
+        `earlier`: the gang's pods bound before this plan; a binding of theirs never takes one of these places.
+        """
         if not places:
             raise ValueError("a reservation needs at least one place")
+        if workers is not None and len(workers) != len(places):
+            raise ValueError(f"{len(places)} place(s) for {len(workers)} named worker(s)")
         order = tuple(dict.fromkeys(places))
-        res = Reservation(key=key, gpus=gpus, places=Counter(places), created=now, order=order)
+        res = Reservation(key=key, gpus=gpus, places=Counter(places), created=now, order=order,
+                          workers=None if workers is None else frozenset(workers), earlier=frozenset(earlier))
         self._table[key] = res
         self.version += 1
         return res
@@ -216,7 +342,7 @@ class GangReservations:
         elif res.seen_members:
             self.release(key)
             return GONE
-        bound = {pod: node for pod, node in members.items() if node is not None}
+        bound = {pod: node for pod, node in members.items() if node is not None and pod not in res.earlier}
         if bound != res.bound:
             res.bound = bound
             self.version += 1

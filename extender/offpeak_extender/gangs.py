@@ -2,7 +2,9 @@
 
 The first worker of a gang filtered plans places for every worker not yet bound (`offpeak_core.gangs.plan_gang`)
 and reserves them; each worker is then admitted on one reserved place only; every other managed pod sees the
-reserved GPUs as taken. Reservations end when all workers are bound, when the gang's pods are gone, or after
+reserved GPUs as taken. An elastic gang (`offpeak.io/gang-min-size`) is planned at the widest width that fits now,
+and only its lowest-indexed waiting workers get the places; the others wait, and join by the same path later.
+Reservations end when all workers are bound, when the gang's pods are gone, or after
 `GangSettings.timeout_seconds`. No network call: gang membership comes from the store's informer-fed index.
 Planning runs outside the lock; a reservation is committed only if the table did not change meanwhile.
 """
@@ -20,6 +22,7 @@ from offpeak_core.gangs import (
     EXPIRED,
     GangKey,
     GangReservations,
+    admitted_workers,
     plan_gang,
     withhold,
 )
@@ -123,7 +126,8 @@ class GangPlacer:
 
     def filter_worker(self, *, pod: PodRequest, gang: Gang, views: Sequence[NodeView], now: float,
                       margin: float = DEFAULT_MARGIN) -> FilterResult:
-        """One node (the worker's reserved place) or none: reserve places for the whole gang first if needed."""
+        """One node (the worker's reserved place) or none: reserve places for the whole gang first if needed (for
+        an elastic gang, at the widest width that fits, for its lowest-indexed waiting workers)."""
         key = gang.key
         worker = pod.uid or pod.key
         names = [v.name for v in views]
@@ -131,32 +135,61 @@ class GangPlacer:
             with self._lock:
                 self._sweep_locked(now)
                 if self.table.get(key) is not None:
-                    return self._admit_locked(key, worker, names)
+                    return self._admit_locked(key, gang, worker, names)
                 withheld = self.table.withheld(exclude=key)
                 version = self.table.version
             members = self.store.gang_members(key)
-            bound = sum(1 for uid, node in members.items() if node is not None and uid != worker)
-            remaining = max(1, gang.size - bound)
+            earlier = frozenset(uid for uid, node in members.items() if node is not None and uid != worker)
+            want = self._wanted(gang, earlier)
+            if want is None:
+                reason = f"gang {key}: all {gang.size} workers are bound already; this pod has no place in it"
+                return FilterResult((), dict.fromkeys(names, reason))
+            remaining, min_workers, bound = want
             plan = plan_gang(pod=pod, workers=remaining, nodes=_withheld_views(views, withheld), now=now,
-                             margin=margin)  # outside the lock
+                             margin=margin, min_workers=min_workers,
+                             full_width=gang.size if gang.elastic else None)  # outside the lock
             if not plan.fits:
                 return FilterResult((), _noting_withheld(plan.failed, withheld))
+            joining = None if bound is None else admitted_workers(size=gang.size, joining=len(plan.places),
+                                                                  bound=bound)
             with self._lock:
                 if self.table.version != version or self.table.get(key) is not None:
                     continue  # another request changed the reservations meanwhile: plan again
-                self.table.reserve(key, places=plan.places, gpus=pod.gpus, now=now)
+                self.table.reserve(key, places=plan.places, gpus=pod.gpus, now=now, workers=joining, earlier=earlier)
                 self.metrics.gang_events.labels(GANG_CREATED).inc()
-                log.info("gang %s: reserved %d place(s) for %d worker(s) (%d bound): %s", key, len(plan.places),
-                         remaining, bound, ", ".join(plan.places))
+                if joining is None:
+                    log.info("gang %s: reserved %d place(s) for %d worker(s) (%d bound): %s", key,
+                             len(plan.places), remaining, len(earlier), ", ".join(plan.places))
+                else:
+                    log.info("gang %s: reserved %d of %d workers (elastic, min %d; %d bound, runs at %d of %d): "
+                             "workers %s on %s", key, len(plan.places), remaining, min_workers, len(earlier),
+                             plan.width, gang.size, ", ".join(map(str, sorted(joining))), ", ".join(plan.places))
                 self._sweep_locked(now)  # publish the gauges
-                return self._admit_locked(key, worker, names)
+                return self._admit_locked(key, gang, worker, names)
         reason = f"gang {key}: reservations kept changing while placing it; the scheduler will retry"
         return FilterResult((), dict.fromkeys(names, reason))
 
-    def _admit_locked(self, key: GangKey, worker: str, names: Sequence[str]) -> FilterResult:
+    def _wanted(self, gang: Gang, earlier: frozenset[str]) -> tuple[int, int | None, frozenset[int] | None] | None:
+        """What to plan for `gang` beside its bound workers `earlier`: how many workers, the fewest that may start
+        (None: all, a rigid gang) and, for an elastic gang, the worker indexes bound; None when an elastic gang has
+        no index left waiting."""
+        if not gang.elastic:
+            return max(1, gang.size - len(earlier)), None, None
+        indexes = self.store.gang_worker_indexes(gang.key)
+        bound = frozenset(i for uid in earlier if (i := indexes.get(uid)) is not None and 0 <= i < gang.size)
+        if len(bound) >= gang.size:
+            return None
+        # Below its minimum the job does not run yet: enough must join to reach it. At or above it, one may join.
+        return gang.size - len(bound), max(1, gang.min_size - len(bound)), bound
+
+    def _admit_locked(self, key: GangKey, gang: Gang, worker: str, names: Sequence[str]) -> FilterResult:
+        res = self.table.get(key)
+        if res is not None and not res.admits(gang.worker):
+            reason = (f"elastic gang {key} runs at {res.width} of {gang.size} workers now; worker {gang.worker} "
+                      f"waits for a window to join at a checkpoint")
+            return FilterResult((), dict.fromkeys(names, reason))
         node = self.table.admit(key, worker, candidates=set(names))
         if node is None:
-            res = self.table.get(key)
             held = ", ".join(f"{n} x{c}" for n, c in res.places.items()) if res is not None else "none"
             reason = f"gang {key}: no reserved place left for this worker among the nodes offered (reserved: {held})"
             return FilterResult((), dict.fromkeys(names, reason))

@@ -18,6 +18,7 @@ _REASON_KINDS = (
     ("unknown node", "unknown_node"),
     ("gang of ", "gang_no_room"),  # a gang's workers do not all fit: no node is admitted for any of them
     ("gang ", "gang_place_elsewhere"),  # a gang worker goes to its reserved place, not here
+    ("elastic gang ", "gang_waits_to_join"),  # an elastic gang runs narrower now; this worker joins later
 )
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from offpeak_core.decisions import prediction_for
 from offpeak_core.forecast import DemandForecast, ForecastSettings, fit_seasonal, forecast_demand, forecast_now
-from offpeak_core.gangs import GangKey
+from offpeak_core.gangs import GangKey, width_scale
 from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_core.model import NodeView, OfflinePod, Prediction
 from offpeak_core.nodearrays import NodeArrays, NodeRows
@@ -85,6 +85,8 @@ class PodInfo:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     affinity_in: Mapping[str, frozenset[str]] = field(default_factory=dict)  # required nodeAffinity `In` terms
     gang: GangKey | None = None  # one worker of a gang (offpeak.io/gang-size > 1)
+    gang_worker: int | None = None  # its index in the gang (offpeak.io/worker; None: not given)
+    elastic_width: int | None = None  # a worker of an elastic gang: the gang's full width (its prediction's)
     checkpoint_interval: float | None = None  # offpeak.io/checkpoint-interval-seconds (None: none, or unreadable)
     predicted: Mapping[str, Prediction] | None = None  # an offline pod's remaining job seconds per GPU type
 
@@ -169,6 +171,8 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
         affinity_in=_affinity_in(spec),
         gang=None if gang is None else gang.key,
+        gang_worker=None if gang is None else gang.worker,
+        elastic_width=gang.size if gang is not None and gang.elastic else None,
         checkpoint_interval=checkpoint_interval(ann),
         predicted=_predicted(ann) if labels.get(WORKLOAD_LABEL) == "offline" else None,
     )
@@ -185,12 +189,18 @@ def _predicted(annotations: Mapping[str, Any]) -> Mapping[str, Prediction] | Non
         return None
 
 
-def _finish_by(pod: PodInfo, gpu_type: str) -> float | None:
-    """When the pod is expected to be done: its start plus its predicted p90 on the node's GPU type."""
+def _finish_by(pod: PodInfo, gpu_type: str, width: int | None = None) -> float | None:
+    """When the pod is expected to be done: its start plus its predicted p90 on the node's GPU type; for a worker
+    of an elastic gang running on `width` of its workers now, that p90 scaled to the width (as if it had run so
+    from its start: late, rather than early, when workers joined since)."""
     if pod.started_at is None or not pod.predicted:
         return None
     pred, exact = prediction_for(pod.predicted, gpu_type)
-    return pod.started_at + pred.p90 if pred is not None and exact else None
+    if pred is None or not exact:
+        return None
+    if pod.elastic_width is not None and width is not None and 1 <= width < pod.elastic_width:
+        return pod.started_at + pred.p90 * width_scale(width=width, full_width=pod.elastic_width)
+    return pod.started_at + pred.p90
 
 
 @dataclass
@@ -352,6 +362,12 @@ class ClusterStore:
         """The gang's live pods: pod uid -> the node it is bound to (None while pending)."""
         with self._lock:
             return dict(self._gangs.get(key, {}))
+
+    def gang_worker_indexes(self, key: GangKey) -> dict[str, int | None]:
+        """The gang's live pods: pod uid -> its worker index (None: its pod carries none)."""
+        with self._lock:
+            return {uid: pod.gang_worker if (pod := self._pods.get(uid)) is not None else None
+                    for uid in self._gangs.get(key, {})}
 
     def _changed(self, nodes: tuple[str, ...] | None = None) -> None:
         """Something views or the node set depend on changed: the views of `nodes` only (their rows of cached
@@ -650,17 +666,21 @@ class ClusterStore:
 
     def offline_pods_on(self, node: str, *, now: float) -> list[OfflinePod]:
         """The offline pods running on `node` as eviction sees them; a gang worker carries its gang's GPUs, since
-        evicting it stops every worker."""
+        evicting it stops every worker (an elastic gang's too: the operator requeues the attempt)."""
         with self._lock:
             pods = [p for p in self._pods_on_locked(node) if p.workload == "offline" and not p.deleting]
             gang_gpus = {p.gang: self._gang_gpus_locked(p.gang) for p in pods if p.gang is not None}
+            widths: dict[GangKey | None, int] = {  # an elastic gang runs on its bound workers now
+                p.gang: sum(n is not None for n in self._gangs.get(p.gang, {}).values())
+                for p in pods if p.gang is not None and p.elastic_width is not None}
             gpu_type = info.gpu_type if (info := self._nodes.get(node)) is not None else ""
         return [
             OfflinePod(name=p.name, namespace=p.namespace, gpus=p.gpus, checkpointing=p.checkpointing,
                        elapsed_seconds=max(0.0, now - p.started_at) if p.started_at else 0.0,
                        trainingjob=p.trainingjob, uid=p.uid,
                        gang_gpus=gang_gpus[p.gang] if p.gang is not None else 0,
-                       checkpoint_interval_seconds=p.checkpoint_interval, finish_by=_finish_by(p, gpu_type))
+                       checkpoint_interval_seconds=p.checkpoint_interval,
+                       finish_by=_finish_by(p, gpu_type, widths.get(p.gang)))
             for p in pods
         ]
 
@@ -681,8 +701,10 @@ class ClusterStore:
                                now=t)
 
     def _gang_gpus_locked(self, key: GangKey) -> int:
-        """GPUs the gang's live workers hold or ask for, together."""
-        return sum(pod.gpus for uid in self._gangs.get(key, {}) if (pod := self._pods.get(uid)) is not None)
+        """GPUs the gang's bound workers hold, together: a worker still waiting for a place (an elastic gang's, or
+        one not yet scheduled) has done no work an eviction could throw away."""
+        return sum(pod.gpus for uid, node in self._gangs.get(key, {}).items()
+                   if node is not None and (pod := self._pods.get(uid)) is not None)
 
 
 @dataclass(frozen=True)

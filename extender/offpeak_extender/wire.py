@@ -31,6 +31,9 @@ ATTEMPT_LABEL = "offpeak.io/attempt"
 WORKER_LABEL = "offpeak.io/worker"
 # Workers of one attempt placed all-or-none ("<N>"; absent or "1": no gang). Gang key: namespace, job, attempt.
 GANG_SIZE_ANNOTATION = "offpeak.io/gang-size"
+# Elastic gang ("<m>", 1 <= m <= N; absent: N, all or none): the job may run on any m..N of its workers, so the
+# extender places the widest width that fits now and lets the others join later (worker 0 always runs first).
+GANG_MIN_SIZE_ANNOTATION = "offpeak.io/gang-min-size"
 # The gang of pods another controller makes (a PyTorchJob's replicas; written by the operator into every replica
 # template): the key is namespace and this label, in place of a TrainingJob's job and attempt labels.
 GANG_LABEL = "offpeak.io/gang"
@@ -75,37 +78,68 @@ class ExtenderArgs:
 
 @dataclass(frozen=True)
 class Gang:
-    """The gang a worker pod belongs to, as its labels and annotation say."""
+    """The gang a worker pod belongs to, as its labels and annotations say: `size` workers, of which it may run on
+    any `min_size` or more (`min_size == size`: all or none), and this pod's worker index (None: not given or not
+    a number; every elastic worker has one)."""
 
     key: GangKey
     size: int
+    min_size: int
+    worker: int | None = None
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_size < self.size
+
+
+def _whole_number(text: Any, name: str, what: str) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError as e:
+        raise WireError(f"{name} must be a whole number of {what}, got {str(text)[:40]!r}") from e
 
 
 def parse_gang(meta: Mapping[str, Any]) -> Gang | None:
-    """A pod's gang from `offpeak.io/gang-size` and the job and attempt labels (or `offpeak.io/gang`); None for a
-    lone pod (no annotation, or "1"); WireError when the size is not an integer in 1..MAX_GANG_SIZE or no label
+    """A pod's gang from `offpeak.io/gang-size` (and `offpeak.io/gang-min-size`) and the job and attempt labels
+    (or `offpeak.io/gang`); None for a lone pod (no annotation, or "1"); WireError when the size is not an integer
+    in 1..MAX_GANG_SIZE, the minimum not one in 1..size, an elastic worker has no index in 0..size-1, or no label
     says which gang."""
     ann = _mapping(meta.get("annotations"), "Pod.metadata.annotations")
     text = ann.get(GANG_SIZE_ANNOTATION)
     if text is None:
         return None
-    try:
-        size = int(str(text).strip())
-    except ValueError as e:
-        raise WireError(f"{GANG_SIZE_ANNOTATION} must be a whole number of workers, got {str(text)[:40]!r}") from e
+    size = _whole_number(text, GANG_SIZE_ANNOTATION, "workers")
     if not 1 <= size <= MAX_GANG_SIZE:
         raise WireError(f"{GANG_SIZE_ANNOTATION} must be in 1..{MAX_GANG_SIZE}, got {size}")
     if size == 1:
         return None
+    min_text = ann.get(GANG_MIN_SIZE_ANNOTATION)
+    min_size = size if min_text is None else _whole_number(min_text, GANG_MIN_SIZE_ANNOTATION, "workers")
+    if not 1 <= min_size <= size:
+        raise WireError(f"{GANG_MIN_SIZE_ANNOTATION} must be in 1..{size} (the gang size), got {min_size}")
     labels = _mapping(meta.get("labels"), "Pod.metadata.labels")
+    worker = _worker_index(labels.get(WORKER_LABEL), size)
+    if min_size < size and worker is None:
+        raise WireError(f"{GANG_MIN_SIZE_ANNOTATION} needs the {WORKER_LABEL} label, the worker's index in "
+                        f"0..{size - 1} (the lowest indexes run first), got {str(labels.get(WORKER_LABEL))[:40]!r}")
     namespace = str(meta.get("namespace") or "default")
     if labels.get(GANG_LABEL):  # "gang:" keeps it apart from a TrainingJob of the same name
-        return Gang(GangKey(namespace, f"gang:{labels[GANG_LABEL]}", ""), size)
+        return Gang(GangKey(namespace, f"gang:{labels[GANG_LABEL]}", ""), size, min_size, worker)
     job = labels.get(TRAININGJOB_LABEL)
     if not job:
         raise WireError(f"{GANG_SIZE_ANNOTATION} needs the {TRAININGJOB_LABEL} label (the gang is job and attempt) "
                         f"or {GANG_LABEL}")
-    return Gang(GangKey(namespace, str(job), str(labels.get(ATTEMPT_LABEL, ""))), size)
+    return Gang(GangKey(namespace, str(job), str(labels.get(ATTEMPT_LABEL, ""))), size, min_size, worker)
+
+
+def _worker_index(text: Any, size: int) -> int | None:
+    """The `offpeak.io/worker` label as an index in 0..size-1; None when absent or not one (a rigid gang needs
+    none: a PyTorchJob's replicas share one template's labels)."""
+    try:
+        index = int(str(text).strip())
+    except ValueError:
+        return None
+    return index if 0 <= index < size else None
 
 
 _QUANTITY_SUFFIXES = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
