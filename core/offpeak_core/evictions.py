@@ -76,21 +76,28 @@ def plan_for_pending(
 
 
 def plan_for_pressure(
-    *, state: NodeState, measured_online: float, requested_online: int, other_gpus: int = 0
+    *, state: NodeState, measured_online: float, requested_online: int, other_gpus: int = 0,
+    settle_seconds: float = 0.0,
 ) -> EvictionPlan | None:
     """Evict when measured online GPU use exceeds what the node has left after offline and other pods.
 
     Online processes can outgrow their pods' requests (shared GPUs, MPS, bursts); when
     max(measured, requested) + offline + other exceeds the node's GPUs, offline work yields.
+
+    A measurement lags the pods (agent sampling, scrape interval): right after online pods leave a node it still
+    shows their use, and an offline pod placed into the GPUs they freed would be evicted by that old figure.
+    Offline pods that started less than `settle_seconds` ago therefore neither count against the measurement
+    nor are its victims; online pods that need GPUs evict through `plan_for_pending`, which reads the pods.
     """
     view = state.view
     online = max(float(requested_online), measured_online)
-    offline = sum(p.gpus for p in state.offline_pods)
+    settled = tuple(p for p in state.offline_pods if p.elapsed_seconds >= settle_seconds)
+    offline = sum(p.gpus for p in settled)
     over = int(-(-(online + offline + other_gpus - view.gpus_total) // 1))  # ceil
     if over <= 0:
         return None
     node = NodeView(view.name, view.gpu_type, view.gpus_total, 0)
-    victims = choose_victims(node=node, online_gpus_needed=over, offline_pods=state.offline_pods)
+    victims = choose_victims(node=node, online_gpus_needed=over, offline_pods=settled)
     if not victims:
         return None
     msg = (f"online GPU demand on {view.name} rose to {online:g} of {view.gpus_total} GPUs; "

@@ -42,13 +42,7 @@ class ExtenderConfig:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExtenderConfig:
-        forecast = ForecastSettings(
-            season_seconds=args.season_seconds,
-            step_seconds=args.step_seconds,
-            horizon_seconds=args.horizon_seconds or args.season_seconds,
-            history_seconds=args.history_days * args.season_seconds,
-            quantile=args.quantile,
-        )
+        forecast = forecast_settings(args)
         stale = args.stale_seconds or max(3 * args.refresh_seconds, 2 * args.step_seconds)
         server = ServerSettings(max_body_bytes=args.max_body_bytes, deadline_seconds=args.deadline_seconds)
         goodput = None
@@ -60,6 +54,18 @@ class ExtenderConfig:
                    forecast, DecisionSettings(margin=args.margin), server, args.metrics_host, args.metrics_port,
                    GangSettings(timeout_seconds=args.gang_timeout_seconds), goodput,
                    getattr(args, "kueue_admission_check", None), getattr(args, "kueue_interval_seconds", 5.0))
+
+
+def forecast_settings(args: argparse.Namespace) -> ForecastSettings:
+    """The seasonal forecaster's settings from the command line (`cli._forecast_arguments`), the extender's and the
+    evictor's alike."""
+    return ForecastSettings(
+        season_seconds=args.season_seconds,
+        step_seconds=args.step_seconds,
+        horizon_seconds=args.horizon_seconds or args.season_seconds,
+        history_seconds=args.history_days * args.season_seconds,
+        quantile=args.quantile,
+    )
 
 
 def serve_extender(config: ExtenderConfig) -> None:
@@ -127,12 +133,15 @@ def serve_evictor(args: argparse.Namespace) -> None:
 
     registry = CollectorRegistry()
     metrics = EvictorMetrics.create(registry)
-    store = ClusterStore(settings=ForecastSettings())
+    store = ClusterStore(settings=forecast_settings(args),
+                         stale_after_seconds=max(3 * args.refresh_seconds, 2 * args.step_seconds))
     api = load_api_client(args.kubeconfig)
     informer = Informer(api_client=api, store=store)
     settings = EvictorSettings(grace_seconds=args.grace_seconds, interval_seconds=args.interval_seconds,
                                prometheus_url=args.prometheus_url,
-                               yield_at_checkpoints=bool(getattr(args, "yield_at_checkpoints", False)))
+                               yield_at_checkpoints=bool(getattr(args, "yield_at_checkpoints", False)),
+                               startup_seconds=args.startup_seconds, yield_margin_seconds=args.yield_margin_seconds,
+                               pressure_settle_seconds=args.pressure_settle_seconds)
     measured = prometheus_measured_online(args.prometheus_url) if args.prometheus_url else None
     evictor = Evictor(store=store, actions=KubeEvictionActions(api), metrics=metrics, settings=settings,
                       measured_online=measured)
@@ -142,7 +151,8 @@ def serve_evictor(args: argparse.Namespace) -> None:
         from offpeak_extender.history import LocalHistory, PrometheusHistory, Refresher
 
         source = PrometheusHistory(args.prometheus_url) if args.prometheus_url else LocalHistory(store)
-        refresher = Refresher(store=store, source=source, metrics=None, freeze_gc=True, trim_heap=True)
+        refresher = Refresher(store=store, source=source, metrics=None, refresh_seconds=args.refresh_seconds,
+                              freeze_gc=True, trim_heap=True)
         refresher.start()
     thread = threading.Thread(target=evictor.run, name="evictor", daemon=True)
     thread.start()

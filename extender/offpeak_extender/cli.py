@@ -12,6 +12,7 @@ import os
 from offpeak.errors import UserError
 from offpeak_core.decisions import DEFAULT_MARGIN
 from offpeak_core.gangs import DEFAULT_GANG_TIMEOUT_SECONDS
+from offpeak_core.yielding import DEFAULT_MARGIN_SECONDS
 from offpeak_extender.kueuecheck import CONTROLLER_NAME
 
 
@@ -43,15 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                    help="history of offpeak_node_online_gpus; without it the extender samples pods itself")
     p.add_argument("--margin", type=float, default=_env_float("OFFPEAK_MARGIN", DEFAULT_MARGIN),
                    help="safety margin on the p90 job time (0.15 = +15%%)")
-    p.add_argument("--refresh-seconds", type=float, default=_env_float("OFFPEAK_REFRESH_SECONDS", 60.0))
-    p.add_argument("--history-days", type=float, default=_env_float("OFFPEAK_HISTORY_DAYS", 28.0),
-                   help="history used by the seasonal forecaster, in (possibly compressed) days")
-    p.add_argument("--step-seconds", type=float, default=_env_float("OFFPEAK_STEP_SECONDS", 300.0))
-    p.add_argument("--season-seconds", type=float, default=_env_float("OFFPEAK_SEASON_SECONDS", 86400.0),
-                   help="length of one day (e.g. 600 to compress a day into 10 minutes in tests)")
-    p.add_argument("--horizon-seconds", type=float, default=None, help="forecast horizon (default: one day)")
-    p.add_argument("--quantile", type=float, default=_env_float("OFFPEAK_QUANTILE", 0.9),
-                   help="online demand quantile per time bin (higher = more cautious windows)")
+    _forecast_arguments(p)
     p.add_argument("--stale-seconds", type=float, default=None,
                    help="forecasts older than this are stale (default: 3 x refresh, at least 2 steps)")
     p.add_argument("--metrics-port", type=int,
@@ -103,13 +96,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     e.add_argument("--interval-seconds", type=float, default=_env_float("OFFPEAK_INTERVAL_SECONDS", 2.0))
     e.add_argument("--prometheus-url", default=_env("OFFPEAK_PROMETHEUS_URL"),
                    help="measured online GPUs per node (node agent); without it only pending online pods count")
+    e.add_argument("--pressure-settle-seconds", type=float,
+                   default=_env_float("OFFPEAK_PRESSURE_SETTLE_SECONDS", 60.0),
+                   help="measured online GPU use does not evict an offline pod younger than this: the measurement "
+                        "lags the pods (agent sampling, Prometheus scrapes) and may predate it; pending online pods "
+                        "evict at once whatever the age")
     e.add_argument("--yield-at-checkpoints", action="store_true",
                    default=(_env("OFFPEAK_YIELD_AT_CHECKPOINTS", "") or "").lower() in ("1", "true", "yes"),
                    help="stop a checkpointing pod at its last checkpoint before its node's idle window is forecast "
                         "to end (nothing lost, no online pod waits); the evictor then also fits forecasts, from "
-                        "--prometheus-url or the pods it sees. Each stop counts as an attempt of the TrainingJob")
+                        "--prometheus-url or the pods it sees, with the forecast options below (give it the "
+                        "extender's). A planned stop does not count against the TrainingJob's maxAttempts")
+    e.add_argument("--yield-margin-seconds", type=float,
+                   default=_env_float("OFFPEAK_YIELD_MARGIN_SECONDS", DEFAULT_MARGIN_SECONDS),
+                   help="a pod stops when its next checkpoint would land less than this before its window's "
+                        "forecast end")
+    e.add_argument("--startup-seconds", type=float, default=_env_float("OFFPEAK_GOODPUT_STARTUP_SECONDS", 60.0),
+                   help="time from a pod's start to its first step: its checkpoints are counted from then")
+    _forecast_arguments(e)
     e.add_argument("--log-level", default=_env("OFFPEAK_LOG_LEVEL", "INFO"))
     e.set_defaults(func=run_evictor)
+
+
+def _forecast_arguments(p: argparse.ArgumentParser) -> None:
+    """The seasonal forecaster's options: the extender's, and the evictor's for planned stops (the same values,
+    so both see the same windows)."""
+    p.add_argument("--refresh-seconds", type=float, default=_env_float("OFFPEAK_REFRESH_SECONDS", 60.0))
+    p.add_argument("--history-days", type=float, default=_env_float("OFFPEAK_HISTORY_DAYS", 28.0),
+                   help="history used by the seasonal forecaster, in (possibly compressed) days")
+    p.add_argument("--step-seconds", type=float, default=_env_float("OFFPEAK_STEP_SECONDS", 300.0))
+    p.add_argument("--season-seconds", type=float, default=_env_float("OFFPEAK_SEASON_SECONDS", 86400.0),
+                   help="length of one day (e.g. 600 to compress a day into 10 minutes in tests)")
+    p.add_argument("--horizon-seconds", type=float, default=None, help="forecast horizon (default: one day)")
+    p.add_argument("--quantile", type=float, default=_env_float("OFFPEAK_QUANTILE", 0.9),
+                   help="online demand quantile per time bin (higher = more cautious windows)")
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -143,8 +163,9 @@ def run_extender(args: argparse.Namespace) -> int:
 
 def run_evictor(args: argparse.Namespace) -> int:
     _check(args)
-    if args.grace_seconds < 0:
-        raise UserError("--grace-seconds must be >= 0")
+    for name in ("grace_seconds", "yield_margin_seconds", "startup_seconds", "pressure_settle_seconds"):
+        if getattr(args, name) < 0:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 0")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from offpeak_extender.app import serve_evictor
 

@@ -43,6 +43,9 @@ class EvictorSettings:
     # `offpeak.io/checkpoint-interval-seconds`. Such a pod is annotated `offpeak.io/planned-stop`, and the operator
     # does not count its attempt against `maxAttempts`.
     yield_at_checkpoints: bool = False
+    # Measured online use lags the pods (agent sampling, scrape interval): an offline pod younger than this is not
+    # evicted by a measurement, which may predate it (online pods that need GPUs still evict at once).
+    pressure_settle_seconds: float = 60.0
     startup_seconds: float = 60.0  # as the goodput rule's default start-up
     yield_margin_seconds: float = DEFAULT_MARGIN_SECONDS
 
@@ -104,7 +107,8 @@ class Evictor:
             if state is None:
                 continue
             online, _, other = self.store.usage(name)
-            plan = plan_for_pressure(state=state, measured_online=value, requested_online=online, other_gpus=other)
+            plan = plan_for_pressure(state=state, measured_online=value, requested_online=online, other_gpus=other,
+                                     settle_seconds=self.settings.pressure_settle_seconds)
             if plan is not None:
                 plans.append(plan)
                 states[name] = _after(state, plan)

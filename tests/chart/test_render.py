@@ -207,3 +207,21 @@ def test_agent_is_ready_only_with_nvml_and_scraped_anyway(default_objects: list[
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     (svc,) = [o for o in default_objects if o["kind"] == "Service" and o["metadata"]["name"].endswith("-agent")]
     assert svc["spec"]["clusterIP"] == "None" and svc["spec"]["publishNotReadyAddresses"] is True
+
+
+def test_planned_stops_give_the_evictor_the_extenders_forecast_options(helm_bin: Path) -> None:
+    objects = render(CHART, set_values=["evictor.yieldAtCheckpoints=true", "scheduler.extender.seasonSeconds=600",
+                                        "scheduler.extender.historyDays=3"], include_crds=False)
+
+    def args(suffix: str) -> list[str]:
+        (obj,) = find(objects, "Deployment", suffix)
+        return obj["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    forecast = {a for a in args("-extender") if a.split("=")[0] in ("--refresh-seconds", "--history-days",
+                                                                       "--season-seconds")}
+    assert forecast == {"--refresh-seconds=60", "--history-days=3", "--season-seconds=600"}
+    assert {"--yield-at-checkpoints", "--pressure-settle-seconds=60"} | forecast <= set(args("-evictor"))
+    from offpeak.cli import build_parser
+
+    parsed = build_parser().parse_args(args("-evictor"))
+    assert parsed.yield_at_checkpoints and parsed.season_seconds == 600

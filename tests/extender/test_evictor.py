@@ -51,6 +51,19 @@ def test_pressure_evicts_when_measured_online_outgrows_node() -> None:
     assert "rose to 2.4 of 4" in plan.message
 
 
+def test_a_measurement_does_not_evict_a_pod_placed_after_it_could_have_been_taken() -> None:
+    """Online pods just left the node; the agent's last figure still shows their 4 GPUs. The offline pod placed
+    into them 5 s ago is not evicted by it; one that has run past the settle period is."""
+    young = state("a", 0, [OfflinePod("new", gpus=4, checkpointing=True, elapsed_seconds=5, uid="1")])
+    assert plan_for_pressure(state=young, measured_online=4.0, requested_online=0, settle_seconds=60) is None
+    plan = plan_for_pressure(state=young, measured_online=4.0, requested_online=0)  # no settle period: evicted
+    assert plan is not None and [v.name for v in plan.victims] == ["new"]
+    mixed = state("a", 0, [OfflinePod("old", gpus=2, elapsed_seconds=600, uid="1"),
+                           OfflinePod("new", gpus=2, elapsed_seconds=5, uid="2")])
+    plan = plan_for_pressure(state=mixed, measured_online=3.0, requested_online=0, settle_seconds=60)
+    assert plan is not None and [v.name for v in plan.victims] == ["old"]  # 3 + 2 > 4: the settled pod's GPUs
+
+
 class FakeActions:
     def __init__(self, fail: set[str] | None = None) -> None:
         self.calls: list[tuple[str, str, object]] = []
@@ -86,7 +99,7 @@ def make(actions: FakeActions, measured: dict[str, float] | None = None) -> tupl
         pods=[
             gpu_pod("resnet-0", gpus=2, node="n1", start="2026-11-18T00:00:00Z"),
             gpu_pod("bert-0", gpus=2, node="n1", checkpointing=True, start="2026-11-18T00:00:00Z"),
-            gpu_pod("gpt-0", gpus=4, node="n2", start="2026-11-18T12:00:00Z"),
+            gpu_pod("gpt-0", gpus=4, node="n2", start="2026-11-18T10:00:00Z"),
             online,
         ],
     )
@@ -256,3 +269,35 @@ def test_a_pod_started_later_does_not_make_an_earlier_one_stop() -> None:
     actions = FakeActions()
     plans = _yielding(store, actions)[0].tick()
     assert [[v.name for v in p.victims] for p in plans] == [["late-0"]]
+
+
+def _parse(*argv: str):
+    import argparse
+
+    from offpeak_extender.cli import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return parser.parse_args(list(argv))
+
+
+def test_the_evictor_forecasts_with_the_extenders_options_for_planned_stops() -> None:
+    from offpeak_extender.app import forecast_settings
+
+    flags = ("--season-seconds", "240", "--step-seconds", "2.5", "--history-days", "4", "--quantile", "0.8")
+    evictor = _parse("evictor", "--yield-at-checkpoints", "--yield-margin-seconds", "10", "--startup-seconds", "3",
+                     *flags)
+    extender = _parse("extender", *flags)
+    assert forecast_settings(evictor) == forecast_settings(extender)
+    assert forecast_settings(evictor).season_seconds == 240 and forecast_settings(evictor).step_seconds == 2.5
+    assert (evictor.yield_margin_seconds, evictor.startup_seconds) == (10, 3)
+
+
+def test_a_negative_yield_margin_is_refused() -> None:
+    import pytest
+
+    from offpeak.errors import UserError
+    from offpeak_extender.cli import run_evictor
+
+    with pytest.raises(UserError, match="--yield-margin-seconds must be >= 0"):
+        run_evictor(_parse("evictor", "--yield-margin-seconds", "-1"))
