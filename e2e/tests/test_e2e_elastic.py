@@ -1,0 +1,58 @@
+"""Scenario: an elastic job (2 workers, `minWorkers: 1`) starts on the one node with room instead of waiting for both,
+its second worker joins when online work leaves the other node, and the job succeeds with both (issue 18: run on
+the GPUs that are idle now, resize at checkpoints)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
+
+
+@pytest.fixture
+def online_reset(e2e_cluster: E2ECluster) -> Iterator[None]:
+    yield
+    for node in e2e_cluster.nodes:
+        e2e_cluster.scale_online(node, 0)
+
+
+def test_an_elastic_job_starts_narrow_and_its_waiting_worker_joins_when_a_window_opens(
+        e2e_cluster: E2ECluster, e2e_namespace: str, online_reset: None) -> None:
+    ns = e2e_namespace
+    first, other = e2e_cluster.node_of_type("V100-SXM2-16GB"), e2e_cluster.node_of_type("L4")
+    e2e_cluster.scale_online(other, 8)  # the L4 node is full of online work: room for one 8-GPU worker, not two
+    e2e_cluster.wait_for(f"8 online pods running on {other}", lambda: len([
+        p for p in e2e_cluster.pods("online", f"app=online-{other}") if p["status"].get("phase") == "Running"
+    ]) == 8, timeout=60)
+
+    job = trainingjob_manifest("stretch", sim_seconds=90, gpu_types=["V100-SXM2-16GB", "L4"], torchvision=None,
+                               estimated_seconds=60, workers=2,
+                               extra_spec={"gpusPerWorker": 8, "minWorkers": 1, "checkpointing": True})
+    e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
+    running = e2e_cluster.wait_phase(ns, "stretch", ["Running"], timeout=120)
+    status = running["status"]
+    assert status["runningWorkers"] == 1 and "1 of 2 workers" in status["message"], status
+    pods = {p["metadata"]["labels"]["offpeak.io/worker"]: p
+            for p in e2e_cluster.pods(ns, "offpeak.io/trainingjob=stretch,offpeak.io/workload=offline")}
+    assert pods["0"]["spec"].get("nodeName") == first, pods["0"]["spec"]  # worker 0 hosts the rendezvous
+    assert not pods["1"]["spec"].get("nodeName"), pods["1"]["spec"]  # worker 1 waits, and says why
+    env = {e["name"]: e.get("value") for e in pods["0"]["spec"]["containers"][0]["env"]}
+    assert env["PET_NNODES"] == "1:2" and "WORLD_SIZE" not in env, env
+    print(f"[e2e] elastic job runs on 1 of 2 workers: {status['message']}")
+
+    e2e_cluster.scale_online(other, 0)  # the L4 node frees up: worker 1 finds a window and joins
+
+    def joined() -> bool:
+        return e2e_cluster.trainingjob(ns, "stretch")["status"].get("runningWorkers") == 2
+
+    took = e2e_cluster.wait_for("worker 1 joined", joined, timeout=90)
+    print(f"[e2e] worker 1 joined after {took:.0f}s")
+    worker1 = e2e_cluster.kubectl("-n", ns, "get", "pod", pods["1"]["metadata"]["name"], "-o", "json").stdout
+    assert json.loads(worker1)["spec"]["nodeName"] == other
+
+    final = e2e_cluster.wait_phase(ns, "stretch", ["Succeeded", "Failed"], timeout=240)["status"]
+    assert final["phase"] == "Succeeded" and final["attempts"] == 1, final
+    assert "not compared with the full-width prediction" in final["message"], final
