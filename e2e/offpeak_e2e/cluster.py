@@ -253,17 +253,21 @@ class LocalCluster:
         assert self.state is not None
         self._require("extender")
         port = self.state.ports["extender"]  # fixed at control-plane start: the scheduler config names it
-        day = self.settings.day_seconds
         argv = [
             *offpeak_argv(), "extender", "--host", "127.0.0.1", "--port", str(port),
-            "--kubeconfig", self.state.kubeconfig, "--season-seconds", f"{day:g}",
-            "--step-seconds", f"{max(1.0, day / 96):g}", "--refresh-seconds", "2",
+            "--kubeconfig", self.state.kubeconfig, *self._forecast_argv(),
         ]
         if "prometheus" in self.state.urls:
             argv += ["--prometheus-url", self.state.urls["prometheus"]]
         self.sup.start("extender", argv, env=self.env())
         self.state.urls["extender"] = f"http://127.0.0.1:{port}"
         self._wait_http("extender", f"http://127.0.0.1:{port}/healthz")
+
+    def _forecast_argv(self) -> list[str]:
+        """The forecaster's options for this cluster's compressed day: the extender's, and the evictor's for
+        planned stops (both must see the same windows)."""
+        day = self.settings.day_seconds
+        return ["--season-seconds", f"{day:g}", "--step-seconds", f"{max(1.0, day / 96):g}", "--refresh-seconds", "2"]
 
     def _evictor(self) -> None:
         assert self.state is not None
@@ -272,7 +276,7 @@ class LocalCluster:
         argv = [
             *offpeak_argv(), "evictor", "--host", "127.0.0.1", "--metrics-port", str(port),
             "--kubeconfig", self.state.kubeconfig, "--grace-seconds", str(self.settings.eviction_grace_s),
-            "--interval-seconds", "1",
+            "--interval-seconds", "1", *self._forecast_argv(),
         ]
         if "prometheus" in self.state.urls:
             argv += ["--prometheus-url", self.state.urls["prometheus"]]

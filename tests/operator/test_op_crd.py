@@ -110,6 +110,34 @@ def test_measurement_and_correction_status_fields_are_declared_so_they_are_not_p
     jsonschema.validate({"status": written}, {"type": "object", "properties": {"status": _jsonschema(schema)}})
 
 
+def test_planned_stop_and_elastic_status_fields_are_declared_so_they_are_not_pruned() -> None:
+    """A requeue after a planned stop writes status.plannedStops, an elastic job runningWorkers and narrowedAttempt:
+    pruned, a planned stop would count against maxAttempts after all (the e2e scenario found it)."""
+    from datetime import timedelta
+
+    from optestkit import NOW, job_body
+
+    from offpeak_operator import statemachine as sm
+    from offpeak_operator.settings import OperatorSettings
+
+    schema = VERSION["schema"]["openAPIV3Schema"]["properties"]["status"]
+    spec = parse_spec(job_body(checkpointing=True, workers=2, minWorkers=1)["spec"])
+    status = {"phase": "Running", "attempts": 1, "completedSteps": 0}
+    stopped = sm.PodView("train-1-a1-w0", phase="Failed", reason="Evicted", eviction_reason="window-ending",
+                         planned_stop=True, node="n1", gpu_type="T4", started_at=NOW,
+                         finished_at=NOW + timedelta(seconds=60))
+    waiting = sm.PodView("train-1-a1-w1")
+    running = sm.PodView("train-1-a1-w0", phase="Running", node="n1", gpu_type="T4", started_at=NOW)
+    written: dict[str, Any] = {}
+    for pods in ((stopped, waiting), (running, waiting)):
+        d = sm.decide(job_name="train-1", spec=spec, problems=[], status=status, now=NOW + timedelta(seconds=90),
+                      observed=sm.Observed(training_pods={p.name: p for p in pods}), settings=OperatorSettings())
+        written.update(d.status)
+    assert {"plannedStops", "runningWorkers", "narrowedAttempt"} <= set(written), written
+    assert written["plannedStops"] == 1
+    assert _undeclared(written, schema) == []
+
+
 def test_the_crd_precisions_are_the_graph_schemas() -> None:
     """One list of precisions (offpeak_graph.schema.PRECISIONS): the CRD may not offer one the predictor refuses."""
     from offpeak_graph.schema import PRECISIONS
