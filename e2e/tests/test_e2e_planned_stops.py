@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from offpeak_e2e.cluster import ClusterSettings
-from offpeak_e2e.controlplane import ControlPlaneSettings
-from offpeak_e2e.harness import (
-    SCHEDULING_SLACK_S, E2ECluster, own_cluster, session_cluster_name, trainingjob_manifest,
+from offpeak_e2e.daywindows import (
+    attempt_pods, checkpoint_claim, checkpoint_volume, day_cluster, day_phase, observed_windows,
 )  # fmt: skip
+from offpeak_e2e.harness import SCHEDULING_SLACK_S, E2ECluster, trainingjob_manifest
 from offpeak_e2e.nodes import plan_nodes
 
 DAY = 240.0
@@ -36,39 +33,12 @@ REPORT = {"offpeak_progress": 1, "steps": 50, "attempt_steps": 50, "step_seconds
           "startup_seconds": 1.0, "checkpoint_steps": 50}
 
 
-def _plan() -> dict[str, list[int]]:
-    """Online GPUs per second of the day: none inside the node's window, all 8 outside it."""
-    return {node: [0 if start <= t < end else 8 for t in range(int(DAY))] for node, (start, end) in WINDOWS.items()}
-
-
 @pytest.fixture(scope="module")
 def yield_cluster() -> Iterator[E2ECluster]:
-    settings = ClusterSettings(
-        control_plane=ControlPlaneSettings(name=session_cluster_name("pytest-yield"), nodes=2, gpu_types=TYPES,
-                                           build_missing=False),
-        day_seconds=DAY, online_load=True, online_start_minute=0, history_days=4, online_plan=_plan(),
-        extra_env={"OFFPEAK_GOODPUT_MIN_EFFICIENCY": "0.5", "OFFPEAK_GOODPUT_STARTUP_SECONDS": "3",
-                   "OFFPEAK_GOODPUT_MIN_SAMPLES": "10", "OFFPEAK_YIELD_AT_CHECKPOINTS": "true",
-                   "OFFPEAK_YIELD_MARGIN_SECONDS": str(MARGIN)},
-    )  # fmt: skip
-    yield from own_cluster(settings, "yield")
-
-
-def _observed_windows(c: E2ECluster) -> float:
-    text = urllib.request.urlopen(f"{c.state.urls['extender']}/metrics", timeout=5).read().decode()  # noqa: S310
-    for line in text.splitlines():
-        if line.startswith('offpeak_extender_goodput_windows{state="observed"}'):
-            return float(line.split()[-1])
-    return 0.0
-
-
-def _day_phase(c: E2ECluster, at: float | None = None) -> float:
-    return ((time.time() if at is None else at) - float(c.state.urls["reference"])) % DAY
-
-
-def _attempt_pods(c: E2ECluster, ns: str) -> dict[int, dict[str, Any]]:
-    return {int(p["metadata"]["labels"]["offpeak.io/attempt"]): p
-            for p in c.pods(ns, "offpeak.io/trainingjob=yielding,offpeak.io/role=training")}
+    yield from day_cluster("yield", windows=WINDOWS, day=DAY, gpu_types=TYPES, extra_env={
+        "OFFPEAK_GOODPUT_MIN_EFFICIENCY": "0.5", "OFFPEAK_GOODPUT_STARTUP_SECONDS": "3",
+        "OFFPEAK_GOODPUT_MIN_SAMPLES": "10", "OFFPEAK_YIELD_AT_CHECKPOINTS": "true",
+        "OFFPEAK_YIELD_MARGIN_SECONDS": str(MARGIN)})
 
 
 @pytest.mark.slow
@@ -77,39 +47,35 @@ def test_a_job_stops_at_its_checkpoint_before_its_window_ends_and_finishes_elsew
         yield_cluster: E2ECluster) -> None:
     c = yield_cluster
     ns = c.new_namespace("yield")
-    waited = c.wait_for("the extender to have followed 10+ idle windows", lambda: _observed_windows(c) >= 10,
+    waited = c.wait_for("the extender to have followed 10+ idle windows", lambda: observed_windows(c) >= 10,
                         timeout=2 * DAY, interval=3)
-    print(f"[e2e] goodput evidence after {waited:.0f}s: {_observed_windows(c):.0f} windows observed")
-    c.wait_for("the first node's window to be open", lambda: 10.0 <= _day_phase(c) < 14.0, timeout=DAY + 10,
+    print(f"[e2e] goodput evidence after {waited:.0f}s: {observed_windows(c):.0f} windows observed")
+    c.wait_for("the first node's window to be open", lambda: 10.0 <= day_phase(c, day=DAY) < 14.0, timeout=DAY + 10,
                interval=0.5)
     t0 = time.time()
 
-    pv = f"ckpt-{ns}"
-    c.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
-             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
-                      "hostPath": {"path": f"/tmp/{pv}"}, "persistentVolumeReclaimPolicy": "Delete"}})
+    pv = checkpoint_volume(c, ns)
     job = trainingjob_manifest("yielding", sim_seconds=STEPS * STEP_SECONDS, gpu_types=TYPES, torchvision=None,
                                estimated_seconds=STEPS * STEP_SECONDS, steps=STEPS)
     spec = job["spec"]
     spec["podAnnotations"].update({"offpeak.io/sim-step-ms": f"{STEP_SECONDS * 1000:g}",
                                    "offpeak.io/sim-progress": json.dumps(REPORT)})
     spec.update(gpusPerWorker=GPUS, maxAttempts=1, checkpoint={
-        "claimTemplate": {"spec": {"volumeName": pv, "storageClassName": "", "accessModes": ["ReadWriteOnce"],
-                                   "resources": {"requests": {"storage": "1Gi"}}}},
+        "claimTemplate": checkpoint_claim(pv),
         "path": "/ckpt", "intervalSeconds": INTERVAL, "gracePeriodSeconds": 5})
     c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
 
     first = c.wait_phase(ns, "yielding", ["Running", "Failed"], timeout=45)["status"]
     assert first["phase"] == "Running" and first["node"] == FIRST, first
-    pod_name = _attempt_pods(c, ns)[1]["metadata"]["name"]
-    print(f"[e2e] attempt 1 on {FIRST} at +{time.time() - t0:.0f}s (day {_day_phase(c):.0f}s)")
+    pod_name = attempt_pods(c, ns, "yielding")[1]["metadata"]["name"]
+    print(f"[e2e] attempt 1 on {FIRST} at +{time.time() - t0:.0f}s (day {day_phase(c, day=DAY):.0f}s)")
 
     def stopped() -> bool:
         status = c.trainingjob(ns, "yielding").get("status") or {}
         return int(status.get("plannedStops") or 0) >= 1 or status.get("phase") in ("Failed", "Succeeded")
 
     c.wait_for("a planned stop", stopped, timeout=DAY)
-    stop_day = _day_phase(c)
+    stop_day = day_phase(c, day=DAY)
     status = c.trainingjob(ns, "yielding")["status"]
     assert status["plannedStops"] == 1, status
     print(f"[e2e] planned stop seen at day {stop_day:.0f}s: {status['message']}")

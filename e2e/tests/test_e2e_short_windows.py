@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from offpeak_core.timeparse import parse_timestamp
-from offpeak_e2e.cluster import ClusterSettings
-from offpeak_e2e.controlplane import ControlPlaneSettings
-from offpeak_e2e.harness import (
-    SCHEDULING_SLACK_S, E2ECluster, own_cluster, session_cluster_name, trainingjob_manifest,
+from offpeak_e2e.daywindows import (
+    attempt_pods, checkpoint_claim, checkpoint_volume, day_cluster, day_phase, observed_windows,
 )  # fmt: skip
+from offpeak_e2e.harness import SCHEDULING_SLACK_S, E2ECluster, trainingjob_manifest
 from offpeak_e2e.nodes import plan_nodes
 
 DAY = 240.0
@@ -40,39 +37,11 @@ REPORT = {"offpeak_progress": 1, "steps": 50, "attempt_steps": 50, "step_seconds
           "startup_seconds": 1.0, "checkpoint_steps": 50}
 
 
-def _plan() -> dict[str, list[int]]:
-    """Online GPUs per second of the day: none inside the node's window, all 8 outside it."""
-    return {node: [0 if start <= t < end else 8 for t in range(int(DAY))] for node, (start, end) in WINDOWS.items()}
-
-
 @pytest.fixture(scope="module")
 def windows_cluster() -> Iterator[E2ECluster]:
-    settings = ClusterSettings(
-        control_plane=ControlPlaneSettings(name=session_cluster_name("pytest-windows"), nodes=2, gpu_types=TYPES,
-                                           build_missing=False),
-        day_seconds=DAY, online_load=True, online_start_minute=0, history_days=4, online_plan=_plan(),
-        extra_env={"OFFPEAK_GOODPUT_MIN_EFFICIENCY": "0.5", "OFFPEAK_GOODPUT_STARTUP_SECONDS": "3",
-                   "OFFPEAK_GOODPUT_MIN_SAMPLES": "10"},
-    )  # fmt: skip
-    yield from own_cluster(settings, "windows")
-
-
-def _observed_windows(c: E2ECluster) -> float:
-    """Idle windows the extender's goodput ledger has followed to their end (its own metric)."""
-    text = urllib.request.urlopen(f"{c.state.urls['extender']}/metrics", timeout=5).read().decode()  # noqa: S310
-    for line in text.splitlines():
-        if line.startswith('offpeak_extender_goodput_windows{state="observed"}'):
-            return float(line.split()[-1])
-    return 0.0
-
-
-def _day_phase(c: E2ECluster) -> float:
-    return (time.time() - float(c.state.urls["reference"])) % DAY
-
-
-def _attempt_pods(c: E2ECluster, ns: str) -> dict[int, dict[str, Any]]:
-    return {int(p["metadata"]["labels"]["offpeak.io/attempt"]): p
-            for p in c.pods(ns, "offpeak.io/trainingjob=short,offpeak.io/role=training")}
+    yield from day_cluster("windows", windows=WINDOWS, day=DAY, gpu_types=TYPES, extra_env={
+        "OFFPEAK_GOODPUT_MIN_EFFICIENCY": "0.5", "OFFPEAK_GOODPUT_STARTUP_SECONDS": "3",
+        "OFFPEAK_GOODPUT_MIN_SAMPLES": "10"})
 
 
 @pytest.mark.slow
@@ -81,33 +50,29 @@ def test_a_checkpointing_job_finishes_in_two_short_windows_on_two_nodes(windows_
     c = windows_cluster
     ns = c.new_namespace("windows")
     longest = max(end - start for start, end in WINDOWS.values())
-    waited = c.wait_for("the extender to have followed 10+ idle windows", lambda: _observed_windows(c) >= 10,
+    waited = c.wait_for("the extender to have followed 10+ idle windows", lambda: observed_windows(c) >= 10,
                         timeout=2 * DAY, interval=3)
-    print(f"[e2e] goodput evidence after {waited:.0f}s: {_observed_windows(c):.0f} windows observed")
+    print(f"[e2e] goodput evidence after {waited:.0f}s: {observed_windows(c):.0f} windows observed")
     # start early in the first node's window (the second node is full of online work then), once the forecast has
     # seen it open: the forecaster's 2.5 s steps lag the plan's edge by a step or two
-    c.wait_for("the first node's window to be open", lambda: 10.0 <= _day_phase(c) < 14.0, timeout=DAY + 10,
+    c.wait_for("the first node's window to be open", lambda: 10.0 <= day_phase(c, day=DAY) < 14.0, timeout=DAY + 10,
                interval=0.5)
     t0 = time.time()
 
-    pv = f"ckpt-{ns}"
-    c.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
-             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
-                      "hostPath": {"path": f"/tmp/{pv}"}, "persistentVolumeReclaimPolicy": "Delete"}})
+    pv = checkpoint_volume(c, ns)
     job = trainingjob_manifest("short", sim_seconds=STEPS * STEP_SECONDS, gpu_types=TYPES, torchvision=None,
                                estimated_seconds=STEPS * STEP_SECONDS, steps=STEPS)
     spec = job["spec"]
     spec["podAnnotations"].update({"offpeak.io/sim-step-ms": f"{STEP_SECONDS * 1000:g}",
                                    "offpeak.io/sim-progress": json.dumps(REPORT)})
     spec.update(gpusPerWorker=GPUS, checkpoint={
-        "claimTemplate": {"spec": {"volumeName": pv, "storageClassName": "", "accessModes": ["ReadWriteOnce"],
-                                   "resources": {"requests": {"storage": "1Gi"}}}},
+        "claimTemplate": checkpoint_claim(pv),
         "path": "/ckpt", "intervalSeconds": 10, "gracePeriodSeconds": 5})
     c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
 
     first = c.wait_phase(ns, "short", ["Running", "Failed"], timeout=45)["status"]
     assert first["phase"] == "Running" and first["node"] == FIRST, first
-    pod = _attempt_pods(c, ns)[1]
+    pod = attempt_pods(c, ns, "short")[1]
     p90 = json.loads(pod["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])[TYPES[0]]["p90"]
     assert p90 > longest, (p90, longest)  # no window on any node fits the whole job: it would wait for ever
     print(f"[e2e] attempt 1 on {FIRST} at +{time.time() - t0:.0f}s, p90 {p90:.0f}s, longest window {longest}s")
@@ -131,7 +96,7 @@ def test_a_checkpointing_job_finishes_in_two_short_windows_on_two_nodes(windows_
 
     done = c.wait_phase(ns, "short", ["Succeeded", "Failed"], timeout=DAY)["status"]
     assert done["phase"] == "Succeeded", done
-    last = _attempt_pods(c, ns)[2]  # (the stopped first attempt's pod is gone once it reported)
+    last = attempt_pods(c, ns, "short")[2]  # (the stopped first attempt's pod is gone once it reported)
     assert last["spec"]["nodeName"] == SECOND
     ran = last["status"]["containerStatuses"][0]["state"]["terminated"]
     seconds = parse_timestamp(ran["finishedAt"]) - parse_timestamp(ran["startedAt"])
