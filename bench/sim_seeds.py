@@ -3,6 +3,10 @@
 Reads `<dir>/{days,before,pinned}-{alibaba,helios}-s<seed>.json` (written by `reports/sim/regenerate.sh`) and prints
 markdown tables (mean, and min..max over the seeds in brackets). Usage:
 `.venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md`.
+
+`--elastic` summarises the elastic-width runs instead (`<dir>/elastic{-off,,-join}-<trace>-s<seed>.json`: the same
+policies with elastic width off, on, on with joins; `elastic-wide-*`: on for jobs wider than a node only): `.venv/bin/python bench/sim_seeds.py --elastic reports/sim >
+reports/sim/elastic_summary.md`.
 """
 
 from __future__ import annotations
@@ -82,7 +86,83 @@ def versus_backfill(reports: dict[int, dict[str, dict]], policy: str) -> list[st
     return [f"- {policy}: {k} {_cell([100 * x for x in v], '{:.1f}')} %" for k, v in rows.items()]
 
 
+ELASTIC_COLUMNS = (
+    ("work (V100 GPU-h)", lambda m: m["work_done_ref_gpu_hours"], "{:,.0f}"),
+    ("evictions", lambda m: m["evictions"], "{:,.0f}"),
+    ("GPU-h lost", lambda m: m["lost_gpu_seconds"] / 3600.0, "{:,.0f}"),
+    ("JCT mean (h)", lambda m: (m["jct_mean_s"] or float("nan")) / 3600.0, "{:.2f}"),
+    ("completed", lambda m: m["jobs_completed"], "{:,.0f}"),
+    ("gang starts", lambda m: m["gang_starts"], "{:,.0f}"),
+    ("narrow starts", lambda m: m.get("narrow_starts", 0), "{:,.0f}"),
+    ("joins", lambda m: m.get("joins", 0), "{:,.0f}"),
+    ("online GPUs that waited (%)", lambda m: _blocked_pct(m), "{:.2f}"),
+)
+VARIANTS = {"off": "elastic off", "on": "elastic 0.5", "join": "elastic 0.5 + joins",
+            "wide": "elastic 0.5, jobs wider than a node only"}
+
+
+def load_elastic(folder: Path) -> dict[str, dict[str, dict[int, dict[str, dict]]]]:
+    """{trace: {variant: {seed: report}}} for the elastic-width runs found."""
+    out: dict[str, dict[str, dict[int, dict[str, dict]]]] = defaultdict(lambda: defaultdict(dict))
+    for f in sorted(folder.glob("elastic-*-s*.json")):
+        m = re.fullmatch(r"elastic-(?:(off|join|wide)-)?(alibaba|helios)-s(\d+)\.json", f.name)
+        if m:
+            out[m[2]][m[1] or "on"][int(m[3])] = json.loads(f.read_text())
+    return out
+
+
+def elastic_tables(runs: dict[str, dict[int, dict[str, dict]]]) -> list[str]:
+    """One row per (policy, variant), then each policy's ratios to backfill with elastic off (rigid, on the same
+    seeds) and to backfill of its own run (JCT: own run only, it is over the jobs every policy of a run finished)."""
+    lines = ["| policy | elastic | seeds | " + " | ".join(c for c, _, _ in ELASTIC_COLUMNS) + " |",
+             "|---" * (len(ELASTIC_COLUMNS) + 3) + "|"]
+    policies = list(next(iter(next(iter(runs.values())).values())))
+    for p in policies:
+        for v, reports in runs.items():
+            seeds = sorted(reports)
+            cells = [_cell([get(reports[s][p]) for s in seeds], fmt) for _, get, fmt in ELASTIC_COLUMNS]
+            lines.append(f"| {p} | {VARIANTS[v]} | {','.join(map(str, seeds))} | " + " | ".join(cells) + " |")
+    lines += ["", "| policy | elastic | work / rigid backfill's | evictions / rigid backfill's | GPU-h lost / rigid "
+              "backfill's | work / own backfill's | evictions / own backfill's | GPU-h lost / own backfill's | "
+              "JCT mean / own backfill's |", "|---" * 9 + "|"]
+    rigid = runs.get("off", {})
+    for p in policies:
+        for v, reports in runs.items():
+            seeds = sorted(reports)
+            def ratio(key, base_of):
+                xs = []
+                for s in seeds:
+                    b = base_of(s)
+                    if b is None:
+                        return "n/a"
+                    xs.append(100.0 * (reports[s][p][key] or np.nan) / max(1e-9, b[key] or np.nan))
+                return _cell(xs, "{:.1f}") + " %"
+            rig = lambda s: rigid[s]["backfill"] if s in rigid else None  # noqa: E731
+            own = lambda s: reports[s]["backfill"]  # noqa: E731
+            cells = [ratio(k, rig) for k in ("work_done_ref_gpu_hours", "evictions", "lost_gpu_seconds")]
+            cells += [ratio(k, own) for k in ("work_done_ref_gpu_hours", "evictions", "lost_gpu_seconds", "jct_mean_s")]
+            lines.append(f"| {p} | {VARIANTS[v]} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def main_elastic(folder: Path) -> int:
+    found = load_elastic(folder)
+    if not found:
+        print(f"no elastic{{-off,,-join}}-<trace>-s<seed>.json reports in {folder}", file=sys.stderr)
+        return 2
+    for trace in ("alibaba", "helios"):
+        if trace in found:
+            runs = {v: found[trace][v] for v in VARIANTS if v in found[trace]}
+            print(f"## {trace}: elastic width, " + " / ".join(VARIANTS[v] for v in runs) + "\n")
+            print("\n".join(elastic_tables(runs)))
+            print()
+    return 0
+
+
 def main() -> int:
+    args = sys.argv[1:]
+    if args[:1] == ["--elastic"]:
+        return main_elastic(Path(args[1] if len(args) > 1 else "reports/sim"))
     folder = Path(sys.argv[1] if len(sys.argv) > 1 else "reports/sim")
     found = load(folder)
     if not found:

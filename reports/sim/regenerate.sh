@@ -5,6 +5,10 @@
 # too long for 3 seeds x 2 traces; 3 days take ~4 min of CPU each (the whole script ~30 min with two in parallel).
 # DAYS=7 for the full week. SEEDS="0" for one seed. EXTRAS=0 skips the pinned-helios and before runs.
 # PREDICTOR_REPORTS=DIR takes the predictor's error profile from DIR instead of reports/predictor.
+# ELASTIC=1 runs only the elastic-width comparison instead (backfill, offpeak, offpeak-p90; elastic off, --elastic 0.5,
+# --elastic 0.5 --elastic-join: reports/sim/elastic{-off,,-join}-<trace>-s<seed>.json; WIDE_SEEDS (0): --elastic 0.5
+# --elastic-from-gpus 9, elastic-wide-<trace>-s<seed>.json), summarised by
+# bench/sim_seeds.py --elastic into reports/sim/elastic_summary.md).
 # Usage: reports/sim/regenerate.sh   (from the repository root; OFFPEAK_SHARED_DATA overrides the data root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -18,6 +22,29 @@ EXTRAS=${EXTRAS:-1}
 PRED=()
 if [ -n "${PREDICTOR_REPORTS:-}" ]; then PRED=(--predictor-reports "$PREDICTOR_REPORTS"); fi
 log() { echo "$(date -u +%H:%M:%S) $*" >&2; }
+if [ "${ELASTIC:-0}" = 1 ]; then
+  for s in $SEEDS; do
+    for variant in off on join; do
+      case $variant in off) tag=elastic-off; el=() ;; on) tag=elastic; el=(--elastic 0.5) ;;
+                       join) tag=elastic-join; el=(--elastic 0.5 --elastic-join) ;; esac
+      log "$tag seed $s"
+      nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 "${el[@]}" "${PRED[@]}" \
+        --report "reports/sim/$tag-alibaba-s$s.json" --quiet
+      nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 "${el[@]}" "${PRED[@]}" \
+        --online-trace "$HELIOS" --report "reports/sim/$tag-helios-s$s.json" --quiet
+    done
+  done
+  for s in ${WIDE_SEEDS:-0}; do  # elastic for jobs wider than a node only (8-GPU nodes), seed 0 committed
+    log "elastic-wide seed $s"
+    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --elastic 0.5 \
+      --elastic-from-gpus 9 "${PRED[@]}" --report "reports/sim/elastic-wide-alibaba-s$s.json" --quiet
+    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --elastic 0.5 \
+      --elastic-from-gpus 9 "${PRED[@]}" --online-trace "$HELIOS" --report "reports/sim/elastic-wide-helios-s$s.json" --quiet
+  done
+  .venv/bin/python bench/sim_seeds.py --elastic reports/sim > reports/sim/elastic_summary.md
+  log "done"
+  exit 0
+fi
 for s in $SEEDS; do
   # Alibaba GenAI online demand, ITP jobs (wide jobs as gangs), the extender's seasonal forecaster
   log "alibaba seed $s"

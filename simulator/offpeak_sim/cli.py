@@ -42,6 +42,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--yield", dest="yield_", action="store_true",
                    help="the offpeak policies stop a job at a checkpoint whose successor would land after its "
                    "forecast window ends (off by default)")
+    p.add_argument("--elastic", type=float, default=None, metavar="MIN_FRACTION",
+                   help="elastic width: a checkpointing job of N >= 2 GPUs may start on ceil(MIN_FRACTION x N)..N of "
+                   "them, the widest that fits now, its runtime scaled by N / width (e.g. 0.5; default off)")
+    p.add_argument("--elastic-from-gpus", type=int, default=2, metavar="G",
+                   help="with --elastic: only jobs of at least G GPUs are elastic (default 2; 9 on 8-GPU nodes: only "
+                   "jobs wider than a node)")
+    p.add_argument("--elastic-join", action="store_true",
+                   help="with --elastic: a running job's waiting workers join when GPUs open for them (the job "
+                   "restarts from its last checkpoint, wider)")
     p.add_argument("--eviction-grace", type=float, default=30.0, help="seconds online work waits per eviction (default 30)")
     p.add_argument("--margin", type=float, default=None, help="extender filter margin on p90 (default: the extender's)")
     p.add_argument("--forecast", choices=("seasonal", "exact"), default="seasonal",
@@ -97,6 +106,10 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError("--checkpoint-interval and --eviction-grace must be >= 0, --refresh-seconds > 0")
     if args.restart_seconds is not None and args.restart_seconds < 0:
         raise UserError("--restart-seconds must be >= 0")
+    if args.elastic is not None and not 0.0 <= args.elastic <= 1.0:
+        raise UserError("--elastic must be within 0..1 (the share of a job's GPUs it may run on; 0 = off)")
+    if args.elastic_join and not args.elastic:
+        raise UserError("--elastic-join needs --elastic MIN_FRACTION")
     if args.predictor_sigma is not None and args.predictor_sigma < 0:
         raise UserError("--predictor-sigma must be >= 0")
     if args.margin is not None and args.margin < 0:
@@ -142,6 +155,9 @@ def handle(args: argparse.Namespace) -> int:
         goodput=goodput,
         restart_seconds=EngineSettings().restart_seconds if args.restart_seconds is None else args.restart_seconds,
         yield_at_checkpoints=args.yield_,
+        elastic_min_fraction=args.elastic or None,
+        elastic_join=args.elastic_join,
+        elastic_from_gpus=args.elastic_from_gpus,
     )
     console = Console(stderr=True)
     show = not args.quiet

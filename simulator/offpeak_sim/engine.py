@@ -14,6 +14,11 @@ pods on several nodes of one GPU type (`gangs`), all or nothing: every member pa
 own GPU count on its node, and when online work takes any member's GPUs the whole gang is evicted (work since
 the last checkpoint lost on every member). Gangs run at the speed of a single node (no communication cost).
 
+Elastic width (`EngineSettings.elastic_min_fraction`, off by default): a checkpointing job of N GPUs may start on
+the widest k >= ceil(fraction × N) that fits now (a node, else a gang; `_widths`, `_place`), its work taking N / k as
+long; with `elastic_join` its waiting workers join later when GPUs of its type pass the filter, restarting the
+job from its last checkpoint (`_join_pass`). Off, every decision is the rigid engine's.
+
 Restarts and planned stops: every attempt of a job spends its first `restart_seconds` starting (image, restore
 from checkpoint) with no useful work, and checkpoints fall every `checkpoint_seconds` after that. Policies that
 yield (`Policy.yields`, with `EngineSettings.yield_at_checkpoints`) check each running job at each of its
@@ -44,6 +49,7 @@ from offpeak_core.windows import current_window
 from offpeak_core.yielding import YieldSettings, should_yield
 
 from offpeak_sim.forecasting import WindowFeed
+from offpeak_sim.jobs import elastic_min_gpus
 from offpeak_sim.policies import Policy, believed_p50_p90, predictions
 from offpeak_sim.scenario import Scenario
 
@@ -74,10 +80,20 @@ class EngineSettings:
     # (docs/simulator.md, "Restart cost and yielding")
     yield_at_checkpoints: bool = False
     yielding: YieldSettings = YieldSettings()
+    # elastic width (a TrainingJob's minWorkers): a checkpointing job of N >= 2 GPUs may start on k of them,
+    # ceil(fraction × N) <= k <= N, the widest k that fits now, its remaining runtime scaled by N / k; None or 0: off
+    elastic_min_fraction: float | None = None
+    elastic_from_gpus: int = 2  # only jobs of at least this many GPUs are elastic (9 on 8-GPU nodes: wide jobs only)
+    # with elastic width: a running job's waiting workers join when GPUs that pass the filter open for them (on the
+    # job's GPU type), the widest such set; the whole job restarts from its last checkpoint (the work since then
+    # lost, the start-up paid again) and runs wider. Joins are planned after the queued jobs each minute.
+    elastic_join: bool = False
 
     def __post_init__(self) -> None:
         if self.restart_seconds < 0:
             raise ValueError(f"restart_seconds must be >= 0, got {self.restart_seconds}")
+        if self.elastic_min_fraction is not None and not 0.0 <= self.elastic_min_fraction <= 1.0:
+            raise ValueError(f"elastic_min_fraction must be within 0..1, got {self.elastic_min_fraction}")
         if self.goodput.startup_seconds != self.restart_seconds:  # one figure for the engine and the rule
             object.__setattr__(self, "goodput", replace(self.goodput, startup_seconds=self.restart_seconds))
 
@@ -87,8 +103,8 @@ class Run:
     job: int
     node: int  # the first member's node
     start: float
-    gpus: int  # all members together
-    slowdown: float
+    gpus: int  # all members together (fewer than the job's when it runs narrower, elastic width)
+    slowdown: float  # wall seconds per reference second of the job's work: the GPU type's, × job GPUs / gpus
     end: float
     members: tuple[tuple[int, int], ...] = ()  # (node, GPUs) per pod; one entry for a single-node job
     startup: float = 0.0  # seconds at the start of the attempt with no useful work (restart cost)
@@ -102,6 +118,7 @@ class Tally:
     ran_gpu_s: float = 0.0
     lost_gpu_s: float = 0.0
     evictions: int = 0
+    joins: int = 0  # restarts of elastic jobs to take on waiting workers (the work since the last checkpoint lost)
     yields: int = 0  # planned stops at a checkpoint before the forecast window ends (no work lost, no online wait)
     # GPU-seconds spent (re)starting by attempts that kept work (finished, yielded, checkpointed, or running at the
     # end); an attempt evicted before its first checkpoint counts its start-up in lost_gpu_s
@@ -155,6 +172,11 @@ class PolicyRun:
         self.slow = np.array([fl.slowdown(n) for n in range(fl.size)])
         self._views: dict[tuple[int, int, int], NodeView] = {}
         self.gang_starts = 0
+        self.narrow_starts = 0  # attempts started on fewer GPUs than their job's (elastic width)
+        self.elastic = bool(settings.elastic_min_fraction)
+        self.min_gpus = elastic_min_gpus(scenario.jobs.gpus, fraction=settings.elastic_min_fraction,
+                                         checkpointing=settings.checkpoint_seconds > 0,
+                                         from_gpus=settings.elastic_from_gpus)
         self._admissions: dict[int, GoodputAdmission] = {}
         self._admissions_version = -1
         self._type_order = np.argsort(scenario.slowdowns(), kind="stable")  # fastest GPU type first
@@ -187,17 +209,21 @@ class PolicyRun:
             self.used[n] -= g
 
     def _start(self, job: int, node: int, now: float, members: tuple[tuple[int, int], ...] = (),
-               believed: float | None = None) -> None:
+               believed: float | None = None, gpus: int | None = None) -> None:
         """Start an attempt: `restart_seconds` of start-up, then the remaining work (`believed`: the policy's p90
-        of it on this node's GPU type, seconds; None for runtime-blind policies)."""
-        g = int(self.sc.jobs.gpus[job])
+        of it on this node's GPU type at this width, seconds; None for runtime-blind policies). `gpus`: the width,
+        fewer than the job's GPUs for an elastic job run narrower (its work then takes job GPUs / gpus as long)."""
+        full = int(self.sc.jobs.gpus[job])
+        g = full if gpus is None else int(gpus)
+        assert self.min_gpus[job] <= g <= full
         members = members or ((node, g),)
         assert sum(w for _, w in members) == g
         startup = self.s.restart_seconds
-        end = now + startup + self.remaining_ref[job] * self.slow[node]
+        slowdown = float(self.slow[node]) if g == full else float(self.slow[node]) * full / g
+        end = now + startup + self.remaining_ref[job] * slowdown
         self.attempt[job] += 1
         expected = None if believed is None else now + startup + believed
-        r = Run(job, node, now, g, float(self.slow[node]), end, members, startup, expected)
+        r = Run(job, node, now, g, slowdown, end, members, startup, expected)
         self.runs[job] = r
         for n, w in members:
             self.on_node[n][job] = r
@@ -209,6 +235,8 @@ class PolicyRun:
         self.placements.append((job, node, now))
         if len(members) > 1:
             self.gang_starts += 1
+        if g < full:
+            self.narrow_starts += 1
         if math.isnan(self.first_start[job]):
             self.first_start[job] = now
 
@@ -218,8 +246,9 @@ class PolicyRun:
         work = max(0.0, now - r.start - r.startup)
         return math.floor(work / c + 1e-9) * c if c > 0 else 0.0
 
-    def _stop(self, r: Run, now: float) -> float:
-        """End an attempt at `now` (eviction or yield): free its GPUs, keep its checkpointed work, requeue the job;
+    def _stop(self, r: Run, now: float, requeue: bool = True) -> float:
+        """End an attempt at `now` (eviction, yield, or a join's restart with `requeue` False): free its GPUs, keep
+        its checkpointed work, requeue the job;
         return the GPU-seconds lost: since the last checkpoint, or since the start when the attempt kept nothing
         (its start-up then went for nothing too; an attempt that kept work counts its start-up apart)."""
         elapsed = now - r.start
@@ -234,7 +263,8 @@ class PolicyRun:
         kept_ref = saved / r.slowdown
         self.useful_ref[r.job] += kept_ref
         self.remaining_ref[r.job] = max(0.0, self.remaining_ref[r.job] - kept_ref)
-        self.queue.append(r.job)
+        if requeue:
+            self.queue.append(r.job)
         return lost
 
     def _evict(self, r: Run, now: float, minute_index: int) -> None:
@@ -480,17 +510,19 @@ class PolicyRun:
                            checkpoint_intervals=self.p.checkpoint_intervals, goodput=self._admission(members))
         return bool(res.passed)
 
-    def _plan_gang(self, k: int, j: int, gj: int, free: np.ndarray, now: float, p90: np.ndarray | None,
-                   levels: np.ndarray | None, predicted: dict[str, Prediction] | None) -> tuple[tuple[int, int], ...] | None:
-        """Nodes of one GPU type that take the job together (all or nothing), or None.
+    def _plan_gang(self, j: int, gj: int, free: np.ndarray, now: float, p90: np.ndarray | None,
+                   levels: np.ndarray | None, predicted: dict[str, Prediction] | None,
+                   types: tuple[int, ...] | None = None) -> tuple[tuple[int, int], ...] | None:
+        """Nodes of one GPU type that take job j's gj GPUs together (all or nothing), or None. `p90`: the policy's
+        p90 of the job's remaining run on each GPU type at this width (None: runtime-blind).
 
         Runtime-blind policies take free GPUs node by node (first fit in node order, or most free first);
         windowed ones take, fastest GPU type first, the nodes with the widest admissible member first, with as
         few members as the goodput rule for that gang size allows; every member is checked by `filter_nodes`.
         """
         maxn = self.s.gang_max_nodes
-        types = self._type_order if self.p.windowed else range(len(self.sc.fleet.types))
-        for ti in types:
+        order = self._type_order if self.p.windowed else range(len(self.sc.fleet.types))
+        for ti in order if types is None else types:
             on_type = np.flatnonzero((self.node_type == ti) & (free > 0))
             if on_type.size < 2 or int(free[on_type].sum()) < gj:
                 continue
@@ -504,7 +536,7 @@ class PolicyRun:
             cap_w = np.minimum(free[on_type], gj)
             exact: dict[int, int] = {}  # node -> largest member width filter_nodes passed (checked this pass)
             for m in range(2, maxn + 1):
-                need_m = float(self._needs(p90[k : k + 1, ti : ti + 1], m)[0, 0])
+                need_m = float(self._needs(p90[None, ti : ti + 1], m)[0, 0])
                 wmax = np.minimum((levels[1:, on_type] >= need_m).sum(axis=0), cap_w)
                 for _ in range(maxn + 1):  # re-plan while filter_nodes narrows a bound
                     for i, n in enumerate(on_type):
@@ -528,9 +560,58 @@ class PolicyRun:
                     break  # even the widest members do not add up; larger gangs need longer windows
         return None
 
-    def _believed(self, p90: np.ndarray | None, k: int, node: int) -> float | None:
-        """The policy's p90 of queued job k's remaining run on node's GPU type (None: runtime-blind)."""
-        return None if p90 is None else float(p90[k, self.node_type[node]])
+    def _believed(self, p90: np.ndarray | None, k: int, node: int, scale: float = 1.0) -> float | None:
+        """The policy's p90 of queued job k's remaining run on node's GPU type, × `scale` for a narrower width
+        (None: runtime-blind)."""
+        return None if p90 is None else float(p90[k, self.node_type[node]]) * scale
+
+    def _widths(self, j: int, gj: int, free: np.ndarray) -> range:
+        """Widths to try for job j of gj GPUs, widest first: gj alone for a rigid job; for an elastic one gj down to
+        its least width, from the widest the free GPUs allow (on one node, or on the `gang_max_nodes` nodes of one
+        type with most free). Windows are not used to skip widths: the GPU-time a narrower width needs is not
+        monotone in the runtime under the goodput rule, so only `_place`'s own bounds apply, per width."""
+        lo = int(self.min_gpus[j])
+        if lo >= gj:
+            return range(gj, gj - 1, -1)
+        cap = np.minimum(np.clip(free, 0, None), gj)
+        ub = int(cap.max()) if cap.size else 0
+        if self.s.gangs:
+            for ti in range(len(self.sc.fleet.types)):
+                on = np.sort(cap[self.node_type == ti])[::-1][: self.s.gang_max_nodes]
+                ub = max(ub, int(on.sum()))
+        return range(min(gj, ub), lo - 1, -1)
+
+    def _place(self, k: int, j: int, gj: int, w: int, free: np.ndarray, now: float, p50: np.ndarray | None,
+               p90: np.ndarray | None, need: np.ndarray | None, levels: np.ndarray | None
+               ) -> tuple[str | None, tuple[tuple[int, int], ...] | None]:
+        """Queued job k (job j of gj GPUs) at width w: the node `filter_nodes` and the policy's pick give, else a
+        gang (`_plan_gang`), else (None, None). At w < gj the policy's runtimes are scaled by gj / w."""
+        fl = self.sc.fleet
+        predicted = p90_row = need_row = None
+        if self.p.windowed:
+            assert p50 is not None and p90 is not None and need is not None
+            if w == gj:
+                p90_row, need_row = p90[k], need[k]
+                predicted = predictions(fl.types, p50[k], p90[k])
+            else:
+                p90_row = p90[k] * (gj / w)
+                need_row = self._needs(p90_row[None, :], 1)[0]
+                predicted = predictions(fl.types, p50[k] * (gj / w), p90_row)
+        nodes = np.flatnonzero(free >= w)
+        if self.p.windowed and self.s.prune and nodes.size:
+            assert need_row is not None and levels is not None
+            nodes = nodes[levels[w][nodes] >= need_row[self.node_type[nodes]]]
+        chosen = None
+        if nodes.size:
+            views = [self._view(int(n), int(free[n]), now) for n in nodes]
+            pod = self._pod(j, w, predicted)
+            res = filter_nodes(pod=pod, nodes=views, now=now, margin=self.s.margin,
+                               checkpoint_intervals=self.p.checkpoint_intervals, goodput=self._admission(1))
+            chosen = self._pick(pod, views, res.passed, now) if res.passed else None
+        plan = None
+        if chosen is None and self.s.gangs and w > 1:
+            plan = self._plan_gang(j, w, free, now, p90_row, levels, predicted)
+        return chosen, plan
 
     @staticmethod
     def _greedy(nodes: np.ndarray, width: np.ndarray, gj: int, maxn: int) -> tuple[tuple[int, int], ...] | None:
@@ -560,7 +641,7 @@ class PolicyRun:
         g = self.sc.jobs.gpus[q]
         fmax = int(free.max())
         gangs = self.s.gangs
-        cand_mask = g <= (int(np.clip(free, 0, None).sum()) if gangs else fmax)
+        cand_mask = self.min_gpus[q] <= (int(np.clip(free, 0, None).sum()) if gangs else fmax)
         need = p50 = p90 = None
         levels = None
         if self.p.windowed:
@@ -579,45 +660,129 @@ class PolicyRun:
                     np.maximum.at(best, self.node_type, left)
                     sel = g == gv
                     fits[sel] = (need[sel] <= best[None, :]).any(axis=1)
-                cand_mask &= fits | (gangs & (g > 1))  # gang candidates are bounded in the gang planner
+                # gang candidates are bounded in the gang planner, elastic ones (narrower widths) in _widths
+                cand_mask &= fits | (gangs & (g > 1)) | (self.min_gpus[q] < g)
         placed: set[int] = set()
         names = {name: i for i, name in enumerate(fl.names)}
         for k in np.flatnonzero(cand_mask):
             j = int(q[k])
             gj = int(g[k])
-            predicted = None
-            if self.p.windowed:
-                assert p50 is not None and p90 is not None
-                predicted = predictions(fl.types, p50[k], p90[k])
-            nodes = np.flatnonzero(free >= gj)
-            if self.p.windowed and self.s.prune and nodes.size:
-                assert need is not None and levels is not None
-                nodes = nodes[levels[gj][nodes] >= need[k][self.node_type[nodes]]]
-            chosen = None
             t0 = time.perf_counter()
-            if nodes.size:
-                views = [self._view(int(n), int(free[n]), now) for n in nodes]
-                pod = self._pod(j, gj, predicted)
-                res = filter_nodes(pod=pod, nodes=views, now=now, margin=self.s.margin,
-                                   checkpoint_intervals=self.p.checkpoint_intervals, goodput=self._admission(1))
-                chosen = self._pick(pod, views, res.passed, now) if res.passed else None
-            plan = None
-            if chosen is None and gangs and gj > 1:
-                plan = self._plan_gang(int(k), j, gj, free, now, p90, levels, predicted)
+            chosen = plan = None
+            width = gj
+            for width in self._widths(j, gj, free):  # widest first (elastic jobs)
+                chosen, plan = self._place(int(k), j, gj, width, free, now, p50, p90, need, levels)
+                if chosen is not None or plan is not None:
+                    break
             self.t.decision_s.append(time.perf_counter() - t0)
             self.t.decisions += 1
+            scale = 1.0 if width == gj else gj / width
             if chosen is not None:
                 n = names[chosen]
-                self._start(j, n, now, believed=self._believed(p90, int(k), n))
-                free[n] -= gj
+                self._start(j, n, now, believed=self._believed(p90, int(k), n, scale), gpus=width)
+                free[n] -= width
                 placed.add(j)
             elif plan is not None:
-                self._start(j, plan[0][0], now, plan, believed=self._believed(p90, int(k), plan[0][0]))
+                self._start(j, plan[0][0], now, plan, believed=self._believed(p90, int(k), plan[0][0], scale),
+                            gpus=width)
                 for n, w in plan:
                     free[n] -= w
                 placed.add(j)
         if placed:
             self.queue = [j for j in self.queue if j not in placed]
+
+    # ---- elastic joins -----------------------------------------------------------------------------------------
+
+    def _join_pass(self, minute: int, now: float, minute_index: int) -> None:
+        """Running jobs narrower than their GPUs: let waiting workers join where the filter passes them now."""
+        narrow = [r for r in self.runs.values() if r.gpus < int(self.sc.jobs.gpus[r.job])]
+        if not narrow:
+            return
+        fl = self.sc.fleet
+        free = fl.gpus - self.demand[:, minute] - self.used
+        levels = None
+        for r in sorted(narrow, key=lambda x: (x.start, x.job)):  # the oldest waiting workers first
+            ti = self.node_type[r.node]
+            if not ((self.node_type == ti) & (free > 0)).any():
+                continue
+            if self.p.windowed and levels is None:
+                assert self.feed is not None
+                levels = self.feed.left_bounds(now=now, offline=self.used, levels=int(fl.gpus.max()))
+            t0 = time.perf_counter()
+            got = self._plan_join(r, free, now, levels)
+            self.t.decision_s.append(time.perf_counter() - t0)
+            self.t.decisions += 1
+            if got is None:
+                continue
+            plan, believed = got
+            self._join(r, plan, now, minute_index, believed)
+            for n, w in plan:
+                free[n] -= w
+
+    def _plan_join(self, r: Run, free: np.ndarray, now: float, levels: np.ndarray | None
+                   ) -> tuple[tuple[tuple[int, int], ...], float | None] | None:
+        """GPUs on run r's GPU type for as many of its waiting workers as can join now (widest first, at least 1),
+        each pod passing `filter_nodes` for the job's remaining run (after the restart) at the new width; with
+        the policy's p90 of that run. None when none can join."""
+        j = r.job
+        full = int(self.sc.jobs.gpus[j])
+        missing = full - r.gpus
+        ti = int(self.node_type[r.node])
+        have = {n for n, _ in r.members}
+        p50 = p90 = None
+        if self.p.windowed:
+            rem = self.remaining_ref.copy()
+            rem[j] = max(0.0, rem[j] - self._saved(r, now) / r.slowdown)
+            p50, p90 = believed_p50_p90(self.p, scenario=self.sc, jobs=np.array([j]), remaining_ref_s=rem)
+        on_type = np.flatnonzero((self.node_type == ti) & (free > 0))
+        for x in range(min(missing, int(free[on_type].sum())), 0, -1):
+            scale = full / (r.gpus + x)
+            predicted = p90_row = None
+            if p50 is not None and p90 is not None:
+                p90_row = p90[0] * scale
+                predicted = predictions(self.sc.fleet.types, p50[0] * scale, p90_row)
+            plan: tuple[tuple[int, int], ...] | None = None
+            if not self.p.windowed:
+                order = on_type if self.p.pick == "first" else on_type[np.argsort(-free[on_type], kind="stable")]
+                taken, left = [], x
+                for n in order:
+                    w = int(min(free[n], left))
+                    taken.append((int(n), w))
+                    left -= w
+                    if left == 0:
+                        break
+                plan = tuple(taken)
+                if not all(self._passes(j, n, w, free, now, None, len(plan)) for n, w in plan):
+                    plan = None
+            else:
+                one = on_type[free[on_type] >= x]
+                if one.size:
+                    views = [self._view(int(n), int(free[n]), now) for n in one]
+                    pod = self._pod(j, x, predicted)
+                    res = filter_nodes(pod=pod, nodes=views, now=now, margin=self.s.margin,
+                                       checkpoint_intervals=self.p.checkpoint_intervals, goodput=self._admission(1))
+                    if res.passed:
+                        plan = ((self.sc.fleet.names.index(self._pick(pod, views, res.passed, now)), x),)
+                if plan is None and x > 1:
+                    plan = self._plan_gang(j, x, free, now, p90_row, levels, predicted, types=(ti,))
+            if plan is not None and len(have | {n for n, _ in plan}) <= self.s.gang_max_nodes:
+                believed = None if p90_row is None else float(p90_row[ti])
+                return plan, believed
+        return None
+
+    def _join(self, r: Run, plan: tuple[tuple[int, int], ...], now: float, minute_index: int,
+              believed: float | None) -> None:
+        """Restart run r from its last checkpoint on its GPUs plus `plan`'s: the work since then is lost."""
+        lost = self._stop(r, now, requeue=False)
+        self.t.lost_gpu_s += lost
+        self.t.lost_by_minute[minute_index] += lost
+        self.t.joins += 1
+        width: dict[int, int] = {}
+        for n, w in (*r.members, *plan):
+            width[n] = width.get(n, 0) + w
+        members = tuple(width.items())
+        self._start(r.job, r.node, now, members if len(members) > 1 else (), believed,
+                    gpus=r.gpus + sum(w for _, w in plan))
 
     # ---- driver hooks ------------------------------------------------------------------------------------------
 
@@ -638,6 +803,8 @@ class PolicyRun:
             self._plan_yields(now)
         self._views.clear()  # views hold the windows open now: valid for this minute only
         self.schedule(minute, now)
+        if self.s.elastic_join and self.elastic:
+            self._join_pass(minute, now, i)
         self.t.occupancy[i] = float(self.used.sum())
         if self.s.check_invariants:
             assert (self.demand[:, minute] + self.used <= self.sc.fleet.gpus).all(), "capacity exceeded"

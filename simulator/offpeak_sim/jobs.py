@@ -85,6 +85,22 @@ def fold_to_node(jobs: JobStream, *, gpus_per_node: int) -> JobStream:
     return JobStream(jobs.ids, jobs.arrival_s, jobs.duration_s * jobs.gpus / capped, capped)
 
 
+def elastic_min_gpus(gpus: np.ndarray, *, fraction: float | None, checkpointing: bool,
+                     from_gpus: int = 2) -> np.ndarray:
+    """Fewest GPUs each job may run on (elastic width, a TrainingJob's `minWorkers`): ceil(fraction × GPUs).
+
+    Each GPU is taken as one data-parallel worker (the trace gives GPUs, not workers). Only checkpointing jobs of
+    `from_gpus` (at least 2) GPUs or more are elastic (a job changes width by restarting from a checkpoint); every
+    other job, and every job when `fraction` is None or 0, needs all its GPUs."""
+    g = np.asarray(gpus, dtype=np.int64)
+    if not fraction or not checkpointing:
+        return g.copy()
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"elastic fraction must be within (0, 1], got {fraction}")
+    lo = np.maximum(1, np.ceil(fraction * g - 1e-9).astype(np.int64))
+    return np.where(g >= max(2, from_gpus), np.minimum(lo, g), g)
+
+
 def window(jobs: JobStream, *, start_s: float, length_s: float) -> JobStream:
     """Return the jobs that arrive in [start_s, start_s + length_s), arrival rebased to start_s."""
     m = (jobs.arrival_s >= start_s) & (jobs.arrival_s < start_s + length_s)

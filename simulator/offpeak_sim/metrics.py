@@ -59,7 +59,7 @@ def work_done_ref_gpu_s(scenario: Scenario, r: PolicyRun) -> float:
     """
     g = scenario.jobs.gpus
     kept = float((r.useful_ref * g).sum())
-    running = sum(max(0.0, scenario.end_s - x.start - x.startup) / x.slowdown * x.gpus for x in r.runs.values())
+    running = sum(max(0.0, scenario.end_s - x.start - x.startup) / x.slowdown * g[x.job] for x in r.runs.values())
     return kept + running
 
 
@@ -93,6 +93,7 @@ def summarise(scenario: Scenario, runs: Mapping[str, PolicyRun]) -> dict[str, di
             "jobs_yielded": int((r.job_yields > 0).sum()),
             "restart_gpu_hours": float(t.startup_gpu_s) / 3600.0,
             "gang_starts": int(r.gang_starts),
+            **({"narrow_starts": int(r.narrow_starts), "joins": int(t.joins)} if r.elastic else {}),
             "jct_jobs": int(done_all.sum()),
         }
         m.update(_stats((r.finish - arrival)[done_all], "jct"))
