@@ -110,11 +110,13 @@ def test_an_evicted_narrow_attempt_keeps_its_checkpointed_work_in_reference_seco
     assert r.useful_ref[0] == pytest.approx(8 * H)
 
 
+@pytest.mark.parametrize("join", [False, True], ids=["start-width", "joins"])
 @pytest.mark.parametrize("mode", ["seasonal", "exact"])
-def test_capacity_and_conservation_hold_with_elastic_width(random_scenario, mode: str) -> None:
+def test_capacity_and_conservation_hold_with_elastic_width(random_scenario, mode: str, join: bool) -> None:
     sc = random_scenario
     runs = simulate(sc, list(POLICIES.values()), feed=WindowFeed(sc, FeedSettings(mode=mode)),
-                    settings=EngineSettings(check_invariants=True, checkpoint_seconds=900, elastic_min_fraction=0.5))
+                    settings=EngineSettings(check_invariants=True, checkpoint_seconds=900, elastic_min_fraction=0.5,
+                                            elastic_join=join))
     slow = sc.fleet.slowdown(0)
     for name, r in runs.items():
         in_flight = sum(max(0.0, sc.end_s - x.start - x.startup) * x.gpus for x in r.runs.values())
@@ -122,10 +124,13 @@ def test_capacity_and_conservation_hold_with_elastic_width(random_scenario, mode
         assert r.t.ran_gpu_s == pytest.approx(useful + r.t.lost_gpu_s + r.t.startup_gpu_s + in_flight, rel=1e-9), name
         done = np.isfinite(r.finish)
         assert np.allclose(r.useful_ref[done], sc.jobs.duration_s[done]), name
+        assert all(x.gpus <= sc.jobs.gpus[x.job] and len(x.members) <= 8 for x in r.runs.values())
         m = summarise(sc, {name: r})[name]
         kept = m["harvested_gpu_hours"] - m["restart_gpu_hours"]
         assert m["work_done_ref_gpu_hours"] * slow == pytest.approx(kept, rel=1e-9), name
     assert sum(r.narrow_starts for r in runs.values()) > 0  # the scenario does exercise narrow starts
+    if join:
+        assert sum(r.t.joins for r in runs.values()) > 0
 
 
 def test_pruning_gives_the_same_decisions_with_elastic_width(random_scenario) -> None:
@@ -179,23 +184,6 @@ def test_the_cli_refuses_joins_without_elastic_width() -> None:
     args = ap.parse_args(["simulate", "--elastic-join", "--report", "x.json"])
     with pytest.raises(UserError, match="--elastic"):
         args.func(args)
-
-
-@pytest.mark.parametrize("mode", ["seasonal", "exact"])
-def test_capacity_and_conservation_hold_with_joins(random_scenario, mode: str) -> None:
-    sc = random_scenario
-    runs = simulate(sc, list(POLICIES.values()), feed=WindowFeed(sc, FeedSettings(mode=mode)),
-                    settings=EngineSettings(check_invariants=True, checkpoint_seconds=900, elastic_min_fraction=0.5,
-                                            elastic_join=True))
-    slow = sc.fleet.slowdown(0)
-    for name, r in runs.items():
-        in_flight = sum(max(0.0, sc.end_s - x.start - x.startup) * x.gpus for x in r.runs.values())
-        useful = float((r.useful_ref * slow * sc.jobs.gpus).sum())
-        assert r.t.ran_gpu_s == pytest.approx(useful + r.t.lost_gpu_s + r.t.startup_gpu_s + in_flight, rel=1e-9), name
-        done = np.isfinite(r.finish)
-        assert np.allclose(r.useful_ref[done], sc.jobs.duration_s[done]), name
-        assert all(x.gpus <= sc.jobs.gpus[x.job] and len(x.members) <= 8 for x in r.runs.values())
-    assert sum(r.t.joins for r in runs.values()) > 0
 
 
 def test_only_jobs_from_a_size_up_are_elastic_when_asked() -> None:
