@@ -640,12 +640,13 @@ def _succeeded(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView]
 
 
 def steps_done(pods: Sequence[PodView], prediction: Prediction | None, *, status: Mapping[str, Any],
-               now: datetime) -> int:
+               now: datetime, width_share: float = 1.0) -> int:
     """Steps an interrupted attempt got through, estimated pessimistically.
 
     The attempt's share of its predicted p90 run time (whole-job figures, which include fixed start-up costs a
     restart pays again), times the steps it had to do; never the per-step time alone, which would credit a job
-    dominated by start-up with work it never did.
+    dominated by start-up with work it never did. `width_share`: the share of its workers an elastic attempt ran
+    on (its steps took 1 / share as long as predicted).
     """
     if prediction is None or prediction.steps <= 0:
         return 0
@@ -661,7 +662,7 @@ def steps_done(pods: Sequence[PodView], prediction: Prediction | None, *, status
     budget = gpu.job_seconds_p90 * todo / prediction.steps if gpu is not None else 0.0
     if todo == 0 or budget <= 0:
         return 0
-    return math.floor(todo * min(1.0, max(0.0, (end - start).total_seconds()) / budget))
+    return math.floor(todo * min(1.0, width_share * max(0.0, (end - start).total_seconds()) / budget))
 
 
 def credited_steps(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView],
@@ -672,7 +673,10 @@ def credited_steps(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodV
     if not spec.checkpointing:
         return completed
     reported = checkpointed_steps([p.progress for p in pods])
-    credit = reported if reported is not None else completed + steps_done(pods, prediction, status=status, now=now)
+    # an elastic attempt seen narrower may have run on its fewest workers all along: credit it as if it had
+    share = (spec.min_workers or spec.workers) / spec.workers if narrowed(spec, status, pods) else 1.0
+    credit = reported if reported is not None else completed + steps_done(pods, prediction, status=status, now=now,
+                                                                        width_share=share)
     return max(completed, min(spec.total_steps - 1, credit))
 
 
