@@ -43,7 +43,7 @@ class ExtenderConfig:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExtenderConfig:
         forecast = forecast_settings(args)
-        stale = args.stale_seconds or max(3 * args.refresh_seconds, 2 * args.step_seconds)
+        stale = stale_seconds(args)
         server = ServerSettings(max_body_bytes=args.max_body_bytes, deadline_seconds=args.deadline_seconds)
         goodput = None
         if getattr(args, "goodput_min_efficiency", None) is not None:
@@ -66,6 +66,12 @@ def forecast_settings(args: argparse.Namespace) -> ForecastSettings:
         history_seconds=args.history_days * args.season_seconds,
         quantile=args.quantile,
     )
+
+
+def stale_seconds(args: argparse.Namespace) -> float:
+    """How old a forecast may be before decisions stop trusting it: `--stale-seconds`, else 3 refreshes, at least
+    2 steps."""
+    return float(args.stale_seconds or max(3 * args.refresh_seconds, 2 * args.step_seconds))
 
 
 def serve_extender(config: ExtenderConfig) -> None:
@@ -134,7 +140,7 @@ def serve_evictor(args: argparse.Namespace) -> None:
     registry = CollectorRegistry()
     metrics = EvictorMetrics.create(registry)
     store = ClusterStore(settings=forecast_settings(args),
-                         stale_after_seconds=max(3 * args.refresh_seconds, 2 * args.step_seconds))
+                         stale_after_seconds=stale_seconds(args))
     api = load_api_client(args.kubeconfig)
     informer = Informer(api_client=api, store=store)
     settings = EvictorSettings(grace_seconds=args.grace_seconds, interval_seconds=args.interval_seconds,

@@ -45,8 +45,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--margin", type=float, default=_env_float("OFFPEAK_MARGIN", DEFAULT_MARGIN),
                    help="safety margin on the p90 job time (0.15 = +15%%)")
     _forecast_arguments(p)
-    p.add_argument("--stale-seconds", type=float, default=None,
-                   help="forecasts older than this are stale (default: 3 x refresh, at least 2 steps)")
     p.add_argument("--metrics-port", type=int,
                    default=int(_env("OFFPEAK_EXTENDER_METRICS_PORT") or 0) or None,
                    help="also serve /healthz, /readyz and /metrics (only those) on this port, so --host can stay "
@@ -130,6 +128,8 @@ def _forecast_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--horizon-seconds", type=float, default=None, help="forecast horizon (default: one day)")
     p.add_argument("--quantile", type=float, default=_env_float("OFFPEAK_QUANTILE", 0.9),
                    help="online demand quantile per time bin (higher = more cautious windows)")
+    p.add_argument("--stale-seconds", type=float, default=None,
+                   help="forecasts older than this are stale (default: 3 x refresh, at least 2 steps)")
 
 
 def _check(args: argparse.Namespace) -> None:
