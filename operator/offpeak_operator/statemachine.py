@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any, Literal
 
 from offpeak.progress import Progress
+from offpeak_core.gangs import width_scale
 from offpeak_core.humanize import duration
 
 from offpeak_operator import conditions as cond
@@ -580,8 +581,8 @@ def _running(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
         out["runningWorkers"] = width
         if width < spec.workers:
             out["narrowedAttempt"] = int(status.get("attempts") or 1)
-        if predicted is not None:  # the same samples on fewer workers (the extender's assumption too)
-            predicted *= spec.workers / width
+        if predicted is not None:  # the same samples on fewer workers, as the extender places it
+            predicted *= width_scale(width=width, full_width=spec.workers)
     if predicted is not None:
         out["predictedSeconds"] = predicted
     return Decision(status=out, actions=[EmitEvent("Normal", "Running", message)])
@@ -674,7 +675,8 @@ def credited_steps(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodV
         return completed
     reported = checkpointed_steps([p.progress for p in pods])
     # an elastic attempt seen narrower may have run on its fewest workers all along: credit it as if it had
-    share = (spec.min_workers or spec.workers) / spec.workers if narrowed(spec, status, pods) else 1.0
+    fewest = spec.min_workers or spec.workers
+    share = 1 / width_scale(width=fewest, full_width=spec.workers) if narrowed(spec, status, pods) else 1.0
     credit = reported if reported is not None else completed + steps_done(pods, prediction, status=status, now=now,
                                                                         width_share=share)
     return max(completed, min(spec.total_steps - 1, credit))
