@@ -4,14 +4,15 @@ know it. Shared by the short-windows and planned-stop scenarios."""
 
 from __future__ import annotations
 
+import json
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from offpeak_e2e.cluster import ClusterSettings
 from offpeak_e2e.controlplane import ControlPlaneSettings
-from offpeak_e2e.harness import E2ECluster, own_cluster, session_cluster_name
+from offpeak_e2e.harness import E2ECluster, own_cluster, session_cluster_name, trainingjob_manifest
 
 ONLINE_GPUS = 8  # a node's online work outside its window: all its GPUs
 
@@ -67,3 +68,28 @@ def checkpoint_claim(pv: str) -> dict[str, Any]:
     """spec.checkpoint.claimTemplate bound to `pv`."""
     return {"spec": {"volumeName": pv, "storageClassName": "", "accessModes": ["ReadWriteOnce"],
                      "resources": {"requests": {"storage": "1Gi"}}}}
+
+
+def wait_for_evidence_and_first_window(c: E2ECluster, *, day: float, windows: int = 10) -> None:
+    """Wait until the extender's goodput ledger has followed `windows` idle windows to their end, then for 10-14 s
+    into a day: early in the first node's window, once the forecast has seen it open (the forecaster's steps lag
+    the plan's edge by a step or two)."""
+    waited = c.wait_for(f"the extender to have followed {windows}+ idle windows",
+                        lambda: observed_windows(c) >= windows, timeout=2 * day, interval=3)
+    print(f"[e2e] goodput evidence after {waited:.0f}s: {observed_windows(c):.0f} windows observed")
+    c.wait_for("the first node's window to be open", lambda: 10.0 <= day_phase(c, day=day) < 14.0,
+               timeout=day + 10, interval=0.5)
+
+
+def checkpointed_job(name: str, *, pv: str, steps: int, step_seconds: float, gpus: int, interval: float,
+                     gpu_types: Iterable[str], report: Mapping[str, Any], **spec: Any) -> dict[str, Any]:
+    """A TrainingJob whose fake training runs `steps` of `step_seconds`, checkpoints every `interval` s on a claim
+    bound to `pv`, and reports `report` (offpeak.progress) when it is stopped."""
+    job = trainingjob_manifest(name, sim_seconds=steps * step_seconds, gpu_types=gpu_types, torchvision=None,
+                               estimated_seconds=steps * step_seconds, steps=steps)
+    job["spec"]["podAnnotations"].update({"offpeak.io/sim-step-ms": f"{step_seconds * 1000:g}",
+                                          "offpeak.io/sim-progress": json.dumps(dict(report))})
+    job["spec"].update(gpusPerWorker=gpus, **spec, checkpoint={
+        "claimTemplate": checkpoint_claim(pv), "path": "/ckpt", "intervalSeconds": interval,
+        "gracePeriodSeconds": 5})
+    return job

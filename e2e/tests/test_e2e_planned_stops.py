@@ -18,9 +18,9 @@ from collections.abc import Iterator
 import pytest
 
 from offpeak_e2e.daywindows import (
-    attempt_pods, checkpoint_claim, checkpoint_volume, day_cluster, day_phase, observed_windows,
+    attempt_pods, checkpoint_volume, checkpointed_job, day_cluster, day_phase, wait_for_evidence_and_first_window,
 )  # fmt: skip
-from offpeak_e2e.harness import SCHEDULING_SLACK_S, E2ECluster, trainingjob_manifest
+from offpeak_e2e.harness import SCHEDULING_SLACK_S, E2ECluster
 from offpeak_e2e.nodes import plan_nodes
 
 DAY = 240.0
@@ -47,22 +47,12 @@ def test_a_job_stops_at_its_checkpoint_before_its_window_ends_and_finishes_elsew
         yield_cluster: E2ECluster) -> None:
     c = yield_cluster
     ns = c.new_namespace("yield")
-    waited = c.wait_for("the extender to have followed 10+ idle windows", lambda: observed_windows(c) >= 10,
-                        timeout=2 * DAY, interval=3)
-    print(f"[e2e] goodput evidence after {waited:.0f}s: {observed_windows(c):.0f} windows observed")
-    c.wait_for("the first node's window to be open", lambda: 10.0 <= day_phase(c, day=DAY) < 14.0, timeout=DAY + 10,
-               interval=0.5)
+    wait_for_evidence_and_first_window(c, day=DAY)
     t0 = time.time()
 
     pv = checkpoint_volume(c, ns)
-    job = trainingjob_manifest("yielding", sim_seconds=STEPS * STEP_SECONDS, gpu_types=TYPES, torchvision=None,
-                               estimated_seconds=STEPS * STEP_SECONDS, steps=STEPS)
-    spec = job["spec"]
-    spec["podAnnotations"].update({"offpeak.io/sim-step-ms": f"{STEP_SECONDS * 1000:g}",
-                                   "offpeak.io/sim-progress": json.dumps(REPORT)})
-    spec.update(gpusPerWorker=GPUS, maxAttempts=1, checkpoint={
-        "claimTemplate": checkpoint_claim(pv),
-        "path": "/ckpt", "intervalSeconds": INTERVAL, "gracePeriodSeconds": 5})
+    job = checkpointed_job("yielding", pv=pv, steps=STEPS, step_seconds=STEP_SECONDS, gpus=GPUS, interval=INTERVAL,
+                           gpu_types=TYPES, report=REPORT, maxAttempts=1)
     c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
 
     first = c.wait_phase(ns, "yielding", ["Running", "Failed"], timeout=45)["status"]
