@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -33,12 +34,14 @@ from offpeak_extender.metrics import (
     count_grouped_reason_kinds,
     count_reason_kinds,
 )
+from offpeak_extender.recent import RecentRequests, parse_request
 from offpeak_extender.store import ClusterStore, node_info
 from offpeak_extender.wire import (
     ExtenderArgs,
     ExtenderFilterResult,
     HostPriority,
     NamesFilterReply,
+    NotJSON,
     WireError,
     encode_filter_result,
     encode_priorities,
@@ -46,7 +49,6 @@ from offpeak_extender.wire import (
     error_filter_result,
     filter_result,
     json_strings,
-    loads,
     parse_extender_args,
     priority_list,
 )
@@ -102,24 +104,24 @@ class ExtenderService:
         self.settings = settings
         self.goodput = goodput  # None: expected-goodput admission is off
         self.gangs = GangPlacer(store=store, metrics=metrics, settings=gangs or GangSettings())
+        self._recent = RecentRequests()  # pods and node-name lists of recent requests, by their JSON text
 
     def answer(self, verb: str, raw: bytes, attempt: Attempt | None = None) -> bytes:
         """A whole call: JSON bytes in, JSON bytes out (what the HTTP handler runs in its worker thread)."""
         try:
-            body = loads(raw)
+            args = self._parse(verb, partial(parse_request, raw, self._recent), attempt)
         except WireError as e:
-            self.metrics.requests.labels(verb, ERROR).inc()
-            if verb == FILTER:
-                return encode_filter_result(error_filter_result(f"offpeak extender: request is {e}"))
-            return encode_priorities({}, ())
+            if verb != FILTER:
+                return encode_priorities({}, ())
+            return encode_filter_result(error_filter_result(f"offpeak extender: {_request_is(e)}"))
         if verb == FILTER:
-            reply = self._filter(body, attempt)
+            reply = self._filter(args, attempt)
             return reply.encode() if isinstance(reply, NamesFilterReply) else encode_filter_result(reply)
-        return self._scores(body, attempt).encode()
+        return self._scores(args, attempt).encode()
 
-    def _parse(self, verb: str, body: Any, attempt: Attempt | None) -> ExtenderArgs:
+    def _parse(self, verb: str, parse: Callable[[], ExtenderArgs], attempt: Attempt | None) -> ExtenderArgs:
         try:
-            args = parse_extender_args(body)
+            args = parse()
         except WireError:
             self.metrics.requests.labels(verb, ERROR).inc()
             raise
@@ -142,15 +144,16 @@ class ExtenderService:
         return views
 
     def filter(self, body: Any, attempt: Attempt | None = None) -> ExtenderFilterResult:
-        reply = self._filter(body, attempt)
-        return reply.result() if isinstance(reply, NamesFilterReply) else reply
-
-    def _filter(self, body: Any, attempt: Attempt | None) -> ExtenderFilterResult | NamesFilterReply:
-        """The filter's answer: as columns in the usual case (`_columns_reply`), else as the wire's dict."""
+        """The filter's answer to an ExtenderArgs body already decoded."""
         try:
-            args = self._parse(FILTER, body, attempt)
+            args = self._parse(FILTER, partial(parse_extender_args, body), attempt)
         except WireError as e:
             return error_filter_result(f"offpeak extender: {e}")
+        reply = self._filter(args, attempt)
+        return reply.result() if isinstance(reply, NamesFilterReply) else reply
+
+    def _filter(self, args: ExtenderArgs, attempt: Attempt | None) -> ExtenderFilterResult | NamesFilterReply:
+        """The filter's answer: as columns in the usual case (`_columns_reply`), else as the wire's dict."""
         if not args.managed:
             self.metrics.requests.labels(FILTER, PASSTHROUGH).inc()
             return filter_result(args=args, passed=args.node_names, failed={})
@@ -215,14 +218,15 @@ class ExtenderService:
         return result, list(arrays.views)
 
     def prioritize(self, body: Any, attempt: Attempt | None = None) -> list[HostPriority]:
-        got = self._scores(body, attempt)
+        """The prioritize answer to an ExtenderArgs body already decoded."""
+        try:
+            args = self._parse(PRIORITIZE, partial(parse_extender_args, body), attempt)
+        except WireError:
+            return []
+        got = self._scores(args, attempt)
         return priority_list(dict(zip(got.names, got.scores.tolist())), got.names)
 
-    def _scores(self, body: Any, attempt: Attempt | None) -> _Scores:
-        try:
-            args = self._parse(PRIORITIZE, body, attempt)
-        except WireError:
-            return _Scores((), np.zeros(0, dtype=np.int64))
+    def _scores(self, args: ExtenderArgs, attempt: Attempt | None) -> _Scores:
         if not args.managed:
             self.metrics.requests.labels(PRIORITIZE, PASSTHROUGH).inc()
             return _Scores(args.node_names, np.zeros(len(args.node_names), dtype=np.int64))
@@ -241,6 +245,11 @@ class ExtenderService:
             by_name = dict(zip(arrays.names.tolist(), scores.tolist()))
             return _Scores(args.node_names, np.array([by_name.get(n, 0) for n in args.node_names], dtype=np.int64))
         return _Scores(args.node_names, scores, arrays.json_names.tolist())
+
+
+def _request_is(error: WireError) -> str:
+    """What a request's error says in a filter reply: what the body is when it is not JSON, else the field."""
+    return f"request is {error}" if isinstance(error, NotJSON) else str(error)
 
 
 class _Scores(NamedTuple):

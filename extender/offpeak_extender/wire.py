@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import math
 from json.encoder import encode_basestring_ascii as _quote  # str -> JSON string literal, in C
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, TypedDict
+from functools import lru_cache, partial
+from typing import Any, NamedTuple, TypedDict
 
 import msgspec
 import numpy as np
@@ -60,6 +60,10 @@ class HostPriority(TypedDict):
 
 class WireError(ValueError):
     """The request body is not a valid ExtenderArgs."""
+
+
+class NotJSON(WireError):
+    """The request body is not JSON at all."""
 
 
 @dataclass(frozen=True)
@@ -216,9 +220,9 @@ def loads(text: str | bytes) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise WireError(f"not JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
+        raise NotJSON(f"not JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
     except (UnicodeDecodeError, RecursionError) as e:
-        raise WireError(f"not JSON: {type(e).__name__}") from e
+        raise NotJSON(f"not JSON: {type(e).__name__}") from e
 
 
 def _seconds(value: Any) -> float:
@@ -310,7 +314,7 @@ def _checkpoint_interval(value: Any) -> float | None:
     return seconds if math.isfinite(seconds) and seconds > 0 else None
 
 
-def _node_names(names: Any) -> tuple[tuple[str, ...], str | tuple[str, ...]]:
+def node_names(names: Any) -> tuple[tuple[str, ...], str | tuple[str, ...]]:
     """The names and their `list_key` (the store's cache key of the list, made by the join that checks them)."""
     if not isinstance(names, list):
         raise WireError("ExtenderArgs.NodeNames must be a list")
@@ -348,7 +352,23 @@ def parse_extender_args(body: Any) -> ExtenderArgs:
     """Parse an ExtenderArgs JSON body (already decoded); anything malformed is a WireError with the field."""
     if not isinstance(body, dict):
         raise WireError("ExtenderArgs must be a JSON object")
-    pod = body.get("Pod")
+    names = body.get("NodeNames")
+    return extender_args(partial(parse_pod_part, body.get("Pod")), body.get("Nodes"),
+                         None if names is None else partial(node_names, names))
+
+
+class PodPart(NamedTuple):
+    """What ExtenderArgs says of its pod: the request, whether offpeak decides for it, and its gang."""
+
+    request: PodRequest
+    managed: bool
+    prediction_error: str | None
+    gang: Gang | None
+    gang_error: str | None
+
+
+def parse_pod_part(pod: Any) -> PodPart:
+    """ExtenderArgs.Pod (decoded) as a `PodPart`; WireError when it is missing or malformed."""
     if not isinstance(pod, dict):
         raise WireError("ExtenderArgs.Pod is missing")
     req, managed, error = parse_pod(pod)
@@ -359,11 +379,19 @@ def parse_extender_args(body: Any) -> ExtenderArgs:
             gang = parse_gang(_mapping(pod.get("metadata"), "Pod.metadata"))
         except WireError as e:
             gang_error = str(e)
-    names = body.get("NodeNames")
+    return PodPart(req, managed, error, gang, gang_error)
+
+
+NamesAndKey = tuple[tuple[str, ...], str | tuple[str, ...]]
+
+
+def extender_args(pod: Callable[[], PodPart], nodes: Any, names: Callable[[], NamesAndKey] | None) -> ExtenderArgs:
+    """ExtenderArgs from its fields, checked in the order of `parse_extender_args`: the pod (`pod()`), then the node
+    names (`names()`, checked and keyed once the pod is fine), else the Node objects."""
+    req, managed, error, gang, gang_error = pod()
     if names is not None:
-        checked, key = _node_names(names)
+        checked, key = names()
         return ExtenderArgs(req, checked, None, managed, error, gang, gang_error, key)
-    nodes = body.get("Nodes")
     if nodes is not None:
         objects = _node_objects(_mapping(nodes, "ExtenderArgs.Nodes"))
         return ExtenderArgs(req, tuple(objects), objects, managed, error, gang, gang_error)
