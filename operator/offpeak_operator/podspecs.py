@@ -110,6 +110,10 @@ def predicted_annotation(remaining: Mapping[str, Mapping[str, Any]]) -> dict[str
 
 
 RENDEZVOUS_PORT = 29500  # torchrun's default MASTER_PORT
+# torchrun's --max-restarts for an elastic attempt: how often the workers still running restart from the last
+# checkpoint when a worker leaves (evicted for online work) or crashes; a worker joining does not count. Past it
+# the pods fail and the operator requeues the attempt (a crash that repeats costs this many restarts first).
+ELASTIC_MAX_RESTARTS = 8
 
 
 def rendezvous_env(job: Mapping[str, Any], spec: JobSpec, *, worker: int, attempt: int) -> list[dict[str, str]]:
@@ -137,13 +141,15 @@ def rendezvous_env(job: Mapping[str, Any], spec: JobSpec, *, worker: int, attemp
 def _elastic_env(job: Mapping[str, Any], spec: JobSpec, *, master: str, attempt: int) -> list[dict[str, str]]:
     """torchrun's elastic rendezvous (`--nnodes=MIN:MAX`, c10d hosted by worker 0, which the extender always
     admits): how many workers run is known only when they meet, so WORLD_SIZE, RANK and NODE_RANK are torchrun's
-    to set, not fixed here. The rendezvous id names the attempt, so a new attempt never meets an old one."""
+    to set, not fixed here. The rendezvous id names the attempt, so a new attempt never meets an old one; the
+    workers left when one is evicted restart at the narrower width (`ELASTIC_MAX_RESTARTS`), and the attempt goes
+    on (`statemachine._narrow`)."""
     meta = job["metadata"]
     values = {
         "PET_NNODES": f"{spec.min_workers}:{spec.workers}", "PET_NPROC_PER_NODE": str(spec.gpus_per_worker),
         "LOCAL_WORLD_SIZE": str(spec.gpus_per_worker), "PET_RDZV_BACKEND": "c10d",
         "PET_RDZV_ENDPOINT": f"{master}:{RENDEZVOUS_PORT}", "PET_RDZV_ID": f"{meta['name']}-{attempt}",
-        "OFFPEAK_MIN_WORKERS": str(spec.min_workers),
+        "PET_MAX_RESTARTS": str(ELASTIC_MAX_RESTARTS), "OFFPEAK_MIN_WORKERS": str(spec.min_workers),
     }  # fmt: skip
     return [{"name": k, "value": v} for k, v in values.items()]
 

@@ -399,6 +399,10 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
             return Decision(actions=[DeletePods(marked)])
         if _writing_checkpoint(evicted, now, settings):
             return Decision()  # the evicted pods are saving a checkpoint: read their final report before requeueing
+    if (gone or evicted) and not failed:
+        going_on = _narrow(spec, status, views)
+        if going_on is not None:
+            return going_on
     if gone or evicted:
         if evicted and not gone and spec.checkpointing and all(v.planned_stop for v in evicted):
             what = f"pod {evicted[0].name} stopped at a checkpoint ({evicted[0].eviction_reason})"
@@ -427,6 +431,7 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
 
 # Workers that start this close together ran the attempt together; one that started later joined at a checkpoint.
 JOINED_LATE_SECONDS = 120.0
+NARROWED = "Narrowed"  # status.reason and event: an elastic attempt lost workers and goes on with the others
 
 
 def _track_elastic(spec: JobSpec, status: Mapping[str, Any], present: Sequence[PodView],
@@ -454,6 +459,39 @@ def _track_elastic(spec: JobSpec, status: Mapping[str, Any], present: Sequence[P
             return Decision(actions=[Repredict()])
         return _why_waiting(spec, status, present, now)
     return Decision()
+
+
+def _narrow(spec: JobSpec, status: Mapping[str, Any], views: Sequence[PodView | None]) -> Decision | None:
+    """An elastic attempt that lost workers (evicted, stopped at a checkpoint or deleted) but still runs worker 0
+    and at least `minWorkers` goes on narrower instead of being requeued: torchrun's agents on the workers left
+    restart them from the last checkpoint at the new width (`PET_MAX_RESTARTS`), and each lost worker's pod is made
+    again once the old one is gone, to rejoin at a checkpoint when the extender finds it a window, as a late joiner
+    does. None when it cannot (not elastic, worker 0 lost, too few left running): the attempt is requeued."""
+    lead = views[0] if views else None
+    if not spec.elastic or lead is None or lead.evicted or lead.phase != "Running":
+        return None
+    staying = [v for v in views if v is not None and not v.evicted and v.phase == "Running"]
+    if len(staying) < (spec.min_workers or spec.workers):
+        return None
+    lost = [(i, v) for i, v in enumerate(views) if v is None or v.evicted]
+    attempt = int(status.get("attempts") or 1)
+    actions: list[Action] = []
+    stale = tuple(v.name for _, v in lost if v is not None and not v.deleting)
+    if stale:  # evicted but still there (the kubelet's Failed pod): its name is needed for the new pod
+        actions.append(DeletePods(stale))
+    if any(v is None for _, v in lost):  # creating is idempotent by name: only the missing workers are made
+        actions.append(CreateTrainingPods(attempt=attempt, completed_steps=int(status.get("completedSteps") or 0)))
+    width = f"going on with {len(staying)} of {spec.workers} workers"
+    if status.get("reason") == NARROWED and width in str(status.get("message") or ""):
+        return Decision(actions=actions)  # said already (the lost pod was seen leaving, and now it is gone)
+    first_index, first = lost[0]
+    why = ("is gone" if first is None else "stopped at a checkpoint" if first.planned_stop else
+           f"was evicted ({first.eviction_reason or first.reason or 'deleted'})")
+    counted = attempt - int(status.get("plannedStops") or 0)
+    message = (f"attempt {counted}/{spec.max_attempts}: worker {first_index} {why}; {width} from the last "
+               f"checkpoint; worker(s) {', '.join(str(i) for i, _ in lost)} will rejoin at a checkpoint")
+    return Decision(status={"message": message, "narrowedAttempt": attempt, "reason": NARROWED},
+                    actions=[*actions, EmitEvent("Normal", NARROWED, message)])
 
 
 def narrowed(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView]) -> bool:

@@ -153,6 +153,7 @@ def test_an_elastic_job_gets_torchruns_elastic_rendezvous_and_the_min_size_annot
         assert (env["PET_NNODES"], env["PET_RDZV_BACKEND"], env["PET_NPROC_PER_NODE"]) == ("2:4", "c10d", "2")
         assert env["PET_RDZV_ENDPOINT"] == "train-1-w0.train-1-workers.ns.svc:29500"
         assert env["PET_RDZV_ID"] == "train-1-1" and env["OFFPEAK_MIN_WORKERS"] == "2"
+        assert int(env["PET_MAX_RESTARTS"]) >= 1  # the workers left restart narrower when one is evicted
         # how many run is known only at the rendezvous: no fixed world size or rank to contradict torchrun's
         assert not {"WORLD_SIZE", "RANK", "NODE_RANK", "PET_NODE_RANK"} & set(env)
         annotations = pod["metadata"]["annotations"]

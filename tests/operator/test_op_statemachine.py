@@ -280,6 +280,73 @@ def test_an_evicted_elastic_worker_requeues_the_attempt_as_for_any_gang() -> Non
     assert set(delete.pod_names) == {"train-1-a1-w0", "train-1-a1-w2", "train-1-a1-w3"}
 
 
+def _with(observed: sm.Observed, *views: sm.PodView | str) -> sm.Observed:
+    """`observed` with some workers replaced (a view) or gone (a name)."""
+    out = dict(observed.training_pods)
+    for v in views:
+        if isinstance(v, str):
+            del out[v]
+        else:
+            out[v.name] = v
+    return sm.Observed(training_pods=out)
+
+
+KUBELET_EVICTED = sm.PodView("train-1-a1-w2", phase="Failed", reason="Evicted", node="n2", gpu_type="T4",
+                             started_at=NOW, finished_at=NOW + timedelta(seconds=300))
+
+
+def test_an_elastic_attempt_that_loses_a_worker_goes_on_narrower_and_the_worker_rejoins() -> None:
+    """4 workers, at least 2: worker 2 of 3 running is evicted; 0 and 1 go on, worker 2's pod is made again."""
+    running = elastic_pods("Running", "Running", "Running", "Pending")
+    was = decide(waiting(), spec=ELASTIC, observed=running)
+    later = NOW + timedelta(seconds=400)
+    d = decide({**waiting(), **was.status}, spec=ELASTIC, observed=_with(running, KUBELET_EVICTED), now=later)
+    assert d.phase is None and d.status["reason"] == "Narrowed" and d.status["narrowedAttempt"] == 1
+    assert "worker 2 was evicted (Evicted); going on with 2 of 4 workers" in d.status["message"]
+    assert sm.DeletePods(("train-1-a1-w2",)) in d.actions  # the kubelet's Failed pod holds the name
+    assert not any(isinstance(a, sm.CreateTrainingPods | sm.RecordRequeue) for a in d.actions)
+    assert [a.reason for a in d.actions if isinstance(a, sm.EmitEvent)] == ["Narrowed"]
+    status = {**waiting(), **was.status, **d.status}
+    gone = decide(status, spec=ELASTIC, observed=_with(running, "train-1-a1-w2"), now=later)
+    assert gone.actions == [sm.CreateTrainingPods(attempt=1, completed_steps=0)] and gone.status == {}  # said once
+    back = decide(status, spec=ELASTIC, observed=_with(running, sm.PodView("train-1-a1-w2")), now=later)
+    assert back.phase == "Running" and back.status["runningWorkers"] == 2
+    assert "2 of 4 workers" in back.status["message"]
+
+
+def test_a_worker_the_evictor_marked_saves_its_checkpoint_before_the_attempt_narrows() -> None:
+    running = elastic_pods("Running", "Running", "Running", "Pending")
+    marked = sm.PodView("train-1-a1-w2", phase="Running", node="n2", gpu_type="T4", started_at=NOW,
+                        eviction_reason="online pods need its GPUs")
+    d = decide(waiting(phase="Running"), spec=ELASTIC, observed=_with(running, marked))
+    assert d.actions == [sm.DeletePods(("train-1-a1-w2",))] and d.status == {}
+    leaving = sm.PodView("train-1-a1-w2", phase="Running", node="n2", gpu_type="T4", started_at=NOW, deleting=True,
+                         eviction_reason="online pods need its GPUs", deletion_deadline=NOW + timedelta(seconds=30))
+    assert decide(waiting(phase="Running"), spec=ELASTIC, observed=_with(running, leaving)).actions == []
+    gone = decide(waiting(phase="Running"), spec=ELASTIC, observed=_with(running, "train-1-a1-w2"),
+                  now=NOW + timedelta(seconds=60))
+    assert sm.CreateTrainingPods(attempt=1, completed_steps=0) in gone.actions
+    assert "worker 2 is gone; going on with 2 of 4 workers" in gone.status["message"]
+
+
+@pytest.mark.parametrize("case", ["worker 0 lost", "too few left", "another failed", "rigid gang"])
+def test_an_attempt_that_cannot_go_on_narrower_is_requeued(case: str) -> None:
+    spec = {"workers": 4, "checkpointing": True} if case == "rigid gang" else ELASTIC
+    running = elastic_pods("Running", "Running", "Running", "Running" if case == "rigid gang" else "Pending")
+    lost = [KUBELET_EVICTED]
+    if case == "worker 0 lost":
+        lost.append(sm.PodView("train-1-a1-w0", phase="Failed", reason="Evicted", node="n0", gpu_type="T4",
+                               started_at=NOW, finished_at=NOW + timedelta(seconds=300)))
+    if case == "too few left":
+        lost.append(sm.PodView("train-1-a1-w1", phase="Failed", reason="Evicted", node="n1", gpu_type="T4",
+                               started_at=NOW, finished_at=NOW + timedelta(seconds=300)))
+    if case == "another failed":
+        lost.append(sm.PodView("train-1-a1-w1", phase="Failed", reason="Error", node="n1", gpu_type="T4",
+                               started_at=NOW, finished_at=NOW + timedelta(seconds=300)))
+    d = decide(waiting(phase="Running"), spec=spec, observed=_with(running, *lost), now=NOW + timedelta(seconds=400))
+    assert d.phase == "Requeued" and "narrowedAttempt" not in d.status
+
+
 def test_an_evicted_narrow_attempt_without_a_report_is_credited_at_its_narrow_width() -> None:
     """1,000 steps predicted at 200 s p90 on 4 workers: 100 s on 2 of them did at most a quarter, not a half."""
     observed = elastic_pods("Running", "Running", "Pending", "Pending")
