@@ -1,6 +1,7 @@
-"""Scenario: an elastic job (2 workers, `minWorkers: 1`) starts on the one node with room instead of waiting for both,
-its second worker joins when online work leaves the other node, and the job succeeds with both (issue 18: run on
-the GPUs that are idle now, resize at checkpoints)."""
+"""Scenarios: an elastic job (2 workers, `minWorkers: 1`) starts on the one node with room instead of waiting for
+both, its second worker joins when online work leaves the other node, and the job succeeds with both; and an elastic
+job that loses a worker to online work goes on with the other in the same attempt (issue 18: run on the GPUs that
+are idle now, resize at checkpoints)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,46 @@ def test_an_elastic_job_starts_narrow_and_its_waiting_worker_joins_when_a_window
     final = e2e_cluster.wait_phase(ns, "stretch", ["Succeeded", "Failed"], timeout=240)["status"]
     assert final["phase"] == "Succeeded" and final["attempts"] == 1, final
     assert "not compared with the full-width prediction" in final["message"], final
+
+
+def test_an_elastic_job_that_loses_a_worker_goes_on_narrower_in_the_same_attempt(
+        e2e_cluster: E2ECluster, e2e_namespace: str, online_reset: None) -> None:
+    """Both workers run; online work comes back to worker 1's node and the evictor takes its GPUs. The attempt is not
+    requeued: worker 0 goes on alone (torchrun restarts it narrower), worker 1's pod is made again and waits."""
+    ns = e2e_namespace
+    job = trainingjob_manifest("shrink", sim_seconds=150, gpu_types=["V100-SXM2-16GB", "L4"], torchvision=None,
+                               estimated_seconds=60, workers=2,
+                               extra_spec={"gpusPerWorker": 8, "minWorkers": 1, "checkpointing": True})
+    e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
+
+    def both_running() -> bool:
+        return e2e_cluster.trainingjob(ns, "shrink")["status"].get("runningWorkers") == 2
+
+    e2e_cluster.wait_for("both workers running", both_running, timeout=120)
+    selector = "offpeak.io/trainingjob=shrink,offpeak.io/workload=offline"
+    pods = {p["metadata"]["labels"]["offpeak.io/worker"]: p for p in e2e_cluster.pods(ns, selector)}
+    node, lost_uid = pods["1"]["spec"]["nodeName"], pods["1"]["metadata"]["uid"]
+    e2e_cluster.scale_online(node, 8)  # online work returns to worker 1's node: the evictor frees its 8 GPUs
+
+    def narrowed() -> bool:
+        status = e2e_cluster.trainingjob(ns, "shrink")["status"]
+        again = [p for p in e2e_cluster.pods(ns, selector) if p["metadata"]["labels"]["offpeak.io/worker"] == "1"
+                 and p["metadata"]["uid"] != lost_uid]
+        return status.get("narrowedAttempt") == 1 and bool(again) and status.get("attempts") == 1
+
+    took = e2e_cluster.wait_for("the attempt going on with worker 0 and worker 1's pod made again", narrowed,
+                                timeout=120)
+    status = e2e_cluster.trainingjob(ns, "shrink")["status"]
+    print(f"[e2e] narrowed after {took:.0f}s: {status['message']}")
+    assert status["phase"] == "Running", status
+    e2e_cluster.wait_for(f"8 online pods running on {node}", lambda: len([
+        p for p in e2e_cluster.pods("online", f"app=online-{node}") if p["status"].get("phase") == "Running"
+    ]) == 8, timeout=90)
+    events = e2e_cluster.kubectl("-n", ns, "get", "events", "--field-selector", "reason=Narrowed", "-o",
+                                 "json").stdout
+    assert any("going on with 1 of 2 workers" in e["message"] for e in json.loads(events)["items"]), events
+
+    final = e2e_cluster.wait_phase(ns, "shrink", ["Succeeded", "Failed"], timeout=300)["status"]
+    assert final["phase"] == "Succeeded" and final["attempts"] == 1, final  # no attempt was used up
+    e2e_cluster.wait_for("the waiting worker deleted", lambda: not [
+        p for p in e2e_cluster.pods(ns, selector) if p["status"].get("phase") == "Pending"], timeout=60)
