@@ -15,9 +15,12 @@ own GPU count on its node, and when online work takes any member's GPUs the whol
 the last checkpoint lost on every member). Gangs run at the speed of a single node (no communication cost).
 
 Elastic width (`EngineSettings.elastic_min_fraction`, off by default): a checkpointing job of N GPUs may start on
-the widest k >= ceil(fraction × N) that fits now (a node, else a gang; `_widths`, `_place`), its work taking N / k as
-long; with `elastic_join` its waiting workers join later when GPUs of its type pass the filter, restarting the
-job from its last checkpoint (`_join_pass`). Off, every decision is the rigid engine's.
+the widest k >= ceil(fraction × N) that fits now (a node, else a gang), its work taking N / k as long; with
+`elastic_join` its waiting workers join later when GPUs of its type pass the filter, restarting the job from its last
+checkpoint. Off, every decision is the rigid engine's.
+
+Where a pod or a gang goes is `offpeak_sim.placement`'s (`Placer`), which width and which joins
+`offpeak_sim.elastic`'s (`ElasticWidth`); this module starts and stops the attempts (`offpeak_sim.attempts.Run`).
 
 Restarts and planned stops: every attempt of a job spends its first `restart_seconds` starting (image, restore
 from checkpoint) with no useful work, and checkpoints fall every `checkpoint_seconds` after that. Policies that
@@ -37,78 +40,28 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from offpeak_core.decisions import DEFAULT_MARGIN, choose_victims, filter_nodes, prioritize_nodes
+from offpeak_core.decisions import choose_victims
 from offpeak_core.evictions import NodeState, plan_for_pending
-from offpeak_core.goodput import GoodputAdmission, GoodputSettings, min_window
-from offpeak_core.model import NodeView, OfflinePod, PodRequest, Prediction
+from offpeak_core.model import NodeView, OfflinePod
 from offpeak_core.windows import current_window
-from offpeak_core.yielding import YieldSettings, should_yield
+from offpeak_core.yielding import should_yield
 
+from offpeak_sim.attempts import Run
+from offpeak_sim.elastic import ElasticWidth
 from offpeak_sim.forecasting import WindowFeed
-from offpeak_sim.jobs import elastic_min_gpus
-from offpeak_sim.policies import Policy, believed_p50_p90, predictions
+from offpeak_sim.placement import Placer, Plan
+from offpeak_sim.policies import Policy, believed_p50_p90
 from offpeak_sim.scenario import Scenario
+from offpeak_sim.settings import EngineSettings
+
+__all__ = ["EngineSettings", "PolicyRun", "Run", "Tally", "simulate"]
 
 
 COMPLETE, YIELD = 0, 1  # kinds of timed events on a policy's heap
-
-
-@dataclass(frozen=True)
-class EngineSettings:
-    """Offline-side knobs."""
-
-    checkpoint_seconds: float = 1800.0  # 0: jobs do not checkpoint (an eviction loses all work of the attempt)
-    eviction_grace_seconds: float = 30.0  # online work waits this long for an evicted pod to go
-    # seconds an evicted offline pod takes to let go of its GPUs; None: the whole grace period (the worst case:
-    # the kubelet kills it then). An online GPU that needs it waits min(this, grace).
-    offline_exit_seconds: float | None = None
-    margin: float = DEFAULT_MARGIN  # extender filter margin on p90
-    prune: bool = True  # skip jobs/nodes whose forecast bound already rules them out (same decisions, faster)
-    check_invariants: bool = False  # assert capacity after every step (tests)
-    gangs: bool = True  # a job no single node can take may run across several nodes (all or nothing)
-    gang_max_nodes: int = 8  # most nodes one gang may span
-    # every attempt of every job does no useful work for its first restart_seconds (image pull, restore); the goodput
-    # rule weighs the same figure (goodput.startup_seconds is set from it)
-    restart_seconds: float = 60.0
-    goodput: GoodputSettings = GoodputSettings()
-    # policies with Policy.yields stop a job at a checkpoint whose successor would land past its forecast window's end;
-    # off by default: on seed 0 of both traces it cost more (restarts, evictions on Alibaba) than it saved
-    # (docs/simulator.md, "Restart cost and yielding")
-    yield_at_checkpoints: bool = False
-    yielding: YieldSettings = YieldSettings()
-    # elastic width (a TrainingJob's minWorkers): a checkpointing job of N >= 2 GPUs may start on k of them,
-    # ceil(fraction × N) <= k <= N, the widest k that fits now, its remaining runtime scaled by N / k; None or 0: off
-    elastic_min_fraction: float | None = None
-    elastic_from_gpus: int = 2  # only jobs of at least this many GPUs are elastic (9 on 8-GPU nodes: wide jobs only)
-    # with elastic width: a running job's waiting workers join when GPUs that pass the filter open for them (on the
-    # job's GPU type), the widest such set; the whole job restarts from its last checkpoint (the work since then
-    # lost, the start-up paid again) and runs wider. Joins are planned after the queued jobs each minute.
-    elastic_join: bool = False
-
-    def __post_init__(self) -> None:
-        if self.restart_seconds < 0:
-            raise ValueError(f"restart_seconds must be >= 0, got {self.restart_seconds}")
-        if self.elastic_min_fraction is not None and not 0.0 <= self.elastic_min_fraction <= 1.0:
-            raise ValueError(f"elastic_min_fraction must be within 0..1, got {self.elastic_min_fraction}")
-        if self.goodput.startup_seconds != self.restart_seconds:  # one figure for the engine and the rule
-            object.__setattr__(self, "goodput", replace(self.goodput, startup_seconds=self.restart_seconds))
-
-
-@dataclass(slots=True)
-class Run:
-    job: int
-    node: int  # the first member's node
-    start: float
-    gpus: int  # all members together (fewer than the job's when it runs narrower, elastic width)
-    slowdown: float  # wall seconds per reference second of the job's work: the GPU type's, × job GPUs / gpus
-    end: float
-    members: tuple[tuple[int, int], ...] = ()  # (node, GPUs) per pod; one entry for a single-node job
-    startup: float = 0.0  # seconds at the start of the attempt with no useful work (restart cost)
-    expected_end: float | None = None  # when the policy believes it ends (start + startup + p90); None: blind
 
 
 @dataclass
@@ -170,16 +123,12 @@ class PolicyRun:
         self._type_index = {t: i for i, t in enumerate(fl.types)}
         self.node_type = np.array([self._type_index[t] for t in fl.gpu_types])
         self.slow = np.array([fl.slowdown(n) for n in range(fl.size)])
-        self._views: dict[tuple[int, int, int], NodeView] = {}
         self.gang_starts = 0
         self.narrow_starts = 0  # attempts started on fewer GPUs than their job's (elastic width)
-        self.elastic = bool(settings.elastic_min_fraction)
-        self.min_gpus = elastic_min_gpus(scenario.jobs.gpus, fraction=settings.elastic_min_fraction,
-                                         checkpointing=settings.checkpoint_seconds > 0,
-                                         from_gpus=settings.elastic_from_gpus)
-        self._admissions: dict[int, GoodputAdmission] = {}
-        self._admissions_version = -1
-        self._type_order = np.argsort(scenario.slowdowns(), kind="stable")  # fastest GPU type first
+        self.placer = Placer(policy, scenario, self.feed, settings, self.used, self.node_type)
+        self.width = ElasticWidth(policy, scenario, settings, self.placer, self.node_type)
+        self.elastic = self.width.on  # reports then count narrow starts and joins
+        self.min_gpus = self.width.min_gpus  # fewest GPUs each job may run on
 
     # ---- events ------------------------------------------------------------------------------------------------
 
@@ -208,7 +157,7 @@ class PolicyRun:
             del self.on_node[n][r.job]
             self.used[n] -= g
 
-    def _start(self, job: int, node: int, now: float, members: tuple[tuple[int, int], ...] = (),
+    def _start(self, job: int, node: int, now: float, members: Plan = (),
                believed: float | None = None, gpus: int | None = None) -> None:
         """Start an attempt: `restart_seconds` of start-up, then the remaining work (`believed`: the policy's p90
         of it on this node's GPU type at this width, seconds; None for runtime-blind policies). `gpus`: the width,
@@ -432,203 +381,10 @@ class PolicyRun:
 
     # ---- scheduling --------------------------------------------------------------------------------------------
 
-    def _view(self, n: int, free_now: int, now: float) -> NodeView:
-        fl = self.sc.fleet
-        if not self.p.windowed:
-            return NodeView(fl.names[n], fl.gpu_types[n], int(fl.gpus[n]), free_now)
-        assert self.feed is not None
-        key = (n, int(self.used[n]), free_now)
-        v = self._views.get(key)
-        if v is None:
-            v = NodeView(
-                fl.names[n],
-                fl.gpu_types[n],
-                int(fl.gpus[n]),
-                free_now,
-                windows=self.feed.windows_for(n, offline_gpus=int(self.used[n]), now=now),
-                data_stale=bool(self.feed.stale[n]),
-            )
-            self._views[key] = v
-        return v
-
-    def _pick(self, pod: PodRequest, views: list[NodeView], passed: tuple[str, ...], now: float) -> str:
-        if self.p.pick == "first":
-            return passed[0]
-        keep = set(passed)
-        ok = [v for v in views if v.name in keep]
-        if self.p.pick == "spread":
-            return max(ok, key=lambda v: v.gpus_free_now).name
-        scores = prioritize_nodes(
-            pod=pod, nodes=ok, now=now, margin=self.s.margin, checkpoint_intervals=self.p.checkpoint_intervals,
-            goodput=self._admission(1),
-        )
-        return max(ok, key=lambda v: scores.get(v.name, 0)).name
-
-    def _admission(self, members: int) -> GoodputAdmission | None:
-        """The goodput rule for one pod of a job run as `members` pods (None: off, or nothing learnt yet)."""
-        if not self.p.goodput or self.feed is None or self.feed.survival is None or self.s.checkpoint_seconds <= 0:
-            return None
-        if self._admissions_version != self.feed.survival_version:
-            self._admissions = {}
-            self._admissions_version = self.feed.survival_version
-        a = self._admissions.get(members)
-        if a is None:
-            a = self._admissions[members] = GoodputAdmission(self.feed.survival, self.s.goodput, members)
-        return a
-
-    def _needs(self, p90: np.ndarray, members: int) -> np.ndarray:
-        """Window each (job, type) needs, as `filter_nodes` computes it: p90 × (1 + margin), or less by the
-        checkpoint cap or the goodput rule (for the pruning bound only; the decision is `filter_nodes`'s)."""
-        need = p90 * (1.0 + self.s.margin)
-        if self.p.checkpoint_intervals > 0 and self.s.checkpoint_seconds > 0:
-            need = np.minimum(need, self.p.checkpoint_intervals * self.s.checkpoint_seconds)
-        adm = self._admission(members)
-        if adm is not None:
-            c = self.s.checkpoint_seconds
-            short = np.array([
-                max(1.0, min_window(survival=adm.survival, runtime=float(x), checkpoint_interval=c,
-                                    settings=adm.settings, members=members))
-                for x in p90.ravel()
-            ]).reshape(p90.shape)
-            need = np.minimum(need, short)
-        return need
-
-    def _pod(self, j: int, gpus: int, predicted: dict[str, Prediction] | None) -> PodRequest:
-        return PodRequest(
-            name=str(j),
-            gpus=gpus,
-            predicted=predicted,
-            checkpointing=self.s.checkpoint_seconds > 0,
-            checkpoint_interval_seconds=self.s.checkpoint_seconds or None,
-        )
-
-    def _passes(self, j: int, n: int, w: int, free: np.ndarray, now: float, predicted: dict[str, Prediction] | None,
-                members: int) -> bool:
-        """Does node n pass `filter_nodes` for one gang member of w GPUs (of a gang of `members` pods)?"""
-        view = self._view(n, int(free[n]), now)
-        res = filter_nodes(pod=self._pod(j, w, predicted), nodes=[view], now=now, margin=self.s.margin,
-                           checkpoint_intervals=self.p.checkpoint_intervals, goodput=self._admission(members))
-        return bool(res.passed)
-
-    def _plan_gang(self, j: int, gj: int, free: np.ndarray, now: float, p90: np.ndarray | None,
-                   levels: np.ndarray | None, predicted: dict[str, Prediction] | None,
-                   types: tuple[int, ...] | None = None) -> tuple[tuple[int, int], ...] | None:
-        """Nodes of one GPU type that take job j's gj GPUs together (all or nothing), or None. `p90`: the policy's
-        p90 of the job's remaining run on each GPU type at this width (None: runtime-blind).
-
-        Runtime-blind policies take free GPUs node by node (first fit in node order, or most free first);
-        windowed ones take, fastest GPU type first, the nodes with the widest admissible member first, with as
-        few members as the goodput rule for that gang size allows; every member is checked by `filter_nodes`.
-        """
-        maxn = self.s.gang_max_nodes
-        order = self._type_order if self.p.windowed else range(len(self.sc.fleet.types))
-        for ti in order if types is None else types:
-            on_type = np.flatnonzero((self.node_type == ti) & (free > 0))
-            if on_type.size < 2 or int(free[on_type].sum()) < gj:
-                continue
-            if not self.p.windowed:
-                order = on_type if self.p.pick == "first" else on_type[np.argsort(-free[on_type], kind="stable")]
-                plan = self._greedy(order, np.minimum(free[order], gj), gj, maxn)
-                if plan is not None and all(self._passes(j, n, w, free, now, None, len(plan)) for n, w in plan):
-                    return plan
-                continue
-            assert p90 is not None and levels is not None
-            cap_w = np.minimum(free[on_type], gj)
-            exact: dict[int, int] = {}  # node -> largest member width filter_nodes passed (checked this pass)
-            for m in range(2, maxn + 1):
-                need_m = float(self._needs(p90[None, ti : ti + 1], m)[0, 0])
-                wmax = np.minimum((levels[1:, on_type] >= need_m).sum(axis=0), cap_w)
-                for _ in range(maxn + 1):  # re-plan while filter_nodes narrows a bound
-                    for i, n in enumerate(on_type):
-                        if int(n) in exact:
-                            wmax[i] = min(wmax[i], exact[int(n)])
-                    order = np.argsort(-wmax, kind="stable")
-                    plan = self._greedy(on_type[order], wmax[order], gj, m)
-                    if plan is None:
-                        break
-                    bad = False
-                    for member, width in plan:
-                        ok_w = width
-                        while ok_w > 0 and not self._passes(j, member, ok_w, free, now, predicted, len(plan)):
-                            ok_w -= 1
-                        if ok_w < width:
-                            exact[member] = ok_w
-                            bad = True
-                    if not bad:
-                        return plan
-                if plan is None and int(np.sum(wmax)) < gj:
-                    break  # even the widest members do not add up; larger gangs need longer windows
-        return None
-
     def _believed(self, p90: np.ndarray | None, k: int, node: int, scale: float = 1.0) -> float | None:
         """The policy's p90 of queued job k's remaining run on node's GPU type, × `scale` for a narrower width
         (None: runtime-blind)."""
         return None if p90 is None else float(p90[k, self.node_type[node]]) * scale
-
-    def _widths(self, j: int, gj: int, free: np.ndarray) -> range:
-        """Widths to try for job j of gj GPUs, widest first: gj alone for a rigid job; for an elastic one gj down to
-        its least width, from the widest the free GPUs allow (on one node, or on the `gang_max_nodes` nodes of one
-        type with most free). Windows are not used to skip widths: the GPU-time a narrower width needs is not
-        monotone in the runtime under the goodput rule, so only `_place`'s own bounds apply, per width."""
-        lo = int(self.min_gpus[j])
-        if lo >= gj:
-            return range(gj, gj - 1, -1)
-        cap = np.minimum(np.clip(free, 0, None), gj)
-        ub = int(cap.max()) if cap.size else 0
-        if self.s.gangs:
-            for ti in range(len(self.sc.fleet.types)):
-                on = np.sort(cap[self.node_type == ti])[::-1][: self.s.gang_max_nodes]
-                ub = max(ub, int(on.sum()))
-        return range(min(gj, ub), lo - 1, -1)
-
-    def _place(self, k: int, j: int, gj: int, w: int, free: np.ndarray, now: float, p50: np.ndarray | None,
-               p90: np.ndarray | None, need: np.ndarray | None, levels: np.ndarray | None
-               ) -> tuple[str | None, tuple[tuple[int, int], ...] | None]:
-        """Queued job k (job j of gj GPUs) at width w: the node `filter_nodes` and the policy's pick give, else a
-        gang (`_plan_gang`), else (None, None). At w < gj the policy's runtimes are scaled by gj / w."""
-        fl = self.sc.fleet
-        predicted = p90_row = need_row = None
-        if self.p.windowed:
-            assert p50 is not None and p90 is not None and need is not None
-            if w == gj:
-                p90_row, need_row = p90[k], need[k]
-                predicted = predictions(fl.types, p50[k], p90[k])
-            else:
-                p90_row = p90[k] * (gj / w)
-                need_row = self._needs(p90_row[None, :], 1)[0]
-                predicted = predictions(fl.types, p50[k] * (gj / w), p90_row)
-        nodes = np.flatnonzero(free >= w)
-        if self.p.windowed and self.s.prune and nodes.size:
-            assert need_row is not None and levels is not None
-            nodes = nodes[levels[w][nodes] >= need_row[self.node_type[nodes]]]
-        chosen = None
-        if nodes.size:
-            views = [self._view(int(n), int(free[n]), now) for n in nodes]
-            pod = self._pod(j, w, predicted)
-            res = filter_nodes(pod=pod, nodes=views, now=now, margin=self.s.margin,
-                               checkpoint_intervals=self.p.checkpoint_intervals, goodput=self._admission(1))
-            chosen = self._pick(pod, views, res.passed, now) if res.passed else None
-        plan = None
-        if chosen is None and self.s.gangs and w > 1:
-            plan = self._plan_gang(j, w, free, now, p90_row, levels, predicted)
-        return chosen, plan
-
-    @staticmethod
-    def _greedy(nodes: np.ndarray, width: np.ndarray, gj: int, maxn: int) -> tuple[tuple[int, int], ...] | None:
-        """Take nodes in order, as many GPUs as each allows, until gj; None if that needs more than maxn nodes."""
-        plan: list[tuple[int, int]] = []
-        left = gj
-        for n, w in zip(nodes, width):
-            if w <= 0:
-                continue
-            take = int(min(w, left))
-            plan.append((int(n), take))
-            left -= take
-            if left == 0:
-                return tuple(plan) if len(plan) <= maxn and len(plan) > 1 else None
-            if len(plan) >= maxn:
-                return None
-        return None
 
     def schedule(self, minute: int, now: float) -> None:
         if not self.queue:
@@ -649,7 +405,7 @@ class PolicyRun:
             p50, p90 = believed_p50_p90(self.p, scenario=self.sc, jobs=q, remaining_ref_s=self.remaining_ref)
             need = np.full(p90.shape, np.inf)
             idx = np.flatnonzero(cand_mask)
-            need[idx] = self._needs(p90[idx], 1)
+            need[idx] = self.placer.needs(p90[idx], 1)
             levels = self.feed.left_bounds(now=now, offline=self.used, levels=int(fl.gpus.max()))
             if self.s.prune:
                 fits = np.zeros(len(q), dtype=bool)
@@ -660,7 +416,7 @@ class PolicyRun:
                     np.maximum.at(best, self.node_type, left)
                     sel = g == gv
                     fits[sel] = (need[sel] <= best[None, :]).any(axis=1)
-                # gang candidates are bounded in the gang planner, elastic ones (narrower widths) in _widths
+                # gang candidates are bounded in the gang planner, elastic ones (narrower widths) per width
                 cand_mask &= fits | (gangs & (g > 1)) | (self.min_gpus[q] < g)
         placed: set[int] = set()
         names = {name: i for i, name in enumerate(fl.names)}
@@ -668,12 +424,7 @@ class PolicyRun:
             j = int(q[k])
             gj = int(g[k])
             t0 = time.perf_counter()
-            chosen = plan = None
-            width = gj
-            for width in self._widths(j, gj, free):  # widest first (elastic jobs)
-                chosen, plan = self._place(int(k), j, gj, width, free, now, p50, p90, need, levels)
-                if chosen is not None or plan is not None:
-                    break
+            width, chosen, plan = self.width.place(int(k), j, gj, free, now, p50, p90, need, levels)  # widest first
             self.t.decision_s.append(time.perf_counter() - t0)
             self.t.decisions += 1
             scale = 1.0 if width == gj else gj / width
@@ -694,22 +445,22 @@ class PolicyRun:
     # ---- elastic joins -----------------------------------------------------------------------------------------
 
     def _join_pass(self, minute: int, now: float, minute_index: int) -> None:
-        """Running jobs narrower than their GPUs: let waiting workers join where the filter passes them now."""
-        narrow = [r for r in self.runs.values() if r.gpus < int(self.sc.jobs.gpus[r.job])]
+        """Running jobs narrower than their GPUs: let waiting workers join where the filter passes them now (the
+        choice is `ElasticWidth.plan_join`'s; here the restarts, one after another, and their accounting)."""
+        narrow = self.width.narrow(self.runs.values())  # the oldest waiting workers first
         if not narrow:
             return
         fl = self.sc.fleet
         free = fl.gpus - self.demand[:, minute] - self.used
         levels = None
-        for r in sorted(narrow, key=lambda x: (x.start, x.job)):  # the oldest waiting workers first
-            ti = self.node_type[r.node]
-            if not ((self.node_type == ti) & (free > 0)).any():
+        for r in narrow:
+            if not self.width.room_on_type(r, free):
                 continue
             if self.p.windowed and levels is None:
                 assert self.feed is not None
                 levels = self.feed.left_bounds(now=now, offline=self.used, levels=int(fl.gpus.max()))
             t0 = time.perf_counter()
-            got = self._plan_join(r, free, now, levels)
+            got = self.width.plan_join(r, free, now, levels, self.remaining_ref, self._saved(r, now))
             self.t.decision_s.append(time.perf_counter() - t0)
             self.t.decisions += 1
             if got is None:
@@ -719,70 +470,14 @@ class PolicyRun:
             for n, w in plan:
                 free[n] -= w
 
-    def _plan_join(self, r: Run, free: np.ndarray, now: float, levels: np.ndarray | None
-                   ) -> tuple[tuple[tuple[int, int], ...], float | None] | None:
-        """GPUs on run r's GPU type for as many of its waiting workers as can join now (widest first, at least 1),
-        each pod passing `filter_nodes` for the job's remaining run (after the restart) at the new width; with
-        the policy's p90 of that run. None when none can join."""
-        j = r.job
-        full = int(self.sc.jobs.gpus[j])
-        missing = full - r.gpus
-        ti = int(self.node_type[r.node])
-        have = {n for n, _ in r.members}
-        p50 = p90 = None
-        if self.p.windowed:
-            rem = self.remaining_ref.copy()
-            rem[j] = max(0.0, rem[j] - self._saved(r, now) / r.slowdown)
-            p50, p90 = believed_p50_p90(self.p, scenario=self.sc, jobs=np.array([j]), remaining_ref_s=rem)
-        on_type = np.flatnonzero((self.node_type == ti) & (free > 0))
-        for x in range(min(missing, int(free[on_type].sum())), 0, -1):
-            scale = full / (r.gpus + x)
-            predicted = p90_row = None
-            if p50 is not None and p90 is not None:
-                p90_row = p90[0] * scale
-                predicted = predictions(self.sc.fleet.types, p50[0] * scale, p90_row)
-            plan: tuple[tuple[int, int], ...] | None = None
-            if not self.p.windowed:
-                order = on_type if self.p.pick == "first" else on_type[np.argsort(-free[on_type], kind="stable")]
-                taken, left = [], x
-                for n in order:
-                    w = int(min(free[n], left))
-                    taken.append((int(n), w))
-                    left -= w
-                    if left == 0:
-                        break
-                plan = tuple(taken)
-                if not all(self._passes(j, n, w, free, now, None, len(plan)) for n, w in plan):
-                    plan = None
-            else:
-                one = on_type[free[on_type] >= x]
-                if one.size:
-                    views = [self._view(int(n), int(free[n]), now) for n in one]
-                    pod = self._pod(j, x, predicted)
-                    res = filter_nodes(pod=pod, nodes=views, now=now, margin=self.s.margin,
-                                       checkpoint_intervals=self.p.checkpoint_intervals, goodput=self._admission(1))
-                    if res.passed:
-                        plan = ((self.sc.fleet.names.index(self._pick(pod, views, res.passed, now)), x),)
-                if plan is None and x > 1:
-                    plan = self._plan_gang(j, x, free, now, p90_row, levels, predicted, types=(ti,))
-            if plan is not None and len(have | {n for n, _ in plan}) <= self.s.gang_max_nodes:
-                believed = None if p90_row is None else float(p90_row[ti])
-                return plan, believed
-        return None
-
-    def _join(self, r: Run, plan: tuple[tuple[int, int], ...], now: float, minute_index: int,
-              believed: float | None) -> None:
+    def _join(self, r: Run, plan: Plan, now: float, minute_index: int, believed: float | None) -> None:
         """Restart run r from its last checkpoint on its GPUs plus `plan`'s: the work since then is lost."""
         lost = self._stop(r, now, requeue=False)
         self.t.lost_gpu_s += lost
         self.t.lost_by_minute[minute_index] += lost
         self.t.joins += 1
-        width: dict[int, int] = {}
-        for n, w in (*r.members, *plan):
-            width[n] = width.get(n, 0) + w
-        members = tuple(width.items())
-        self._start(r.job, r.node, now, members if len(members) > 1 else (), believed,
-                    gpus=r.gpus + sum(w for _, w in plan))
+        members, gpus = self.width.joined(r, plan)
+        self._start(r.job, r.node, now, members if len(members) > 1 else (), believed, gpus=gpus)
 
     # ---- driver hooks ------------------------------------------------------------------------------------------
 
@@ -801,9 +496,9 @@ class PolicyRun:
             self.feed.maybe_refresh(now)  # this policy's own online demand, as its extender would see it
         if self.yields:
             self._plan_yields(now)
-        self._views.clear()  # views hold the windows open now: valid for this minute only
+        self.placer.new_minute()  # views hold the windows open now: valid for this minute only
         self.schedule(minute, now)
-        if self.s.elastic_join and self.elastic:
+        if self.width.joins:
             self._join_pass(minute, now, i)
         self.t.occupancy[i] = float(self.used.sum())
         if self.s.check_invariants:

@@ -63,16 +63,23 @@ def daily(nodes: int, days: int, busy: Sequence[tuple[int, int, int]], *, gpus: 
     return np.tile(np.minimum(one, gpus), (nodes, 1))
 
 
-@pytest.fixture
-def random_scenario() -> Scenario:
-    """Six nodes, noisy online demand with a daily cycle, 80 jobs of mixed sizes over two days."""
+def noisy_scenario(*, days: int = 3, n_jobs: int = 80, arrivals_days: float = 1.5) -> Scenario:
+    """Six nodes, noisy online demand with a daily cycle over `days` (the first is history), `n_jobs` jobs of mixed
+    sizes arriving over the first `arrivals_days` of the run (seeded: the same scenario every time)."""
     rng = np.random.default_rng(7)
-    nodes, days = 6, 3
+    nodes = 6
     t = np.arange(days * 1440 + 1)
     base = 4 + 3 * np.sin(2 * np.pi * t / 1440)
     demand = np.clip(np.rint(base[None, :] + rng.normal(0, 1.2, (nodes, t.size))), 0, 8)
     jobs = [
-        (float(rng.uniform(0, 1.5 * DAY)), float(rng.uniform(600, 6 * 3600)), int(rng.choice([1, 1, 2, 4, 8])))
-        for _ in range(80)
+        (float(rng.uniform(0, arrivals_days * DAY)), float(rng.uniform(600, 6 * 3600)),
+         int(rng.choice([1, 1, 2, 4, 8])))
+        for _ in range(n_jobs)
     ]
-    return make_scenario(demand, jobs, pred_ratio=rng.lognormal(0, 0.3, 80), p90_ratio=1.5, user_ratio=2.0)
+    return make_scenario(demand, jobs, pred_ratio=rng.lognormal(0, 0.3, n_jobs), p90_ratio=1.5, user_ratio=2.0)
+
+
+@pytest.fixture
+def random_scenario() -> Scenario:
+    """Six nodes, noisy online demand with a daily cycle, 80 jobs of mixed sizes over two days."""
+    return noisy_scenario()
