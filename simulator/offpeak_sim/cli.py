@@ -48,6 +48,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--elastic-from-gpus", type=int, default=2, metavar="G",
                    help="with --elastic: only jobs of at least G GPUs are elastic (default 2; 9 on 8-GPU nodes: only "
                    "jobs wider than a node)")
+    p.add_argument("--elastic-narrow", action="store_true",
+                   help="with --elastic: a gang that loses members to online work goes on with the others (if they "
+                        "hold its least width and worker 0) from its last checkpoint instead of being requeued")
     p.add_argument("--elastic-join", action="store_true",
                    help="with --elastic: a running job's waiting workers join when GPUs open for them (the job "
                    "restarts from its last checkpoint, wider)")
@@ -108,8 +111,8 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError("--restart-seconds must be >= 0")
     if args.elastic is not None and not 0.0 <= args.elastic <= 1.0:
         raise UserError("--elastic must be within 0..1 (the share of a job's GPUs it may run on; 0 = off)")
-    if args.elastic_join and not args.elastic:
-        raise UserError("--elastic-join needs --elastic MIN_FRACTION")
+    if (args.elastic_join or args.elastic_narrow) and not args.elastic:
+        raise UserError("--elastic-join and --elastic-narrow need --elastic MIN_FRACTION")
     if args.predictor_sigma is not None and args.predictor_sigma < 0:
         raise UserError("--predictor-sigma must be >= 0")
     if args.margin is not None and args.margin < 0:
@@ -157,6 +160,7 @@ def handle(args: argparse.Namespace) -> int:
         yield_at_checkpoints=args.yield_,
         elastic_min_fraction=args.elastic or None,
         elastic_join=args.elastic_join,
+        elastic_narrow=args.elastic_narrow,
         elastic_from_gpus=args.elastic_from_gpus,
     )
     console = Console(stderr=True)

@@ -72,6 +72,7 @@ class Tally:
     lost_gpu_s: float = 0.0
     evictions: int = 0
     joins: int = 0  # restarts of elastic jobs to take on waiting workers (the work since the last checkpoint lost)
+    narrowings: int = 0  # evictions after which an elastic gang went on with the members left (`elastic_narrow`)
     yields: int = 0  # planned stops at a checkpoint before the forecast window ends (no work lost, no online wait)
     # GPU-seconds spent (re)starting by attempts that kept work (finished, yielded, checkpointed, or running at the
     # end); an attempt evicted before its first checkpoint counts its start-up in lost_gpu_s
@@ -216,12 +217,43 @@ class PolicyRun:
             self.queue.append(r.job)
         return lost
 
-    def _evict(self, r: Run, now: float, minute_index: int) -> None:
-        lost = self._stop(r, now)
+    def _evict(self, r: Run, now: float, minute_index: int, node: int | None = None) -> Plan:
+        """Evict run r for online work on `node` (None: all of it goes); return the (node, GPUs) it let go of.
+
+        With `elastic_narrow`, a gang that keeps its first member (worker 0) and its least width on the other nodes
+        goes on there, narrower, from its last checkpoint (`_go_on_narrower`) instead of being requeued."""
+        keep = self._narrower(r, node)
+        lost = self._stop(r, now, requeue=keep is None)
         self.t.lost_gpu_s += lost
         self.t.lost_by_minute[minute_index] += lost
         self.t.evictions += 1
         self.job_evictions[r.job] += 1
+        if keep is None:
+            return r.members
+        self._go_on_narrower(r, keep, now)
+        return tuple((n, w) for n, w in r.members if n == node)
+
+    def _narrower(self, r: Run, node: int | None) -> Plan | None:
+        """The members run r goes on with when online work takes its GPUs on `node`; None when it cannot (not
+        elastic narrowing, a lone pod, worker 0 lost, fewer GPUs left than the job's least width)."""
+        if not (self.s.elastic_narrow and self.elastic) or node is None or len(r.members) < 2:
+            return None
+        if node == r.members[0][0]:
+            return None
+        keep = tuple((n, w) for n, w in r.members if n != node)
+        return keep if sum(w for _, w in keep) >= self.min_gpus[r.job] else None
+
+    def _go_on_narrower(self, r: Run, keep: Plan, now: float) -> None:
+        """Restart run r's job at once on `keep` (its remaining work at that width, with the policy's p90 of it)."""
+        full = int(self.sc.jobs.gpus[r.job])
+        gpus = sum(w for _, w in keep)
+        believed = None
+        if self.p.windowed:
+            _, p90 = believed_p50_p90(self.p, scenario=self.sc, jobs=np.array([r.job]),
+                                      remaining_ref_s=self.remaining_ref)
+            believed = self._believed(p90, 0, r.node, scale=full / gpus)
+        self._start(r.job, r.node, now, keep if len(keep) > 1 else (), believed, gpus=gpus)
+        self.t.narrowings += 1
 
     def _yield(self, r: Run, at: float) -> None:
         """A planned stop at a checkpoint: nothing lost, no online pod waits; the job is requeued."""
@@ -335,9 +367,8 @@ class PolicyRun:
                 r = self.on_node[node].get(int(v.name))
                 if r is None:  # already gone with a gang evicted for an earlier victim
                     continue
-                for n, w in r.members:
+                for n, w in self._evict(r, now, minute_index, node=node):
                     releasing[n] += w
-                self._evict(r, now, minute_index)
             self.t.online_delay_events += 1
         else:  # room is on its way on a candidate (GPUs of pods evicted this minute): the pod waits for it there
             room = [int(n) for n in nodes if max(0, int(unallocated[n])) + int(releasing[n]) >= g]
@@ -371,7 +402,7 @@ class PolicyRun:
             pods = self._offline_pods(int(n), now)
             victims = choose_victims(node=view, online_gpus_needed=int(d_now[n]) - d_prev, offline_pods=pods)
             for v in victims:
-                self._evict(self.on_node[n][int(v.name)], now, minute_index)
+                self._evict(self.on_node[n][int(v.name)], now, minute_index, node=int(n))
             self.t.online_delay_gpu_s += float(short) * self.s.eviction_grace_seconds
             self.t.online_delay_events += 1
             wait = self._online_wait_seconds()

@@ -94,6 +94,7 @@ def summarise(scenario: Scenario, runs: Mapping[str, PolicyRun]) -> dict[str, di
             "restart_gpu_hours": float(t.startup_gpu_s) / 3600.0,
             "gang_starts": int(r.gang_starts),
             **({"narrow_starts": int(r.narrow_starts), "joins": int(t.joins)} if r.elastic else {}),
+            **({"narrowings": int(t.narrowings)} if r.elastic and r.s.elastic_narrow else {}),
             "jct_jobs": int(done_all.sum()),
         }
         m.update(_stats((r.finish - arrival)[done_all], "jct"))

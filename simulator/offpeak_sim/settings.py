@@ -40,6 +40,11 @@ class EngineSettings:
     # job's GPU type), the widest such set; the whole job restarts from its last checkpoint (the work since then
     # lost, the start-up paid again) and runs wider. Joins are planned after the queued jobs each minute.
     elastic_join: bool = False
+    # with elastic width: a gang that loses members to online work goes on with the others when they still hold its
+    # least width and its first member (worker 0, the rendezvous host) is not among the lost: the whole job restarts
+    # from its last checkpoint on them (work since then lost, start-up paid again) instead of being requeued
+    # (the operator's `_narrow`; joins, when on, bring it back to full width later)
+    elastic_narrow: bool = False
 
     def __post_init__(self) -> None:
         if self.restart_seconds < 0:

@@ -120,13 +120,14 @@ def test_an_evicted_narrow_attempt_keeps_its_checkpointed_work_in_reference_seco
     assert r.useful_ref[0] == pytest.approx(8 * H)
 
 
-@pytest.mark.parametrize("join", [False, True], ids=["start-width", "joins"])
+@pytest.mark.parametrize(("join", "narrow"), [(False, False), (True, False), (True, True)],
+                         ids=["start-width", "joins", "joins-narrow"])
 @pytest.mark.parametrize("mode", ["seasonal", "exact"])
-def test_capacity_and_conservation_hold_with_elastic_width(noisy, mode: str, join: bool) -> None:
+def test_capacity_and_conservation_hold_with_elastic_width(noisy, mode: str, join: bool, narrow: bool) -> None:
     sc = noisy
     runs = simulate(sc, list(POLICIES.values()), feed=WindowFeed(sc, FeedSettings(mode=mode)),
                     settings=EngineSettings(check_invariants=True, checkpoint_seconds=900, elastic_min_fraction=0.5,
-                                            elastic_join=join))
+                                            elastic_join=join, elastic_narrow=narrow))
     slow = sc.fleet.slowdown(0)
     for name, r in runs.items():
         in_flight = sum(max(0.0, sc.end_s - x.start - x.startup) * x.gpus for x in r.runs.values())
@@ -143,6 +144,7 @@ def test_capacity_and_conservation_hold_with_elastic_width(noisy, mode: str, joi
     if join:
         assert all(r.t.joins > 0 for r in runs.values())
     assert sum(r.t.evictions for r in runs.values()) > 0 and any(r.runs for r in runs.values())
+    assert (sum(r.t.narrowings for r in runs.values()) > 0) == narrow  # gangs do go on narrower here
 
 
 def test_pruning_gives_the_same_decisions_with_elastic_width(noisy) -> None:
@@ -207,3 +209,36 @@ def test_only_jobs_from_a_size_up_are_elastic_when_asked() -> None:
     sc = make_scenario(demand, [(0.0, 2 * H, 8)])
     r = _run(sc, ["backfill"], elastic_min_fraction=0.5, elastic_from_gpus=9)["backfill"]
     assert np.isnan(r.first_start[0])  # an 8-GPU job on 8-GPU nodes is not wide: rigid
+
+
+def _gang_losing_a_node(lost_node: int) -> tuple:
+    """Two 8-GPU nodes, one 16-GPU job of 8 reference hours (4 h at full width on A100s) run as a gang from the run's
+    start; online work takes all of `lost_node` at 01:40."""
+    demand = np.zeros((2, 3 * 1440 + 1), dtype=np.int16)
+    demand[lost_node, 1440 + 100:] = 8
+    return make_scenario(demand, [(0.0, 8 * H, 16)])
+
+
+def test_a_gang_that_loses_a_node_goes_on_with_the_others_from_its_checkpoint() -> None:
+    sc = _gang_losing_a_node(1)
+    r = _run(sc, ["backfill"], elastic_min_fraction=0.5, elastic_narrow=True, checkpoint_seconds=1800)["backfill"]
+    assert r.placements[0] == (0, 0, sc.start_s) and r.gang_starts == 1  # worker 0 on node 0
+    assert r.t.evictions == 1 and r.t.narrowings == 1
+    # checkpoints at 31, 61, 91 min on 16 GPUs: 9 min of them lost at 01:40, 3 reference hours kept; the other
+    # 5 go on at once on node 0's 8 GPUs (a reference second a second) after a fresh start-up
+    assert r.t.lost_gpu_s == pytest.approx(9 * 60 * 16)
+    assert r.placements[-1] == (0, 0, sc.start_s + 100 * 60)
+    assert r.finish[0] == pytest.approx(sc.start_s + 100 * 60 + START_UP + 5 * H)
+    assert r.useful_ref[0] == pytest.approx(8 * H)
+    assert summarise(sc, {"backfill": r})["backfill"]["narrowings"] == 1
+
+
+@pytest.mark.parametrize("case", ["worker 0's node", "below the least width", "narrowing off"])
+def test_a_gang_that_cannot_go_on_narrower_is_requeued(case: str) -> None:
+    sc = _gang_losing_a_node(0 if case == "worker 0's node" else 1)
+    fraction = 0.75 if case == "below the least width" else 0.5  # 12 of 16 GPUs: one node's 8 are too few
+    r = _run(sc, ["backfill"], elastic_min_fraction=fraction, elastic_narrow=case != "narrowing off",
+             checkpoint_seconds=1800)["backfill"]
+    assert r.t.evictions == 1 and r.t.narrowings == 0
+    if case == "narrowing off":
+        assert "narrowings" not in summarise(sc, {"backfill": r})["backfill"]  # reports without it are unchanged
