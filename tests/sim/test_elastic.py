@@ -147,10 +147,13 @@ def test_capacity_and_conservation_hold_with_elastic_width(noisy, mode: str, joi
     assert (sum(r.t.narrowings for r in runs.values()) > 0) == narrow  # gangs do go on narrower here
 
 
-def test_pruning_gives_the_same_decisions_with_elastic_width(noisy) -> None:
+@pytest.mark.parametrize("gangs", [True, False])
+def test_pruning_gives_the_same_decisions_with_elastic_width(noisy, gangs: bool) -> None:
+    """Pruning must not drop an elastic job whose full width fits no node: with gangs off, only its narrower
+    widths can place it, and the bound is per width."""
     sc = noisy
     pols = [POLICIES[n] for n in ("offpeak", "offpeak-p90", "oracle")]
-    kw = dict(checkpoint_seconds=600, elastic_min_fraction=0.5)
+    kw = dict(checkpoint_seconds=600, elastic_min_fraction=0.5, gangs=gangs)
     a = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(prune=True, **kw))
     b = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(prune=False, **kw))
     for name in a:
