@@ -8,7 +8,8 @@ so other pods do not take them. Not thread-safe: the extender guards it with its
 
 An elastic gang (a job that runs on any width from its minimum to all its workers) gets the widest width that fits
 now, its runtime scaled to that width (`at_width`), and only its lowest-indexed waiting workers are admitted
-(`admitted_workers`); the rest join later, when a plan for them fits.
+(`admitted_workers`); the rest join later, when a plan for them fits, judged by the work the job has left
+(`work_left`), not by its whole run.
 """
 
 from __future__ import annotations
@@ -176,6 +177,40 @@ def at_width(pod: PodRequest, *, width: int, full_width: int) -> PodRequest:
     scale = width_scale(width=width, full_width=full_width)
     predicted: dict[str, Prediction] = {
         gpu: dataclasses.replace(p, p50=p.p50 * scale, p90=p.p90 * scale) for gpu, p in pod.predicted.items()
+    }
+    return dataclasses.replace(pod, predicted=predicted)
+
+
+# A share of the work a joining worker is always assumed to find, however far the gang seems to be: past this, the
+# prediction is off, and a joiner should not be let into windows too short to do anything after its restart.
+MIN_WORK_LEFT = 0.1
+
+
+def work_left(*, elapsed_seconds: float, p90_seconds: float, min_workers: int, full_width: int,
+              checkpoint_interval_seconds: float | None) -> float:
+    """The share of an elastic job's work (at most) that a worker joining it now still finds, in MIN_WORK_LEFT..1.
+
+    The job's prediction is for its whole run at `full_width` (as at the attempt's start); its workers have run
+    for `elapsed_seconds` since worker 0 started. The estimate errs towards more work left: the job is taken to have
+    run at its p90 pace and only `min_workers` wide all along (it never runs narrower), and a join restarts every
+    worker from its last checkpoint, up to one `checkpoint_interval_seconds` back. No checkpoint interval known: no
+    progress is claimed (1.0), as a job that cannot say where it would resume from keeps its whole prediction.
+    """
+    if checkpoint_interval_seconds is None or p90_seconds <= 0 or elapsed_seconds <= 0:
+        return 1.0
+    saved = max(0.0, elapsed_seconds - checkpoint_interval_seconds)
+    done = saved / (p90_seconds * width_scale(width=min_workers, full_width=full_width))
+    return max(MIN_WORK_LEFT, 1.0 - done)
+
+
+def with_work_left(pod: PodRequest, share: float) -> PodRequest:
+    """`pod` with its predicted runtimes (p50 and p90 of every GPU type) scaled to `share` of the work."""
+    if pod.predicted is None or share >= 1.0:
+        return pod
+    if share <= 0.0:
+        raise ValueError(f"share must be > 0, got {share}")
+    predicted: dict[str, Prediction] = {
+        gpu: dataclasses.replace(p, p50=p.p50 * share, p90=p.p90 * share) for gpu, p in pod.predicted.items()
     }
     return dataclasses.replace(pod, predicted=predicted)
 

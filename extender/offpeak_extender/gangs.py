@@ -16,7 +16,14 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from offpeak_core.decisions import DEFAULT_MARGIN, FilterColumns, filter_arrays, filter_columns, filter_nodes
+from offpeak_core.decisions import (
+    DEFAULT_MARGIN,
+    FilterColumns,
+    filter_arrays,
+    filter_columns,
+    filter_nodes,
+    prediction_for,
+)
 from offpeak_core.gangs import (
     DEFAULT_GANG_TIMEOUT_SECONDS,
     EXPIRED,
@@ -24,7 +31,9 @@ from offpeak_core.gangs import (
     GangReservations,
     admitted_workers,
     plan_gang,
+    with_work_left,
     withhold,
+    work_left,
 )
 from offpeak_core.goodput import GoodputAdmission
 from offpeak_core.model import FilterResult, NodeView, PodRequest
@@ -145,7 +154,8 @@ class GangPlacer:
                 reason = f"gang {key}: all {gang.size} workers are bound already; this pod has no place in it"
                 return FilterResult((), dict.fromkeys(names, reason))
             remaining, min_workers, bound = want
-            plan = plan_gang(pod=pod, workers=remaining, nodes=_withheld_views(views, withheld), now=now,
+            joiner = self._joining(pod, gang, now) if bound else pod
+            plan = plan_gang(pod=joiner, workers=remaining, nodes=_withheld_views(views, withheld), now=now,
                              margin=margin, min_workers=min_workers,
                              full_width=gang.size if gang.elastic else None)  # outside the lock
             if not plan.fits:
@@ -168,6 +178,23 @@ class GangPlacer:
                 return self._admit_locked(key, gang, worker, names)
         reason = f"gang {key}: reservations kept changing while placing it; the scheduler will retry"
         return FilterResult((), dict.fromkeys(names, reason))
+
+    def _joining(self, pod: PodRequest, gang: Gang, now: float) -> PodRequest:
+        """A worker joining a running elastic gang, its prediction cut to the work the job has left (`work_left`):
+        the annotation's is the whole run from the attempt's start."""
+        run = self.store.gang_started(gang.key)
+        if run is None or pod.predicted is None:
+            return pod
+        started, gpu_type = run
+        pred, exact = prediction_for(pod.predicted, gpu_type)
+        if pred is None or not exact:
+            return pod
+        share = work_left(elapsed_seconds=now - started, p90_seconds=pred.p90, min_workers=gang.min_size,
+                          full_width=gang.size, checkpoint_interval_seconds=pod.checkpoint_interval_seconds)
+        if share < 1.0:
+            log.debug("gang %s: worker %s joins with ~%.0f%% of the job's work left", gang.key, gang.worker,
+                      100 * share)
+        return with_work_left(pod, share)
 
     def _wanted(self, gang: Gang, earlier: frozenset[str]) -> tuple[int, int | None, frozenset[int] | None] | None:
         """What to plan for `gang` beside its bound workers `earlier`: how many workers, the fewest that may start

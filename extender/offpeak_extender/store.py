@@ -369,6 +369,18 @@ class ClusterStore:
             return {uid: pod.gang_worker if (pod := self._pods.get(uid)) is not None else None
                     for uid in self._gangs.get(key, {})}
 
+    def gang_started(self, key: GangKey) -> tuple[float, str] | None:
+        """When the gang's first running worker started (its worker 0: it hosts the rendezvous, so it runs first)
+        and the GPU type of its node; None while no worker of it has started on a known node."""
+        with self._lock:
+            started = [(pod.started_at, node) for uid, node in self._gangs.get(key, {}).items()
+                       if node is not None and (pod := self._pods.get(uid)) is not None and pod.started_at is not None]
+            if not started:
+                return None
+            at, node = min(started)
+            info = self._nodes.get(node)
+            return (at, info.gpu_type) if info is not None else None
+
     def _changed(self, nodes: tuple[str, ...] | None = None) -> None:
         """Something views or the node set depend on changed: the views of `nodes` only (their rows of cached
         columns are patched on the next lookup), or anything (None: cached columns are not served again)."""
@@ -666,7 +678,7 @@ class ClusterStore:
 
     def offline_pods_on(self, node: str, *, now: float) -> list[OfflinePod]:
         """The offline pods running on `node` as eviction sees them; a gang worker carries its gang's GPUs, since
-        evicting it stops every worker (an elastic gang's too: the operator requeues the attempt)."""
+        evicting it stops every worker (an elastic gang's too: those left restart from the last checkpoint)."""
         with self._lock:
             pods = [p for p in self._pods_on_locked(node) if p.workload == "offline" and not p.deleting]
             gang_gpus = {p.gang: self._gang_gpus_locked(p.gang) for p in pods if p.gang is not None}

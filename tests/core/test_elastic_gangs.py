@@ -13,6 +13,8 @@ from offpeak_core.gangs import (
     at_width,
     plan_gang,
     width_scale,
+    with_work_left,
+    work_left,
 )
 from offpeak_core.model import NodeView, PodRequest, Prediction
 
@@ -120,6 +122,48 @@ def test_at_width_scales_every_gpu_types_p50_and_p90() -> None:
     assert at_width(pod, width=4, full_width=4) is pod
     blind = PodRequest(name="w")
     assert at_width(blind, width=1, full_width=4) is blind
+
+
+def test_work_left_counts_progress_at_the_narrowest_width_up_to_the_last_checkpoint() -> None:
+    # 2 workers, at least 1: 120 s at full width is 240 s at one worker. 160 s run, 40 s since a checkpoint at most:
+    # 120 s saved of 240 s at the narrowest width, so half the work is left.
+    assert work_left(elapsed_seconds=160, p90_seconds=120, min_workers=1, full_width=2,
+                     checkpoint_interval_seconds=40) == pytest.approx(0.5)
+    # a gang that never runs below 2 of 4 has done as much in 160 s as one of 2 that never runs below 1
+    assert work_left(elapsed_seconds=160, p90_seconds=120, min_workers=2, full_width=4,
+                     checkpoint_interval_seconds=40) == pytest.approx(0.5)
+    # ... and one that never runs below 3 of 4, more
+    assert work_left(elapsed_seconds=160, p90_seconds=120, min_workers=3, full_width=4,
+                     checkpoint_interval_seconds=40) == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("elapsed, interval", [(160.0, None), (30.0, 40.0), (0.0, 40.0), (-5.0, 40.0)])
+def test_no_progress_is_claimed_without_a_checkpoint_interval_or_before_the_first_checkpoint(
+        elapsed: float, interval: float | None) -> None:
+    assert work_left(elapsed_seconds=elapsed, p90_seconds=120, min_workers=1, full_width=2,
+                     checkpoint_interval_seconds=interval) == 1.0
+
+
+def test_work_left_falls_with_time_and_stops_at_its_floor() -> None:
+    shares = [work_left(elapsed_seconds=t, p90_seconds=120, min_workers=1, full_width=2,
+                        checkpoint_interval_seconds=40) for t in range(0, 1000, 10)]
+    assert all(a >= b for a, b in zip(shares, shares[1:]))
+    assert shares[0] == 1.0 and shares[-1] == gangs.MIN_WORK_LEFT  # a job past its p90 still has some left
+    assert work_left(elapsed_seconds=100, p90_seconds=0, min_workers=1, full_width=2,
+                     checkpoint_interval_seconds=40) == 1.0
+
+
+def test_with_work_left_scales_every_gpu_types_p50_and_p90() -> None:
+    pod = PodRequest(name="w", predicted={A100: Prediction(80.0, 100.0, peak_memory_gib=10.0), "T4": Prediction(
+        300.0, 400.0)})
+    quarter = with_work_left(pod, 0.25)
+    assert quarter.predicted == {A100: Prediction(20.0, 25.0, peak_memory_gib=10.0), "T4": Prediction(75.0, 100.0)}
+    assert pod.predicted is not None and pod.predicted[A100].p90 == 100.0  # the original is untouched
+    assert with_work_left(pod, 1.0) is pod
+    blind = PodRequest(name="w")
+    assert with_work_left(blind, 0.5) is blind
+    with pytest.raises(ValueError, match="share must be > 0"):
+        with_work_left(pod, 0.0)
 
 
 def test_the_lowest_waiting_indexes_get_the_places() -> None:

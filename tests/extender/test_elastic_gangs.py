@@ -4,16 +4,23 @@ the others joining later as windows open."""
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 
 from offpeak_core.gangs import GangKey
 from offpeak_extender.store import pod_info
-from offpeak_extender.wire import GANG_MIN_SIZE_ANNOTATION, WireError, parse_extender_args, parse_gang
+from offpeak_extender.wire import (
+    CHECKPOINT_INTERVAL_ANNOTATION,
+    GANG_MIN_SIZE_ANNOTATION,
+    WireError,
+    parse_extender_args,
+    parse_gang,
+)
 
 from .k8s_objects import gpu_pod
-from .test_gangs import Cluster, lone
+from .test_gangs import NOW, Cluster, lone
 from .test_gangs import worker as rigid_worker
 
 KEY = GangKey("ml", "bert", "0")
@@ -132,6 +139,29 @@ def test_a_waiting_worker_joins_when_a_window_opens() -> None:
     c.add(worker(1, node="b"))
     c.service.gangs.sweep(c.clock())
     assert c.metric("offpeak_extender_gang_reservations_total", outcome="complete") == 2
+
+
+def test_a_joining_worker_is_judged_by_the_work_the_job_has_left() -> None:
+    """Worker 0 has run 200 s alone; the job checkpoints every 30 s. Only c has room, for a minute: too short for the
+    whole run at 2 workers (120 s p90), long enough for what is left of it."""
+    c = Cluster()
+    first = worker(0, node="a")
+    first["status"]["startTime"] = datetime.fromtimestamp(NOW - 200, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    c.add(online("b"), first)
+
+    def joiner(interval: str | None) -> dict[str, Any]:
+        pod = worker(1)
+        if interval is not None:
+            pod["metadata"]["annotations"][CHECKPOINT_INTERVAL_ANNOTATION] = interval
+        return pod
+
+    passed, failed = c.filter(joiner(None))  # no checkpoint interval: where it would resume from is unknown
+    assert passed == [] and failed["c"].startswith("window ends in 1m, job needs ~3m"), failed
+    # 170 s saved at one worker's pace (240 s for the whole job): 29 % left, 35 s at two workers
+    passed, failed = c.filter(joiner("30"))
+    assert passed == ["c"], failed
+    res = c.service.gangs.table.get(KEY)
+    assert res is not None and res.workers == {1} and res.width == 2
 
 
 def test_a_joining_worker_may_share_the_node_of_a_running_one() -> None:
