@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -28,9 +29,46 @@ class Proc:
     log: Path
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (the OS picks it)."""
+_EPHEMERAL_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_LOWEST_PORT = 10_000  # above the well-known and most registered service ports
+_handed_out: set[int] = set()
+
+
+def ephemeral_range(path: Path = _EPHEMERAL_FILE) -> tuple[int, int]:
+    """The ports the kernel picks from for outgoing connections and for ``bind(0)`` (Linux's default when unknown)."""
+    try:
+        low, high = (int(x) for x in path.read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _bindable(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(*, ephemeral: tuple[int, int] | None = None, rng: random.Random | None = None) -> int:
+    """A free TCP port on 127.0.0.1 that stays free until the process that is given it binds it.
+
+    A port from ``bind(0)`` lies in the kernel's ephemeral range, where any outgoing connection made in the
+    meantime (a kubectl call, a client's keep-alive) may take it as its local port: a service started minutes
+    later then fails with "address already in use". So the port is drawn below that range, where the kernel never
+    hands ports out by itself, and no port is given twice in this process.
+    """
+    low, _ = ephemeral or ephemeral_range()
+    rng = rng or random.SystemRandom()
+    if low - _LOWEST_PORT >= 1000:
+        for _ in range(200):
+            port = rng.randrange(_LOWEST_PORT, low)
+            if port not in _handed_out and _bindable(port):
+                _handed_out.add(port)
+                return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a machine with no room below the range
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

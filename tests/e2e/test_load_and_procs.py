@@ -133,6 +133,38 @@ def test_free_port_is_free() -> None:
     assert not procs.port_open(port)
 
 
+def test_free_ports_lie_below_the_kernels_ephemeral_range_and_are_never_given_twice() -> None:
+    low, _ = procs.ephemeral_range()
+    ports = [procs.free_port() for _ in range(50)]
+    assert len(set(ports)) == 50
+    if low - 10_000 >= 1000:
+        assert all(10_000 <= p < low for p in ports), ports
+
+
+def test_a_port_in_use_is_passed_over() -> None:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        taken = held.getsockname()[1]
+        spare = procs.free_port()  # free now; handed out once already, so drawing it again is passed over too
+        other = next(p for p in range(20_000, 30_000) if p != spare and not procs.port_open(p))
+        got = procs.free_port(ephemeral=(taken + 1, 60999), rng=_Drawn([taken, spare, other]))
+        assert got == other
+
+
+class _Drawn:
+    """Stands in for `random.Random`: yields the given ports in turn, then the last one again."""
+
+    def __init__(self, ports: list[int]) -> None:
+        self.ports = ports
+
+    def randrange(self, low: int, high: int) -> int:
+        assert low <= self.ports[0] < high
+        return self.ports.pop(0) if len(self.ports) > 1 else self.ports[0]
+
+
 def test_history_matches_the_live_replay() -> None:
     demand = {"n1": [0, 2, 5, 8], "n2": [1, 1, 1, 1]}
     text = onlineload.history_openmetrics(
