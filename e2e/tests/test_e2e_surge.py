@@ -12,6 +12,7 @@ import pytest
 
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
+from offpeak_e2e.kube import KubeError
 
 
 @pytest.fixture
@@ -61,7 +62,11 @@ def test_online_surge_evicts_and_requeues(e2e_cluster: E2ECluster, e2e_namespace
             phases.append(ph)
         return ph in ("Succeeded", "Failed")
 
-    e2e_cluster.wait_for("surge job finished after requeue", finished, timeout=240, interval=0.5)
+    try:
+        e2e_cluster.wait_for("surge job finished after requeue", finished, timeout=240, interval=0.5)
+    except KubeError as e:  # say where it got stuck
+        status = e2e_cluster.trainingjob(ns, "surge").get("status")
+        raise KubeError(f"{e}; phases seen: {phases}; status: {json.dumps(status)}") from e
     status = e2e_cluster.trainingjob(ns, "surge")["status"]
     print(f"[e2e] phases after eviction: {phases}")
     assert status["phase"] == "Succeeded", status
