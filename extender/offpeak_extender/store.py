@@ -189,17 +189,20 @@ def _predicted(annotations: Mapping[str, Any]) -> Mapping[str, Prediction] | Non
         return None
 
 
-def _finish_by(pod: PodInfo, gpu_type: str, width: int | None = None) -> float | None:
+def _finish_by(pod: PodInfo, gpu_type: str, width: int | None = None, gang_start: float | None = None
+               ) -> float | None:
     """When the pod is expected to be done: its start plus its predicted p90 on the node's GPU type; for a worker
-    of an elastic gang running on `width` of its workers now, that p90 scaled to the width (as if it had run so
+    of an elastic gang running on `width` of its workers now, the gang's start (`gang_start`, its first worker's:
+    a worker that joined later finishes with the others) plus that p90 scaled to the width (as if it had run so
     from its start: late, rather than early, when workers joined since)."""
     if pod.started_at is None or not pod.predicted:
         return None
     pred, exact = prediction_for(pod.predicted, gpu_type)
     if pred is None or not exact:
         return None
-    if pod.elastic_width is not None and width is not None and 1 <= width < pod.elastic_width:
-        return pod.started_at + pred.p90 * width_scale(width=width, full_width=pod.elastic_width)
+    if pod.elastic_width is not None and width is not None and 1 <= width <= pod.elastic_width:
+        start = pod.started_at if gang_start is None else min(gang_start, pod.started_at)
+        return start + pred.p90 * width_scale(width=width, full_width=pod.elastic_width)
     return pod.started_at + pred.p90
 
 
@@ -373,13 +376,19 @@ class ClusterStore:
         """When the gang's first running worker started (its worker 0: it hosts the rendezvous, so it runs first)
         and the GPU type of its node; None while no worker of it has started on a known node."""
         with self._lock:
-            started = [(pod.started_at, node) for uid, node in self._gangs.get(key, {}).items()
-                       if node is not None and (pod := self._pods.get(uid)) is not None and pod.started_at is not None]
+            started = self._gang_starts_locked(key)
             if not started:
                 return None
             at, node = min(started)
             info = self._nodes.get(node)
             return (at, info.gpu_type) if info is not None else None
+
+    def _gang_starts_locked(self, key: GangKey) -> list[tuple[float, str]]:
+        return [(pod.started_at, node) for uid, node in self._gangs.get(key, {}).items()
+                if node is not None and (pod := self._pods.get(uid)) is not None and pod.started_at is not None]
+
+    def _gang_start_locked(self, key: GangKey) -> float | None:
+        return min((at for at, _ in self._gang_starts_locked(key)), default=None)
 
     def _changed(self, nodes: tuple[str, ...] | None = None) -> None:
         """Something views or the node set depend on changed: the views of `nodes` only (their rows of cached
@@ -685,6 +694,7 @@ class ClusterStore:
             widths: dict[GangKey | None, int] = {  # an elastic gang runs on its bound workers now
                 p.gang: sum(n is not None for n in self._gangs.get(p.gang, {}).values())
                 for p in pods if p.gang is not None and p.elastic_width is not None}
+            starts = {key: self._gang_start_locked(key) for key in widths if key is not None}
             gpu_type = info.gpu_type if (info := self._nodes.get(node)) is not None else ""
         return [
             OfflinePod(name=p.name, namespace=p.namespace, gpus=p.gpus, checkpointing=p.checkpointing,
@@ -692,7 +702,8 @@ class ClusterStore:
                        trainingjob=p.trainingjob, uid=p.uid,
                        gang_gpus=gang_gpus[p.gang] if p.gang is not None else 0,
                        checkpoint_interval_seconds=p.checkpoint_interval,
-                       finish_by=_finish_by(p, gpu_type, widths.get(p.gang)))
+                       finish_by=_finish_by(p, gpu_type, widths.get(p.gang),
+                                            starts.get(p.gang) if p.gang is not None else None))
             for p in pods
         ]
 

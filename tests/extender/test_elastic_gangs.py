@@ -201,3 +201,20 @@ def test_a_narrow_elastic_worker_is_expected_to_finish_later() -> None:
     assert w0.finish_by == start + 120.0
     c.add(rigid_worker(0, job="gpt", node="c"), rigid_worker(1, job="gpt"))  # a rigid gang's prediction is as is
     assert {p.name: p.finish_by for p in c.store.offline_pods_on("c", now=c.clock())}["gpt-a0-w0"] == start + 120.0
+
+
+def test_a_worker_that_joined_later_is_expected_to_finish_with_the_others() -> None:
+    """Planned stops read each worker's expected finish: a joiner's is the gang's, not its own start plus the whole
+    run (which would have it stopped at a checkpoint for a window it does not need)."""
+    c = Cluster()
+    first = worker(0, node="a")
+    joined = worker(1, node="b")
+    joined["status"]["startTime"] = "2026-11-21T04:05:00Z"  # five minutes after worker 0
+    c.add(first, joined)
+    start = pod_info(first).started_at
+    assert start is not None
+    ends = {p.name: p.finish_by for n in ("a", "b") for p in c.store.offline_pods_on(n, now=c.clock())}
+    assert ends == {"bert-a0-w0": start + 120.0, "bert-a0-w1": start + 120.0}
+    c.store.delete_pod(first)  # worker 0 gone (its attempt is requeued): the joiner's own start is all there is
+    (alone,) = c.store.offline_pods_on("b", now=c.clock())
+    assert alone.finish_by == start + 300.0 + 240.0
