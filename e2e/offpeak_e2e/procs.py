@@ -53,7 +53,7 @@ def _bindable(port: int) -> bool:
 
 
 def free_port(*, ephemeral: tuple[int, int] | None = None, rng: random.Random | None = None) -> int:
-    """A free TCP port on 127.0.0.1 that stays free until the process that is given it binds it.
+    """A free TCP port on 127.0.0.1 that the kernel does not hand to anyone else before the service binds it.
 
     A port from ``bind(0)`` lies in the kernel's ephemeral range, where any outgoing connection made in the
     meantime (a kubectl call, a client's keep-alive) may take it as its local port: a service started minutes
