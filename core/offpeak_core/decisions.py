@@ -147,12 +147,21 @@ def _assessor(
     return assess
 
 
-def _reason(pod: PodRequest, node: NodeView, a: _Assessment, margin: float) -> str:
+def _reason(pod: PodRequest, node: NodeView, a: _Assessment, margin: float, longest: Mapping[str, float]) -> str:
+    """Why `node` does not take the pod; a window too short is worded with the longest such window of its GPU type
+    (`longest`), so all those nodes share one reason."""
     if a.free_short:
         return _short_reason(pod.gpus, node.gpus_free_now, node.gpus_total)
     if a.no_memory and a.pred is not None:
         return _memory_reason(a.pred, node.gpu_type)
-    return _window_reason(pod.gpus, a.left, a.need, _basis(a, node.gpu_type, margin))
+    left = longest.get(node.gpu_type, a.left) if a.left > 0 else a.left
+    return _window_reason(pod.gpus, left, a.need, _basis(a, node.gpu_type, margin))
+
+
+def _short_of_window(a: _Assessment) -> bool:
+    """Whether a failing node was turned down for its window alone, and has one (its reason then names the longest
+    window of its GPU type)."""
+    return not a.free_short and not a.no_memory and a.left > 0
 
 
 # no "%" in any reason: kube-scheduler runs failure reasons through a printf-style formatter ("%!)(MISSING)")
@@ -176,13 +185,16 @@ def _basis(a: _Assessment, gpu_type: str, margin: float) -> str:
     return f"({factor}) on {gpu_type}" if a.exact else f"({factor}, slowest known GPU type)"
 
 
-def _window_reason(gpus: int, left: float, need: float, basis: str) -> str:
-    if left <= 0:
+def _window_reason(gpus: int, longest: float, need: float, basis: str) -> str:
+    """`longest`: the longest window among the nodes of one GPU type that are turned down for theirs. One reason
+    per GPU type, not one per node and window length: kube-scheduler counts nodes by reason, so a user reads
+    "812 window ends within 41m, ..." once instead of tens of reasons a minute apart."""
+    if longest <= 0:
         return f"no idle window for {gpus} GPU(s) now, job needs ~{duration(need)} {basis}"
-    return f"window ends in {duration(left)}, job needs ~{duration(need)} {basis}"
+    return f"window ends within {duration(longest)}, job needs ~{duration(need)} {basis}"
 
 
-@lru_cache(maxsize=4096)  # a filter words tens of reasons, and the next filters mostly the same ones again
+@lru_cache(maxsize=4096)  # the next filters word mostly the same reasons again
 def _window_words(gpus: int, whole_left: int, need: float, basis: str) -> str:
     """`_window_reason` for a window of `whole_left` seconds (its ceiling: all `duration` words of it)."""
     return _window_reason(gpus, whole_left, need, basis)
@@ -209,14 +221,18 @@ def filter_nodes(
     if margin < 0:
         raise ValueError(f"margin must be >= 0, got {margin}")
     passed: list[str] = []
-    failed: dict[str, str] = {}
+    failing: list[tuple[NodeView, _Assessment]] = []
+    longest: dict[str, float] = {}  # per GPU type, of the nodes turned down for their window
     assess = _assessor(pod, now, margin, checkpoint_intervals, goodput)
     for node in nodes:
         a = assess(node)
         if a.fits:
             passed.append(node.name)
-        else:
-            failed[node.name] = _reason(pod, node, a, margin)
+            continue
+        failing.append((node, a))
+        if _short_of_window(a) and a.left > longest.get(node.gpu_type, 0.0):
+            longest[node.gpu_type] = a.left
+    failed = {node.name: _reason(pod, node, a, margin, longest) for node, a in failing}
     return FilterResult(passed=tuple(passed), failed=failed)
 
 
@@ -274,15 +290,15 @@ def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float
     return _ArrayAssessment(fits, free_short, timed & fits, need, left, by_type)
 
 
-def _reasons_of(pod: PodRequest, a: _ArrayAssessment, nodes: NodeArrays, rows: np.ndarray, margin: float
-                ) -> list[str]:
-    """`_reason` of each node in `rows` (nodes that do not pass), out of the arrays; what a GPU type's nodes share
-    is worded once per type."""
+def _reasons_of(pod: PodRequest, a: _ArrayAssessment, nodes: NodeArrays, rows: np.ndarray, lefts: np.ndarray,
+                margin: float) -> list[str]:
+    """`_reason` of each node in `rows` (nodes that do not pass), out of the arrays, given the window each reason
+    names (`lefts`: a group's longest); what a GPU type's nodes share is worded once per type."""
     bases: dict[int, str] = {}
     out: list[str] = []
     for short, code, free, total, need, left in zip(a.free_short[rows].tolist(), nodes.type_code[rows].tolist(),
                                                     nodes.free_now[rows].tolist(), nodes.total[rows].tolist(),
-                                                    a.need[rows].tolist(), a.left[rows].tolist()):
+                                                    a.need[rows].tolist(), lefts.tolist()):
         t = a.by_type[code]
         if short:
             out.append(_short_reason(pod.gpus, free, total))
@@ -339,54 +355,61 @@ def filter_columns(
     failing = np.flatnonzero(~a.fits)
     if not failing.size:
         return FilterColumns(a.fits, failing, np.zeros(0, dtype=np.int64), [])
-    first, group = _reason_groups(a, nodes, failing)
-    # one reason per group, worded for its first node (the others differ from it in nothing the reason says)
-    return FilterColumns(a.fits, failing, group, _reasons_of(pod, a, nodes, failing[first], margin))
+    first, group, longest = _reason_groups(a, nodes, failing)
+    # one reason per group, worded for its first node and its longest window (the others differ from it in nothing
+    # else the reason says)
+    return FilterColumns(a.fits, failing, group, _reasons_of(pod, a, nodes, failing[first], longest, margin))
 
 
-def _reason_groups(a: _ArrayAssessment, nodes: NodeArrays, failing: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _reason_groups(a: _ArrayAssessment, nodes: NodeArrays, failing: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Group the `failing` nodes by what their reason says: GPUs free now and in all (nodes short of GPUs), else GPU
-    type and the window left as `duration` words it (whole seconds under a minute, whole minutes above). Returns
-    each group's first node (a position in `failing`) and each failing node's group, so reasons are worded once per
-    group instead of once per node.
+    type and whether a window is left at all. Returns each group's first node (a position in `failing`), each
+    failing node's group and each group's longest window, so reasons are worded once per group instead of once per
+    node.
 
-    One integer key per node, sorted once (a radix sort while the keys span less than 2**16, as they do for GPU
-    types × the minutes of a day); where the numbers are too large to pack into a key exactly (no real node), the
-    fields are sorted together instead, to the same groups.
+    One integer key per node, sorted once (a radix sort while the keys span less than 2**16, as they do for real
+    clusters); where the numbers are too large to pack into a key exactly (no real node), the fields are sorted
+    together instead, to the same groups.
     """
     short = a.free_short[failing]
     code = nodes.type_code[failing]
     free, total = nodes.free_now[failing], nodes.total[failing]
-    whole = np.ceil(a.left[failing])  # float ceil: exact, like math.ceil in `duration`
-    worded = np.where(whole < 60, whole, 60 + np.ceil(whole / 60))  # `duration` words minutes from a minute up
-    worded[short | np.asarray([t.no_memory for t in a.by_type], dtype=bool)[code]] = 0.0  # reasons without a window
-    key = _packed_key(short, code, worded, free, total)
+    left = a.left[failing]
+    windowed = (left > 0).astype(float)
+    windowed[short | np.asarray([t.no_memory for t in a.by_type], dtype=bool)[code]] = 0.0  # reasons without a window
+    key = _packed_key(short, code, windowed, free, total)
     if key is None:
-        return _sorted_groups((np.where(short, -1.0, code), np.where(short, free, worded), np.where(short, total, 0.0)))
-    low = int(key.min())
-    if int(key.max()) - low < 2**16:
-        key = (key - low).astype(np.uint16)
-    order = np.argsort(key, kind="stable")  # stable: a group's first node is its first in request order
-    ordered = key[order]
-    starts = np.empty(order.size, dtype=bool)
-    starts[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+        keys = (np.where(short, -1.0, code), np.where(short, free, windowed), np.where(short, total, 0.0))
+        order = np.lexsort(keys[::-1])  # stable: within a group, nodes stay in request order
+        starts = np.zeros(order.size, dtype=bool)
+        starts[0] = True
+        for k in keys:
+            ordered = k[order]
+            starts[1:] |= ordered[1:] != ordered[:-1]
+    else:
+        low = int(key.min())
+        if int(key.max()) - low < 2**16:
+            key = (key - low).astype(np.uint16)
+        order = np.argsort(key, kind="stable")  # stable: a group's first node is its first in request order
+        ordered_key = key[order]
+        starts = np.empty(order.size, dtype=bool)
+        starts[0] = True
+        np.not_equal(ordered_key[1:], ordered_key[:-1], out=starts[1:])
     group = np.empty(order.size, dtype=np.int64)
     group[order] = np.cumsum(starts) - 1
-    return order[starts], group
+    longest = np.maximum.reduceat(left[order], np.flatnonzero(starts))
+    return order[starts], group, longest
 
 
 _KEY_LIMIT = 2.0**62  # packed keys stay below this in magnitude: exact in int64, and in the float64 they are made in
 
 
-def _packed_key(short: np.ndarray, code: np.ndarray, worded: np.ndarray, free: np.ndarray, total: np.ndarray
+def _packed_key(short: np.ndarray, code: np.ndarray, windowed: np.ndarray, free: np.ndarray, total: np.ndarray
                 ) -> np.ndarray | None:
-    """Each node's group as one int64: GPU type and worded window (>= 0) or free and total GPUs (< 0, nodes short
-    of GPUs); None when a field is too large (or a window endless) to pack exactly."""
-    span_w = float(worded.max(initial=0.0)) + 1
-    if not span_w * (int(code.max(initial=0)) + 1) < _KEY_LIMIT:  # also catches an endless (inf) window
-        return None
-    key = code.astype(np.int64) * int(span_w) + worded.astype(np.int64)
+    """Each node's group as one int64: GPU type and whether a window is left (>= 0) or free and total GPUs (< 0,
+    nodes short of GPUs); None when a field is too large to pack exactly."""
+    key = code.astype(np.int64) * 2 + windowed.astype(np.int64)
     if short.any():
         lo_f, lo_t = int(free[short].min()), int(total[short].min())
         span_t = int(total[short].max()) - lo_t + 1
@@ -394,19 +417,6 @@ def _packed_key(short: np.ndarray, code: np.ndarray, worded: np.ndarray, free: n
             return None
         key[short] = -1 - ((free[short] - lo_f) * span_t + (total[short] - lo_t))
     return key
-
-
-def _sorted_groups(keys: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """`_reason_groups` for keys that do not pack: a stable sort by all of them, groups where any changes."""
-    order = np.lexsort(keys[::-1])  # stable: within a group, nodes stay in request order
-    starts = np.zeros(order.size, dtype=bool)
-    starts[0] = True
-    for key in keys:
-        ordered = key[order]
-        starts[1:] |= ordered[1:] != ordered[:-1]
-    group = np.empty(order.size, dtype=np.int64)
-    group[order] = np.cumsum(starts) - 1
-    return order[starts], group
 
 
 def prioritize_arrays(

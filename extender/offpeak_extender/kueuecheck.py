@@ -27,7 +27,7 @@ CONTROLLER_NAME = "offpeak.io/window-fit"
 FIELD_MANAGER = "offpeak-window-fit"
 JOB_STATE_ANNOTATION = "offpeak.io/state"  # what offpeak's operator decided about an opted-in Job
 PENDING, READY = "Pending", "Ready"
-MAX_REASONS = 3  # node reasons quoted in a Pending message
+MAX_REASONS = 3  # distinct reasons quoted in a Pending message, and nodes named for each
 
 
 @dataclass(frozen=True)
@@ -197,12 +197,21 @@ def decide(*, pod: PodRequest, managed: bool, count: int, result: FilterResult, 
         return Verdict(READY, f"a forecast idle window fits {count} pod(s) of {pod.gpus} GPU(s) now on {where}")
     if fitting:
         return Verdict(PENDING, f"windows fit {places} of {count} pods now; waiting for room for all of them")
-    reasons = [f"{name}: {why}" for name, why in list(result.failed.items())
-               if (flavor_nodes is None or name in by_name)
-               and (allowed is None or by_name.get(name) is None or by_name[name].gpu_type in allowed)][:MAX_REASONS]
+    nodes_by_reason: dict[str, list[str]] = {}  # nodes share reasons (one a GPU type for a window too short)
+    for name, why in result.failed.items():
+        if (flavor_nodes is None or name in by_name) and (
+                allowed is None or by_name.get(name) is None or by_name[name].gpu_type in allowed):
+            nodes_by_reason.setdefault(why, []).append(name)
+    reasons = [f"{why} ({_some(names)})" for why, names in list(nodes_by_reason.items())[:MAX_REASONS]]
     if not views:
         return Verdict(PENDING, "no GPU node known to offpeak yet")
     return Verdict(PENDING, "no forecast idle window fits now: " + ("; ".join(reasons) or "no node of its GPU types"))
+
+
+def _some(names: list[str]) -> str:
+    """The first few of `names`, and how many more."""
+    more = len(names) - MAX_REASONS
+    return ", ".join(names[:MAX_REASONS]) + (f" and {more} more" if more > 0 else "")
 
 
 def check_state_apply(check: PendingCheck, verdict: Verdict, *, now: str) -> dict[str, Any]:

@@ -92,7 +92,7 @@ class KueueAdmissionCheck:
                 last = written.get(key)
                 if verdict.state == kueuecheck.PENDING and (verdict.message == pending.message or (
                         last is not None and time.monotonic() - last < self.rewrite_pending_seconds)):
-                    counts["unchanged"] += 1  # a new reason ("window ends in 3s" -> "2s") waits a while
+                    counts["unchanged"] += 1  # a new reason ("window ends within 3s" -> "2s") waits a while
                     if last is not None:
                         seen[key] = last
                     continue

@@ -13,7 +13,7 @@ from offpeak_core.gangs import END_OUTCOMES
 
 _REASON_KINDS = (
     ("needs ", "gpus_not_free_now"),
-    ("window ends in", "window_too_short"),
+    ("window ends within", "window_too_short"),
     ("no idle window", "no_window"),
     ("unknown node", "unknown_node"),
     ("gang of ", "gang_no_room"),  # a gang's workers do not all fit: no node is admitted for any of them

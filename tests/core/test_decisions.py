@@ -30,13 +30,13 @@ def test_filter_keeps_nodes_whose_window_outlasts_p90_with_margin() -> None:
     res = filter_nodes(pod=p, nodes=nodes, now=NOW)
     assert res.passed == ("long", "exact")
     assert set(res.failed) == {"short"}
-    assert res.failed["short"].startswith("window ends in 1h, job needs ~1h09m")
+    assert res.failed["short"].startswith("window ends within 1h, job needs ~1h09m")
 
 
 def test_reason_matches_human_format() -> None:
     p = pod(**{"A100-SXM4-40GB": (3000.0, 3600.0 + 120)})  # p90 62m -> x1.15 = 71.3m -> 1h12m
     res = filter_nodes(pod=p, nodes=[node("n1", end=NOW + 41 * 60)], now=NOW)
-    assert res.failed["n1"] == "window ends in 41m, job needs ~1h12m (p90 x1.15) on A100-SXM4-40GB"
+    assert res.failed["n1"] == "window ends within 41m, job needs ~1h12m (p90 x1.15) on A100-SXM4-40GB"
 
 
 def test_filter_rejects_when_gpus_not_free_now_even_without_prediction() -> None:
@@ -189,7 +189,7 @@ def test_checkpoint_aware_rule_caps_needed_window_when_enabled() -> None:
     assert filter_nodes(pod=ck, nodes=nodes, now=NOW, checkpoint_intervals=4).passed == ("one-hour",)  # 40m
     tight = filter_nodes(pod=ck, nodes=nodes, now=NOW, checkpoint_intervals=9)  # 90m > 1h
     assert tight.failed["one-hour"] == (
-        "window ends in 1h, job needs ~1h30m (p90 x1.15 capped at a few checkpoints) on A100-SXM4-40GB")
+        "window ends within 1h, job needs ~1h30m (p90 x1.15 capped at a few checkpoints) on A100-SXM4-40GB")
     assert filter_nodes(pod=no_ck, nodes=nodes, now=NOW, checkpoint_intervals=4).passed == ()  # not checkpointing
     assert prioritize_nodes(pod=ck, nodes=nodes, now=NOW, checkpoint_intervals=4)["one-hour"] >= 1
 

@@ -50,7 +50,7 @@ def test_a_narrower_width_runs_longer_so_it_needs_a_longer_window() -> None:
     assert not too_short.fits and too_short.width == 0  # 1 worker would need 4.6 h; unscaled it would fit
     assert too_short.reason == ("gang of 4 worker(s) x 8 GPU(s) needs 1 to 4 place(s) in fitting windows (elastic: "
                                 "fewer workers run longer); 0 found on 0 node(s) at the runtime of 1 worker(s)")
-    assert too_short.failed["a"].startswith("window ends in 3h")
+    assert too_short.failed["a"].startswith("window ends within 3h")
     long_enough = plan_gang(pod=worker(), workers=4, nodes=[node("a", end=NOW + 5 * H)], now=NOW, min_workers=1)
     assert long_enough.places == ("a",) and long_enough.width == 1
 

@@ -40,7 +40,7 @@ def test_one_fitting_node_for_two_workers_of_a_full_node_each_places_none() -> N
     assert not plan.fits and plan.places == ()
     assert plan.reason == "gang of 2 worker(s) x 8 GPU(s) needs 2 place(s) in fitting windows; 1 found on 1 node(s)"
     assert plan.failed["a"] == plan.reason  # a fits one worker, but the gang is all or none
-    assert plan.failed["b"].startswith("window ends in 30m")  # b keeps its own reason
+    assert plan.failed["b"].startswith("window ends within 30m")  # b keeps its own reason
 
 
 def test_two_fitting_nodes_take_one_worker_each() -> None:

@@ -113,7 +113,7 @@ def test_a_node_that_cannot_take_the_pod_fails_with_its_reason_and_scores_zero()
     result = filter_arrays(pod=pod, nodes=arrays, now=NOW)
     assert result.passed == ("long",)
     assert "2 GPU(s), 1 of 8 free now" in result.failed["busy"]
-    assert result.failed["short"].startswith("window ends in 1m")
+    assert result.failed["short"].startswith("window ends within 1m")
     scores = prioritize_arrays(pod=pod, nodes=arrays, now=NOW)
     assert scores["busy"] == scores["short"] == 0 and scores["long"] >= 1
 
@@ -214,20 +214,27 @@ def test_a_patch_with_more_windows_than_the_columns_hold_is_refused() -> None:
     assert rows.gather([wide]).window_left(gpus=4, now=NOW).tolist() == [20.0]
 
 
-def test_nodes_whose_windows_word_alike_share_one_reason_group() -> None:
-    """61 s and 119 s left both read "2m": one reason, worded once, for both nodes (and the per-node loop's)."""
-    views = [NodeView(f"n{i}", "T4", 8, 8, NOW + left, 8) for i, left in enumerate((61.0, 119.0, 59.0))]
-    pod = PodRequest("p", gpus=1, predicted={"T4": Prediction(3_600.0, 3_600.0)})
+def test_a_gpu_types_windows_too_short_share_one_reason_naming_the_longest() -> None:
+    """Windows of 61 s, 119 s and 59 s on T4s all read "window ends within 2m" (the longest, rounded up), once for
+    the three nodes; a T4 with no window and the L4s get their own reasons, and the per-node loop says the same."""
+    views = [NodeView(f"n{i}", "T4", 8, 8, NOW + left, 8) for i, left in enumerate((61.0, 119.0, 59.0, 0.0))]
+    views += [NodeView(f"l{i}", "L4", 8, 8, NOW + left, 8) for i, left in enumerate((600.0, 30.0))]
+    pod = PodRequest("p", gpus=1, predicted={"T4": Prediction(3_600.0, 3_600.0), "L4": Prediction(900.0, 1_000.0)})
     columns = filter_columns(pod=pod, nodes=NodeArrays.from_views(views), now=NOW)
-    assert sorted(columns.reasons) == sorted(set(filter_nodes(pod=pod, nodes=views, now=NOW).failed.values()))
-    assert len(columns.reasons) == 2  # "2m" for n0 and n1, "59s" for n2
-    assert columns.reason_of[0] == columns.reason_of[1] != columns.reason_of[2]
+    by_node = filter_nodes(pod=pod, nodes=views, now=NOW).failed
+    assert sorted(columns.reasons) == sorted(set(by_node.values()))
+    assert by_node["n0"] == by_node["n1"] == by_node["n2"] == "window ends within 2m, job needs ~1h09m (p90 x1.15) on T4"
+    assert by_node["n3"] == "no idle window for 1 GPU(s) now, job needs ~1h09m (p90 x1.15) on T4"
+    assert by_node["l0"] == by_node["l1"] == "window ends within 10m, job needs ~20m (p90 x1.15) on L4"
+    assert len(columns.reasons) == 3
+    assert columns.reason_of[0] == columns.reason_of[1] == columns.reason_of[2] != columns.reason_of[3]
 
 
 @pytest.mark.parametrize("case", ["huge window", "huge node"])
 def test_numbers_too_large_to_pack_group_as_exactly(case: str) -> None:
-    """Reason groups are one packed integer per node; where a window or a GPU count is too large for that (no real
-    node), the nodes are grouped by sorting their fields instead, with the same reasons as the per-node loop."""
+    """Reason groups are one packed integer per node; where a GPU count is too large for that (no real node), the
+    nodes are grouped by sorting their fields instead, with the same reasons as the per-node loop (and windows
+    too long for a float's integers are no trouble: they are grouped by type)."""
     if case == "huge window":
         views = [NodeView(f"n{i}", "T4", 8, 8, NOW + 1e25 * (i + 1), 8) for i in range(3)]
         pod = PodRequest("p", gpus=1, predicted={"T4": Prediction(1e30, 1e30)})
@@ -238,4 +245,5 @@ def test_numbers_too_large_to_pack_group_as_exactly(case: str) -> None:
     arrays = NodeArrays.from_views(views)
     result = filter_arrays(pod=pod, nodes=arrays, now=NOW)
     assert result == filter_nodes(pod=pod, nodes=views, now=NOW)
-    assert len(result.failed) == 3 and len(filter_columns(pod=pod, nodes=arrays, now=NOW).reasons) in (2, 3)
+    assert len(result.failed) == 3
+    assert len(filter_columns(pod=pod, nodes=arrays, now=NOW).reasons) == (1 if case == "huge window" else 2)

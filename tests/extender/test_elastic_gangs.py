@@ -114,7 +114,7 @@ def test_the_narrow_runtime_must_fit_the_window() -> None:
     c = Cluster()
     c.add(online("b"))  # only a has room: one worker of four, 4 x 120 s x 1.15 = 552 s, more than a's ~540 s
     passed, failed = c.filter(worker(0, size=4))
-    assert passed == [] and failed["a"] == "window ends in 9m, job needs ~10m (p90 x1.15) on A100-SXM4-40GB"
+    assert passed == [] and failed["a"] == "window ends within 9m, job needs ~10m (p90 x1.15) on A100-SXM4-40GB"
     passed, _ = c.filter(worker(0, size=2))  # one worker of two: 276 s, which fits
     assert passed == ["a"]
 
@@ -156,7 +156,7 @@ def test_a_joining_worker_is_judged_by_the_work_the_job_has_left() -> None:
         return pod
 
     passed, failed = c.filter(joiner(None))  # no checkpoint interval: where it would resume from is unknown
-    assert passed == [] and failed["c"].startswith("window ends in 1m, job needs ~3m"), failed
+    assert passed == [] and failed["c"].startswith("window ends within 1m, job needs ~3m"), failed
     # 170 s saved at one worker's pace (240 s for the whole job): 29 % left, 35 s at two workers
     passed, failed = c.filter(joiner("30"))
     assert passed == ["c"], failed

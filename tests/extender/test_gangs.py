@@ -88,7 +88,7 @@ def test_with_one_fitting_node_no_worker_of_a_two_worker_gang_is_admitted() -> N
         assert passed == []
         assert failed["a"] == "gang of 2 worker(s) x 8 GPU(s) needs 2 place(s) in fitting windows; 1 found on 1 node(s)"
         assert failed["b"].startswith("needs 8 GPU(s), 0 of 8 free now")
-        assert failed["c"].startswith("window ends in")
+        assert failed["c"].startswith("window ends within")
     assert c.metric("offpeak_extender_filtered_out_total", reason="gang_no_room") == 3
     assert c.metric("offpeak_extender_gang_reservations_total", outcome="created") == 0
     assert c.service.gangs.table.withheld() == {}  # nothing held back for a gang that does not fit

@@ -68,7 +68,7 @@ def test_filter_node_cache_capable_with_reasons() -> None:
         body = {"Pod": gpu_pod("train-0", phase="Pending", predicted=PRED), "NodeNames": ["short", "long", "t4"]}
         res = await post(client, "filter", body)
         assert res["NodeNames"] == ["long"]
-        assert res["FailedNodes"]["short"].startswith("window ends in 1m, job needs ~3m (p90 x1.15)")
+        assert res["FailedNodes"]["short"].startswith("window ends within 1m, job needs ~3m (p90 x1.15)")
         assert res["FailedNodes"]["t4"].endswith("(p90 x1.15, slowest known GPU type)")
         assert res["Error"] == ""
         assert reg.get_sample_value("offpeak_extender_filtered_out_total", {"reason": "window_too_short"}) == 2.0

@@ -96,12 +96,16 @@ def test_ready_needs_room_for_every_pod_on_nodes_of_the_allowed_types() -> None:
 
 def test_pending_says_why_no_window_fits_and_waits_for_a_prediction() -> None:
     pod = PodRequest("p", gpus=1, predicted={"A100-SXM4-40GB": Prediction(100.0, 120.0)})
-    failed = FilterResult((), {"a": "window ends in 1m, job needs ~3m", "h": "wrong type"})
+    short = "window ends within 1m, job needs ~3m"
+    failed = FilterResult((), {"a": short, "h": "wrong type", "b": short, "c": "no idle window", "d": short,
+                               "e": short, "f": short})
     verdict = kueuecheck.decide(pod=pod, managed=True, count=1, result=failed,
                                 views=[view("a", 8), view("h", 8, "H100-SXM5-80GB")],
                                 allowed=frozenset({"A100-SXM4-40GB"}))
     assert verdict.state == "Pending"
-    assert verdict.message == "no forecast idle window fits now: a: window ends in 1m, job needs ~3m"
+    # nodes that share a reason are named with it, a few of them: the H100 node is not of the allowed types
+    assert verdict.message == ("no forecast idle window fits now: window ends within 1m, job needs ~3m "
+                               "(a, b, d and 2 more); no idle window (c)")
     waiting = kueuecheck.decide(pod=pod, managed=False, count=1, result=failed, views=[], allowed=None)
     assert waiting.state == "Pending" and "prediction" in waiting.message
 
@@ -194,7 +198,8 @@ def test_a_sweep_admits_what_fits_a_window_now_and_keeps_the_rest_pending() -> N
     assert got["wl-fits"][0] == "Ready" and "long" in got["wl-fits"][1]
     assert got["wl-too-long"][0] == "Pending"
     assert got["wl-too-long"][1].startswith("no forecast idle window fits now: ")
-    assert "short: window ends in 1m" in got["wl-too-long"][1]
+    assert "window ends within 9m, job needs ~58m (p90 x1.15) on A100-SXM4-40GB (short, long)" in got["wl-too-long"][1]
+    assert "window ends within 1m, job needs ~58m (p90 x1.15, slowest known GPU type) (t4)" in got["wl-too-long"][1]
     assert got["wl-unpredicted"] == ("Pending", kueuecheck.decide(
         pod=PodRequest("x"), managed=False, count=1, result=FilterResult(()), views=[], allowed=None).message)
     assert got["wl-online"][0] == "Ready" and "not offline work" in got["wl-online"][1]
@@ -302,7 +307,7 @@ def test_the_assigned_flavors_node_labels_say_which_nodes_are_judged() -> None:
     views = [view("a", 0), view("b", 8)]
     only_a = kueuecheck.decide(pod=pod, managed=True, count=1, result=FilterResult(("b",), {"a": "needs 1 GPU(s)"}),
                                views=views, allowed=None, flavor_nodes=frozenset({"a"}), flavors=("gpu-pool",))
-    assert only_a == kueuecheck.Verdict("Pending", "no forecast idle window fits now: a: needs 1 GPU(s)")
+    assert only_a == kueuecheck.Verdict("Pending", "no forecast idle window fits now: needs 1 GPU(s) (a)")
     none = kueuecheck.decide(pod=pod, managed=True, count=1, result=everywhere, views=views, allowed=None,
                              flavor_nodes=frozenset(), flavors=("gpu-pool",))
     assert none.state == "Pending" and "node labels of its ResourceFlavor(s) gpu-pool" in none.message
@@ -319,7 +324,8 @@ def test_a_sweep_judges_a_workload_on_the_nodes_of_the_flavor_kueue_assigned() -
     api = FakeKueueApi([admission_check("offpeak-window", active=True)], wls, jobs, flavors)
     controller(api).sweep()
     got = states(api)
-    assert got["wl-short"][0] == "Pending" and got["wl-short"][1].startswith("no forecast idle window fits now: short")
+    assert got["wl-short"] == ("Pending", "no forecast idle window fits now: "
+                                          "window ends within 1m, job needs ~3m (p90 x1.15) on A100-SXM4-40GB (short)")
     assert got["wl-any"][0] == got["wl-plain"][0] == "Ready"  # a flavor without node labels: every node
     assert got["wl-nowhere"][0] == "Pending" and "ResourceFlavor(s) nowhere" in got["wl-nowhere"][1]
     assert api.listed.count("resourceflavors") == 1  # once a sweep

@@ -40,12 +40,12 @@ def test_extender_counters_start_at_zero_for_every_reason_and_outcome() -> None:
 
 
 def test_every_reason_kind_is_pre_initialised() -> None:
-    for reason in ("needs 2 GPUs, 1 free", "window ends in 3m", "no idle window", "unknown node x", "anything"):
+    for reason in ("needs 2 GPUs, 1 free", "window ends within 3m", "no idle window", "unknown node x", "anything"):
         assert reason_kind(reason) in FILTER_REASON_KINDS
 
 
 def test_count_reason_kinds_agrees_with_reason_kind() -> None:
-    reasons = ["needs 2 GPU(s), 1 of 8 free now", "window ends in 3m, job needs ~1h", "window ends in 41m, x",
+    reasons = ["needs 2 GPU(s), 1 of 8 free now", "window ends within 3m, job needs ~1h", "window ends within 41m, x",
                "no idle window for 4 GPU(s) now", "unknown node x", "no", "", "window ends", "something else"]
     expected: dict[str, int] = {}
     for r in reasons:
@@ -54,7 +54,7 @@ def test_count_reason_kinds_agrees_with_reason_kind() -> None:
 
 
 def test_grouped_reason_kinds_count_each_reason_as_often_as_nodes_got_it() -> None:
-    reasons = ["needs 2 GPU(s), 1 of 8 free now", "window ends in 3m, job needs ~1h", "window ends in 41m, x",
+    reasons = ["needs 2 GPU(s), 1 of 8 free now", "window ends within 3m, job needs ~1h", "window ends within 41m, x",
                "no idle window for 4 GPU(s) now", "gang of 2 has no room", "", "something else", "needs 2 GPU(s), 0"]
     nodes = [3, 1, 4, 0, 2, 5, 1, 7]
     expanded = [r for r, n in zip(reasons, nodes) for _ in range(n)]

@@ -152,7 +152,7 @@ def test_extender_process_filters_with_its_informer_cache(fake_api: tuple[FakeAp
         assert res["NodeNames"] == []
         assert res["FailedNodes"]["n1"] == "needs 2 GPU(s), 0 of 4 free now"
         # n2 is free now (no pods) but Prometheus history says online work fills it all day: no real window
-        assert res["FailedNodes"]["n2"].startswith("window ends in "), res["FailedNodes"]["n2"]
+        assert res["FailedNodes"]["n2"].startswith("window ends within "), res["FailedNodes"]["n2"]
         q = next(c[2] for c in api.calls if c[0] == "query_range")
         assert q["query"] == "max by (node) (offpeak_node_online_gpus)" and q["step"] == "6"
         blind = {"Pod": gpu_pod("train-1", gpus=2, phase="Pending", predicted=None), "NodeNames": ["n1", "n2"]}

@@ -40,10 +40,10 @@ def test_parse_full_nodes_and_reply_with_subset_objects() -> None:
     body = {"Pod": gpu_pod("x-0", predicted=PRED), "Nodes": {"items": [gpu_node("a"), gpu_node("b")]}}
     args = parse_extender_args(body)
     assert args.node_names == ("a", "b")
-    res = filter_result(args=args, passed=["b"], failed={"a": "window ends in 1m, job needs ~1h"})
+    res = filter_result(args=args, passed=["b"], failed={"a": "window ends within 1m, job needs ~1h"})
     assert res["NodeNames"] is None
     assert [n["metadata"]["name"] for n in res["Nodes"]["items"]] == ["b"]  # type: ignore[index]
-    assert res["FailedNodes"] == {"a": "window ends in 1m, job needs ~1h"}
+    assert res["FailedNodes"] == {"a": "window ends within 1m, job needs ~1h"}
     assert set(res) == {"Nodes", "NodeNames", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
 
 
@@ -130,7 +130,7 @@ def test_encode_scores_gives_the_bytes_of_encode_priorities(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(10))
 def test_encode_filter_result_gives_the_bytes_of_json_dumps(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    reasons = ["needs 2 GPU(s), 0 of 8 free now", 'a "quoted" reason', "é and 日本", "window ends in 5m"]
+    reasons = ["needs 2 GPU(s), 0 of 8 free now", 'a "quoted" reason', "é and 日本", "window ends within 5m"]
     names = [f"{rng.choice(NAMES)}-{i}" for i in range(int(rng.integers(0, 40)))]
     failed = {n: str(rng.choice(reasons)) for n in names if rng.random() < 0.6}
     passed = [n for n in names if n not in failed]
@@ -146,7 +146,7 @@ def test_encode_filter_result_gives_the_bytes_of_json_dumps(seed: int) -> None:
 @pytest.mark.parametrize("seed", range(10))
 def test_a_names_reply_in_columns_is_the_filter_result_and_its_bytes(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    reasons = ["needs 2 GPU(s), 0 of 8 free now", 'a "quoted" reason', "é and 日本", "window ends in 5m"]
+    reasons = ["needs 2 GPU(s), 0 of 8 free now", 'a "quoted" reason', "é and 日本", "window ends within 5m"]
     names = np.array([f"{rng.choice(NAMES)}-{i}" for i in range(int(rng.integers(0, 40)))], dtype=object)
     fits = rng.random(len(names)) < 0.4
     failing = np.flatnonzero(~fits)

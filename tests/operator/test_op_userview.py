@@ -10,7 +10,7 @@ from offpeak_core.jobkinds import PYTORCH_JOB
 from offpeak_operator.userview import explain_lines, job_row, scheduler_reasons, window_needed, workload_row
 
 SAID = ("0/4 nodes are available: 1 gang of 2 worker(s) x 8 GPU(s) needs 2 place(s) in fitting windows; 1 found "
-        "on 1 node(s), 1 window ends in 6s, job needs ~2m (p90 x1.15) on L4, 2 node(s) didn't match Pod's node "
+        "on 1 node(s), 1 window ends within 6s, job needs ~2m (p90 x1.15) on L4, 2 node(s) didn't match Pod's node "
         "affinity/selector. preemption: 0/4 nodes are available: 2 No preemption victims found for incoming pod.")
 
 
@@ -118,7 +118,7 @@ def test_the_schedulers_summary_splits_into_its_reasons_without_preemption() -> 
     assert scheduler_reasons(SAID) == [
         "0/4 nodes are available",
         "1 gang of 2 worker(s) x 8 GPU(s) needs 2 place(s) in fitting windows; 1 found on 1 node(s)",
-        "1 window ends in 6s, job needs ~2m (p90 x1.15) on L4",
+        "1 window ends within 6s, job needs ~2m (p90 x1.15) on L4",
         "2 node(s) didn't match Pod's node affinity/selector"]
     assert scheduler_reasons("something else") == ["something else"] and scheduler_reasons("") == []
 
