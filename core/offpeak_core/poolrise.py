@@ -1,0 +1,77 @@
+"""A pool's online demand ahead: its recent peak, plus how far it has risen above such a peak before.
+
+Online pods of a pool (the nodes one online service may run on) go to any of its nodes with room, so an offline
+pod there is evicted only when the pool as a whole is full: what matters is the pool's total online demand, not
+where it sits now. A pool's total is a smoother series than any node's, but it need not repeat daily or weekly
+(a training cluster's occupancy does not). So this forecast asks only the pool's own past: at every instant s of
+its history, how far the demand rose in the next k steps above its peak of the `look_back` steps before s. The
+`quantile` of those rises, for every k, added to the peak now, is the demand the pool stays below for k steps
+with that probability, as far as its history tells. A rise may be negative (a pool that seldom returns to its
+peak soon); the forecast is never below the demand now, and never falls with k (a later step's rise is over a
+longer span), so the pool's windows shrink with the time a job needs.
+
+The rises are over every instant, whatever the pool's state then. Counting only instants as quiet as now, or the
+quarter nearest to now's peak, was tried in the simulator and not kept (docs/simulator.md, "Pool windows").
+
+Pure numpy, no I/O: the simulator fits it on a pool's summed per-node series.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+
+@dataclass(frozen=True)
+class PoolRise:
+    """Rises above the recent peak a pool's demand stayed within, per step ahead (`rises[k-1]`: k steps)."""
+
+    rises: np.ndarray  # float [horizon steps], non-decreasing
+    look_back_steps: int
+    samples: int  # instants of history the rises are over (0: too little history, every rise is the capacity)
+
+    def forecast(self, *, recent: np.ndarray, live: float) -> np.ndarray:
+        """Online demand per step ahead: the peak of `recent` (the last `look_back_steps` step maxima) and `live`,
+        plus each step's rise, never below `live`."""
+        peak = max(float(np.max(recent)) if recent.size else live, live)
+        return np.maximum(peak + self.rises, live)
+
+
+def step_maxima(online: np.ndarray, per_step: int) -> np.ndarray:
+    """Maxima of consecutive blocks of `per_step` samples (a last, partial block included)."""
+    x = np.asarray(online, dtype=float)
+    if per_step <= 1 or x.size == 0:
+        return x
+    pad = (-x.size) % per_step
+    if pad:
+        x = np.concatenate([x, np.full(pad, -np.inf)])
+    return x.reshape(-1, per_step).max(axis=1)
+
+
+def fit_pool_rise(
+    steps: np.ndarray, *, capacity: float, horizon_steps: int, look_back_steps: int, quantile: float = 0.9,
+    min_samples: int = 12,
+) -> PoolRise:
+    """Fit rises from a pool's history of step maxima `steps` (oldest first).
+
+    A step ahead that fewer than `min_samples` instants of the history reach (with a full look-back before them)
+    has nothing to go on: its rise is the pool's capacity (no window reaches it), as unknown demand counts as busy
+    elsewhere.
+    """
+    if horizon_steps < 1 or look_back_steps < 1 or not 0.0 < quantile <= 1.0:
+        raise ValueError("horizon_steps and look_back_steps must be >= 1 and quantile within (0, 1]")
+    x = np.asarray(steps, dtype=float)
+    starts = max(0, x.size - look_back_steps)  # instants with a full look-back and at least one step after them
+    rises = np.full(horizon_steps, float(capacity))
+    if starts:
+        peak = sliding_window_view(x, look_back_steps).max(axis=1)[:starts]  # peak[i]: up to s = i + L - 1
+        ahead = np.full(starts, -np.inf)
+        for k in range(1, horizon_steps + 1):
+            n = starts - (k - 1)  # instants with k steps after them in the history
+            if n < min_samples:
+                break
+            ahead[:n] = np.maximum(ahead[:n], x[look_back_steps - 1 + k : look_back_steps - 1 + k + n])
+            rises[k - 1] = float(np.quantile(ahead[:n] - peak[:n], quantile))
+    return PoolRise(np.maximum.accumulate(rises), look_back_steps, int(starts))
