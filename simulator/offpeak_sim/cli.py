@@ -78,6 +78,12 @@ def register(subparsers: Any) -> None:
                    help="Helios/Philly: online pods placed as the default scheduler would, evicting through the "
                    "evictor's plan_for_pending (pods, default), or online GPUs packed onto fixed nodes (pinned, "
                    "the model before); Alibaba is always pinned")
+    p.add_argument("--pool-windows", action="store_true",
+                   help="pod-placed online demand: a node's windows end when its pool (Helios VC) is forecast full, "
+                   "from the pool's recent peak and the rises its history shows (offpeak_core.poolrise), not when the "
+                   "node's own online history says; the extender does not do this yet")
+    p.add_argument("--pool-look-back-hours", type=float, default=6.0,
+                   help="with --pool-windows: the pool's peak over this many past hours is where rises start (6)")
     p.add_argument("--report", required=True, metavar="OUT.json", help="write the per-policy JSON report here")
     p.add_argument("--plots", metavar="DIR", help="write harvest.png, jct_cdf.png, evictions.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
@@ -144,7 +150,14 @@ def handle(args: argparse.Namespace) -> int:
     if args.forecast == "exact" and args.online_placement == "pods" and detect_layout(online_dir) != "alibaba":
         raise UserError("--forecast exact needs the future online demand per node: add --online-placement pinned")
     fs = ForecastSettings() if args.forecast_quantile is None else ForecastSettings(quantile=args.forecast_quantile)
-    feed = FeedSettings(mode=args.forecast, refresh_seconds=args.refresh_seconds, forecast=fs)
+    if args.pool_windows and (args.online_placement != "pods" or detect_layout(online_dir) == "alibaba"
+                              or args.forecast != "seasonal"):
+        raise UserError("--pool-windows needs pod-placed online demand (a Helios or Philly trace, --online-placement "
+                        "pods) and the seasonal forecast")
+    if args.pool_look_back_hours <= 0:
+        raise UserError("--pool-look-back-hours must be > 0")
+    feed = FeedSettings(mode=args.forecast, refresh_seconds=args.refresh_seconds, forecast=fs,
+                        pool_windows=args.pool_windows, pool_look_back_seconds=args.pool_look_back_hours * 3600.0)
     if args.min_efficiency is not None and not 0.0 < args.min_efficiency <= 1.0:
         raise UserError("--min-efficiency must be within (0, 1]")
     goodput = EngineSettings().goodput

@@ -104,6 +104,8 @@ class PolicyRun:
         fl = scenario.fleet
         n_jobs = len(scenario.jobs)
         self.used = np.zeros(fl.size, dtype=np.int64)
+        if self.own_feed and self.feed is not None:
+            self.feed.watch_offline(self.used)
         self.on_node: list[dict[int, Run]] = [{} for _ in range(fl.size)]
         self.runs: dict[int, Run] = {}
         self.heap: list[tuple[float, int, int, int]] = []  # (time, job, attempt, COMPLETE | YIELD)

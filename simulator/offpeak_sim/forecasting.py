@@ -26,6 +26,12 @@ With pod-placed online demand each policy's cluster has its own per-node demand 
 where its offline pods are), so each policy gets its own feed (`fork`) over its own demand array, which the engine
 fills minute by minute: that feed reads no minute after now, and learns when a window closed only once the clock
 has passed it (`causal`); `exact` needs the future and so the pinned model.
+
+Pool windows (`pool_windows`, pod-placed online demand only): an online pod goes to any node of its pool with room,
+so an offline pod is evicted only when its whole pool is full. A pooled node's windows then end when the pool's
+total online demand, forecast by `offpeak_core.poolrise` (its recent peak plus the rises its history shows), leaves
+less room than the pool's offline pods hold, and never hold more GPUs than the node has free now. The node's own
+seasonal forecast still feeds the survival table, which is not pool-aware.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from offpeak_core.forecast import ForecastSettings, SeasonalModel, fit_seasonal,
 from offpeak_core.goodput import DEFAULT_CLASS_EDGES, WindowSurvival, add_observations
 from offpeak_core.idleruns import IdleRuns, run_ages
 from offpeak_core.model import IdleWindow
+from offpeak_core.poolrise import PoolRise, fit_pool_rise, step_maxima
 from offpeak_core.windows import FreeProfile, free_profile, idle_windows
 
 from offpeak_sim.scenario import Scenario
@@ -55,6 +62,10 @@ class FeedSettings:
     survival_bin_seconds: float = 300.0
     survival_horizon_seconds: float = 86400.0  # windows followed this long count as outlasting it
     live_updates: bool = True  # seasonal: re-forecast a node when its online demand changes (as the extender does)
+    # pod-placed online demand: windows end when the node's pool is forecast full (offpeak_core.poolrise: the
+    # pool's peak of the last `pool_look_back_seconds` plus its `forecast.quantile` rise), not the node
+    pool_windows: bool = False
+    pool_look_back_seconds: float = 6 * 3600.0
 
     def __post_init__(self) -> None:
         if self.mode not in ("seasonal", "exact"):
@@ -98,10 +109,37 @@ class WindowFeed:
         self.survival_version = 0
         self._live = np.full(scenario.fleet.size, -1, dtype=np.int64)  # online GPUs each node was forecast with
         self.updates = 0  # node forecasts brought up to date between refreshes (live_updates)
+        pools = scenario.online_pods.pools if scenario.online_pods is not None else None
+        # pool windows: the pools, the policy's offline GPUs per node (the engine's array, `watch_offline`), each
+        # pool's fitted rises and its free GPUs per step of the refresh's grid (before offline pods)
+        self.pools = pools if settings.pool_windows and self.causal and settings.mode == "seasonal" else None
+        self.offline: np.ndarray | None = None
+        self.pool_of = np.full(scenario.fleet.size, -1, dtype=np.int64)
+        self._pool_rises: list[PoolRise] = []
+        if self.pools is not None:
+            for p, nodes in enumerate(self.pools.nodes):
+                self.pool_of[nodes] = p
+        self._pooled = np.flatnonzero(self.pool_of >= 0)
+        n_pools = 0 if self.pools is None else len(self.pools.nodes)
+        self.pool_cap = np.bincount(self.pool_of[self._pooled], weights=scenario.fleet.gpus[self._pooled],
+                                    minlength=n_pools).astype(np.int64)
+        self.pool_free = np.zeros((n_pools, self.steps), dtype=np.int64)
+        self._pool_live = np.full(n_pools, -1, dtype=np.int64)
 
     def fork(self, demand: np.ndarray) -> WindowFeed:
         """A fresh feed with these settings over another demand array (a policy's own, filled as the run goes)."""
         return WindowFeed(self.sc, self.s, demand)
+
+    def watch_offline(self, used: np.ndarray) -> None:
+        """Read the policy's offline GPUs per node from `used` (updated in place): pool windows depend on them."""
+        self.offline = used
+
+    def pool_key(self, node: int) -> int:
+        """What a pooled node's windows depend on beyond the node itself: its pool's offline GPUs (-1: no pool)."""
+        p = int(self.pool_of[node])
+        if p < 0 or self.offline is None or self.pools is None:
+            return -1
+        return int(self.offline[self.pools.nodes[p]].sum())
 
     def update_live(self, now: float) -> np.ndarray:
         """Re-forecast (seasonal mode) the nodes whose online demand changed since their last forecast; return them.
@@ -115,6 +153,11 @@ class WindowFeed:
             self._forecast_node(int(n), now)
             self._windows.pop(int(n), None)
         self.updates += int(changed.size)
+        if self.pools is not None and self._pool_rises:
+            m = int(now // 60)
+            for p, nodes in enumerate(self.pools.nodes):
+                if int(self.demand[nodes, m].sum()) != self._pool_live[p]:
+                    self._forecast_pool(p, now)
         return changed
 
     def maybe_refresh(self, now: float) -> bool:
@@ -257,8 +300,52 @@ class WindowFeed:
                 fit_seasonal(times=t, online=self.demand[n, lo:m_now].astype(float), now=now, settings=fs)
                 for n in range(self.sc.fleet.size)
             ]
+            if self.pools is not None:
+                self._fit_pools(now)
         for n in range(len(self._models)):
             self._forecast_node(n, now)
+        for p in range(len(self._pool_rises)):
+            self._forecast_pool(p, now)
+
+    def _fit_pools(self, now: float) -> None:
+        """Fit each pool's rises on its total online demand over the history (step maxima)."""
+        assert self.pools is not None
+        per = max(1, int(round(self.step / 60.0)))
+        m = int(now // 60)
+        lo = max(0, int((now - self.s.forecast.history_seconds) // 60))
+        look_back = max(1, int(round(self.s.pool_look_back_seconds / self.step)))
+        self._pool_rises = [
+            fit_pool_rise(step_maxima(self.demand[nodes, lo:m].sum(axis=0), per), capacity=float(self.pool_cap[p]),
+                          horizon_steps=self.steps, look_back_steps=look_back, quantile=self.s.forecast.quantile)
+            for p, nodes in enumerate(self.pools.nodes)
+        ]
+
+    def _forecast_pool(self, p: int, now: float) -> None:
+        """Pool p's free GPUs (before offline pods) per step of the last refresh's grid, from `now` on."""
+        assert self.pools is not None
+        nodes = self.pools.nodes[p]
+        m = int(now // 60)
+        rise = self._pool_rises[p]
+        per = max(1, int(round(self.step / 60.0)))
+        recent = self.demand[nodes, max(0, m - rise.look_back_steps * per) : m].sum(axis=0).astype(float)
+        live = int(self.demand[nodes, m].sum())
+        past = min(self.steps - 1, int(max(0.0, now - self.refreshed_at) // self.step))
+        online = rise.forecast(recent=recent, live=float(live))[: self.steps - past]
+        online = np.concatenate([np.repeat(online[:1], past), online])
+        cap = int(self.pool_cap[p])
+        self.pool_free[p] = np.clip(cap - np.ceil(online - 1e-9), 0, cap).astype(np.int64)
+        self._pool_live[p] = live
+
+    def _pooled_free(self, nodes: np.ndarray, now: float) -> np.ndarray:
+        """[nodes, steps]: GPUs of each pooled node forecast free beyond its own offline pods' (what `self.free` is
+        for a node alone): no more than it has free now, nor than its pool has beyond the pool's offline GPUs."""
+        assert self.offline is not None, "pool windows need the policy's offline GPUs (watch_offline)"
+        pooled = self._pooled
+        held = np.bincount(self.pool_of[pooled], weights=self.offline[pooled], minlength=len(self.pool_cap))
+        p = self.pool_of[nodes]
+        own = self.sc.fleet.gpus[nodes].astype(np.int64) - self.demand[nodes, int(now // 60)].astype(np.int64)
+        pool = self.pool_free[p] - (held[p].astype(np.int64) - self.offline[nodes])[:, None]
+        return np.clip(np.minimum(own[:, None], pool), 0, None)
 
     def _forecast_node(self, n: int, now: float) -> None:
         """Node n's free profile at `now` (live demand overlaid), on the step grid of the last refresh."""
@@ -317,6 +404,10 @@ class WindowFeed:
 
         Only windows containing `now` are kept: the decisions look at no others, and the lists stay short.
         """
+        if self.pool_of[node] >= 0 and self._pool_rises:
+            free = np.clip(self._pooled_free(np.array([node]), now)[0] - offline_gpus, 0, None)
+            prof = FreeProfile(self.times, free, self._profiles[node].confidence, self.step)
+            return tuple(w for w in idle_windows(profile=prof) if w.start <= now and (w.end is None or w.end > now))
         return tuple(
             IdleWindow(w.start, w.end, w.free_gpus - offline_gpus, w.confidence)
             for w in self.base_windows(node)
@@ -326,7 +417,11 @@ class WindowFeed:
     def left_bounds(self, *, now: float, offline: np.ndarray, levels: int) -> np.ndarray:
         """`left_upper_bound` for `offline + w` GPUs, every w in 0..levels at once: [levels + 1, nodes]."""
         c = int(max(0, (now - self.refreshed_at) // self.step))
-        low = np.minimum.accumulate(self.free[:, c:], axis=1)
+        free = self.free
+        if self._pool_rises and self._pooled.size:
+            free = free.copy()
+            free[self._pooled] = self._pooled_free(self._pooled, now)
+        low = np.minimum.accumulate(free[:, c:], axis=1)
         span = low.shape[1]
         out = np.empty((levels + 1, low.shape[0]))
         for w in range(levels + 1):

@@ -33,7 +33,7 @@ class Placer:
         self.s = settings
         self.used = used  # the run's offline GPUs per node: the same array, the engine updates it in place
         self.node_type = node_type
-        self._views: dict[tuple[int, int, int], NodeView] = {}
+        self._views: dict[tuple[int, ...], NodeView] = {}
         self._admissions: dict[int, GoodputAdmission] = {}
         self._admissions_version = -1
         self._type_order = np.argsort(scenario.slowdowns(), kind="stable")  # fastest GPU type first
@@ -49,7 +49,7 @@ class Placer:
         if not self.p.windowed:
             return NodeView(fl.names[n], fl.gpu_types[n], int(fl.gpus[n]), free_now)
         assert self.feed is not None
-        key = (n, int(self.used[n]), free_now)
+        key = (n, int(self.used[n]), free_now, self.feed.pool_key(n))  # a pooled node's windows: its pool's too
         v = self._views.get(key)
         if v is None:
             v = NodeView(
@@ -200,13 +200,20 @@ class Placer:
                     if plan is None:
                         break
                     bad = False
-                    for member, width in plan:
-                        ok_w = width
-                        while ok_w > 0 and not self.passes(j, member, ok_w, free, now, predicted, len(plan)):
-                            ok_w -= 1
-                        if ok_w < width:
-                            exact[member] = ok_w
-                            bad = True
+                    counted: list[tuple[int, int]] = []  # members checked so far, counted as held while the
+                    try:  # next are checked (pool windows: members in one pool share its room)
+                        for member, width in plan:
+                            ok_w = width
+                            while ok_w > 0 and not self.passes(j, member, ok_w, free, now, predicted, len(plan)):
+                                ok_w -= 1
+                            if ok_w < width:
+                                exact[member] = ok_w
+                                bad = True
+                            self.used[member] += ok_w
+                            counted.append((member, ok_w))
+                    finally:
+                        for member, w in counted:
+                            self.used[member] -= w
                     if not bad:
                         return plan
                 if plan is None and int(np.sum(wmax)) < gj:

@@ -53,6 +53,8 @@ def test_trace_folders_are_flags_and_the_data_root_is_an_env_var(tmp_path: Path,
         (["--online-trace", "/nonexistent/x"], "not found"),
         (["--predictor-sigma", "-0.1"], "--predictor-sigma"),
         (["--forecast-quantile", "1.5"], "--forecast-quantile"),
+        (["--pool-windows"], "--pool-windows needs pod-placed online demand"),  # the default trace is Alibaba's
+        (["--pool-look-back-hours", "0"], "--pool-look-back-hours"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, argv: list[str], message: str) -> None:
@@ -75,6 +77,12 @@ def test_online_placement_is_a_flag_recorded_in_the_meta(tmp_path: Path, capsys)
     rc = main([*base, "--forecast", "exact", "--report", str(tmp_path / "x.json")])
     err = capsys.readouterr().err
     assert rc == 2 and "--online-placement pinned" in err and err.count("\n") == 1
+    assert main([*base, "--policies", "offpeak-p90", "--pool-windows", "--pool-look-back-hours", "2",
+                 "--report", str(tmp_path / "pool.json")]) == 0
+    feed = json.loads((tmp_path / "pool.meta.json").read_text())["settings"]["feed"]
+    assert feed["pool_windows"] is True and feed["pool_look_back_seconds"] == 7200.0
+    rc = main([*base, "--online-placement", "pinned", "--pool-windows", "--report", str(tmp_path / "y.json")])
+    assert rc == 2 and "--pool-windows" in capsys.readouterr().err
 
 
 def test_restart_and_yield_flags_reach_the_engine_and_the_goodput_rule(tmp_path: Path, capsys) -> None:

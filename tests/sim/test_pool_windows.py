@@ -1,0 +1,78 @@
+"""Pool windows (`FeedSettings.pool_windows`): with pod-placed online demand, a node's windows end when its pool is
+forecast full (`offpeak_core.poolrise`), counting the offline GPUs held on the pool's other nodes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from offpeak_sim.engine import EngineSettings, simulate
+from offpeak_sim.forecasting import FeedSettings, WindowFeed
+from offpeak_sim.policies import POLICIES
+
+from .test_online_pods import RUN, pod_scenario
+
+H = 3600.0
+
+
+def pulsed_counts(days: int = 3) -> np.ndarray:
+    """4 online pods, 16 for an hour from 06:00 and from 18:00 every day."""
+    c = np.full(days * 1440 + 1, 4, dtype=np.int64)
+    for d in range(days):
+        for a in (360, 1080):
+            c[d * 1440 + a : d * 1440 + a + 60] = 16
+    return c
+
+
+def window_left(feed: WindowFeed, node: int, gpus: int, now: float) -> float:
+    """Seconds the node's window for `gpus` more GPUs lasts from `now` (0: none; inf: open-ended)."""
+    ws = [w for w in feed.windows_for(node, offline_gpus=int(feed.offline[node]) if feed.offline is not None else 0,
+                                      now=now) if w.free_gpus >= gpus]
+    return max((w.length(now) for w in ws), default=0.0)
+
+
+def feeds(sc, used: np.ndarray) -> tuple[WindowFeed, WindowFeed]:
+    pooled = WindowFeed(sc, FeedSettings(pool_windows=True), sc.demand.copy())
+    alone = WindowFeed(sc, FeedSettings(), sc.demand.copy())
+    for f in (pooled, alone):
+        f.watch_offline(used)
+    return pooled, alone
+
+
+def test_a_nodes_window_ends_when_offline_pods_elsewhere_leave_its_pool_too_little_room() -> None:
+    sc = pod_scenario(pulsed_counts(), [], nodes=3)
+    now = (RUN + 120) * 60.0  # 02:00: the last pulse is 7 h ago, the next one 4 h ahead
+    used = np.zeros(3, dtype=np.int64)
+    pooled, alone = feeds(sc, used)
+    for f in (pooled, alone):
+        f.maybe_refresh(now)
+    m = int(now // 60)
+    own = int(8 - sc.demand[0, m])  # node 0's GPUs free now
+    assert own >= 6
+    # 24 GPUs, 4 online now, 16 at a pulse: room for node 0's GPUs until far ahead
+    assert window_left(pooled, 0, own, now) > 10 * H
+    assert window_left(pooled, 0, own + 1, now) == 0.0  # never more than the node has free
+    # 6 offline GPUs on node 1: at the next pulse the pool has 24 - 16 - 6 = 2 GPUs of room
+    used[1] = 6
+    six = window_left(pooled, 0, 6, now)
+    assert 0 < six < 5 * H
+    assert window_left(pooled, 0, 2, now) > 10 * H
+    # the node's own forecast knows nothing of node 1's pods
+    before = alone.windows_for(0, offline_gpus=0, now=now)
+    used[1] = 0
+    assert alone.windows_for(0, offline_gpus=0, now=now) == before
+    assert pooled.pool_key(0) == 0 and alone.pool_key(0) == -1
+
+
+def test_gang_members_in_one_pool_share_its_room() -> None:
+    # 4 pods, 16 at 06:00 and 18:00: a quiet pool's forecast has 24 - 16 = 8 GPUs of room beyond half an hour.
+    # A 10-GPU job arrives at 02:00 and needs ~1.7 h: no node takes it alone; two members of 5 each fit the room,
+    # both together do not, so it does not start (checked alone, the members would start it at 02:00)
+    sc = pod_scenario(pulsed_counts(), [(2 * H, 3 * H, 10)], nodes=3)
+    policy = POLICIES["offpeak-p90"]
+    run = simulate(sc, [policy], feed=WindowFeed(sc, FeedSettings(pool_windows=True)),
+                   settings=EngineSettings(check_invariants=True))[policy.name]
+    assert run.t.evictions == 0 and run.placements == []
+    # the nodes' own forecasts know nothing of the pool's room: there the job starts at once
+    alone = simulate(sc, [policy], feed=WindowFeed(sc, FeedSettings()),
+                     settings=EngineSettings(check_invariants=True))[policy.name]
+    assert alone.first_start[0] == sc.start_s + 2 * H
