@@ -9,6 +9,8 @@
 # --elastic 0.5 --elastic-join: reports/sim/elastic{-off,,-join}-<trace>-s<seed>.json; WIDE_SEEDS (0): --elastic 0.5
 # --elastic-from-gpus 9, elastic-wide-<trace>-s<seed>.json), summarised by
 # bench/sim_seeds.py --elastic into reports/sim/elastic_summary.md).
+# POOL=1 runs only the pool-window comparison instead (Helios; backfill, offpeak, offpeak-p90 with --pool-windows:
+# reports/sim/pool-helios-s<seed>.json), summarised with the others by bench/sim_seeds.py into summary.md.
 # Usage: reports/sim/regenerate.sh   (from the repository root; OFFPEAK_SHARED_DATA overrides the data root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,6 +24,16 @@ EXTRAS=${EXTRAS:-1}
 PRED=()
 if [ -n "${PREDICTOR_REPORTS:-}" ]; then PRED=(--predictor-reports "$PREDICTOR_REPORTS"); fi
 log() { echo "$(date -u +%H:%M:%S) $*" >&2; }
+if [ "${POOL:-0}" = 1 ]; then
+  for s in $SEEDS; do
+    log "pool windows, helios seed $s"
+    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --pool-windows "${PRED[@]}" \
+      --online-trace "$HELIOS" --report "reports/sim/pool-helios-s$s.json" --quiet
+  done
+  .venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md
+  log "done"
+  exit 0
+fi
 if [ "${ELASTIC:-0}" = 1 ]; then
   for s in $SEEDS; do
     for variant in off on join; do
