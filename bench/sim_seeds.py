@@ -1,7 +1,7 @@
 """Summarise the committed simulator reports over seeds: mean and range per policy, and offpeak against backfill.
 
-Reads `<dir>/{days,before,pinned,pool}-{alibaba,helios}-s<seed>.json` (written by `reports/sim/regenerate.sh`) and prints
-markdown tables (mean, and min..max over the seeds in brackets). Usage:
+Reads `<dir>/{days,before,pinned,pool}-{alibaba,helios}-s<seed>.json` (written by `reports/sim/regenerate.sh`) and
+prints markdown tables (mean, and min..max over the seeds in brackets). Usage:
 `.venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md`.
 
 `--elastic` summarises the elastic-width runs instead (`<dir>/elastic{-off,,-join}-<trace>-s<seed>.json`: the same
