@@ -200,8 +200,10 @@ class Placer:
                     if plan is None:
                         break
                     bad = False
-                    counted: list[tuple[int, int]] = []  # members checked so far, counted as held while the
-                    try:  # next are checked (pool windows: members in one pool share its room)
+                    # members checked so far count as held while the next are checked (pool windows: members in
+                    # one pool share its room); the run's offline GPUs are as before once the plan is checked
+                    counted: list[tuple[int, int]] = []
+                    try:
                         for member, width in plan:
                             ok_w = width
                             while ok_w > 0 and not self.passes(j, member, ok_w, free, now, predicted, len(plan)):
