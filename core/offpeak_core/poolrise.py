@@ -13,7 +13,11 @@ longer span), so the pool's windows shrink with the time a job needs.
 The rises are over every instant, whatever the pool's state then. Counting only instants as quiet as now, or the
 quarter nearest to now's peak, was tried in the simulator and not kept (docs/simulator.md, "Pool windows").
 
-Pure numpy, no I/O: the simulator fits it on a pool's summed per-node series.
+A pooled node's room then comes from two bounds (`pooled_free`): the GPUs it has free of online pods now (where
+the pool's next online pod lands is not known, so the node's own share is not forecast), and the pool's free GPUs
+less the offline GPUs held on its other nodes: every offline pod in a pool shrinks the windows of all its nodes.
+
+Pure numpy, no I/O: the simulator and the extender fit it on a pool's summed per-node series (`summed_on_grid`).
 """
 
 from __future__ import annotations
@@ -75,3 +79,36 @@ def fit_pool_rise(
             ahead[:n] = np.maximum(ahead[:n], x[look_back_steps - 1 + k : look_back_steps - 1 + k + n])
             rises[k - 1] = float(np.quantile(ahead[:n] - peak[:n], quantile))
     return PoolRise(np.maximum.accumulate(rises), look_back_steps, int(starts))
+
+
+def pool_free(online: np.ndarray, capacity: int) -> np.ndarray:
+    """GPUs of a pool's `capacity` left by forecast online demand per step (part of a GPU counts as a GPU)."""
+    return np.clip(capacity - np.ceil(np.asarray(online, dtype=float) - 1e-9), 0, capacity).astype(np.int64)
+
+
+def pooled_free(pool_free: np.ndarray, *, held: np.ndarray | int, node_free: np.ndarray | int) -> np.ndarray:
+    """GPUs a pooled node is forecast to have per step: no more than `node_free` (what it has free now), nor than
+    its pool's free GPUs (`pool_free`) less `held`, the GPUs offline pods hold in the pool that `node_free` does not
+    already leave out (all of them when it is the node's room for one more pod; those on the pool's other nodes
+    when it is its room for offline pods, its own included). Broadcasts: one node (`[steps]`, scalars) or many
+    (`[nodes, steps]`, `[nodes, 1]`)."""
+    return np.clip(np.minimum(node_free, pool_free - held), 0, None)
+
+
+def summed_on_grid(series: list[tuple[np.ndarray, np.ndarray]], *, start: float, step: float, count: int
+                   ) -> np.ndarray:
+    """The sum of per-node series (times, values) on the grid `start + i * step`, `count` points: each series'
+    samples go to their nearest grid point (the last one wins), a point a series has no sample for holds its
+    value before (as a range query's look-back does), and 0 before its first sample."""
+    total = np.zeros(count)
+    for times, values in series:
+        t, v = np.asarray(times, dtype=float), np.asarray(values, dtype=float)
+        ok = np.isfinite(t) & np.isfinite(v)
+        idx = np.rint((t[ok] - start) / step).astype(np.int64)
+        keep = (idx >= 0) & (idx < count)
+        grid = np.full(count, np.nan)
+        grid[idx[keep]] = v[ok][keep]
+        seen = np.where(np.isfinite(grid), np.arange(count), -1)
+        last = np.maximum.accumulate(seen)
+        total += np.where(last >= 0, grid[np.maximum(last, 0)], 0.0)
+    return total

@@ -16,6 +16,7 @@ from offpeak.serving import serve_apps
 from offpeak_core.forecast import ForecastSettings
 from offpeak_core.goodput import GoodputSettings
 from offpeak_extender.gangs import GangSettings
+from offpeak_extender.pools import PoolSettings
 from offpeak_extender.server import ServerSettings
 from offpeak_extender.service import DecisionSettings
 
@@ -39,6 +40,7 @@ class ExtenderConfig:
     goodput: GoodputSettings | None = None  # None: expected-goodput admission off
     kueue_check: str | None = None  # controller name of the Kueue admission check to answer; None: off
     kueue_interval_seconds: float = 5.0
+    pools: PoolSettings | None = None  # None: pool windows off
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ExtenderConfig:
@@ -50,10 +52,14 @@ class ExtenderConfig:
             goodput = GoodputSettings(min_efficiency=args.goodput_min_efficiency,
                                       startup_seconds=args.goodput_startup_seconds,
                                       min_samples=args.goodput_min_samples)  # raises ValueError on bad values
+        pools = None
+        if getattr(args, "pool_label", None):
+            pools = PoolSettings(label=args.pool_label,
+                                 look_back_seconds=args.pool_look_back_seconds or forecast.season_seconds / 4)
         return cls(args.host, args.port, args.kubeconfig, args.prometheus_url, args.refresh_seconds, stale,
                    forecast, DecisionSettings(margin=args.margin), server, args.metrics_host, args.metrics_port,
                    GangSettings(timeout_seconds=args.gang_timeout_seconds), goodput,
-                   getattr(args, "kueue_admission_check", None), getattr(args, "kueue_interval_seconds", 5.0))
+                   getattr(args, "kueue_admission_check", None), getattr(args, "kueue_interval_seconds", 5.0), pools)
 
 
 def forecast_settings(args: argparse.Namespace) -> ForecastSettings:
@@ -87,7 +93,7 @@ def serve_extender(config: ExtenderConfig) -> None:
     share_main_arena()  # before any thread allocates: decisions run in worker threads (heap's docstring)
     registry = CollectorRegistry()
     metrics = ExtenderMetrics.create(registry)
-    store = ClusterStore(settings=config.forecast, stale_after_seconds=config.stale_seconds)
+    store = ClusterStore(settings=config.forecast, stale_after_seconds=config.stale_seconds, pools=config.pools)
     api = load_api_client(config.kubeconfig)
     informer = Informer(api_client=api, store=store)
     source = PrometheusHistory(config.prometheus_url) if config.prometheus_url else LocalHistory(store)
@@ -109,10 +115,11 @@ def serve_extender(config: ExtenderConfig) -> None:
         kueue.start()
         log.info("answering Kueue admission checks of controller %s every %gs", config.kueue_check,
                  config.kueue_interval_seconds)
-    log.info("extender on http://%s:%d (history: %s, day=%gs, step=%gs, margin=%g, goodput admission: %s)",
-             config.host, config.port, config.prometheus_url or "local pod samples", config.forecast.season_seconds,
-             config.forecast.step_seconds, config.decisions.margin,
-             f"min efficiency {config.goodput.min_efficiency:g}" if config.goodput else "off")
+    log.info("extender on http://%s:%d (history: %s, day=%gs, step=%gs, margin=%g, goodput admission: %s, "
+             "pool windows: %s)", config.host, config.port, config.prometheus_url or "local pod samples",
+             config.forecast.season_seconds, config.forecast.step_seconds, config.decisions.margin,
+             f"min efficiency {config.goodput.min_efficiency:g}" if config.goodput else "off",
+             f"label {config.pools.label}, look-back {config.pools.look_back_seconds:g}s" if config.pools else "off")
     sites = [(make_app(service=service, registry=registry, settings=config.server), config.host, config.port)]
     if config.metrics_port is not None:
         log.info("extender probes and metrics on http://%s:%d", config.metrics_host, config.metrics_port)

@@ -32,6 +32,7 @@ from offpeak_core.schedules import BusySchedule, parse_busy_hours
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_core.windows import free_profile, held_window_end, node_view
 from offpeak_core.yielding import checkpoint_interval
+from offpeak_extender.pools import PoolFit, PoolSettings, fit_pools, pooled_profile, pools_of
 from offpeak_extender.wire import (
     BUSY_HOURS_ANNOTATION,
     CHECKPOINTING_ANNOTATION,
@@ -227,8 +228,10 @@ class ClusterStore:
         settings: ForecastSettings,
         clock: Callable[[], float] = time.time,
         stale_after_seconds: float = 300.0,
+        pools: PoolSettings | None = None,
     ) -> None:
         self.settings = settings
+        self.pools = pools  # pool windows (`offpeak_extender.pools`): off when None
         self.clock = clock
         self.stale_after_seconds = stale_after_seconds
         self._lock = threading.Lock()
@@ -253,6 +256,13 @@ class ClusterStore:
         self._samples: dict[str, deque[tuple[float, float]]] = {}
         self._max_samples = max_samples
         self._gangs: dict[GangKey, dict[str, str | None]] = {}  # gang -> its live pods (uid -> node or None)
+        # Pool windows: each pooled node's pool, each pool's nodes, its online and held (offline and other) GPUs
+        # now, and its fit of the last refresh. A pooled node's view depends on its pool's usage, so a change on one
+        # node of a pool drops the views of all its nodes (`_with_pool_mates`).
+        self._pool_of: dict[str, str] = {}
+        self._pool_nodes: dict[str, tuple[str, ...]] = {}
+        self._pool_usage: dict[str, list[int]] = {}
+        self._pool_fits: dict[str, PoolFit] = {}
         self.synced = False
         self._nodes_synced = False
         self._pods_synced = False
@@ -272,6 +282,7 @@ class ClusterStore:
                 self._rows.retain(infos)
                 for gone in set(self._ready) - set(infos):  # a node the re-list no longer has is unknown, not kept
                     del self._ready[gone]
+                changed |= self._reindex_pools_locked()
             else:
                 changed = set()
             if pinfos is not None:
@@ -291,8 +302,10 @@ class ClusterStore:
             if self._nodes.get(info.name) == info:
                 return  # status heartbeats and unrelated changes: nothing the decisions read
             self._nodes[info.name] = info
-            self._bump(info.name)
-            self._changed((info.name,))
+            touched = {info.name} | self._reindex_pools_locked()
+            for name in touched:
+                self._bump(name)
+            self._changed(tuple(touched))
 
     def delete_node(self, obj: Mapping[str, Any]) -> None:
         name = str((obj.get("metadata") or {}).get("name", ""))
@@ -300,7 +313,10 @@ class ClusterStore:
             self._nodes.pop(name, None)
             self._ready.pop(name, None)
             self._rows.forget(name)
-            self._changed((name,))
+            touched = self._reindex_pools_locked()
+            for mate in touched - {name}:
+                self._bump(mate)
+            self._changed((name, *touched))
 
     def upsert_pod(self, obj: Mapping[str, Any]) -> None:
         info = pod_info(obj)
@@ -312,7 +328,7 @@ class ClusterStore:
             touched = self._account(old, -1) | self._account(info, +1)
             self._index_gang(old, -1)
             self._index_gang(info, +1)
-            self._usage_changed_locked(touched)
+            touched = self._usage_changed_locked(touched)
         self.views(sorted(touched))  # rebuilt here, in the informer's thread, not by the next request
 
     def delete_pod(self, obj: Mapping[str, Any]) -> None:
@@ -321,7 +337,7 @@ class ClusterStore:
             old = self._pods.pop(uid, None)
             touched = self._account(old, -1)
             self._index_gang(old, -1)
-            self._usage_changed_locked(touched)
+            touched = self._usage_changed_locked(touched)
         self.views(sorted(touched))
 
     def _account(self, pod: PodInfo | None, sign: int) -> set[str]:
@@ -336,15 +352,62 @@ class ClusterStore:
         else:
             u.other += sign * pod.gpus
         u.version += 1
+        pool = self._pool_usage.get(self._pool_of.get(pod.node, ""))
+        if pool is not None:
+            pool[0 if pod.workload == "online" else 1] += sign * pod.gpus
         return {pod.node}
 
-    def _usage_changed_locked(self, nodes: set[str]) -> None:
-        """Views are built from node usage only: drop the views (and cached columns) of the nodes whose usage
-        changed, and nothing when none did (a pod that holds no GPUs)."""
+    def _usage_changed_locked(self, nodes: set[str]) -> set[str]:
+        """Views are built from node usage (and a pooled node's from its pool's): drop the views (and cached
+        columns) of the nodes whose usage changed and of their pool mates, and nothing when none did (a pod that
+        holds no GPUs); the nodes whose views were dropped."""
+        mates = self._with_pool_mates(nodes) - nodes
+        for node in mates:
+            self._usage.setdefault(node, _Usage()).version += 1  # so a view built from their old inputs is not kept
+        nodes = nodes | mates
         for node in nodes:
             self._ready.pop(node, None)
         if nodes:
             self._changed(tuple(nodes))
+        return nodes
+
+    def _with_pool_mates(self, nodes: Iterable[str]) -> set[str]:
+        """`nodes` and every node of their pools."""
+        out = set(nodes)
+        for pool in {self._pool_of[n] for n in out if n in self._pool_of}:
+            out.update(self._pool_nodes[pool])
+        return out
+
+    def _reindex_pools_locked(self) -> set[str]:
+        """Index the nodes by their pool label and recount each pool's usage; the nodes of every pool whose nodes
+        or GPUs changed (their views must go; the pool's fit goes until the next refresh, its nodes keep their own
+        windows till then)."""
+        if self.pools is None:
+            return set()
+        label = self.pools.label
+        new = pools_of({n: info.labels for n, info in self._nodes.items()}, label)
+        old = self._pool_nodes
+        changed: set[str] = set()
+        for pool in set(old) | set(new):
+            before, after = old.get(pool, ()), new.get(pool, ())
+            fit = self._pool_fits.get(pool)
+            if before != after or (fit is not None and fit.capacity != self._gpus_of(after)):
+                changed.update(before, after)
+                self._pool_fits.pop(pool, None)
+        self._pool_nodes = new
+        self._pool_of = {n: pool for pool, nodes in new.items() for n in nodes}
+        self._recount_pools_locked()
+        return changed
+
+    def _gpus_of(self, nodes: Iterable[str]) -> int:
+        return sum(info.gpus_total for n in nodes if (info := self._nodes.get(n)) is not None)
+
+    def _recount_pools_locked(self) -> None:
+        """Each pool's online and held GPUs, summed from its nodes' usage."""
+        self._pool_usage = {}
+        for pool, nodes in self._pool_nodes.items():
+            used = [self._usage.get(n, _Usage()) for n in nodes]
+            self._pool_usage[pool] = [sum(u.online for u in used), sum(u.offline + u.other for u in used)]
 
     def _index_gang(self, pod: PodInfo | None, sign: int) -> None:
         """Add (+1) or remove (-1) a gang worker in the gang index; pods being deleted or finished are gone."""
@@ -427,6 +490,11 @@ class ClusterStore:
             else:
                 new.version = (prev.version if prev else 0) + 1
                 self._ready.pop(n, None)
+        self._recount_pools_locked()
+        moved = {n for n, u in self._usage.items() if (prev := old.get(n)) is None or u.version != prev.version}
+        for n in self._with_pool_mates(moved) - moved:
+            self._usage[n].version += 1
+            self._ready.pop(n, None)
 
     # -- history / forecasts -------------------------------------------------------------------------------------
     def record_local_sample(self, now: float | None = None) -> None:
@@ -463,17 +531,32 @@ class ClusterStore:
         if ended:
             log.info("%d node(s) without recent demand samples, treated as stale: %s", len(ended),
                      ", ".join(sorted(ended)[:10]))
+        fits: dict[str, PoolFit] = {}
+        pools: dict[str, tuple[str, ...]] = {}
+        if self.pools is not None:
+            with self._lock:
+                pools = dict(self._pool_nodes)
+                capacity = {n: info.gpus_total for n, info in self._nodes.items()}
+            fits = fit_pools(history, pools, capacity, now=t, settings=self.settings,
+                             look_back_seconds=self.pools.look_back_seconds,
+                             is_current=lambda times, online: series_is_current(
+                                 times=times, online=online, now=t, max_age_seconds=self.series_max_age_seconds))
         # Build every node's new view before publishing, so requests meanwhile keep using the old ones instead of
         # finding the cache empty and rebuilding views themselves.
         with self._lock:
             version = self._forecast_version + 1
+            # a pool whose nodes changed meanwhile is fitted again at the next refresh (its nodes' own windows till then)
+            fits = {p: f for p, f in fits.items()
+                    if self._pool_nodes.get(p) == pools[p] and f.capacity == self._gpus_of(pools[p])}
             inputs = [_ViewInputs(info=info, online=u.online, offline=u.offline + u.other, used=u.used,
-                                  fitted=forecasts.get(name), stale=False, key=(u.version, version))
+                                  fitted=forecasts.get(name), stale=False, key=(u.version, version),
+                                  pool=self._pool_inputs_locked(name, fits))
                       for name, info in self._nodes.items() for u in (self._usage.get(name, _Usage()),)]
         views = [(inp, build_view(inp, now=t, settings=self.settings, keep_ahead_seconds=self.stale_after_seconds))
                  for inp in inputs]
         with self._lock:
             self._forecasts = forecasts
+            self._pool_fits = fits
             self._forecast_at = t
             self._history_error = None
             self._forecast_version += 1  # == version unless a failed refresh bumped it meanwhile: then rebuild lazily
@@ -519,7 +602,18 @@ class ClusterStore:
         usage = self._usage.get(name, _Usage())
         return _ViewInputs(info=info, online=usage.online, offline=usage.offline + usage.other, used=usage.used,
                            fitted=self._forecasts.get(name), stale=self._stale_locked(now),
-                           key=(usage.version, self._forecast_version))
+                           key=(usage.version, self._forecast_version),
+                           pool=self._pool_inputs_locked(name, self._pool_fits))
+
+    def _pool_inputs_locked(self, name: str, fits: Mapping[str, PoolFit]) -> _PoolInputs | None:
+        """What a pooled node's view takes from its pool: the pool's fit and its usage now (None: the node is in
+        no pool, or its pool has no fit; its own windows then)."""
+        pool = self._pool_of.get(name)
+        fit = fits.get(pool) if pool is not None else None
+        if fit is None or pool is None:
+            return None
+        online, held = self._pool_usage.get(pool, (0, 0))
+        return _PoolInputs(fit=fit, online=online, held=held)
 
     def _publish(self, name: str, inp: _ViewInputs, view: NodeView) -> None:
         """Keep a view built outside the lock, unless newer inputs arrived (or the node went) meanwhile."""
@@ -751,6 +845,16 @@ class _ViewInputs:
     fitted: DemandForecast | None
     stale: bool
     key: tuple[int, int]  # (usage version, forecast version) the snapshot was taken at
+    pool: _PoolInputs | None = None  # a pooled node's: its windows come from its pool
+
+
+@dataclass(frozen=True)
+class _PoolInputs:
+    """A snapshot of what a pooled node's view takes from its pool."""
+
+    fit: PoolFit
+    online: int  # the pool's online GPUs now
+    held: int  # its offline and other pods' GPUs now
 
 
 def series_is_current(*, times: np.ndarray, online: np.ndarray, now: float, max_age_seconds: float) -> bool:
@@ -761,9 +865,15 @@ def series_is_current(*, times: np.ndarray, online: np.ndarray, now: float, max_
 
 
 def build_view(inp: _ViewInputs, *, now: float, settings: ForecastSettings, keep_ahead_seconds: float) -> NodeView:
-    """One node's view for the decisions (pure; runs outside the store's lock)."""
+    """One node's view for the decisions (pure; runs outside the store's lock): from its own forecast, or a pooled
+    node's from its pool's (`pools.pooled_profile`)."""
     info = inp.info
     free_now = max(0, info.gpus_total - inp.used)
+    if inp.pool is not None and not inp.stale:
+        prof = pooled_profile(inp.pool.fit, pool_online_now=float(inp.pool.online), pool_held=inp.pool.held,
+                              node_free=free_now, now=now, settings=settings, schedule=info.schedule)
+        return node_view(name=info.name, gpu_type=info.gpu_type, gpus_total=info.gpus_total, gpus_free_now=free_now,
+                         profile=prof, now=now, data_stale=False, keep_ahead_seconds=keep_ahead_seconds)
     fc = forecast_now(fitted=None if inp.stale else inp.fitted, capacity=info.gpus_total, now=now,
                       settings=settings, live_online=float(inp.online), schedule=info.schedule)
     if fc is None:

@@ -44,7 +44,7 @@ from offpeak_core.forecast import ForecastSettings, SeasonalModel, fit_seasonal,
 from offpeak_core.goodput import DEFAULT_CLASS_EDGES, WindowSurvival, add_observations
 from offpeak_core.idleruns import IdleRuns, run_ages
 from offpeak_core.model import IdleWindow
-from offpeak_core.poolrise import PoolRise, fit_pool_rise, step_maxima
+from offpeak_core.poolrise import PoolRise, fit_pool_rise, pool_free, pooled_free, step_maxima
 from offpeak_core.windows import FreeProfile, free_profile, idle_windows
 
 from offpeak_sim.scenario import Scenario
@@ -332,8 +332,7 @@ class WindowFeed:
         past = min(self.steps - 1, int(max(0.0, now - self.refreshed_at) // self.step))
         online = rise.forecast(recent=recent, live=float(live))[: self.steps - past]
         online = np.concatenate([np.repeat(online[:1], past), online])
-        cap = int(self.pool_cap[p])
-        self.pool_free[p] = np.clip(cap - np.ceil(online - 1e-9), 0, cap).astype(np.int64)
+        self.pool_free[p] = pool_free(online, int(self.pool_cap[p]))
         self._pool_live[p] = live
 
     def _pooled_free(self, nodes: np.ndarray, now: float) -> np.ndarray:
@@ -344,8 +343,8 @@ class WindowFeed:
         held = np.bincount(self.pool_of[pooled], weights=self.offline[pooled], minlength=len(self.pool_cap))
         p = self.pool_of[nodes]
         own = self.sc.fleet.gpus[nodes].astype(np.int64) - self.demand[nodes, int(now // 60)].astype(np.int64)
-        pool = self.pool_free[p] - (held[p].astype(np.int64) - self.offline[nodes])[:, None]
-        return np.clip(np.minimum(own[:, None], pool), 0, None)
+        elsewhere = held[p].astype(np.int64) - self.offline[nodes]
+        return pooled_free(self.pool_free[p], held=elsewhere[:, None], node_free=own[:, None])
 
     def _forecast_node(self, n: int, now: float) -> None:
         """Node n's free profile at `now` (live demand overlaid), on the step grid of the last refresh."""

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offpeak_core.poolrise import fit_pool_rise, step_maxima
+from offpeak_core.poolrise import fit_pool_rise, pool_free, pooled_free, step_maxima, summed_on_grid
 
 
 def pulses(steps: int, *, period: int, width: int, base: float = 20.0, high: float = 30.0) -> np.ndarray:
@@ -82,3 +82,18 @@ def test_bad_settings_are_refused() -> None:
         fit_pool_rise(np.zeros(50), capacity=8, horizon_steps=4, look_back_steps=0)
     with pytest.raises(ValueError, match="quantile"):
         fit_pool_rise(np.zeros(50), capacity=8, horizon_steps=4, look_back_steps=2, quantile=0.0)
+
+
+def test_series_are_summed_on_the_grid_holding_a_missing_point_at_the_value_before() -> None:
+    a = (np.array([100.2, 110.0, 129.6]), np.array([1.0, 2.0, 4.0]))  # no sample near 120: 2 holds there
+    b = (np.array([120.0, 130.0, 140.0]), np.array([5.0, np.nan, 6.0]))  # nothing before 120: 0; NaN: 5 holds
+    got = summed_on_grid([a, b], start=100.0, step=10.0, count=5)
+    assert got.tolist() == [1.0, 2.0, 2.0 + 5.0, 4.0 + 5.0, 4.0 + 6.0]
+
+
+def test_a_pooled_node_has_no_more_than_its_own_room_nor_its_pools() -> None:
+    free = pool_free(np.array([3.2, 10.0, 17.0]), 16)  # a part of a GPU counts as a GPU; never below 0
+    assert free.tolist() == [12, 6, 0]
+    assert pooled_free(free, held=4, node_free=8).tolist() == [8, 2, 0]
+    many = pooled_free(free, held=np.array([[0], [10]]), node_free=np.array([[5], [8]]))
+    assert many.tolist() == [[5, 5, 0], [2, 0, 0]]

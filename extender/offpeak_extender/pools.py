@@ -1,0 +1,117 @@
+"""Pool windows in the extender: a node whose online pods may land on any node of its pool (a node label names the
+pool) has windows from the pool's total online demand (`offpeak_core.poolrise`), not from its own history.
+
+Online pods of a Deployment or an inference service spread over the nodes their selector allows, wherever there
+is room; an offline pod on one of them is evicted only when the pool as a whole is full. A node's own demand
+history is then mostly where pods happened to land, and offline pods themselves move it. The simulator measured
+the difference on Helios (docs/simulator.md, "Pool windows"); this module is the same rule for the live cluster.
+
+Pure functions over the store's snapshots, no I/O and no locks: the store calls `fit_pools` at each refresh (off
+the request path) and `pooled_profile` when it builds a pooled node's view.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from offpeak_core.forecast import ForecastSettings
+from offpeak_core.poolrise import PoolRise, fit_pool_rise, pool_free, pooled_free, summed_on_grid
+from offpeak_core.schedules import BusySchedule
+from offpeak_core.windows import FreeProfile
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LOOK_BACK_SECONDS = 6 * 3600.0  # the simulator's (`--pool-look-back-hours 6`)
+MIN_SAMPLES = 12  # instants with a full look-back before a pool's rises are learnt from its history
+
+
+@dataclass(frozen=True)
+class PoolSettings:
+    """Which node label names a node's pool, and how far back a pool's recent peak is taken."""
+
+    label: str
+    look_back_seconds: float = DEFAULT_LOOK_BACK_SECONDS
+
+    def __post_init__(self) -> None:
+        if not self.label:
+            raise ValueError("the pool label must not be empty")
+        if self.look_back_seconds <= 0:
+            raise ValueError("the pool look-back must be > 0 seconds")
+
+
+@dataclass(frozen=True)
+class PoolFit:
+    """A pool's fitted rises, its total online demand over the look-back before the fit, and its GPUs then."""
+
+    rise: PoolRise
+    recent: np.ndarray  # float [look-back steps]: the pool's total online demand per step
+    capacity: int
+    at: float  # when it was fitted: its steps are on the grid from here, as a node's forecast is
+
+
+def pools_of(labels: Mapping[str, Mapping[str, str]], label: str) -> dict[str, tuple[str, ...]]:
+    """Pool name -> its nodes (sorted), from each node's labels; nodes without `label` are in no pool."""
+    pools: dict[str, list[str]] = {}
+    for node, node_labels in labels.items():
+        pool = node_labels.get(label)
+        if pool:
+            pools.setdefault(pool, []).append(node)
+    return {pool: tuple(sorted(nodes)) for pool, nodes in pools.items()}
+
+
+def fit_pools(
+    history: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    pools: Mapping[str, tuple[str, ...]],
+    capacity: Mapping[str, int],
+    *,
+    now: float,
+    settings: ForecastSettings,
+    look_back_seconds: float,
+    is_current: Callable[[np.ndarray, np.ndarray], bool],
+) -> dict[str, PoolFit]:
+    """Each pool's rises, fitted on the sum of its nodes' series over the history.
+
+    A pool is left out (its nodes keep their own windows) when one of its nodes has no current series (a sum
+    without it would read as a quieter pool than it is), or when its history does not yet reach one look-back and
+    a dozen steps beyond (nothing to learn rises from)."""
+    step = settings.step_seconds
+    look_back = max(1, int(round(look_back_seconds / step)))
+    horizon = max(1, int(np.ceil(settings.horizon_seconds / step)))
+    fits: dict[str, PoolFit] = {}
+    for pool, nodes in pools.items():
+        series = [history.get(n) for n in nodes]
+        missing = [n for n, s in zip(nodes, series) if s is None or not is_current(*s)]
+        if missing:
+            log.info("pool %s: no current demand series for %s; its nodes keep their own windows", pool,
+                     ", ".join(missing[:5]))
+            continue
+        have = [s for s in series if s is not None]
+        first = min(float(np.nanmin(t)) for t, _ in have if np.size(t))
+        start = max(now - settings.history_seconds, first)
+        count = int((now - start) // step) + 1
+        steps = summed_on_grid(have, start=start, step=step, count=count)
+        cap = sum(capacity.get(n, 0) for n in nodes)
+        rise = fit_pool_rise(steps, capacity=float(cap), horizon_steps=horizon, look_back_steps=look_back,
+                             quantile=settings.quantile, min_samples=MIN_SAMPLES)
+        if rise.samples < MIN_SAMPLES:
+            continue
+        fits[pool] = PoolFit(rise=rise, recent=steps[-look_back:], capacity=cap, at=now)
+    return fits
+
+
+def pooled_profile(fit: PoolFit, *, pool_online_now: float, pool_held: int, node_free: int, now: float,
+                   settings: ForecastSettings, schedule: BusySchedule | None = None) -> FreeProfile:
+    """A pooled node's free GPUs for more offline pods, per step of the fit's grid from the one holding `now`: no
+    more than it has free now (`node_free`), nor than its pool's forecast free GPUs less every offline GPU held in
+    the pool (`pool_held`); none in the node's declared busy hours (`schedule`), as for a node outside a pool."""
+    online = fit.rise.forecast(recent=fit.recent, live=pool_online_now)
+    free = pooled_free(pool_free(online, fit.capacity), held=pool_held, node_free=node_free).astype(int)
+    step = settings.step_seconds
+    times = fit.at + (max(0, int((now - fit.at) // step)) + np.arange(free.size)) * step
+    if schedule is not None:
+        free[schedule.mask(times, day_seconds=settings.season_seconds)] = 0
+    return FreeProfile(times, free, np.ones(free.size), step)

@@ -1,0 +1,196 @@
+"""Pool windows in the extender (`--pool-label`): a pooled node's windows come from its pool's total online demand
+and every offline GPU held anywhere in the pool, and change at once when a pod anywhere in the pool does."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import numpy as np
+import pytest
+
+from offpeak_core.forecast import ForecastSettings
+from offpeak_core.nodearrays import NodeArrays
+from offpeak_extender.pools import PoolSettings, fit_pools, pools_of
+from offpeak_extender.store import ClusterStore
+
+from support.clock import Clock
+
+from .k8s_objects import gpu_node, gpu_pod
+from .test_store_arrays import columns
+
+DAY = 600.0
+S = ForecastSettings(season_seconds=DAY, step_seconds=10.0, horizon_seconds=DAY, history_seconds=3 * DAY)
+NOW = 100 * DAY
+LABEL = "pool.example.com/name"
+POOLS = PoolSettings(label=LABEL, look_back_seconds=150.0)
+
+
+def pooled_node(name: str, pool: str | None, gpus: int = 8) -> dict[str, Any]:
+    node = gpu_node(name, gpus=gpus)
+    if pool is not None:
+        node["metadata"]["labels"][LABEL] = pool
+    return node
+
+
+def pulsed(period: float = 100.0, on: float = 50.0, level: float = 8.0, end: float = NOW) -> tuple[Any, Any]:
+    """A node's series: `level` GPUs for `on` seconds of every `period`, idle the rest."""
+    t = np.arange(end - 3 * DAY, end, S.step_seconds)
+    return t, np.where(t % period < on, level, 0.0)
+
+
+def idle(end: float = NOW) -> tuple[Any, Any]:
+    t = np.arange(end - 3 * DAY, end, S.step_seconds)
+    return t, np.zeros(t.size)
+
+
+def make_store(pools: PoolSettings | None = POOLS, clock: Clock | None = None) -> ClusterStore:
+    """p1 and p2 form the pool `web`; p1's online work comes and goes (8 GPUs half the time), p2 never had any:
+    its own history says it is always idle, while the pool has room for 8 GPUs at its peak. `solo` is in no pool."""
+    store = ClusterStore(settings=S, clock=clock or Clock(NOW), stale_after_seconds=30.0, pools=pools)
+    store.replace_all(nodes=[pooled_node("p1", "web"), pooled_node("p2", "web"), pooled_node("solo", None)], pods=[])
+    store.set_history({"p1": pulsed(), "p2": idle(), "solo": idle()}, now=NOW)
+    return store
+
+
+def most_free(store: ClusterStore, name: str) -> int:
+    """The most GPUs any of the node's windows open now has."""
+    (view,), _ = store.views([name])
+    return max((w.free_gpus for w in view.windows or ()), default=0)
+
+
+def test_a_pooled_nodes_room_is_its_pools_less_the_offline_gpus_held_anywhere_in_it() -> None:
+    pooled, alone = make_store(), make_store(pools=None)
+    assert most_free(pooled, "p2") == 8 and most_free(alone, "p2") == 8  # the pool's peak leaves 8 of its 16
+    for store in (pooled, alone):
+        store.upsert_pod(gpu_pod("train-0", gpus=4, node="p1"))  # p1 is idle now: an offline pod takes 4 there
+    assert most_free(pooled, "p2") == 4  # when p1's online work returns it goes to p2: 4 GPUs are left there
+    assert most_free(alone, "p2") == 8  # p2's own history sees nothing coming
+    assert most_free(pooled, "solo") == most_free(alone, "solo") == 8  # a node in no pool keeps its own windows
+    pooled.delete_pod(gpu_pod("train-0", gpus=4, node="p1"))
+    assert most_free(pooled, "p2") == 8  # at once, without a refresh
+
+
+def test_online_demand_above_the_pools_peak_shrinks_every_node_of_it_at_once() -> None:
+    store = make_store()
+    store.upsert_pod(gpu_pod("web-0", gpus=8, node="p1", workload="online"))  # the pool at its peak: no change
+    assert most_free(store, "p2") == 8
+    store.upsert_pod(gpu_pod("web-1", gpus=3, node="p2", workload="online"))  # above its peak: 11 of 16 now
+    assert most_free(store, "p2") == 5
+
+
+def test_a_pools_windows_end_where_its_history_rose_above_such_a_peak() -> None:
+    """Pool q's total rose from 0 to 16 of its 24 GPUs within 100 s of a third of its instants whose last 150 s
+    were idle. With 4 GPUs offline on q1, a window for more than 4 GPUs on q2 lasts no longer than that, though q2
+    itself never had online work; 4 GPUs stay free whatever the rises (the pool never went above 16)."""
+    now = NOW - NOW % 300 + 290  # 240 s into an idle stretch: the pool's recent peak is 0
+    store = ClusterStore(settings=S, clock=Clock(now), stale_after_seconds=30.0, pools=POOLS)
+    store.replace_all(nodes=[pooled_node(n, "q") for n in ("q1", "q2", "q3")],
+                      pods=[gpu_pod("train-0", gpus=4, node="q1")])
+    busy = pulsed(period=300.0, on=50.0, end=now)
+    store.set_history({"q1": busy, "q2": idle(end=now), "q3": busy}, now=now)
+    (view,), _ = store.views(["q2"])
+    windows = view.windows or ()
+    five = [w for w in windows if w.free_gpus >= 5]
+    assert five and all(w.end is not None and w.end - now <= 100 for w in five), windows
+    assert any(w.free_gpus == 4 and w.end is None for w in windows), windows
+
+
+def test_a_pool_with_a_node_without_a_current_series_keeps_its_nodes_own_windows() -> None:
+    store = make_store()
+    store.upsert_pod(gpu_pod("train-0", gpus=4, node="p1"))
+    t, v = pulsed()
+    store.set_history({"p1": (t[:-100], v[:-100]), "p2": idle(), "solo": idle()}, now=NOW)  # p1's agent stopped
+    assert most_free(store, "p2") == 8  # p2's own windows: the pool's sum without p1 would read too quiet
+
+
+def test_a_node_that_leaves_its_pool_keeps_its_own_windows_and_the_pool_waits_for_the_next_refresh() -> None:
+    store = make_store()
+    store.upsert_pod(gpu_pod("train-0", gpus=4, node="p1"))
+    assert most_free(store, "p2") == 4
+    store.upsert_node(pooled_node("p1", None))  # relabelled: p1 leaves the pool
+    assert most_free(store, "p2") == 8  # the pool's fit was of both nodes: p2's own windows until the next one
+    store.set_history({"p1": pulsed(), "p2": idle(), "solo": idle()}, now=NOW)
+    assert most_free(store, "p2") == 8  # a pool of p2 alone, never busy
+
+
+def test_pools_are_fitted_only_on_enough_history() -> None:
+    t, v = pulsed()
+    short = {"p1": (t[-20:], v[-20:]), "p2": (t[-20:], np.zeros(20))}  # 200 s: less than 150 s + a dozen steps
+    fits = fit_pools(short, {"web": ("p1", "p2")}, {"p1": 8, "p2": 8}, now=NOW, settings=S, look_back_seconds=150.0,
+                     is_current=lambda times, online: True)
+    assert fits == {}
+    full = {"p1": (t, v), "p2": (t, np.zeros(t.size))}
+    fit = fit_pools(full, {"web": ("p1", "p2")}, {"p1": 8, "p2": 8}, now=NOW, settings=S, look_back_seconds=150.0,
+                    is_current=lambda times, online: True)["web"]
+    assert fit.capacity == 16 and fit.recent.max() == 8 and fit.rise.rises[0] == 0.0
+
+
+def test_pools_of_groups_nodes_by_their_label_value() -> None:
+    labels = {"a": {LABEL: "x"}, "b": {LABEL: "y"}, "c": {LABEL: "x"}, "d": {}, "e": {LABEL: ""}}
+    assert pools_of(labels, LABEL) == {"x": ("a", "c"), "y": ("b",)}
+
+
+def test_kept_columns_match_a_store_built_afresh_from_the_same_pods() -> None:
+    """Random pod changes on pooled nodes and refreshes (each a step later): the columns the store serves equal
+    those of a new store given the same pods and history; a pool mate's view not dropped with its pool's usage, or
+    a pool's usage counted wrong, fails here."""
+    rng = np.random.default_rng(3)
+    clock = Clock(NOW)
+    nodes = [pooled_node(f"n{i}", "web" if i < 4 else ("api" if i < 6 else None)) for i in range(7)]
+    names = [n["metadata"]["name"] for n in nodes]
+    store = ClusterStore(settings=S, clock=clock, stale_after_seconds=30.0, pools=POOLS)
+    store.replace_all(nodes=nodes, pods=[])
+    hist: dict[str, Any] = {n: pulsed(level=float(rng.integers(0, 5))) for n in names}
+    fitted_at = NOW
+    store.set_history(hist, now=NOW)
+    pods: dict[str, dict[str, Any]] = {}
+    lists = [names, names[::2], names[3:]]
+    for step in range(200):
+        kind = rng.choice(["pod", "pod", "unpod", "refit"])
+        name = f"p{int(rng.integers(8))}"
+        if kind == "pod":
+            pod = gpu_pod(name, gpus=int(rng.integers(1, 4)), node=names[int(rng.integers(len(names)))],
+                          workload=str(rng.choice(["online", "offline"])))
+            if name in pods:
+                store.delete_pod(pods[name])  # a pod does not move: it goes and another comes
+            pods[name] = pod
+            store.upsert_pod(pod)
+        elif kind == "unpod" and name in pods:
+            store.delete_pod(pods.pop(name))
+        elif kind == "refit":
+            clock.t += S.step_seconds
+            hist = {n: pulsed(level=float(rng.integers(0, 5)), end=clock.t) for n in names}
+            fitted_at = clock.t
+            store.set_history(hist, now=clock.t)
+        fresh = ClusterStore(settings=S, clock=clock, stale_after_seconds=30.0, pools=POOLS)
+        fresh.replace_all(nodes=nodes, pods=list(pods.values()))
+        fresh.set_history(hist, now=fitted_at)
+        for asked in lists:
+            arrays, _ = store.node_arrays(asked)
+            views, _ = fresh.views(asked)
+            assert columns(arrays, clock.t) == columns(NodeArrays.from_views(views), clock.t), (step, kind)
+
+
+def config(*argv: str) -> Any:
+    from offpeak_extender.app import ExtenderConfig
+    from offpeak_extender.cli import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    return ExtenderConfig.from_args(parser.parse_args(["extender", *argv]))
+
+
+def test_the_extender_takes_a_pool_label_and_a_look_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert config().pools is None
+    assert config("--pool-label", LABEL, "--season-seconds", "600").pools == PoolSettings(LABEL, 150.0)
+    assert config("--pool-label", LABEL, "--pool-look-back-seconds", "60").pools == PoolSettings(LABEL, 60.0)
+    monkeypatch.setenv("OFFPEAK_POOL_LABEL", LABEL)
+    assert config().pools == PoolSettings(LABEL, 6 * 3600.0)
+
+
+def test_a_look_back_of_zero_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    from offpeak.cli import main
+
+    assert main(["extender", "--pool-label", LABEL, "--pool-look-back-seconds", "0"]) == 2
+    assert "--pool-look-back-seconds must be > 0" in capsys.readouterr().err
