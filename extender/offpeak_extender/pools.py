@@ -13,15 +13,16 @@ the request path) and `pooled_profile` when it builds a pooled node's view.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from offpeak_core.forecast import ForecastSettings
 from offpeak_core.poolrise import PoolRise, fit_pool_rise, pool_free, pooled_free, summed_on_grid
 from offpeak_core.schedules import BusySchedule
-from offpeak_core.windows import FreeProfile
+from offpeak_core.model import NodeView
+from offpeak_core.windows import FreeProfile, node_view
 
 log = logging.getLogger(__name__)
 
@@ -115,3 +116,31 @@ def pooled_profile(fit: PoolFit, *, pool_online_now: float, pool_held: int, node
     if schedule is not None:
         free[schedule.mask(times, day_seconds=settings.season_seconds)] = 0
     return FreeProfile(times, free, np.ones(free.size), step)
+
+
+class PooledViews:
+    """Pooled nodes' views, built once per pool state and node: a pod event in a pool of N nodes changes all N
+    views, and nodes with the same free GPUs now (and busy hours) have the same windows, so only their names
+    differ. The entries of one pool state are found again by the views built with it in the same pass; the memo is
+    emptied when it holds `max_entries` (older states are not asked for again). Safe to share between threads: a
+    race builds a view twice."""
+
+    def __init__(self, max_entries: int = 4096) -> None:
+        self.max_entries = max_entries
+        self._memo: dict[Hashable, tuple[PoolFit, NodeView]] = {}
+
+    def view(self, fit: PoolFit, *, name: str, gpu_type: str, gpus_total: int, node_free: int, pool_online: int,
+             pool_held: int, schedule: BusySchedule | None, now: float, settings: ForecastSettings,
+             keep_ahead_seconds: float) -> NodeView:
+        key = (id(fit), pool_online, pool_held, node_free, schedule, now, keep_ahead_seconds)
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] is fit:  # (an id of a fit gone may be another's now)
+            return replace(hit[1], name=name, gpu_type=gpu_type, gpus_total=gpus_total)
+        prof = pooled_profile(fit, pool_online_now=float(pool_online), pool_held=pool_held, node_free=node_free,
+                              now=now, settings=settings, schedule=schedule)
+        view = node_view(name=name, gpu_type=gpu_type, gpus_total=gpus_total, gpus_free_now=node_free,
+                         profile=prof, now=now, data_stale=False, keep_ahead_seconds=keep_ahead_seconds)
+        if len(self._memo) >= self.max_entries:
+            self._memo.clear()
+        self._memo[key] = (fit, view)
+        return view

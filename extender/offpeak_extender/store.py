@@ -32,7 +32,7 @@ from offpeak_core.schedules import BusySchedule, parse_busy_hours
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_core.windows import free_profile, held_window_end, node_view
 from offpeak_core.yielding import checkpoint_interval
-from offpeak_extender.pools import PoolFit, PoolSettings, fit_pools, pooled_profile, pools_of
+from offpeak_extender.pools import PooledViews, PoolFit, PoolSettings, fit_pools, pools_of
 from offpeak_extender.wire import (
     BUSY_HOURS_ANNOTATION,
     CHECKPOINTING_ANNOTATION,
@@ -263,6 +263,7 @@ class ClusterStore:
         self._pool_nodes: dict[str, tuple[str, ...]] = {}
         self._pool_usage: dict[str, list[int]] = {}
         self._pool_fits: dict[str, PoolFit] = {}
+        self._pooled_views = PooledViews()
         self.synced = False
         self._nodes_synced = False
         self._pods_synced = False
@@ -552,8 +553,7 @@ class ClusterStore:
                                   fitted=forecasts.get(name), stale=False, key=(u.version, version),
                                   pool=self._pool_inputs_locked(name, fits))
                       for name, info in self._nodes.items() for u in (self._usage.get(name, _Usage()),)]
-        views = [(inp, build_view(inp, now=t, settings=self.settings, keep_ahead_seconds=self.stale_after_seconds))
-                 for inp in inputs]
+        views = [(inp, self._build(inp, t)) for inp in inputs]
         with self._lock:
             self._forecasts = forecasts
             self._pool_fits = fits
@@ -631,8 +631,12 @@ class ClusterStore:
             inputs = {n: self._inputs_locked(n, t) for n in (list(self._nodes) if names is None else names)}
         for name, inp in inputs.items():
             if inp is not None:
-                self._publish(name, inp, build_view(inp, now=t, settings=self.settings,
-                                                    keep_ahead_seconds=self.stale_after_seconds))
+                self._publish(name, inp, self._build(inp, t))
+
+    def _build(self, inp: _ViewInputs, now: float) -> NodeView:
+        """`build_view` with the store's settings (outside the lock)."""
+        return build_view(inp, now=now, settings=self.settings, keep_ahead_seconds=self.stale_after_seconds,
+                          pooled=self._pooled_views)
 
     def _check_staleness_locked(self, now: float) -> bool:
         """Drop the ready views when forecasts went stale (or fresh) since they were built; return staleness."""
@@ -666,7 +670,7 @@ class ClusterStore:
         if not unknown and not rebuild:
             return out, unknown  # type: ignore[return-value]  # every entry is a view
         for i, name, inp in rebuild:  # outside the lock
-            view = build_view(inp, now=t, settings=self.settings, keep_ahead_seconds=self.stale_after_seconds)
+            view = self._build(inp, t)
             self._publish(name, inp, view)
             out[i] = view
         return [v for v in out if v is not None], unknown
@@ -864,16 +868,17 @@ def series_is_current(*, times: np.ndarray, online: np.ndarray, now: float, max_
     return bool(finite.any()) and float(t[finite].max()) >= now - max_age_seconds
 
 
-def build_view(inp: _ViewInputs, *, now: float, settings: ForecastSettings, keep_ahead_seconds: float) -> NodeView:
+def build_view(inp: _ViewInputs, *, now: float, settings: ForecastSettings, keep_ahead_seconds: float,
+               pooled: PooledViews | None = None) -> NodeView:
     """One node's view for the decisions (pure; runs outside the store's lock): from its own forecast, or a pooled
     node's from its pool's (`pools.pooled_profile`)."""
     info = inp.info
     free_now = max(0, info.gpus_total - inp.used)
     if inp.pool is not None and not inp.stale:
-        prof = pooled_profile(inp.pool.fit, pool_online_now=float(inp.pool.online), pool_held=inp.pool.held,
-                              node_free=free_now, now=now, settings=settings, schedule=info.schedule)
-        return node_view(name=info.name, gpu_type=info.gpu_type, gpus_total=info.gpus_total, gpus_free_now=free_now,
-                         profile=prof, now=now, data_stale=False, keep_ahead_seconds=keep_ahead_seconds)
+        return (pooled or PooledViews()).view(
+            inp.pool.fit, name=info.name, gpu_type=info.gpu_type, gpus_total=info.gpus_total, node_free=free_now,
+            pool_online=inp.pool.online, pool_held=inp.pool.held, schedule=info.schedule, now=now, settings=settings,
+            keep_ahead_seconds=keep_ahead_seconds)
     fc = forecast_now(fitted=None if inp.stale else inp.fitted, capacity=info.gpus_total, now=now,
                       settings=settings, live_online=float(inp.online), schedule=info.schedule)
     if fc is None:

@@ -114,6 +114,23 @@ def test_goodput_admission_is_off_by_default_and_a_value_reaches_the_real_cli(he
         render(CHART, values=[values], include_crds=False)
 
 
+def test_pool_windows_are_off_by_default_and_the_label_reaches_the_real_cli(helm_bin, default_objects,
+                                                                            tmp_path) -> None:
+    from offpeak.cli import build_parser
+    from offpeak_extender.app import ExtenderConfig
+
+    _, container = _extender(default_objects)
+    assert ExtenderConfig.from_args(build_parser().parse_args(container["args"])).pools is None
+    values = tmp_path / "v.yaml"
+    values.write_text("scheduler: {extender: {poolLabel: example.com/inference-pool, poolLookBackSeconds: 7200}}\n")
+    _, container = _extender(render(CHART, values=[values], include_crds=False))
+    pools = ExtenderConfig.from_args(build_parser().parse_args(container["args"])).pools
+    assert pools is not None and (pools.label, pools.look_back_seconds) == ("example.com/inference-pool", 7200.0)
+    values.write_text("scheduler: {extender: {poolLabel: 'not a label'}}\n")
+    with pytest.raises(Exception, match="poolLabel"):
+        render(CHART, values=[values], include_crds=False)
+
+
 def test_scheduler_config_follows_the_extender_service(helm_bin) -> None:
     objects = render(CHART, set_values=["scheduler.extender.port=7000"], release="team", namespace="gpu-sched",
                      include_crds=False)

@@ -26,8 +26,8 @@ LABEL = "pool.example.com/name"
 POOLS = PoolSettings(label=LABEL, look_back_seconds=150.0)
 
 
-def pooled_node(name: str, pool: str | None, gpus: int = 8) -> dict[str, Any]:
-    node = gpu_node(name, gpus=gpus)
+def pooled_node(name: str, pool: str | None, gpus: int = 8, gpu_type: str = "A100-SXM4-40GB") -> dict[str, Any]:
+    node = gpu_node(name, gpus=gpus, gpu_type=gpu_type)
     if pool is not None:
         node["metadata"]["labels"][LABEL] = pool
     return node
@@ -69,6 +69,29 @@ def test_a_pooled_nodes_room_is_its_pools_less_the_offline_gpus_held_anywhere_in
     assert most_free(pooled, "solo") == most_free(alone, "solo") == 8  # a node in no pool keeps its own windows
     pooled.delete_pod(gpu_pod("train-0", gpus=4, node="p1"))
     assert most_free(pooled, "p2") == 8  # at once, without a refresh
+
+
+def test_the_filter_refuses_a_pooled_node_whose_pool_will_not_leave_it_the_gpus() -> None:
+    """The scheduler's /filter, as it is answered: a 6-GPU job of an hour does not fit p2 once 4 GPUs are offline
+    on p1 (the pool's online work returns to 8 of 16), where p2's own history would let it in."""
+    import json
+
+    from prometheus_client import CollectorRegistry
+
+    from offpeak_extender.metrics import ExtenderMetrics
+    from offpeak_extender.service import DecisionSettings, ExtenderService
+
+    job = gpu_pod("train-1", gpus=6, phase="Pending", predicted={"A100-SXM4-40GB": {"p50": 3000.0, "p90": 3600.0}})
+    body = json.dumps({"Pod": job, "NodeNames": ["p2", "solo"]}).encode()
+    replies = {}
+    for pools in (POOLS, None):
+        store = make_store(pools=pools)
+        store.upsert_pod(gpu_pod("train-0", gpus=4, node="p1"))
+        svc = ExtenderService(store=store, metrics=ExtenderMetrics.create(CollectorRegistry()),
+                              settings=DecisionSettings())
+        replies[pools is not None] = json.loads(svc.answer("filter", body))
+    assert replies[True]["NodeNames"] == ["solo"] and "p2" in replies[True]["FailedNodes"], replies[True]
+    assert replies[False]["NodeNames"] == ["p2", "solo"], replies[False]
 
 
 def test_online_demand_above_the_pools_peak_shrinks_every_node_of_it_at_once() -> None:
@@ -124,6 +147,15 @@ def test_pools_are_fitted_only_on_enough_history() -> None:
     fit = fit_pools(full, {"web": ("p1", "p2")}, {"p1": 8, "p2": 8}, now=NOW, settings=S, look_back_seconds=150.0,
                     is_current=lambda times, online: True)["web"]
     assert fit.capacity == 16 and fit.recent.max() == 8 and fit.rise.rises[0] == 0.0
+
+
+def test_nodes_with_the_same_room_share_windows_but_keep_their_own_names_and_types() -> None:
+    store = ClusterStore(settings=S, clock=Clock(NOW), stale_after_seconds=30.0, pools=POOLS)
+    store.replace_all(nodes=[pooled_node("p1", "web"), pooled_node("p2", "web", gpu_type="H100-SXM5-80GB")], pods=[])
+    store.set_history({"p1": pulsed(), "p2": idle()}, now=NOW)
+    one, two = store.views(["p1", "p2"])[0]
+    assert (one.name, one.gpu_type, two.name, two.gpu_type) == ("p1", "A100-SXM4-40GB", "p2", "H100-SXM5-80GB")
+    assert one.windows == two.windows
 
 
 def test_pools_of_groups_nodes_by_their_label_value() -> None:
