@@ -57,12 +57,14 @@ class GoodputFeed:
         names = [v.name for v in arrays.views]
         capacity = np.array([usage[n][0] for n in names], dtype=np.int64)
         online = np.array([usage[n][1] for n in names], dtype=np.int64)
+        judged = np.array([usage[n][2] for n in names], dtype=np.int64)  # a pooled node's: by its pool's room
         trusted = ~arrays.stale  # a stale node's "window" is fits-now only: nothing the forecast said
         levels = range(1, int(capacity.max(initial=0)) + 1)
         left = {lv: np.where(trusted, arrays.window_left(gpus=lv, now=t), 0.0) for lv in levels}
         with self._lock:
-            self.ledger.observe(now=t, names=names, capacity=capacity, online=online)
-            self.ledger.note(now=t, names=names, capacity=capacity, online=online, left_by_level=left)
+            self.ledger.observe(now=t, names=names, capacity=capacity, online=judged)
+            self.ledger.note(now=t, names=names, capacity=capacity, online=np.maximum(online, judged),
+                             left_by_level=left)
             if t - self._built_at >= self.rebuild_seconds:
                 self._built_at = t
                 survival = self.ledger.survival(now=t)

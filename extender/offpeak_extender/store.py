@@ -506,11 +506,23 @@ class ClusterStore:
                 q = self._samples.setdefault(name, deque(maxlen=self._max_samples))
                 q.append((t, float(self._usage.get(name, _Usage()).online)))
 
-    def online_snapshot(self) -> dict[str, tuple[int, int]]:
-        """(GPUs, online GPUs requested) per node now, for the goodput window ledger."""
+    def online_snapshot(self) -> dict[str, tuple[int, int, int]]:
+        """(GPUs, online GPUs requested, online GPUs its windows are judged by) per node now, for the goodput window
+        ledger. The last two are the same but for a node with pool windows: its window of L GPUs ends when its pool
+        has fewer than L GPUs free of online pods (an offline pod of L GPUs there would be evicted then), whatever
+        lands on the node itself, so it is judged by its GPUs less its pool's free ones."""
         with self._lock:
-            return {name: (info.gpus_total, self._usage.get(name, _Usage()).online)
-                    for name, info in self._nodes.items()}
+            out = {}
+            for name, info in self._nodes.items():
+                online = self._usage.get(name, _Usage()).online
+                judged = online
+                pool = self._pool_of.get(name)
+                fit = self._pool_fits.get(pool) if pool is not None else None
+                if fit is not None and pool is not None:
+                    room = fit.capacity - self._pool_usage.get(pool, [0, 0])[0]
+                    judged = min(info.gpus_total, max(0, info.gpus_total - room))
+                out[name] = (info.gpus_total, online, judged)
+            return out
 
     def local_history(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         with self._lock:

@@ -158,6 +158,34 @@ def test_nodes_with_the_same_room_share_windows_but_keep_their_own_names_and_typ
     assert one.windows == two.windows
 
 
+def test_a_pooled_nodes_goodput_windows_close_when_its_pool_fills_whatever_lands_on_it() -> None:
+    """The goodput ledger notes p2's windows (8 GPUs free, the pool's forecast) and closes those of more GPUs than
+    the pool has free of online pods, though no online pod lands on p2 itself; online pods on p1 close none of
+    p1's windows while the pool has room (an offline pod there would not have been evicted)."""
+    from offpeak_core.goodput import GoodputSettings
+    from offpeak_extender.goodputfeed import GoodputFeed
+
+    clock = Clock(NOW)
+    store = make_store(clock=clock)
+    feed = GoodputFeed(store=store, settings=GoodputSettings(min_efficiency=0.8, min_samples=20))
+    feed.tick()  # a note every 3 steps (30 s): the ticks below, 10 s apart, note nothing new
+    assert feed.ledger.open_on("p1") == feed.ledger.open_on("p2") == 8 and feed.counts()[0] == 0
+    clock.t += 10.0
+    store.upsert_pod(gpu_pod("web-0", gpus=8, node="p1", workload="online"))  # the pool at its peak: 8 of 16 free
+    feed.tick()
+    assert feed.ledger.open_on("p1") == feed.ledger.open_on("p2") == 8 and feed.counts()[0] == 0
+    assert store.online_snapshot()["p1"] == (8, 8, 0)
+    clock.t += 10.0
+    store.upsert_pod(gpu_pod("web-1", gpus=3, node="p1", workload="online"))  # (the store does not check room)
+    assert store.online_snapshot()["p2"] == (8, 0, 3)  # 5 of the pool's 16 GPUs free of online pods
+    feed.tick()
+    assert feed.ledger.open_on("p2") == feed.ledger.open_on("p1") == 5  # levels 6-8 closed on both, 1-5 open
+    assert feed.counts()[0] == 6
+    alone = make_store(pools=None)
+    alone.upsert_pod(gpu_pod("web-1", gpus=11, node="p1", workload="online"))
+    assert alone.online_snapshot()["p2"] == (8, 0, 0)  # without pool windows a node is judged by its own pods
+
+
 def test_pools_of_groups_nodes_by_their_label_value() -> None:
     labels = {"a": {LABEL: "x"}, "b": {LABEL: "y"}, "c": {LABEL: "x"}, "d": {}, "e": {LABEL: ""}}
     assert pools_of(labels, LABEL) == {"x": ("a", "c"), "y": ("b",)}
