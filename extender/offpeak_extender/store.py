@@ -558,9 +558,7 @@ class ClusterStore:
         # finding the cache empty and rebuilding views themselves.
         with self._lock:
             version = self._forecast_version + 1
-            # a pool whose nodes changed meanwhile is fitted again at the next refresh (its nodes' own windows till then)
-            fits = {p: f for p, f in fits.items()
-                    if self._pool_nodes.get(p) == pools[p] and f.capacity == self._gpus_of(pools[p])}
+            fits = self._still_current_locked(fits, pools)
             inputs = [_ViewInputs(info=info, online=u.online, offline=u.offline + u.other, used=u.used,
                                   fitted=forecasts.get(name), stale=False, key=(u.version, version),
                                   pool=self._pool_inputs_locked(name, fits))
@@ -568,7 +566,7 @@ class ClusterStore:
         views = [(inp, self._build(inp, t)) for inp in inputs]
         with self._lock:
             self._forecasts = forecasts
-            self._pool_fits = fits
+            self._pool_fits = self._still_current_locked(fits, pools)  # (a node may have changed since, too)
             self._forecast_at = t
             self._history_error = None
             self._forecast_version += 1  # == version unless a failed refresh bumped it meanwhile: then rebuild lazily
@@ -616,6 +614,13 @@ class ClusterStore:
                            fitted=self._forecasts.get(name), stale=self._stale_locked(now),
                            key=(usage.version, self._forecast_version),
                            pool=self._pool_inputs_locked(name, self._pool_fits))
+
+    def _still_current_locked(self, fits: Mapping[str, PoolFit], pools: Mapping[str, tuple[str, ...]]
+                              ) -> dict[str, PoolFit]:
+        """The fits of pools whose nodes and GPUs are still those they were fitted on (`pools`): a pool that
+        changed meanwhile is fitted again at the next refresh, and its nodes keep their own windows till then."""
+        return {p: f for p, f in fits.items()
+                if self._pool_nodes.get(p) == pools[p] and f.capacity == self._gpus_of(pools[p])}
 
     def _pool_inputs_locked(self, name: str, fits: Mapping[str, PoolFit]) -> _PoolInputs | None:
         """What a pooled node's view takes from its pool: the pool's fit and its usage now (None: the node is in
