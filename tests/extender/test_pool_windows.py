@@ -26,8 +26,9 @@ LABEL = "pool.example.com/name"
 POOLS = PoolSettings(label=LABEL, look_back_seconds=150.0)
 
 
-def pooled_node(name: str, pool: str | None, gpus: int = 8, gpu_type: str = "A100-SXM4-40GB") -> dict[str, Any]:
-    node = gpu_node(name, gpus=gpus, gpu_type=gpu_type)
+def pooled_node(name: str, pool: str | None, gpus: int = 8, gpu_type: str = "A100-SXM4-40GB",
+                busy_hours: str | None = None) -> dict[str, Any]:
+    node = gpu_node(name, gpus=gpus, gpu_type=gpu_type, busy_hours=busy_hours)
     if pool is not None:
         node["metadata"]["labels"][LABEL] = pool
     return node
@@ -184,6 +185,14 @@ def test_a_pooled_nodes_goodput_windows_close_when_its_pool_fills_whatever_lands
     alone = make_store(pools=None)
     alone.upsert_pod(gpu_pod("web-1", gpus=11, node="p1", workload="online"))
     assert alone.online_snapshot()["p2"] == (8, 0, 0)  # without pool windows a node is judged by its own pods
+
+
+def test_declared_busy_hours_still_take_a_pooled_nodes_gpus() -> None:
+    store = make_store()
+    assert most_free(store, "p2") == 8
+    store.upsert_node(pooled_node("p2", "web", busy_hours="daily 00:00-24:00"))
+    assert most_free(store, "p2") == 0  # no window at all
+    assert most_free(store, "p1") == 8  # its pool mate's room is the pool's
 
 
 def test_pools_of_groups_nodes_by_their_label_value() -> None:
