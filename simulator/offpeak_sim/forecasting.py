@@ -30,8 +30,10 @@ has passed it (`causal`); `exact` needs the future and so the pinned model.
 Pool windows (`pool_windows`, pod-placed online demand only): an online pod goes to any node of its pool with room,
 so an offline pod is evicted only when its whole pool is full. A pooled node's windows then end when the pool's
 total online demand, forecast by `offpeak_core.poolrise` (its recent peak plus the rises its history shows), leaves
-less room than the pool's offline pods hold, and never hold more GPUs than the node has free now. The node's own
-seasonal forecast still feeds the survival table, which is not pool-aware.
+less room than the pool's offline pods hold, and never hold more GPUs than the node has free now. The survival
+table learns a pooled node's windows the same way: noted from the pool forecast, and closed at level L when the
+pool's online demand leaves it fewer than L GPUs (when an offline pod of L GPUs there would have been evicted),
+whatever the node's own online pods.
 """
 
 from __future__ import annotations
@@ -215,8 +217,15 @@ class WindowFeed:
         """`_observe` without the future: note the windows free now; `_close_causal` finds when they closed."""
         m0 = int(now // 60)
         cap = self.sc.fleet.gpus.astype(np.int64)
-        free_now = cap - self.demand[:, m0].astype(np.int64)
-        low = np.minimum.accumulate(self.free, axis=1)
+        own = self.demand[:, m0].astype(np.int64)
+        free_now = cap - np.maximum(own, self._judged(np.arange(cap.size), m0, m0 + 1)[:, 0])
+        free = self.free
+        if self._pool_rises and self._pooled.size:  # pooled nodes: the pool's forecast, before offline pods
+            free = free.copy()
+            pooled = self._pooled
+            free[pooled] = pooled_free(self.pool_free[self.pool_of[pooled]], held=0,
+                                       node_free=(cap - own)[pooled, None])
+        low = np.minimum.accumulate(free, axis=1)
         nodes, levels, lefts = [], [], []
         for level in range(1, int(cap.max()) + 1):
             ok_now = np.flatnonzero(free_now >= level)
@@ -239,7 +248,7 @@ class WindowFeed:
         if node.size and m_now >= a:
             cols = np.arange(a, m_now + 1)
             cap = self.sc.fleet.gpus.astype(np.int64)
-            seen = self.demand[node, a : m_now + 1]  # [windows, minutes since the last look]
+            seen = self._judged(node, a, m_now + 1)  # [windows, minutes since the last look]
             m_start = (start // 60).astype(np.int64)
             valid = (cols[None, :] > m_start[:, None]) & (cols[None, :] <= m_start[:, None] + horizon)
             taken = valid & (seen > (cap[node] - level)[:, None])
@@ -251,6 +260,22 @@ class WindowFeed:
         known = ~np.isnan(close)
         self._open = (node[~known], level[~known], start[~known], left[~known])
         return start[known], left[known], close[known]
+
+    def _judged(self, nodes: np.ndarray, a: int, b: int) -> np.ndarray:
+        """Online GPUs the windows of `nodes` are judged by over minutes a..b-1 (int [nodes, minutes]): a node's own;
+        a pooled node's, with pool windows on, all its GPUs but those its pool has free of online pods (so its
+        level-L window closes when the pool has fewer than L GPUs free)."""
+        seen = self.demand[nodes, a:b].astype(np.int64)
+        p = self.pool_of[nodes]
+        pooled = p >= 0
+        if not self._pool_rises or not pooled.any():
+            return seen
+        assert self.pools is not None
+        totals = np.stack([self.demand[members, a:b].sum(axis=0, dtype=np.int64) for members in self.pools.nodes])
+        cap = self.sc.fleet.gpus[nodes][pooled].astype(np.int64)[:, None]
+        room = self.pool_cap[p[pooled]][:, None] - totals[p[pooled]]
+        seen[pooled] = np.clip(cap - room, 0, cap)
+        return seen
 
     def _rebuild_survival(self, now: float) -> None:
         """Move windows seen closing (or outlasting the horizon) into the table; the rest are censored at their age."""

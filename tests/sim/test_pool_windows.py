@@ -76,3 +76,24 @@ def test_gang_members_in_one_pool_share_its_room() -> None:
     alone = simulate(sc, [policy], feed=WindowFeed(sc, FeedSettings()),
                      settings=EngineSettings(check_invariants=True))[policy.name]
     assert alone.first_start[0] == sc.start_s + 2 * H
+
+
+def test_a_pooled_nodes_windows_are_judged_by_its_pools_room_for_the_survival_table() -> None:
+    """What the survival table closes a pooled node's level-L window by: its GPUs less its pool's room (so level L
+    closes when the pool has fewer than L GPUs free of online pods), not its own online pods."""
+    counts = pulsed_counts()
+    counts[counts == 16] = 20  # pulses of 20 pods: 4 of the pool's 24 GPUs free
+    sc = pod_scenario(counts, [], nodes=3)
+    now = (RUN + 120) * 60.0
+    pooled, alone = feeds(sc, np.zeros(3, dtype=np.int64))
+    for f in (pooled, alone):
+        f.maybe_refresh(now)
+    m = int(now // 60)
+    pulse = m + int(np.argmax(sc.demand[:, m:].sum(axis=0)))
+    nodes = np.arange(3)
+    own = sc.demand[:, pulse].tolist()
+    assert sum(own) == 20 and max(own) < 8  # the pulse's pods spread: no node's own GPUs all taken
+    assert pooled._judged(nodes, pulse, pulse + 1)[:, 0].tolist() == [4, 4, 4]  # windows of 5+ GPUs close
+    assert alone._judged(nodes, pulse, pulse + 1)[:, 0].tolist() == own
+    quiet = pooled._judged(nodes, m, m + 1)[:, 0]  # 4 pods: 20 of 24 free, no window of a node's 8 GPUs closes
+    assert quiet.tolist() == [0, 0, 0]
