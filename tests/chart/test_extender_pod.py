@@ -97,38 +97,38 @@ def test_gang_timeout_reaches_the_real_cli(helm_bin, tmp_path) -> None:
     assert (parsed.host, parsed.port, parsed.metrics_port) == ("0.0.0.0", 8888, 8889)
 
 
-def test_goodput_admission_is_off_by_default_and_a_value_reaches_the_real_cli(helm_bin, default_objects,
-                                                                               tmp_path) -> None:
+def _extender_config(objects: list[dict[str, Any]]) -> Any:
+    """The ExtenderConfig the real CLI makes of the rendered extender container's arguments."""
     from offpeak.cli import build_parser
     from offpeak_extender.app import ExtenderConfig
 
-    _, container = _extender(default_objects)
-    assert ExtenderConfig.from_args(build_parser().parse_args(container["args"])).goodput is None
+    _, container = _extender(objects)
+    return ExtenderConfig.from_args(build_parser().parse_args(container["args"]))
+
+
+def _rendered_with(tmp_path: Any, values_text: str) -> list[dict[str, Any]]:
     values = tmp_path / "v.yaml"
-    values.write_text("scheduler: {extender: {goodputMinEfficiency: 0.75}}\n")
-    _, container = _extender(render(CHART, values=[values], include_crds=False))
-    config = ExtenderConfig.from_args(build_parser().parse_args(container["args"]))
+    values.write_text(values_text)
+    return render(CHART, values=[values], include_crds=False)
+
+
+def test_goodput_admission_is_off_by_default_and_a_value_reaches_the_real_cli(helm_bin, default_objects,
+                                                                               tmp_path) -> None:
+    assert _extender_config(default_objects).goodput is None
+    config = _extender_config(_rendered_with(tmp_path, "scheduler: {extender: {goodputMinEfficiency: 0.75}}\n"))
     assert config.goodput is not None and config.goodput.min_efficiency == 0.75
-    values.write_text("scheduler: {extender: {goodputMinEfficiency: 1.5}}\n")
     with pytest.raises(Exception, match="goodputMinEfficiency"):
-        render(CHART, values=[values], include_crds=False)
+        _rendered_with(tmp_path, "scheduler: {extender: {goodputMinEfficiency: 1.5}}\n")
 
 
 def test_pool_windows_are_off_by_default_and_the_label_reaches_the_real_cli(helm_bin, default_objects,
                                                                             tmp_path) -> None:
-    from offpeak.cli import build_parser
-    from offpeak_extender.app import ExtenderConfig
-
-    _, container = _extender(default_objects)
-    assert ExtenderConfig.from_args(build_parser().parse_args(container["args"])).pools is None
-    values = tmp_path / "v.yaml"
-    values.write_text("scheduler: {extender: {poolLabel: example.com/inference-pool, poolLookBackSeconds: 7200}}\n")
-    _, container = _extender(render(CHART, values=[values], include_crds=False))
-    pools = ExtenderConfig.from_args(build_parser().parse_args(container["args"])).pools
+    assert _extender_config(default_objects).pools is None
+    pools = _extender_config(_rendered_with(
+        tmp_path, "scheduler: {extender: {poolLabel: example.com/inference-pool, poolLookBackSeconds: 7200}}\n")).pools
     assert pools is not None and (pools.label, pools.look_back_seconds) == ("example.com/inference-pool", 7200.0)
-    values.write_text("scheduler: {extender: {poolLabel: 'not a label'}}\n")
     with pytest.raises(Exception, match="poolLabel"):
-        render(CHART, values=[values], include_crds=False)
+        _rendered_with(tmp_path, "scheduler: {extender: {poolLabel: 'not a label'}}\n")
 
 
 def test_scheduler_config_follows_the_extender_service(helm_bin) -> None:
