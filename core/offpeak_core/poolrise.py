@@ -95,6 +95,13 @@ def pooled_free(pool_free: np.ndarray, *, held: np.ndarray | int, node_free: np.
     return np.clip(np.minimum(node_free, pool_free - held), 0, None)
 
 
+def pool_judged_online(gpus: np.ndarray | int, pool_room: np.ndarray | int) -> np.ndarray:
+    """Online GPUs a pooled node's windows are judged by: all its `gpus` but those its pool has free of online pods
+    (`pool_room`), so its window of L GPUs closes when the pool has fewer than L free (an offline pod of L GPUs there
+    would be evicted then), whatever lands on the node itself."""
+    return np.clip(np.asarray(gpus) - pool_room, 0, gpus)
+
+
 def summed_on_grid(series: list[tuple[np.ndarray, np.ndarray]], *, start: float, step: float, count: int
                    ) -> np.ndarray:
     """The sum of per-node series (times, values) on the grid `start + i * step`, `count` points: each series'

@@ -28,6 +28,7 @@ from offpeak_core.gangs import GangKey, width_scale
 from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_core.model import NodeView, OfflinePod, Prediction
 from offpeak_core.nodearrays import NodeArrays, NodeRows
+from offpeak_core.poolrise import pool_judged_online
 from offpeak_core.schedules import BusySchedule, parse_busy_hours
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_core.windows import free_profile, held_window_end, node_view
@@ -520,7 +521,7 @@ class ClusterStore:
                 fit = self._pool_fits.get(pool) if pool is not None else None
                 if fit is not None and pool is not None:
                     room = fit.capacity - self._pool_usage.get(pool, [0, 0])[0]
-                    judged = min(info.gpus_total, max(0, info.gpus_total - room))
+                    judged = int(pool_judged_online(info.gpus_total, room))
                 out[name] = (info.gpus_total, online, judged)
             return out
 

@@ -46,7 +46,7 @@ from offpeak_core.forecast import ForecastSettings, SeasonalModel, fit_seasonal,
 from offpeak_core.goodput import DEFAULT_CLASS_EDGES, WindowSurvival, add_observations
 from offpeak_core.idleruns import IdleRuns, run_ages
 from offpeak_core.model import IdleWindow
-from offpeak_core.poolrise import PoolRise, fit_pool_rise, pool_free, pooled_free, step_maxima
+from offpeak_core.poolrise import PoolRise, fit_pool_rise, pool_free, pool_judged_online, pooled_free, step_maxima
 from offpeak_core.windows import FreeProfile, free_profile, idle_windows
 
 from offpeak_sim.scenario import Scenario
@@ -273,8 +273,7 @@ class WindowFeed:
         assert self.pools is not None
         totals = np.stack([self.demand[members, a:b].sum(axis=0, dtype=np.int64) for members in self.pools.nodes])
         cap = self.sc.fleet.gpus[nodes][pooled].astype(np.int64)[:, None]
-        room = self.pool_cap[p[pooled]][:, None] - totals[p[pooled]]
-        seen[pooled] = np.clip(cap - room, 0, cap)
+        seen[pooled] = pool_judged_online(cap, self.pool_cap[p[pooled]][:, None] - totals[p[pooled]])
         return seen
 
     def _rebuild_survival(self, now: float) -> None:
