@@ -222,9 +222,7 @@ class WindowFeed:
         free = self.free
         if self._pool_rises and self._pooled.size:  # pooled nodes: the pool's forecast, before offline pods
             free = free.copy()
-            pooled = self._pooled
-            free[pooled] = pooled_free(self.pool_free[self.pool_of[pooled]], held=0,
-                                       node_free=(cap - own)[pooled, None])
+            free[self._pooled] = self._pooled_free(self._pooled, now, offline=False)
         low = np.minimum.accumulate(free, axis=1)
         nodes, levels, lefts = [], [], []
         for level in range(1, int(cap.max()) + 1):
@@ -359,14 +357,17 @@ class WindowFeed:
         self.pool_free[p] = pool_free(online, int(self.pool_cap[p]))
         self._pool_live[p] = live
 
-    def _pooled_free(self, nodes: np.ndarray, now: float) -> np.ndarray:
+    def _pooled_free(self, nodes: np.ndarray, now: float, *, offline: bool = True) -> np.ndarray:
         """[nodes, steps]: GPUs of each pooled node forecast free beyond its own offline pods' (what `self.free` is
-        for a node alone): no more than it has free now, nor than its pool has beyond the pool's offline GPUs."""
+        for a node alone): no more than it has free now, nor than its pool has beyond the pool's offline GPUs
+        (`offline` False: online demand alone, as the survival table notes windows)."""
+        p = self.pool_of[nodes]
+        own = self.sc.fleet.gpus[nodes].astype(np.int64) - self.demand[nodes, int(now // 60)].astype(np.int64)
+        if not offline:
+            return pooled_free(self.pool_free[p], held=0, node_free=own[:, None])
         assert self.offline is not None, "pool windows need the policy's offline GPUs (watch_offline)"
         pooled = self._pooled
         held = np.bincount(self.pool_of[pooled], weights=self.offline[pooled], minlength=len(self.pool_cap))
-        p = self.pool_of[nodes]
-        own = self.sc.fleet.gpus[nodes].astype(np.int64) - self.demand[nodes, int(now // 60)].astype(np.int64)
         elsewhere = held[p].astype(np.int64) - self.offline[nodes]
         return pooled_free(self.pool_free[p], held=elsewhere[:, None], node_free=own[:, None])
 
