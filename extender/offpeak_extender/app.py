@@ -46,7 +46,8 @@ class ExtenderConfig:
     def from_args(cls, args: argparse.Namespace) -> ExtenderConfig:
         forecast = forecast_settings(args)
         stale = stale_seconds(args)
-        server = ServerSettings(max_body_bytes=args.max_body_bytes, deadline_seconds=args.deadline_seconds)
+        server = ServerSettings(max_body_bytes=args.max_body_bytes, deadline_seconds=args.deadline_seconds,
+                                inline_body_bytes=args.inline_body_bytes)
         goodput = None
         if getattr(args, "goodput_min_efficiency", None) is not None:
             goodput = GoodputSettings(min_efficiency=args.goodput_min_efficiency,

@@ -57,6 +57,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--max-body-bytes", type=int,
                    default=int(_env_float("OFFPEAK_EXTENDER_MAX_BODY_BYTES", 8 * 1024 * 1024)),
                    help="largest /filter or /prioritize body accepted (413 above); default 8 MiB")
+    p.add_argument("--inline-body-bytes", type=int,
+                   default=int(_env_float("OFFPEAK_EXTENDER_INLINE_BODY_BYTES", 512 * 1024)),
+                   help="bodies up to this size are parsed on the event loop and, when the answer is cheap (a "
+                        "node list whose columns are kept), decided there without a worker thread; 0: never; "
+                        "default 512 KiB")
     p.add_argument("--gang-timeout-seconds", type=float,
                    default=_env_float("OFFPEAK_GANG_TIMEOUT_SECONDS", DEFAULT_GANG_TIMEOUT_SECONDS),
                    help="release a gang's reserved places when not every worker is bound this long after the first "
@@ -147,6 +152,8 @@ def _check(args: argparse.Namespace) -> None:
     for name in ("deadline_seconds", "max_body_bytes", "gang_timeout_seconds", "kueue_interval_seconds"):
         if getattr(args, name, 1) <= 0:
             raise UserError(f"--{name.replace('_', '-')} must be > 0")
+    if getattr(args, "inline_body_bytes", 0) < 0:
+        raise UserError("--inline-body-bytes must be >= 0")
     if getattr(args, "margin", 0) < 0:
         raise UserError("--margin must be >= 0")
     if not 0 < getattr(args, "port", getattr(args, "metrics_port", 1)) < 65536:

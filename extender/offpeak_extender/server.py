@@ -2,9 +2,12 @@
 optionally a second app with only `/healthz`, `/readyz` and `/metrics` (`make_probe_app`), so the decisions can
 listen on loopback for the scheduler alone while kubelet and Prometheus reach the probes on the pod IP.
 
-Handlers only read the body (bounded per endpoint), hand the work to a thread pool, time it and reply: the event
-loop never parses, decides or serialises, so `/healthz` answers while a large request is decided, and a decision
-that misses its deadline is answered fail-open (`service.fail_open`) instead of stalling the scheduler.
+Handlers read the body (bounded per endpoint), hand the work to a thread pool, time it and reply, so `/healthz`
+answers while a large request is decided, and a decision that misses its deadline is answered fail-open
+(`service.fail_open`) instead of stalling the scheduler. One exception: a body of at most `inline_body_bytes` is
+parsed on the event loop, and answered there when the service knows its answer is cheap
+(`ExtenderService.answer_now`: the usual pod over a node list whose columns are kept, ~0.5 ms at 5,000 nodes);
+the two thread hand-offs it saves are a fifth of such a call.
 """
 
 from __future__ import annotations
@@ -39,16 +42,22 @@ class ServerSettings:
     pod and, with `nodeCacheCapable`, only node names. 15,000 names at the 253-byte maximum (3.8 MB) plus a pod at
     etcd's 1.5 MiB object limit fit in 8 MiB with room; typical names (~40 bytes) fit 65,000-node clusters in
     3 MB. `deadline_seconds` stays below kube-scheduler's default `httpTimeout` of 5 s, leaving time for the body
-    transfer and a busy machine.
+    transfer and a busy machine. `inline_body_bytes`: bodies up to this size are parsed on the event loop, and
+    decided there when that is cheap (see the module's docstring). Parsing that much costs ~1-2 ms on the loop
+    here: 11,000 new names of 44 bytes (488 KB) in 0.7 ms, 512 KiB of JSON nested too deep refused in 1.6 ms. 0: every
+    body goes to the workers.
     """
 
     max_body_bytes: int = 8 * MIB
     deadline_seconds: float = 3.0
     workers: int = 2
+    inline_body_bytes: int = 512 * 1024
 
     def __post_init__(self) -> None:
         if self.max_body_bytes <= 0 or self.deadline_seconds <= 0 or self.workers <= 0:
             raise ValueError("max_body_bytes, deadline_seconds and workers must be > 0")
+        if self.inline_body_bytes < 0:
+            raise ValueError("inline_body_bytes must be >= 0")
 
 
 SERVICE_KEY: web.AppKey[ExtenderService] = web.AppKey("service", ExtenderService)
@@ -86,10 +95,12 @@ def _decision(verb: str) -> Callable[[web.Request], Awaitable[web.Response]]:
                                f"/{verb} (ExtenderArgs with nodeCacheCapable: the pod and node names)")
         start = time.perf_counter()
         attempt = Attempt.within(settings.deadline_seconds)
-        work = asyncio.get_running_loop().run_in_executor(request.app[EXECUTOR_KEY], service.answer, verb, raw,
-                                                          attempt)
         try:
-            body = await asyncio.wait_for(work, settings.deadline_seconds)
+            body = service.answer_now(verb, raw, attempt) if len(raw) <= settings.inline_body_bytes else None
+            if body is None:
+                work = asyncio.get_running_loop().run_in_executor(request.app[EXECUTOR_KEY], service.answer, verb,
+                                                                  raw, attempt)
+                body = await asyncio.wait_for(work, settings.deadline_seconds)
         except (TimeoutError, DeadlineExceeded):
             attempt.abandoned = True  # the worker stops at its next check
             service.metrics.requests.labels(verb, DEADLINE).inc()

@@ -58,6 +58,7 @@ ARRAYS_CACHE_ENTRIES = 4
 # Per-node changes remembered (a GPU-moving pod event makes two: its node's view dropped, then rebuilt), so kept
 # columns can be patched instead of gathered again; columns older than the log are gathered again.
 CHANGE_LOG_ENTRIES = 1024
+KEPT_PATCH_NODES = 8  # `kept_arrays` patches the rows of up to this many changed nodes (a pod event changes one)
 
 
 @dataclass(frozen=True)
@@ -722,6 +723,30 @@ class ClusterStore:
             if self._generation == generation:  # nothing changed meanwhile: no view was rebuilt, none went stale
                 self._remember_locked(key, _CachedArrays(arrays, tuple(unknown), generation))
         return arrays, unknown
+
+    def kept_arrays(self, key: str | tuple[str, ...], names: Sequence[str]) -> NodeArrays | None:
+        """`node_arrays(names)` when it costs no more than a lookup and a few rows: the columns kept for the list
+        (`key`, every name known), patched where up to `KEPT_PATCH_NODES` nodes changed since, each of whose views
+        is built already. None, without waiting, when the lock is held (a view or refit being published), nothing is
+        kept for `key`, it names a node the store does not know, more changed, or a changed view must be rebuilt:
+        then `node_arrays`, on a worker thread, gathers or rebuilds what is needed."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            t = self.clock()
+            self._check_staleness_locked(t)
+            generation = self._generation
+            hit = self._arrays_cache.get(key)
+            if hit is None or hit.unknown:
+                return None
+            changed = self._changed_since_locked(hit.generation)
+            if changed is None or len(changed) > KEPT_PATCH_NODES or not all(n in self._ready for n in changed):
+                return None
+            if not changed:
+                return hit.arrays
+        finally:
+            self._lock.release()
+        return self._patched(key, names, hit, changed, generation, t)
 
     def _patched(self, key: str | tuple[str, ...], names: Sequence[str], hit: _CachedArrays, changed: set[str],
                  generation: int, now: float) -> NodeArrays | None:

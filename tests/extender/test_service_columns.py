@@ -28,9 +28,9 @@ NOW = 100 * DAY
 TYPES = ("A100-SXM4-40GB", "H100-SXM5-80GB", "T4", "L4")
 
 
-def cluster(rng: np.random.Generator, n: int) -> ClusterStore:
+def cluster(rng: np.random.Generator, n: int, kind: type[ClusterStore] = ClusterStore) -> ClusterStore:
     """`n` nodes of mixed GPU counts and types, some online and offline pods, seasonal demand with noise."""
-    store = ClusterStore(settings=S, clock=Clock(NOW), stale_after_seconds=60.0)
+    store = kind(settings=S, clock=Clock(NOW), stale_after_seconds=60.0)
     names = [f"node-{i}" for i in range(n)]
     gpus = {name: int(rng.choice([1, 4, 8])) for name in names}
     pods = [gpu_pod(f"p{i}-{j}", gpus=1, node=name, workload=str(rng.choice(["online", "offline"])))
