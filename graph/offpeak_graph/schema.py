@@ -269,6 +269,9 @@ def validate_graph(graph: ModelGraph, *, max_ops: int = MAX_OPS) -> ModelGraph:
     _check_choice(graph.mode, "mode", MODES)
     _check_choice(graph.precision, "precision", PRECISIONS)
     _check_choice(graph.optimizer, "optimizer", OPTIMIZERS)
+    for name in ("framework", "model_name", "extraction", "model_family"):
+        if not isinstance(getattr(graph, name), str):
+            raise GraphError(f"{name} must be a string")
     if isinstance(graph.batch_size, bool) or not isinstance(graph.batch_size, int) or not (
             1 <= graph.batch_size <= MAX_BATCH_SIZE):  # fmt: skip
         raise GraphError(f"batch_size must be an integer in [1, {MAX_BATCH_SIZE}] (got {graph.batch_size!r})")
@@ -288,8 +291,14 @@ def validate_graph(graph: ModelGraph, *, max_ops: int = MAX_OPS) -> ModelGraph:
 
 
 def _check_op(op: Op, i: int) -> None:
-    if not isinstance(op.type, str):
-        raise GraphError(f"ops.type[{i}] must be a string")
+    for name in ("type", "name", "framework_type", "dtype"):
+        if not isinstance(getattr(op, name), str):
+            raise GraphError(f"ops.{name}[{i}] must be a string")
+    if not isinstance(op.attrs, dict) or not all(isinstance(k, str) for k in op.attrs):
+        raise GraphError(f"ops.attrs[{i}] must be an object")
+    if not isinstance(op.inputs, list) or not all(
+            isinstance(j, int) and not isinstance(j, bool) for j in op.inputs):  # fmt: skip
+        raise GraphError(f"ops.inputs[{i}] must be a list of op ids (integers)")
     _check_number(op.flops, f"ops.flops[{i}]")
     for name in ("bytes_read", "bytes_written", "params"):
         _check_number(getattr(op, name), f"ops.{name}[{i}]")

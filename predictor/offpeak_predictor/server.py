@@ -356,6 +356,8 @@ class PredictorApp:
             body = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise UserError(f"body is not valid JSON: {e}") from e
+        except RecursionError:
+            raise UserError("body is not valid JSON: nested too deep") from None
         if not isinstance(body, dict):
             raise UserError("body must be a JSON object")
         return body

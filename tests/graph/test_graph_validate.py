@@ -39,6 +39,14 @@ def test_a_good_graph_passes_and_survives_a_round_trip():
     ("optimizer", {"optimizer": "magic"}),
     ("seq_len", {"seq_len": -4}),
     ("ops", {"ops": []}),
+    ("ops.attrs[1]", {"op_attrs": 0}),  # found by tests/predictor/test_api_fuzz.py: it was a 500 in the predictor
+    ("ops.attrs[1]", {"op_attrs": {1: "x"}}),
+    ("ops.inputs[1]", {"op_inputs": ["0"]}),
+    ("ops.inputs[1]", {"op_inputs": 0}),
+    ("ops.dtype[1]", {"op_dtype": None}),
+    ("ops.name[1]", {"op_name": 3}),
+    ("model_name", {"model_name": None}),
+    ("framework", {"framework": ["pytorch"]}),
 ])  # fmt: skip
 def test_bad_graphs_raise_naming_the_field(field, changes):
     with pytest.raises(GraphError, match=field.replace("[", r"\[").replace("]", r"\]")):
