@@ -192,6 +192,10 @@ def _register_predictor(subparsers: argparse._SubParsersAction) -> None:  # type
                         "multi-node prediction adds (env OFFPEAK_NETWORK_GBITS, default %(default)s)")
     s.add_argument("--max-samples", type=int, default=int(os.environ.get("OFFPEAK_PREDICTOR_MAX_SAMPLES", "10000")),
                    help="job samples kept in the DB; the oldest are dropped and unlearned (default 10000)")
+    s.add_argument("--max-sample-mib", type=float,
+                   default=float(os.environ.get("OFFPEAK_PREDICTOR_MAX_SAMPLE_MIB", "512")),
+                   help="model-graph JSON kept with the job samples, in MiB; the oldest samples are dropped and "
+                        "unlearned beyond it too (default 512)")
     s.add_argument("--prior-strength", type=float, default=0.5,
                    help="samples that weigh as much as the model's prediction in the online correction; one "
                         "sample's weight is 1 / (1 + k) (default 0.5)")
@@ -213,6 +217,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     if args.max_samples < 1:
         raise UserError("--max-samples must be at least 1")
+    if not args.max_sample_mib > 0:
+        raise UserError("--max-sample-mib must be positive")
     if args.prior_strength <= 0:
         raise UserError("--prior-strength must be positive")
     if args.network_gbits <= 0:
@@ -230,7 +236,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
                               model_keep=args.model_keep,
                               refit=RefitSettings(min_samples=args.refit_min_samples))  # fmt: skip
     feedback = FeedbackSettings(correction=CorrectionSettings(prior_strength=args.prior_strength),
-                                max_samples=args.max_samples)  # fmt: skip
+                                max_samples=args.max_samples,
+                                max_graph_bytes=int(args.max_sample_mib * 2**20))  # fmt: skip
     db = BenchmarkDB(args.db or default_db_path())
     run_server(model=load_model(args.model), db=db, settings=settings, feedback=feedback)
     return 0

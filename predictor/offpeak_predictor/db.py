@@ -47,7 +47,7 @@ class BenchmarkDB:
                 "graph TEXT)"
             )
             have = {row[1] for row in con.execute("PRAGMA table_info(job_samples)")}
-            for name, kind in SAMPLE_COLUMNS.items():  # files written before these columns existed
+            for name, kind in {**SAMPLE_COLUMNS, "graph_bytes": "INTEGER"}.items():  # files written before these
                 if name not in have:
                     con.execute(f"ALTER TABLE job_samples ADD COLUMN {name} {kind}")
 
@@ -96,9 +96,11 @@ class BenchmarkDB:
         unknown = set(judged) - set(SAMPLE_COLUMNS)
         if unknown:
             raise ValueError(f"unknown job_samples columns: {sorted(unknown)}")
-        columns = ["created", "job", "gpu", "graph_hash", "step_seconds", "job_seconds", "steps", "graph", *judged]
-        values = [time.time(), job, gpu, graph_hash, step_seconds, job_seconds, steps,
-                  json.dumps(graph) if graph is not None else None, *judged.values()]  # fmt: skip
+        text = json.dumps(graph) if graph is not None else None  # ASCII: its length is its size in bytes
+        columns = ["created", "job", "gpu", "graph_hash", "step_seconds", "job_seconds", "steps", "graph",
+                   "graph_bytes", *judged]  # fmt: skip
+        values = [time.time(), job, gpu, graph_hash, step_seconds, job_seconds, steps, text,
+                  len(text) if text is not None else 0, *judged.values()]  # fmt: skip
         with self._connect() as con:
             cur = con.execute(f"INSERT INTO job_samples ({', '.join(columns)}) "  # noqa: S608 - whitelisted names
                               f"VALUES ({', '.join('?' * len(columns))})", values)  # fmt: skip
@@ -132,15 +134,26 @@ class BenchmarkDB:
             con.execute(f"UPDATE job_samples SET {assignments} WHERE id = ?",  # noqa: S608 - whitelisted names
                         (*columns.values(), sample_id))  # fmt: skip
 
-    def prune_samples(self, *, max_rows: int) -> list[dict[str, Any]]:
-        """Drop the oldest job samples beyond `max_rows`; returns the dropped rows (without graphs)."""
+    def prune_samples(self, *, max_rows: int, max_graph_bytes: int | None = None) -> list[dict[str, Any]]:
+        """Drop the oldest job samples beyond `max_rows`, and beyond `max_graph_bytes` of stored graph text (the
+        newest kept first: a graph is up to the body limit, so rows alone do not bound the file); returns the
+        dropped rows (without graphs)."""
         with self._connect() as con:
-            cut = con.execute("SELECT id FROM job_samples ORDER BY id DESC LIMIT 1 OFFSET ?", (max_rows,)).fetchone()
-        if cut is None:
+            by_rows = con.execute("SELECT id FROM job_samples ORDER BY id DESC LIMIT 1 OFFSET ?",
+                                  (max_rows,)).fetchone()  # fmt: skip
+            by_bytes = None
+            if max_graph_bytes is not None:  # rows written before graph_bytes existed: measured once here
+                by_bytes = con.execute(
+                    "SELECT id FROM (SELECT id, SUM(COALESCE(graph_bytes, LENGTH(graph), 0)) OVER (ORDER BY id DESC)"
+                    " AS kept FROM job_samples) WHERE kept > ? ORDER BY id DESC LIMIT 1", (max_graph_bytes,),
+                ).fetchone()  # fmt: skip
+        cuts = [row[0] for row in (by_rows, by_bytes) if row is not None]
+        if not cuts:
             return []
-        dropped = self.sample_rows(up_to_id=cut[0])
+        cut = max(cuts)
+        dropped = self.sample_rows(up_to_id=cut)
         with self._connect() as con:
-            con.execute("DELETE FROM job_samples WHERE id <= ?", (cut[0],))
+            con.execute("DELETE FROM job_samples WHERE id <= ?", (cut,))
         return dropped
 
 def build_db(db: BenchmarkDB, root: Path) -> dict[str, int]:

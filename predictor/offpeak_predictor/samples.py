@@ -32,6 +32,7 @@ Status = Literal["accepted", "quarantined", "unverified"]
 class FeedbackSettings:
     correction: CorrectionSettings = field(default_factory=CorrectionSettings)
     max_samples: int = 10_000  # job_samples rows kept; the oldest are dropped (and unlearned) beyond this
+    max_graph_bytes: int = 512 * 2**20  # and beyond this much stored graph JSON (a graph is up to the body limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +167,8 @@ class Feedback:
         return Outcome(id=sample_id, judgement=judgement, correction=correction)
 
     def _retain(self) -> None:
-        for row in self.db.prune_samples(max_rows=self.settings.max_samples):
+        for row in self.db.prune_samples(max_rows=self.settings.max_samples,
+                                         max_graph_bytes=self.settings.max_graph_bytes):
             x = _stored_log_ratio(row, self.predictor.version)
             if x is not None:
                 self.table.remove(sample_from_row(row, None).keys(), x)

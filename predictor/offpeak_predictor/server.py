@@ -43,6 +43,9 @@ log = logging.getLogger(__name__)
 PROTECTED = frozenset({("POST", "/v1/samples"), ("POST", "/v1/collected"), ("POST", "/v1/model/refit"),
                        ("POST", "/v1/model/rollback")})
 SAMPLE_STATUS_CODES = {"accepted": 201, "unverified": 202, "quarantined": 422}
+INLINE_DECODE_BYTES = 256 * 1024  # request bodies larger than this are decoded in a thread, off the event loop
+# Bodies of the endpoints that carry no graph are small: their limit, below `max_body_bytes` (which bounds the rest).
+SMALL_BODY_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,41 @@ def _parse_graph(raw: Any) -> ModelGraph:
         raise UserError(f"invalid model graph: {e}") from e
     except (ValueError, KeyError, TypeError, OverflowError) as e:
         raise UserError(f"invalid model graph: {e!r}") from e
+
+
+class BodyTooLarge(Exception):
+    """A request body over its endpoint's limit (a 413 naming the limit)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"request body larger than {limit} bytes")
+        self.limit = limit
+
+
+async def read_limited(request: web.Request, limit: int) -> bytes:
+    """The request body; BodyTooLarge as soon as it is known to exceed `limit` bytes (declared or streamed)."""
+    if request.content_length is not None and request.content_length > limit:
+        raise BodyTooLarge(limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _decode_object(raw: bytes) -> dict[str, Any]:
+    """A request body as a JSON object; UserError (a 400) saying why it is not one."""
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise UserError(f"body is not valid JSON: {e}") from e
+    except RecursionError:
+        raise UserError("body is not valid JSON: nested too deep") from None
+    if not isinstance(body, dict):
+        raise UserError("body must be a JSON object")
+    return body
 
 
 def finite_json(body: Any) -> str:
@@ -335,6 +373,8 @@ class PredictorApp:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="offpeak-predictor"'
         except UserError as e:
             response = _error(400, str(e))
+        except BodyTooLarge as e:
+            response = _error(413, f"{e}, the limit of {endpoint}")
         except web.HTTPRequestEntityTooLarge:
             response = _error(413, f"request body larger than {self.settings.max_body_bytes} bytes")
         except web.HTTPException as e:
@@ -347,20 +387,15 @@ class PredictorApp:
             self.metrics.errors.labels(endpoint, str(response.status)).inc()
         return response
 
-    async def _json_body(self, request: web.Request) -> dict[str, Any]:
-        if request.content_length is not None and request.content_length > self.settings.max_body_bytes:
-            raise web.HTTPRequestEntityTooLarge(max_size=self.settings.max_body_bytes,
-                                                actual_size=request.content_length)  # fmt: skip
-        raw = await request.read()
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise UserError(f"body is not valid JSON: {e}") from e
-        except RecursionError:
-            raise UserError("body is not valid JSON: nested too deep") from None
-        if not isinstance(body, dict):
-            raise UserError("body must be a JSON object")
-        return body
+    async def _json_body(self, request: web.Request, limit: int | None = None) -> dict[str, Any]:
+        """The request's JSON object; 413 past `limit` bytes (the endpoint's; default `max_body_bytes`), decided on
+        Content-Length or while streaming. A body over `INLINE_DECODE_BYTES` is decoded in a thread, so a large
+        graph never holds the event loop (and /healthz) while it is parsed."""
+        limit = self.settings.max_body_bytes if limit is None else min(limit, self.settings.max_body_bytes)
+        raw = await read_limited(request, limit)
+        if len(raw) <= INLINE_DECODE_BYTES:
+            return _decode_object(raw)
+        return await asyncio.get_running_loop().run_in_executor(None, _decode_object, raw)
 
     async def predict(self, request: web.Request) -> web.Response:
         body = await self._json_body(request)
@@ -428,13 +463,20 @@ class PredictorApp:
         if isinstance(gpu_type, web.Response):
             return gpu_type
         sample = _sample(body, graph, graph_hash=graph_hash, gpu_type=gpu_type, client=request.remote or "")
-        with self.predictor.lock:  # a worker thread may be predicting with the same caches
-            outcome = self.feedback.ingest(sample, graph, graph_dict)
+        # Judging a sample predicts it (seconds for a 100k-op graph) and writes SQLite: in the predict worker, with
+        # no deadline (the sample is stored whatever the client does), so /healthz never waits for it.
+        outcome = await asyncio.get_running_loop().run_in_executor(self._pool, self._ingest, sample, graph,
+                                                                   graph_dict)
         self.metrics.samples.inc()
         self.metrics.sample_outcomes.labels(outcome.judgement.status).inc()
         return web.Response(text=finite_json(_outcome_body(outcome, model_version=self.predictor.version)),
                             status=SAMPLE_STATUS_CODES[outcome.judgement.status],
                             content_type="application/json")  # fmt: skip
+
+    def _ingest(self, sample: Sample, graph: ModelGraph | None, graph_dict: dict[str, Any] | None) -> Outcome:
+        assert self.feedback is not None
+        with self.predictor.lock:  # another worker may be predicting with the same caches
+            return self.feedback.ingest(sample, graph, graph_dict)
 
     async def collected(self, request: web.Request) -> web.Response:
         """Rows from `offpeak collect` (a collect Job): checked, stored, and the GPU type re-calibrated."""
@@ -508,7 +550,7 @@ class PredictorApp:
         return web.Response(text=finite_json(body), content_type="application/json")
 
     async def model_refit(self, request: web.Request) -> web.Response:
-        body = await self._json_body(request) if request.body_exists else {}
+        body = await self._json_body(request, SMALL_BODY_BYTES) if request.body_exists else {}
         dry_run = body.get("dry_run", False)
         if not isinstance(dry_run, bool):
             raise UserError("'dry_run' must be true or false")

@@ -50,12 +50,21 @@ def test_a_given_token_or_existing_secret_is_used(helm_bin) -> None:
 
 def test_sample_retention_and_prior_strength_reach_the_predictor(helm_bin, tmp_path) -> None:
     values = tmp_path / "values.yaml"  # a file, not --set: helm's --set reads 2.5 as a string
-    values.write_text("predictor:\n  feedback:\n    maxSamples: 500\n    priorStrength: 2.5\n")
+    values.write_text("predictor:\n  feedback:\n    maxSamples: 500\n    priorStrength: 2.5\n    maxSampleMiB: 64\n")
     objects = render(CHART, values=[values])
     _, container = _container(objects, "-predictor")
     assert "--max-samples=500" in container["args"] and "--prior-strength=2.5" in container["args"]
+    assert "--max-sample-mib=64" in container["args"]
     _, default = _container(render(CHART), "-predictor")
     assert "--max-samples=10000" in default["args"] and "--prior-strength=0.5" in default["args"]
+    assert "--max-sample-mib=512" in default["args"]
+
+
+def test_without_persistence_the_sample_db_is_on_a_size_limited_empty_dir(helm_bin) -> None:
+    for given, limit in (([], "2Gi"), (["predictor.persistence.emptyDirSizeLimit=500Mi"], "500Mi")):
+        spec, _ = _container(render(CHART, set_values=given), "-predictor")
+        (data,) = [v for v in spec["volumes"] if v["name"] == "data"]
+        assert data == {"name": "data", "emptyDir": {"sizeLimit": limit}}
 
 
 def test_the_sample_db_lives_on_a_claim_when_persistence_is_on(helm_bin) -> None:
@@ -71,7 +80,8 @@ def test_the_sample_db_lives_on_a_claim_when_persistence_is_on(helm_bin) -> None
 
 
 @pytest.mark.parametrize("bad", ["predictor.feedback.maxSamples=0", "predictor.feedback.priorStrength=0",
-                                 "predictor.auth.tokn=x"])
+                                 "predictor.auth.tokn=x", "predictor.feedback.maxSampleMiB=0",
+                                 "predictor.persistence.emptyDirSizeLimit=lots"])
 def test_bad_feedback_values_are_refused_by_the_schema(helm_bin, bad: str) -> None:
     with pytest.raises(RuntimeError, match="schema"):
         render(CHART, set_values=[bad])

@@ -93,3 +93,26 @@ def test_collected_torchvision_row_has_the_family_used_for_hold_outs(tmp_path, m
     assert exclude_holdout(db.read("model_samples")).empty  # held-out family: never trains the predictor
     graph = get_graph(graph_args_of(row))
     assert graph.model_name == "mnasnet0_5" and graph.extraction == "torch-dispatch-meta"
+
+
+def test_samples_are_bounded_by_their_graphs_bytes_as_well_as_rows(tmp_path) -> None:
+    import sqlite3
+
+    from offpeak_predictor.db import BenchmarkDB
+
+    path = tmp_path / "db.sqlite"
+    with sqlite3.connect(path) as con:  # a DB written before graph_bytes existed: its rows are measured
+        con.execute("CREATE TABLE job_samples (id INTEGER PRIMARY KEY AUTOINCREMENT, created REAL, job TEXT, "
+                    "gpu TEXT, graph_hash TEXT, step_seconds REAL, job_seconds REAL, steps INTEGER, graph TEXT)")
+        con.execute("INSERT INTO job_samples (job, graph) VALUES ('old', ?)", ('{"pad": "' + "x" * 990 + '"}',))
+    db = BenchmarkDB(path)
+    for i in range(4):
+        db.add_job_sample(job=f"j{i}", gpu="T4", graph_hash=f"h{i}", step_seconds=0.1, job_seconds=10.0, steps=100,
+                          graph={"pad": "x" * 990})  # 1,001 bytes of JSON each
+    db.add_job_sample(job="no-graph", gpu="T4", graph_hash="h", step_seconds=0.1, job_seconds=10.0, steps=100,
+                      graph=None)
+    assert db.prune_samples(max_rows=100, max_graph_bytes=10_000) == []
+    dropped = db.prune_samples(max_rows=100, max_graph_bytes=2_500)  # the newest two graphs fit, with "no-graph"
+    assert [row["job"] for row in dropped] == ["old", "j0", "j1"]
+    assert list(db.job_samples()["job"]) == ["j2", "j3", "no-graph"]
+    assert [row["job"] for row in db.prune_samples(max_rows=1)] == ["j2", "j3"]

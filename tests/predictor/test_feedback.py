@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -151,6 +152,20 @@ def test_retention_keeps_the_newest_rows_and_unlearns_dropped_ones(tiny_model, t
     evidence = fb.table.evidence(graph_key)
     assert evidence.n == 3
     assert evidence.mean == pytest.approx(sum(math.log(f) for f in factors[2:]) / 3)
+
+
+def test_retention_by_graph_bytes_unlearns_dropped_rows_too(tiny_model, tmp_path) -> None:
+    graph = mlp_graph()
+    size = len(json.dumps(graph.to_dict()))
+    fb = _feedback(tiny_model, tmp_path, max_graph_bytes=2 * size + size // 2)  # room for two graphs
+    model_step = _predict(fb, graph)["step_seconds"]
+    factors = (3.0, 1.1, 1.2)
+    for f in factors:
+        fb.ingest(_sample(graph, model_step * f), graph, graph.to_dict())
+    rows = fb.db.job_samples()
+    assert list(rows["step_seconds"]) == pytest.approx([model_step * f for f in factors[1:]])
+    evidence = fb.table.evidence(_sample(graph, 0).keys()[-1])
+    assert evidence.n == 2 and evidence.mean == pytest.approx((math.log(1.1) + math.log(1.2)) / 2)
 
 
 def test_judge_and_measured_step_are_pure_rules() -> None:

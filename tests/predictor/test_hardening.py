@@ -178,3 +178,88 @@ def test_sized_lru_clear_empties_it():
     cache.put("a", "x" * 100)
     cache.clear()
     assert len(cache) == 0 and cache.bytes == 0 and cache.get("a") is None
+
+
+def test_healthz_answers_while_a_sample_is_judged(tiny_model, tmp_path, monkeypatch):
+    from offpeak_predictor.samples import Feedback
+
+    from .conftest import AUTH, serve, token_app
+
+    started: list[float] = []
+    original = Feedback.ingest
+
+    def slow_ingest(self, *args, **kwargs):
+        started.append(time.perf_counter())
+        time.sleep(1.5)  # judging predicts the graph (seconds at 100k ops) and writes SQLite
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Feedback, "ingest", slow_ingest)
+    sample = {"graph": mlp_graph().to_dict(), "gpu": "T4", "job": "ml/j", "job_seconds": 60.0, "steps": 100}
+
+    async def scenario(client):
+        posted = asyncio.create_task(client.post("/v1/samples", json=sample, headers=AUTH))
+        while not started:
+            await asyncio.sleep(0.01)
+        health = await client.get("/healthz")
+        answered_after = time.perf_counter() - started[0]
+        resp = await posted
+        return health.status, answered_after, resp.status
+
+    health_status, answered_after, sample_status = serve(token_app(tiny_model, tmp_path), scenario)
+    assert health_status == 200 and answered_after < 1.0
+    assert sample_status in (201, 202, 422)  # judged (422: quarantined) and stored either way
+    from offpeak_predictor.db import BenchmarkDB
+
+    assert list(BenchmarkDB(tmp_path / "db.sqlite").job_samples()["job"]) == ["ml/j"]
+
+
+def test_a_body_over_its_endpoints_limit_is_a_413_naming_it(tiny_model, tmp_path):
+    from offpeak_predictor.server import SMALL_BODY_BYTES
+
+    from .conftest import AUTH, serve, token_app
+
+    big = json.dumps({"dry_run": False, "pad": "x" * SMALL_BODY_BYTES}).encode()
+
+    async def scenario(client):
+        declared = await client.post("/v1/model/refit", data=big, headers=AUTH)
+
+        async def chunks():  # no Content-Length: the limit holds while streaming
+            for i in range(0, len(big), 8192):
+                yield big[i:i + 8192]
+
+        streamed = await client.post("/v1/model/refit", data=chunks(), headers=AUTH)
+        graph_sized = await client.post("/v1/predict", json={"graph": mlp_graph().to_dict(), "gpus": ["T4"],
+                                                             "pad": "x" * SMALL_BODY_BYTES})  # fmt: skip
+        return (declared.status, await declared.json(), streamed.status, await streamed.json(), graph_sized.status)
+
+    d_status, d_body, s_status, s_body, predict_status = serve(token_app(tiny_model, tmp_path), scenario)
+    assert d_status == 413 and f"{SMALL_BODY_BYTES} bytes, the limit of /v1/model/refit" in d_body["error"]
+    assert s_status == 413 and "the limit of /v1/model/refit" in s_body["error"]
+    assert predict_status == 200  # a graph-bearing endpoint keeps the larger limit
+
+
+def test_a_large_body_is_decoded_off_the_event_loop(tiny_model, monkeypatch):
+    import threading
+
+    from offpeak_predictor import server
+
+    threads: list[str] = []
+    original = server._decode_object
+
+    def recording(raw):
+        threads.append(threading.current_thread().name)
+        return original(raw)
+
+    monkeypatch.setattr(server, "_decode_object", recording)
+    graph = mlp_graph().to_dict()
+
+    async def scenario(client):
+        loop_thread = threading.current_thread().name
+        small = await client.post("/v1/predict", json={"graph": graph, "gpus": ["T4"]})
+        large = await client.post("/v1/predict", json={"graph": graph, "gpus": ["T4"],
+                                                       "pad": "x" * server.INLINE_DECODE_BYTES})  # fmt: skip
+        return loop_thread, small.status, large.status
+
+    loop_thread, small_status, large_status = _run(tiny_model, scenario)
+    assert small_status == 200 and large_status == 200
+    assert threads[0] == loop_thread and threads[1] != loop_thread

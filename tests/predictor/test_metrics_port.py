@@ -125,6 +125,7 @@ def test_serve_command_opens_the_metrics_port(tiny_model, tmp_path: Path):
     (["--metrics-port", "8080"], "--metrics-port must be in 1..65535 and differ from --port"),
     (["--metrics-port", "70000"], "--metrics-port must be in 1..65535 and differ from --port"),
     (["--cache-mib", "0"], "--cache-mib must be positive"),
+    (["--max-sample-mib", "0"], "--max-sample-mib must be positive"),
 ])
 def test_serve_refuses_settings_that_cannot_work(flags: list[str], message: str, capsys):
     from offpeak.cli import main
