@@ -1,7 +1,8 @@
 """kopf wiring: every trigger calls the same reconcile; settings for watches, peering and progress storage.
 
 Triggers: on.create (at once), pod events (fast reaction to start/finish/eviction) and the Resyncer loop (time);
-for opted-in workloads, their events, their analysis pod's, and a Resyncer of those being analysed.
+for opted-in workloads, their events, their analysis pod's, and a Resyncer of those being analysed or awaiting a
+re-prediction of their fallback.
 No handler needs a finalizer, so deleting a TrainingJob never waits for the operator.
 
 Handlers are registered on a registry built per operator (no import-time side effects), so tests can run the
@@ -24,7 +25,7 @@ from offpeak_operator.peering import PeeringGate
 from offpeak_operator.reconciler import Reconciler
 from offpeak_operator.resync import Resyncer
 from offpeak_operator.workload_reconciler import WorkloadReconciler
-from offpeak_operator.workloads import opted_in
+from offpeak_operator.workloads import opted_in, polled_while
 from offpeak_operator.settings import OperatorSettings
 
 PEERING_NAME = "offpeak-operator"
@@ -107,9 +108,8 @@ def build_registry(reconciler: Reconciler, settings: OperatorSettings,
     by_kind: dict[str, tuple[WorkloadReconciler, Resyncer]] = {}
     for kind in watched:
         workloads = WorkloadReconciler(reconciler, kind)
-        # a hung analysis pod sends no event, and its deadline must still end it: poll while analysed
-        analyses = Resyncer(workloads, interval_seconds=settings.resync_seconds, gate=gate,
-                            live_while=lambda state: state == "Analyzing")
+        # a hung analysis pod sends no event, nor does a fallback's retry time: poll those (polled_while)
+        analyses = Resyncer(workloads, interval_seconds=settings.resync_seconds, gate=gate, live_while=polled_while)
         by_kind[kind.kind] = (workloads, analyses)
         _register_workload(registry, kind, workloads, analyses)
         resyncers.append(analyses)

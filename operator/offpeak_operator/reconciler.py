@@ -11,7 +11,7 @@ import json
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -387,7 +387,7 @@ class Reconciler:
             return None, str(e)
 
     @staticmethod
-    def _predicted_message(prediction: Prediction) -> str:
+    def predicted_message(prediction: Prediction) -> str:
         best = prediction.fastest()
         message = (f"predicted by model {prediction.model_version or '?'}: "
                    f"{best.job_seconds:.0f}s on {best.gpu_type} (fastest allowed)" if best else "predicted")
@@ -406,7 +406,7 @@ class Reconciler:
             prediction, why = self.ask_predictor(job, spec, graph)
         if prediction is not None:
             return sm.prediction_status(status=status, prediction=prediction, reason="Predicted",
-                                        message=self._predicted_message(prediction), now=now)
+                                        message=self.predicted_message(prediction), now=now)
         prediction = fallback(asked=asked, canonical=canonical, steps=spec.total_steps,
                               estimated_seconds=spec.estimated_seconds, startup_seconds=spec.startup_seconds,
                               settings=self.ctx.settings.fallback)  # fmt: skip
@@ -433,17 +433,17 @@ class Reconciler:
             return sm.reprediction_failed_status(status=status, message=why, now=now,
                                                  backoff=self.ctx.settings.predict_retry.backoff)
         remaining = remaining_seconds(prediction, completed_steps=int(status.get("completedSteps") or 0))
-        message = f"re-predicted after a fallback: {self._predicted_message(prediction)}"
-        if not self._annotate_waiting_pods(job, status, podspecs.predicted_annotation(remaining)):
+        message = f"re-predicted after a fallback: {self.predicted_message(prediction)}"
+        if not self.annotate_waiting_pods(job, status.get("pods") or [], podspecs.predicted_annotation(remaining)):
             message += "; the waiting pods keep the fallback annotation (the operator may not patch pods)"
         self.ctx.kube.emit_event(job, type="Normal", reason="Repredicted", message=message, now=now)
         return sm.reprediction_status(status=status, prediction=prediction, message=message, now=now)
 
-    def _annotate_waiting_pods(self, job: Mapping[str, Any], status: Mapping[str, Any],
-                               annotation: Mapping[str, str]) -> bool:
-        """Put the new prediction on the current attempt's pods; False when the API server refuses (no RBAC)."""
+    def annotate_waiting_pods(self, job: Mapping[str, Any], pods: Iterable[str], annotation: Mapping[str, str]) -> bool:
+        """Put a new prediction on a job's (or opted-in workload's) waiting pods; False when the API server refuses
+        (no RBAC on pods patch), so the caller can say they keep the old one instead of failing the reconcile."""
         try:
-            for pod in status.get("pods") or []:
+            for pod in pods:
                 self.ctx.kube.patch_pod_annotations(job["metadata"]["namespace"], pod, annotation)
         except ApiException as e:
             if e.status not in RECORDED_API_ERRORS:

@@ -1,5 +1,6 @@
 """Periodic re-reconcile of every live TrainingJob, for decisions that only time can trigger (backoff over,
-analysis deadline passed) and for missed events; and of every opted-in workload while it is analysed.
+analysis deadline passed) and for missed events; and of every opted-in workload while it is analysed or its
+fallback prediction awaits the predictor.
 
 Not a kopf timer on purpose: kopf puts a finalizer on every object that has a timer or daemon, and a finalizer
 would block `kubectl delete` while the operator is down. This loop runs on kopf's event loop instead, fed by the

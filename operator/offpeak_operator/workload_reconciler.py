@@ -21,9 +21,10 @@ from offpeak_operator.extraction import ExtractionFailed
 from offpeak_operator.graphstore import GraphDecodeError, graph_from_configmap
 from offpeak_operator.jobspec import JobSpec
 from offpeak_operator.observe import pod_view
+from offpeak_operator.podspecs import predicted_annotation
 from offpeak_operator.predictions import fallback, remaining_seconds
 from offpeak_operator.predictor_http import PredictorUnavailable
-from offpeak_operator.reconciler import Reconciler, api_message, read_analysis_graph
+from offpeak_operator.reconciler import RECORDED_API_ERRORS, Reconciler, api_message, read_analysis_graph
 from offpeak_operator.statemachine import INVALID_MODEL_SOURCE, judge_analysis, parse_time
 
 log = logging.getLogger(__name__)
@@ -39,9 +40,10 @@ class WorkloadReconciler:
         self.kind = kind
 
     def reconcile(self, namespace: str, name: str, *, wait: bool = True) -> str | None:
-        """Bring one Job forward; returns the state word it is left in ("" when it is not offpeak's). Triggers (the
-        workload's events, its analysis pod's, the resync while it is analysed) are serialised per workload; with
-        `wait=False` one already being reconciled is skipped (None)."""
+        """Bring one Job forward; returns the state word it is left in ("" when it is not offpeak's;
+        `workloads.AWAITING_PREDICTOR` for a `Predicted` one whose fallback is to be replaced). Triggers (the
+        workload's events, its analysis pod's, the resync while it is analysed or awaits the predictor) are
+        serialised per workload; with `wait=False` one already being reconciled is skipped (None)."""
         return self.reconciler.serialised(f"{self.kind.kind}:{namespace}/{name}",
                                           lambda: self._reconcile(namespace, name), wait=wait)
 
@@ -186,6 +188,10 @@ class WorkloadReconciler:
                                   settings=self.ctx.settings.fallback)  # fmt: skip
         remaining = remaining_seconds(prediction, completed_steps=0)
         patch = workloads.admission_patch(job, spec, gpu_types=tuple(canonical), remaining=remaining, kind=self.kind)
+        retrying = graph is not None and prediction.source != "predictor"  # the predictor is asked again (_track)
+        retry = (workloads.retry_annotations(tries=0, now=self.ctx.clock(),
+                                             backoff=self.ctx.settings.predict_retry.backoff)
+                 if retrying else workloads.retry_cleared(job))
         queued = workloads.kueue_queue(job)
         kube = self.ctx.kube
         try:
@@ -204,14 +210,17 @@ class WorkloadReconciler:
                   f"Kueue queue {queued} admits it (offpeak's admission check: once a forecast window fits)")
         message = (f"predicted {best.job_seconds:.0f}s (p90 {best.job_seconds_p90:.0f}s) on {best.gpu_type} by the "
                    f"{used}; {handed}" if best else handed)
+        if retrying:
+            message += "; the predictor is asked again while no pod is placed"
         self._say(job, "Predicted", message, prediction=workloads.prediction_summary(remaining,
-                                                                                      source=prediction.source))
-        return "Predicted"
+                                                                                      source=prediction.source),
+                  more=retry)
+        return workloads.AWAITING_PREDICTOR if retrying else "Predicted"
 
     def _track(self, job: Mapping[str, Any]) -> str:
         end = workloads.ending(job, self.kind)
         if end is None:
-            return "Predicted"
+            return self._repredict(job) if workloads.awaiting_predictor(job) else "Predicted"
         meta = job["metadata"]
         predicted = workloads.template_annotations(job, self.kind).get("offpeak.io/predicted-job-seconds", "")
         outcome = "succeeded" if end.succeeded else "failed"
@@ -221,6 +230,50 @@ class WorkloadReconciler:
                   warning=not end.succeeded, reason="Succeeded" if end.succeeded else "Failed", sample=sample)
         log.info("Job %s/%s %s%s; sample %s", meta["namespace"], meta["name"], outcome, took, sample)
         return "Finished"
+
+    def _repredict(self, job: Mapping[str, Any]) -> str:
+        """Replace the fallback of a workload admitted without the predictor once it answers, while none of its
+        pods is placed (placed work keeps its prediction, as a running TrainingJob's does). Returns
+        `AWAITING_PREDICTOR` while it is still to be asked (the resync polls it), else "Predicted"."""
+        meta = job["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        kube, now = self.ctx.kube, self.ctx.clock()
+        if not workloads.reprediction_due(job, now=now):
+            return workloads.AWAITING_PREDICTOR
+        waiting = workloads.waiting_pods(kube.list_workload_pods(self.kind, namespace, name))
+        if waiting is None:  # placed by the fallback: it stays, and nothing is asked again
+            kube.patch_workload(self.kind, namespace, name, {"metadata": {"annotations": workloads.retry_cleared(job)}})
+            return "Predicted"
+        spec, _ = workloads.workload_spec(job, resolve_gpu=self.ctx.resolve_gpu, kind=self.kind)
+        graph = self._graph(job, spec) if spec is not None else None
+        prediction, why = (self.reconciler.ask_predictor(job, spec, graph) if spec is not None and graph is not None
+                           else (None, "the workload's spec or model graph is unreadable"))
+        if spec is None or prediction is None:
+            tries = workloads.prediction_retries(job) + 1
+            retry = workloads.retry_annotations(tries=tries, now=now, backoff=self.ctx.settings.predict_retry.backoff)
+            kube.patch_workload(self.kind, namespace, name, {"metadata": {"annotations": retry}})
+            log.debug("re-prediction %d of %s %s/%s failed (%s); next at %s", tries, self.kind.kind, namespace, name,
+                      why, retry[workloads.ANN_NEXT_PREDICTION])
+            return workloads.AWAITING_PREDICTOR
+        remaining = remaining_seconds(prediction, completed_steps=0)
+        message = f"re-predicted after a fallback: {self.reconciler.predicted_message(prediction)}"
+        if self.kind.suspended(job):  # Kueue still holds it: its template may change, so every pod gets the answer
+            _, canonical = self.reconciler.gpu_names(spec)
+            try:
+                kube.patch_workload(self.kind, namespace, name, workloads.admission_patch(
+                    job, spec, gpu_types=tuple(canonical), remaining=remaining, kind=self.kind))
+            except ApiException as e:
+                if e.status not in RECORDED_API_ERRORS:
+                    raise
+                message += f"; its template keeps the fallback (the API server refused the patch: {api_message(e)})"
+        else:  # a started Job's template is immutable: only the pods waiting now can carry the answer
+            if not self.reconciler.annotate_waiting_pods(job, waiting, predicted_annotation(remaining)):
+                message += "; the waiting pods keep the fallback annotation (the operator may not patch pods)"
+            message += f"; pods the {self.kind.kind} creates later keep the template's fallback"
+        self._say(job, "Predicted", message, reason="Repredicted",
+                  prediction=workloads.prediction_summary(remaining, source=prediction.source),
+                  more=workloads.retry_cleared(job))
+        return "Predicted"
 
     def _report_sample(self, job: Mapping[str, Any], end: workloads.Ending) -> str:
         """Post the succeeded Job's run as a predictor sample, as a TrainingJob's is (closing the loop): its mean
@@ -255,11 +308,12 @@ class WorkloadReconciler:
         return f"{outcome}: {answer['reason']}" if answer.get("reason") else outcome
 
     def _say(self, job: Mapping[str, Any], word: str, message: str, *, warning: bool = False, reason: str = "",
-             prediction: str | None = None, sample: str | None = None) -> None:
-        """Record the decision on the Job (annotation) and as an Event."""
+             prediction: str | None = None, sample: str | None = None,
+             more: Mapping[str, str | None] | None = None) -> None:
+        """Record the decision on the Job (annotations, `more` among them) and as an Event."""
         meta = job["metadata"]
-        self.ctx.kube.patch_workload(self.kind, meta["namespace"], meta["name"],
-                                     workloads.state_patch(word, message, prediction=prediction, sample=sample))
+        self.ctx.kube.patch_workload(self.kind, meta["namespace"], meta["name"], workloads.state_patch(
+            word, message, prediction=prediction, sample=sample, more=more))
         self.ctx.kube.emit_event(dict(job), type="Warning" if warning else "Normal", reason=reason or word,
                                  message=message, now=self.ctx.clock())
 

@@ -14,7 +14,9 @@ predicts, writes what the extender places by (the prediction annotation, GPU-typ
 template, which a suspended Job that never ran may change, and unsuspends it (a Job queued in Kueue, by the label
 `kueue.x-k8s.io/queue-name`, Kueue unsuspends once offpeak's admission check finds a window). The Job's status
 stays the Job controller's: what offpeak decided goes to annotations on the Job (`offpeak.io/state`,
-`offpeak.io/prediction`) and to Events.
+`offpeak.io/prediction`) and to Events. A fallback given although the workload has a graph (the predictor was down)
+is replaced while no pod is placed yet: the retries are kept on the workload (`offpeak.io/prediction-retries`,
+`offpeak.io/next-prediction-time`) and the new prediction goes onto its pending pods.
 
 An entry point is built in the Job's own image, as a TrainingJob's is: the operator runs the same analysis pod
 (`<kind>-<name>-analysis`, the training container's image, env and working directory, CPU only) and keeps the graph
@@ -26,13 +28,14 @@ source that cannot be built is not run again until the annotation names another 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from offpeak_core.jobkinds import BATCH_JOB, JobKind, template_opted_in
 from offpeak_operator import names, podspecs, podtemplate
+from offpeak_operator.conditions import rfc3339
 from offpeak_operator.graphstore import EncodedGraph
 from offpeak_operator.jobspec import GpuResolver, JobSpec, Problem, SpecError, parse_spec, validate
 from offpeak_operator.podspecs import gpu_type_terms, predicted_annotation
@@ -54,6 +57,12 @@ ANN_SAMPLE = "offpeak.io/sample"  # what became of the measured run as a predict
 ANN_STATE = "offpeak.io/state"  # Invalid | Predicted | Unpredicted | Finished, with a reason after ": "
 ANN_PREDICTION = "offpeak.io/prediction"  # the prediction in human words
 ANN_ANALYSIS = "offpeak.io/analysis"  # what became of an entry point's analysis: {"source", "outcome", "message"}
+# a fallback prediction of a workload with a model graph: failed re-predictions so far, and when to ask again
+ANN_PREDICTION_RETRIES = "offpeak.io/prediction-retries"
+ANN_NEXT_PREDICTION = "offpeak.io/next-prediction-time"  # RFC3339
+# what a reconcile returns (the state annotation stays `Predicted`) for a workload whose fallback is still to be
+# replaced by the predictor's answer: the resync polls it, as it polls one being analysed
+AWAITING_PREDICTOR = "AwaitingPredictor"
 # The start-up the predictor adds when a job names none (offpeak_predictor.jobtime.DEFAULT_STARTUP_SECONDS; the
 # operator talks to the predictor over HTTP only, so the figure is repeated here).
 PREDICTOR_STARTUP_SECONDS = 60.0
@@ -209,10 +218,11 @@ def admission_patch(job: Mapping[str, Any], spec: JobSpec, *, gpu_types: tuple[s
     return kind.templates_patch(per_template)
 
 
-def state_patch(word: str, message: str, *, prediction: str | None = None,
-                sample: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """Merge patch of the Job's own annotations: what offpeak did with it."""
-    annotations = {ANN_STATE: f"{word}: {message}"[:1000]}
+def state_patch(word: str, message: str, *, prediction: str | None = None, sample: str | None = None,
+                more: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """Merge patch of the Job's own annotations: what offpeak did with it (and `more`, e.g. `retry_patch`'s, in the
+    same write, so the state never says Predicted without them)."""
+    annotations: dict[str, str | None] = {**(more or {}), ANN_STATE: f"{word}: {message}"[:1000]}
     if prediction is not None:
         annotations[ANN_PREDICTION] = prediction
     if sample is not None:
@@ -265,6 +275,66 @@ def prediction_summary(remaining: Mapping[str, Mapping[str, Any]], *, source: st
     """The prediction as the Job's `offpeak.io/prediction` annotation: compact JSON a person can read."""
     return json.dumps({"source": source, **{g: {"p50": v["p50"], "p90": v["p90"]} for g, v in remaining.items()}},
                       sort_keys=True, separators=(",", ":"))
+
+
+# ---- a fallback replaced once the predictor answers (as a TrainingJob's: statemachine.wants_reprediction) -------
+
+
+def prediction_retries(job: Mapping[str, Any]) -> int:
+    """Failed re-predictions of the workload's fallback so far (0 when none, or the annotation is unreadable)."""
+    raw = ((job.get("metadata") or {}).get("annotations") or {}).get(ANN_PREDICTION_RETRIES)
+    try:
+        return max(0, int(str(raw))) if raw is not None else 0
+    except ValueError:
+        return 0
+
+
+def retry_annotations(*, tries: int, now: datetime, backoff: Callable[[int], float]) -> dict[str, str | None]:
+    """The workload's retry annotations after `tries` failed re-predictions (0: the admission fell back although
+    the workload has a graph): the predictor is asked again `backoff(max(1, tries))` seconds from now."""
+    next_at = now + timedelta(seconds=backoff(max(1, tries)))
+    return {ANN_PREDICTION_RETRIES: str(tries), ANN_NEXT_PREDICTION: rfc3339(next_at)}
+
+
+def retry_cleared(job: Mapping[str, Any]) -> dict[str, str | None]:
+    """Merge-patch nulls for the retry annotations the workload carries (none: nothing to clear)."""
+    ann = (job.get("metadata") or {}).get("annotations") or {}
+    return {key: None for key in (ANN_PREDICTION_RETRIES, ANN_NEXT_PREDICTION) if key in ann}
+
+
+def polled_while(state: str | None) -> bool:
+    """Whether the resync polls a workload left in this state: no event comes when an analysis pod hangs past its
+    deadline, or when a fallback's retry time passes."""
+    return state in ("Analyzing", AWAITING_PREDICTOR)
+
+
+def awaiting_predictor(job: Mapping[str, Any]) -> bool:
+    """Whether the workload's fallback is still to be replaced (it carries `offpeak.io/next-prediction-time`)."""
+    return bool(((job.get("metadata") or {}).get("annotations") or {}).get(ANN_NEXT_PREDICTION))
+
+
+def reprediction_due(job: Mapping[str, Any], *, now: datetime) -> bool:
+    """Whether a workload admitted with a fallback (it carries `offpeak.io/next-prediction-time`) should ask the
+    predictor again now. An unreadable time counts as due, so a hand-edited annotation cannot stop the retries."""
+    raw = ((job.get("metadata") or {}).get("annotations") or {}).get(ANN_NEXT_PREDICTION)
+    if not raw:
+        return False
+    try:
+        next_at = parse_time(str(raw))
+    except ValueError:
+        return True
+    return next_at is None or now >= next_at
+
+
+def waiting_pods(pods: Iterable[Mapping[str, Any]]) -> list[str] | None:
+    """The names of a workload's pods while none is bound to a node (all wait for a window, or none is made yet);
+    None once one is: its placement is made, so the prediction stays, as a running TrainingJob's does."""
+    waiting = []
+    for pod in pods:
+        if (pod.get("spec") or {}).get("nodeName") or (pod.get("status") or {}).get("phase", "Pending") != "Pending":
+            return None
+        waiting.append(str(pod["metadata"]["name"]))
+    return waiting
 
 
 # ---- an entry point's analysis, in the workload's own image ----------------------------------------------------

@@ -21,6 +21,7 @@ from offpeak_operator.graphstore import encode_graph, to_log_lines
 from offpeak_operator.metrics import OperatorMetrics
 from offpeak_operator.predictor_http import PredictorUnavailable
 from offpeak_operator.reconciler import Context, Reconciler
+from offpeak_operator.resync import Resyncer
 from offpeak_operator.settings import OperatorSettings
 from offpeak_operator.workload_reconciler import WorkloadReconciler
 
@@ -110,8 +111,11 @@ class JobKube:
 
 
 def _merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
+    """A JSON merge patch, as the API server applies it (null deletes)."""
     for k, v in patch.items():
-        if isinstance(v, dict) and isinstance(target.get(k), dict):
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, dict) and isinstance(target.get(k), dict):
             _merge(target[k], v)
         else:
             target[k] = copy.deepcopy(v)
@@ -557,3 +561,221 @@ def test_a_pytorchjobs_analysis_runs_in_its_masters_image_under_its_own_names() 
     assert pod["metadata"]["ownerReferences"][0] == {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
                                                      "name": "ddp", "uid": "u2"}
     assert kube.job["spec"]["runPolicy"]["suspend"] is True
+
+
+# ---- a fallback replaced once the predictor is back (as a TrainingJob's) -----------------------------------------
+
+
+class PodsKube(JobKube):
+    """JobKube plus the workload's pods, which the operator lists and may annotate (or be refused to)."""
+
+    def __init__(self, job: dict[str, Any], kind: JobKind = BATCH_JOB) -> None:
+        super().__init__(job, kind)
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.refuse_pods: int | None = None
+        self.listed = 0
+
+    def list_workload_pods(self, kind: JobKind, namespace: str, name: str) -> list[dict[str, Any]]:
+        self.listed += 1
+        return copy.deepcopy(list(self.pods.values()))
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        if self.refuse_pods is not None:
+            raise ApiException(status=self.refuse_pods, reason="Forbidden")
+        self.pods[name]["metadata"]["annotations"].update(annotations)
+
+    def add_pod(self, name: str, *, node: str | None = None, phase: str = "Pending") -> None:
+        template = copy.deepcopy(self.kind.primary_template(self.job)["metadata"])
+        self.pods[name] = {"metadata": {"name": name, **template}, "spec": {"nodeName": node} if node else {},
+                           "status": {"phase": phase}}
+
+    def pod_prediction(self, name: str) -> dict[str, Any]:
+        return json.loads(self.pods[name]["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])
+
+
+class FlakyPredictor(GraphPredictor):
+    """GraphPredictor that is unreachable while `down`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down, self.asked = True, 0
+
+    def predict(self, **body: Any) -> dict[str, Any]:
+        self.asked += 1
+        if self.down:
+            raise PredictorUnavailable("predictor /v1/predict: unreachable")
+        return super().predict(**body)
+
+
+def repredicting(job: dict[str, Any], kind: JobKind = BATCH_JOB, *, down: bool = True):
+    """A workload with a graph (in-process extraction), admitted while the predictor is down (or up)."""
+    kube, predictor, clock = PodsKube(job, kind), FlakyPredictor(), {"now": NOW}
+    predictor.down = down
+    ctx = Context(settings=OperatorSettings(), kube=kube, predictor=predictor,  # type: ignore[arg-type]
+                  metrics=OperatorMetrics(CollectorRegistry()), resolve_gpu=None, clock=lambda: clock["now"],
+                  extract=lambda spec, timeout: small_graph(name=spec.model_source.value))
+    rec = WorkloadReconciler(Reconciler(ctx), kind)
+    assert rec.reconcile("team", job["metadata"]["name"]) == (workloads.AWAITING_PREDICTOR if down else "Predicted")
+    return rec, kube, predictor, clock
+
+
+def _ann(kube: JobKube) -> dict[str, str]:
+    return kube.job["metadata"]["annotations"]
+
+
+def _summary(kube: JobKube) -> dict[str, Any]:
+    return json.loads(_ann(kube)["offpeak.io/prediction"])
+
+
+def _at(seconds: float) -> Any:
+    return NOW + timedelta(seconds=seconds)
+
+
+def test_a_jobs_fallback_is_replaced_on_its_waiting_pods_once_the_predictor_is_back() -> None:
+    rec, kube, predictor, clock = repredicting(batch_job(**{"offpeak.io/model-source": "torchvision:resnet18"}))
+    assert kube.job["spec"]["suspend"] is False and _summary(kube)["source"] == "user-estimate"
+    assert _ann(kube)["offpeak.io/prediction-retries"] == "0"
+    assert _ann(kube)["offpeak.io/next-prediction-time"] == "2026-11-21T06:00:15Z"  # backoff(1): 15 s
+    assert "the predictor is asked again" in _ann(kube)["offpeak.io/state"]
+    kube.add_pod("nightly-a")
+    assert kube.pod_prediction("nightly-a")["T4"]["p50"] == 600.0  # the template's fallback
+    predictor.down = False
+    clock["now"] = _at(10)  # not yet due: nothing is asked or listed
+    assert rec.reconcile("team", "nightly") == workloads.AWAITING_PREDICTOR
+    assert predictor.asked == 1 and kube.listed == 0
+    clock["now"] = _at(15)
+    assert rec.reconcile("team", "nightly") == "Predicted"
+    assert kube.pod_prediction("nightly-a") == {"A100": {"p50": 260.0, "p90": 360.0},
+                                                "T4": {"p50": 260.0, "p90": 360.0}}
+    assert _summary(kube) == {"source": "predictor", "A100": {"p50": 260.0, "p90": 360.0},
+                              "T4": {"p50": 260.0, "p90": 360.0}}
+    assert "offpeak.io/prediction-retries" not in _ann(kube) and "offpeak.io/next-prediction-time" not in _ann(kube)
+    kind, type_, reason, message = kube.events[-1]
+    assert (kind, type_, reason) == ("Job", "Normal", "Repredicted")
+    assert "re-predicted after a fallback" in message and "pods the Job creates later keep the template's" in message
+    assert _ann(kube)["offpeak.io/state"].startswith("Predicted: re-predicted after a fallback")
+    clock["now"] = _at(600)
+    assert rec.reconcile("team", "nightly") == "Predicted" and predictor.asked == 2  # not asked again
+
+
+def test_a_jobs_fallback_stays_and_its_retries_back_off_while_the_predictor_is_down() -> None:
+    rec, kube, predictor, clock = repredicting(batch_job(**{"offpeak.io/model-source": "torchvision:resnet18"}))
+    kube.add_pod("nightly-a")
+    events = len(kube.events)
+    clock["now"] = _at(15)
+    assert rec.reconcile("team", "nightly") == workloads.AWAITING_PREDICTOR
+    assert (_ann(kube)["offpeak.io/prediction-retries"], _ann(kube)["offpeak.io/next-prediction-time"]) == \
+        ("1", "2026-11-21T06:00:30Z")  # backoff(1)
+    clock["now"] = _at(30)
+    assert rec.reconcile("team", "nightly") == workloads.AWAITING_PREDICTOR
+    assert (_ann(kube)["offpeak.io/prediction-retries"], _ann(kube)["offpeak.io/next-prediction-time"]) == \
+        ("2", "2026-11-21T06:01:00Z")  # backoff(2): 30 s
+    assert predictor.asked == 3 and len(kube.events) == events  # quiet: no Event per failed try
+    assert kube.pod_prediction("nightly-a")["T4"]["p50"] == 600.0 and _summary(kube)["source"] == "user-estimate"
+    assert _ann(kube)["offpeak.io/state"].startswith("Predicted: predicted 600s")
+    predictor.down = False
+    clock["now"] = _at(59)
+    assert rec.reconcile("team", "nightly") == workloads.AWAITING_PREDICTOR and predictor.asked == 3
+    clock["now"] = _at(60)
+    assert rec.reconcile("team", "nightly") == "Predicted" and kube.pod_prediction("nightly-a")["T4"]["p50"] == 260.0
+
+
+def test_a_job_with_a_pod_bound_to_a_node_keeps_its_fallback() -> None:
+    for node, phase in (("gpu-t4-0", "Pending"), ("gpu-t4-0", "Running")):  # bound, started or not
+        rec, kube, predictor, clock = repredicting(batch_job(**{"offpeak.io/model-source": "torchvision:resnet18"}))
+        kube.add_pod("nightly-a")
+        kube.add_pod("nightly-b", node=node, phase=phase)
+        predictor.down = False
+        clock["now"] = _at(15)
+        assert rec.reconcile("team", "nightly") == "Predicted"
+        assert predictor.asked == 1  # the admission's only
+        assert kube.pod_prediction("nightly-a")["T4"]["p50"] == 600.0 and _summary(kube)["source"] == "user-estimate"
+        assert "offpeak.io/next-prediction-time" not in _ann(kube)  # given up: not polled any more
+        assert kube.events[-1][2] == "Predicted"
+
+
+def test_a_refused_pod_patch_is_said_not_raised() -> None:
+    rec, kube, predictor, clock = repredicting(batch_job(**{"offpeak.io/model-source": "torchvision:resnet18"}))
+    kube.add_pod("nightly-a")
+    kube.refuse_pods = 403
+    predictor.down = False
+    clock["now"] = _at(15)
+    assert rec.reconcile("team", "nightly") == "Predicted"
+    assert kube.pod_prediction("nightly-a")["T4"]["p50"] == 600.0
+    assert _summary(kube)["source"] == "predictor"  # the Job knows the real prediction
+    assert kube.events[-1][2] == "Repredicted"
+    assert "the waiting pods keep the fallback annotation" in kube.events[-1][3]
+    # a transient error is not swallowed: the retry stays for the next trigger
+    rec2, kube2, predictor2, clock2 = repredicting(batch_job(**{"offpeak.io/model-source": "torchvision:resnet18"}))
+    kube2.add_pod("nightly-a")
+    kube2.refuse_pods, predictor2.down, clock2["now"] = 500, False, _at(15)
+    try:
+        rec2.reconcile("team", "nightly")
+    except ApiException as e:
+        assert e.status == 500
+    else:
+        raise AssertionError("a 500 must propagate")
+    assert "offpeak.io/next-prediction-time" in _ann(kube2)
+
+
+def test_a_job_kueue_still_holds_gets_the_answer_in_its_template() -> None:
+    job = batch_job(**{"offpeak.io/model-source": "torchvision:resnet18"})
+    job["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": "gpu-queue"}
+    rec, kube, predictor, clock = repredicting(job)
+    assert kube.job["spec"]["suspend"] is True
+    predictor.down, clock["now"] = False, _at(15)
+    assert rec.reconcile("team", "nightly") == "Predicted"
+    template = kube.job["spec"]["template"]["metadata"]["annotations"]
+    assert json.loads(template["offpeak.io/predicted-job-seconds"])["T4"]["p50"] == 260.0
+    assert kube.job["spec"]["suspend"] is True  # Kueue's to unsuspend
+    assert kube.events[-1][2] == "Repredicted" and "creates later" not in kube.events[-1][3]
+
+
+def test_a_pytorchjobs_fallback_is_replaced_on_its_waiting_pods() -> None:
+    job = pytorch_job(workers=1)
+    job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["metadata"]["annotations"][
+        "offpeak.io/model-source"] = "torchvision:resnet50"
+    rec, kube, predictor, clock = repredicting(job, PYTORCH_JOB)
+    assert kube.job["spec"]["runPolicy"]["suspend"] is False and _summary(kube)["source"] == "user-estimate"
+    kube.add_pod("ddp-master-0")
+    kube.add_pod("ddp-worker-0")
+    predictor.down, clock["now"] = False, _at(15)
+    assert rec.reconcile("team", "ddp") == "Predicted"
+    assert kube.pod_prediction("ddp-master-0") == kube.pod_prediction("ddp-worker-0") == \
+        {"H100": {"p50": 260.0, "p90": 360.0}}
+    assert kube.events[-1][:3] == ("PyTorchJob", "Normal", "Repredicted")
+    assert "pods the PyTorchJob creates later keep the template's fallback" in kube.events[-1][3]
+
+
+def test_a_workload_awaiting_the_predictor_is_polled_by_the_resync_until_replaced() -> None:
+    rec, kube, predictor, clock = repredicting(batch_job(**{"offpeak.io/model-source": "torchvision:resnet18"}))
+    resync = Resyncer(rec, interval_seconds=1, live_while=workloads.polled_while)
+    resync.track("team", "nightly", phase=workloads.AWAITING_PREDICTOR)
+    assert resync.live() == [("team", "nightly")]
+    predictor.down, clock["now"] = False, _at(15)
+    resync.track("team", "nightly", phase=rec.reconcile("team", "nightly"))
+    assert resync.live() == [] and _summary(kube)["source"] == "predictor"
+    assert not workloads.polled_while("Predicted") and workloads.polled_while("Analyzing")
+
+
+def test_a_job_admitted_by_the_predictor_or_without_a_graph_awaits_no_reprediction() -> None:
+    rec, kube, predictor, clock = repredicting(batch_job(**{"offpeak.io/model-source": "torchvision:resnet18"}),
+                                               down=False)
+    assert _summary(kube)["source"] == "predictor" and "offpeak.io/next-prediction-time" not in _ann(kube)
+    kube.add_pod("nightly-a")
+    clock["now"] = _at(600)
+    assert rec.reconcile("team", "nightly") == "Predicted" and predictor.asked == 1 and kube.listed == 0
+    rec, kube = make(batch_job())  # no model source: the fallback is all there is
+    assert rec.reconcile("team", "nightly") == "Predicted" and "offpeak.io/next-prediction-time" not in _ann(kube)
+    rec, kube, _, _ = analysing(batch_job(**{"offpeak.io/model-source": "graph-configmap:g"}))
+    assert rec.reconcile("team", "nightly") == "Predicted"  # its ConfigMap is missing: no graph
+    assert "offpeak.io/next-prediction-time" not in _ann(kube)
+
+
+def test_an_unreadable_retry_time_counts_as_due() -> None:
+    job = batch_job()
+    assert not workloads.reprediction_due(job, now=NOW)
+    job["metadata"]["annotations"]["offpeak.io/next-prediction-time"] = "soon"
+    assert workloads.reprediction_due(job, now=NOW)
+    assert workloads.waiting_pods([]) == [] and workloads.waiting_pods([{"metadata": {"name": "p"}}]) == ["p"]
+    assert workloads.waiting_pods([{"metadata": {"name": "p"}, "status": {"phase": "Failed"}}]) is None
