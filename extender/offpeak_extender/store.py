@@ -727,26 +727,34 @@ class ClusterStore:
     def kept_arrays(self, key: str | tuple[str, ...], names: Sequence[str]) -> NodeArrays | None:
         """`node_arrays(names)` when it costs no more than a lookup and a few rows: the columns kept for the list
         (`key`, every name known), patched where up to `KEPT_PATCH_NODES` nodes changed since, each of whose views
-        is built already. None, without waiting, when the lock is held (a view or refit being published), nothing is
-        kept for `key`, it names a node the store does not know, more changed, or a changed view must be rebuilt:
-        then `node_arrays`, on a worker thread, gathers or rebuilds what is needed."""
+        is built already. All of it in one hold of the lock, tried and never waited for; None when the lock is held
+        (a view or refit being published), nothing is kept for `key`, it names a node the store does not know, more
+        changed, or a changed view must be rebuilt: then `node_arrays`, on a worker thread, does what is needed."""
         if not self._lock.acquire(blocking=False):
             return None
         try:
-            t = self.clock()
-            self._check_staleness_locked(t)
-            generation = self._generation
+            self._check_staleness_locked(self.clock())
             hit = self._arrays_cache.get(key)
             if hit is None or hit.unknown:
                 return None
             changed = self._changed_since_locked(hit.generation)
             if changed is None or len(changed) > KEPT_PATCH_NODES or not all(n in self._ready for n in changed):
                 return None
-            if not changed:
+            if hit.generation == self._generation:
                 return hit.arrays
+            positions = hit.positions if hit.positions is not None else dict(zip(names, range(len(names))))
+            at = sorted(positions[n] for n in changed if n in positions)
+            arrays = hit.arrays
+            if at:
+                patched = self._rows.patch(hit.arrays, at, [self._ready[names[i]] for i in at]) \
+                    if hit.arrays.distinct else None
+                if patched is None:
+                    return None
+                arrays = patched
+            self._remember_locked(key, _CachedArrays(arrays, hit.unknown, self._generation, positions))
+            return arrays
         finally:
             self._lock.release()
-        return self._patched(key, names, hit, changed, generation, t)
 
     def _patched(self, key: str | tuple[str, ...], names: Sequence[str], hit: _CachedArrays, changed: set[str],
                  generation: int, now: float) -> NodeArrays | None:
