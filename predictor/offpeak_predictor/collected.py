@@ -165,10 +165,17 @@ def _new_rows(existing: pd.DataFrame, rows: list[dict[str, Any]], key: tuple[str
     return out
 
 
+# Collected rows kept per GPU type, the newest (a collect Job's plan measures a few hundred; the token-holder could
+# post many more distinct ones): the oldest beyond these are deleted, with graph files no row references any more.
+MAX_COLLECTED_MODEL_ROWS = 5_000
+MAX_COLLECTED_OP_ROWS = 50_000
+
+
 def store_batch(db: BenchmarkDB, batch: CollectedBatch) -> tuple[int, int, int]:
     """Append a checked batch to the DB; each model row's graph is saved beside the DB (`collected_graphs/`,
     named by content hash) and referenced by its row, as `offpeak collect` does locally. Rows already stored (the
-    same batch posted again) are skipped. (model rows, op rows, rows skipped)."""
+    same batch posted again) are skipped; past `MAX_COLLECTED_*_ROWS` for the GPU type the oldest are deleted.
+    (model rows, op rows, rows skipped)."""
     graph_dir = db.path.parent / "collected_graphs"
     graph_dir.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -182,6 +189,12 @@ def store_batch(db: BenchmarkDB, batch: CollectedBatch) -> tuple[int, int, int]:
     new_ops = _new_rows(db.read("op_samples", **mine), batch.op_rows, OP_ROW_KEY)
     models = db.append("model_samples", pd.DataFrame(new_models)) if new_models else 0
     ops = db.append("op_samples", pd.DataFrame(new_ops)) if new_ops else 0
+    db.keep_newest("op_samples", max_rows=MAX_COLLECTED_OP_ROWS, **mine)
+    if db.keep_newest("model_samples", max_rows=MAX_COLLECTED_MODEL_ROWS, **mine):
+        referenced = {Path(str(ref)).name for ref in db.read("model_samples", source=COLLECT_SOURCE)["graph_ref"]}
+        for path in graph_dir.glob("*.json.gz"):
+            if path.name not in referenced:
+                path.unlink(missing_ok=True)
     return models, ops, len(rows) + len(batch.op_rows) - models - ops
 
 

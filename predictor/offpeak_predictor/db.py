@@ -79,6 +79,20 @@ class BenchmarkDB:
             query = f"SELECT * FROM {table}" + (f" WHERE {where}" if where else "")  # noqa: S608 - whitelisted
             return pd.read_sql_query(query, con, params=tuple(equal.values()))
 
+    def keep_newest(self, table: str, *, max_rows: int, **equal: str) -> int:
+        """Delete the oldest rows (by insertion) of `table` whose columns equal `equal`, beyond the newest
+        `max_rows` of them; the number deleted."""
+        if table not in TABLES or set(equal) - set(TABLES[table]):
+            raise ValueError(f"unknown table or column(s): {table} {sorted(equal)}")
+        where = " AND ".join(f"{column} = ?" for column in equal) or "1"  # column names whitelisted above
+        with self._connect() as con:
+            cut = con.execute(f"SELECT rowid FROM {table} WHERE {where} ORDER BY rowid DESC "  # noqa: S608
+                              "LIMIT 1 OFFSET ?", (*equal.values(), max_rows)).fetchone()  # fmt: skip
+            if cut is None:
+                return 0
+            return con.execute(f"DELETE FROM {table} WHERE {where} AND rowid <= ?",  # noqa: S608
+                               (*equal.values(), cut[0])).rowcount  # fmt: skip
+
     def replace_source(self, table: str, source: str, rows: pd.DataFrame) -> int:
         """Replace all rows of one source (rebuilding the DB from the datasets is idempotent)."""
         with self._connect() as con:

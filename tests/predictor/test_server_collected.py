@@ -218,3 +218,25 @@ def _tiny_sizes():
 
     return Sizes(gemm=(32,), conv=((1, 4, 4, 8, 3, 1),), attention=((1, 1, 16, 8),), op_reps=1, cnn_batches=(2,),
                  cnn=(8, 4, 1), gpt_batches=(1,), gpt=(8, 16, 1, 32), model_steps=1)
+
+
+def test_collected_rows_are_capped_per_gpu_and_orphaned_graphs_removed(tiny_model, tmp_path, monkeypatch) -> None:
+    from offpeak_predictor import collected
+
+    monkeypatch.setattr(collected, "MAX_COLLECTED_MODEL_ROWS", 2)
+    monkeypatch.setattr(collected, "MAX_COLLECTED_OP_ROWS", 3)
+    first = _batch(tiny_model, ratio=2.0, n=3)
+    first["op_rows"] = [{**first["op_rows"][0], "flops": 2e9 * (i + 1)} for i in range(5)]
+
+    async def scenario(client):
+        r = await client.post("/v1/collected", json=first, headers=AUTH)
+        return r.status, await r.json()
+
+    status, body = serve(token_app(tiny_model, tmp_path), scenario)
+    assert status == 201 and (body["model_rows"], body["op_rows"]) == (3, 5)  # stored, then the oldest dropped
+    db = BenchmarkDB(tmp_path / "db.sqlite")
+    models, ops = db.read("model_samples"), db.read("op_samples")
+    assert list(models["model_name"]) == ["collect_mlp1", "collect_mlp2"]
+    assert sorted(ops["flops"]) == [6e9, 8e9, 1e10]
+    kept = {p.name for p in (tmp_path / "collected_graphs").glob("*.json.gz")}
+    assert kept == {p.rsplit("/", 1)[-1] for p in models["graph_ref"]}  # the dropped row's graph file is gone
