@@ -3,15 +3,12 @@ never with a 5xx, an unexpected exception or a hang."""
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from aiohttp import web
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
@@ -28,6 +25,7 @@ from offpeak_extender.wire import (
     loads,
     parse_extender_args,
 )
+from support.loopback import served
 
 from .test_http import NOW, Clock, make_store
 
@@ -157,22 +155,12 @@ def test_service_answers_malformed_bytes(service: ExtenderService, raw: bytes, v
 @pytest.fixture(scope="module")
 def server() -> Iterator[int]:
     """The real aiohttp app on 127.0.0.1 in a background thread; yields its port."""
-    loop = asyncio.new_event_loop()
     registry = CollectorRegistry()
     app = make_app(service=ExtenderService(store=make_store(Clock(NOW)), metrics=ExtenderMetrics.create(registry),
                                            settings=DecisionSettings()),
                    registry=registry, settings=ServerSettings(max_body_bytes=256 * 1024))
-    runner = web.AppRunner(app, access_log=None)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = runner.addresses[0][1]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield port
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
+    with served(app) as port:
+        yield port
 
 
 def post(port: int, path: str, raw: bytes) -> tuple[int, bytes]:

@@ -5,22 +5,20 @@ without the token changes nothing."""
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import json
 import math
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from offpeak_graph.schema import GraphError, ModelGraph, validate_graph
 from offpeak_predictor.model import RuntimeModel
+from support.loopback import served
 
 from .conftest import AUTH, mlp_graph, token_app
 
@@ -98,19 +96,8 @@ def strict_json(raw: bytes) -> Any:
 def server(tiny_model: RuntimeModel, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
     """The real predictor app with a token and a sample DB on 127.0.0.1 in a background thread: (port, DB path)."""
     tmp = tmp_path_factory.mktemp("fuzz")
-    app = token_app(tiny_model, tmp).build()
-    loop = asyncio.new_event_loop()
-    runner = web.AppRunner(app, access_log=None)
-    loop.run_until_complete(runner.setup())
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    loop.run_until_complete(site.start())
-    port = runner.addresses[0][1]
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    yield port, tmp / "db.sqlite"
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
+    with served(token_app(tiny_model, tmp).build()) as port:
+        yield port, tmp / "db.sqlite"
 
 
 def post(port: int, path: str, raw: bytes, headers: dict[str, str] | None = None) -> tuple[int, Any]:

@@ -137,25 +137,36 @@ def test_the_models_per_op_prices_take_only_their_share_of_the_cache_budget(tiny
     assert predictor.cache_bytes <= 2**20
 
 
-def test_healthz_answers_while_a_big_prediction_runs(tiny_model, monkeypatch):
-    started: list[float] = []
-    original = Predictor.predict
+def _slowed(cls, method: str, monkeypatch, started: list[float]) -> None:
+    """`cls.method` takes 1.5 s more (the work of a 100k-op graph), noting when it started."""
+    original = getattr(cls, method)
 
-    def slow_predict(self, *args, **kwargs):
+    def slow(self, *args, **kwargs):
         started.append(time.perf_counter())
-        time.sleep(1.5)  # a 100k-op graph's worth of work (on the event loop, this would block /healthz)
+        time.sleep(1.5)
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(Predictor, "predict", slow_predict)
+    monkeypatch.setattr(cls, method, slow)
+
+
+async def _healthz_meanwhile(client, request, started: list[float]):
+    """(healthz status, seconds after the slow work began that /healthz answered, the slow request's response)."""
+    pending = asyncio.create_task(request)
+    while not started:
+        await asyncio.sleep(0.01)
+    health = await client.get("/healthz")
+    answered_after = time.perf_counter() - started[0]
+    return health.status, answered_after, await pending
+
+
+def test_healthz_answers_while_a_big_prediction_runs(tiny_model, monkeypatch):
+    started: list[float] = []
+    _slowed(Predictor, "predict", monkeypatch, started)
 
     async def scenario(client):
-        big = asyncio.create_task(client.post("/v1/predict", json={"graph": mlp_graph().to_dict(), "gpus": ["T4"]}))
-        while not started:
-            await asyncio.sleep(0.01)
-        health = await client.get("/healthz")
-        answered_after = time.perf_counter() - started[0]
-        resp = await big
-        return health.status, answered_after, resp.status
+        health, after, resp = await _healthz_meanwhile(
+            client, client.post("/v1/predict", json={"graph": mlp_graph().to_dict(), "gpus": ["T4"]}), started)
+        return health, after, resp.status
 
     health_status, answered_after, predict_status = _run(tiny_model, scenario)
     assert health_status == 200 and answered_after < 1.0  # well before the prediction's 1.5 s are over
@@ -186,24 +197,13 @@ def test_healthz_answers_while_a_sample_is_judged(tiny_model, tmp_path, monkeypa
     from .conftest import AUTH, serve, token_app
 
     started: list[float] = []
-    original = Feedback.ingest
-
-    def slow_ingest(self, *args, **kwargs):
-        started.append(time.perf_counter())
-        time.sleep(1.5)  # judging predicts the graph (seconds at 100k ops) and writes SQLite
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(Feedback, "ingest", slow_ingest)
+    _slowed(Feedback, "ingest", monkeypatch, started)  # judging predicts the graph and writes SQLite
     sample = {"graph": mlp_graph().to_dict(), "gpu": "T4", "job": "ml/j", "job_seconds": 60.0, "steps": 100}
 
     async def scenario(client):
-        posted = asyncio.create_task(client.post("/v1/samples", json=sample, headers=AUTH))
-        while not started:
-            await asyncio.sleep(0.01)
-        health = await client.get("/healthz")
-        answered_after = time.perf_counter() - started[0]
-        resp = await posted
-        return health.status, answered_after, resp.status
+        health, after, resp = await _healthz_meanwhile(
+            client, client.post("/v1/samples", json=sample, headers=AUTH), started)
+        return health, after, resp.status
 
     health_status, answered_after, sample_status = serve(token_app(tiny_model, tmp_path), scenario)
     assert health_status == 200 and answered_after < 1.0
