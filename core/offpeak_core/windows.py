@@ -33,14 +33,21 @@ def held_window_end(*, forecast: DemandForecast, capacity: int, held: int, now: 
     now): the end of the window those pods run in. None when that never happens within the horizon (open-ended),
     when nothing is held, or when the forecast has no step from `now` on. Unknown demand counts as busy, as in
     `free_profile`."""
+    online = np.where(np.isfinite(forecast.online), np.ceil(forecast.online - 1e-9), capacity)
+    return room_window_end(times=forecast.times, room=capacity - online, step_seconds=forecast.step_seconds,
+                           held=held, now=now)
+
+
+def room_window_end(*, times: np.ndarray, room: np.ndarray, step_seconds: float, held: int, now: float
+                    ) -> float | None:
+    """When `room`, the GPUs offline pods may hold per step (theirs included), first falls below `held`: the end of
+    the window those pods run in (`max(now, that step's start)`). None when that never happens within the steps, when
+    nothing is held, or when no step is left from `now` on."""
     if held <= 0:
         return None
-    times = np.asarray(forecast.times, dtype=float)
-    ahead = times + forecast.step_seconds > now  # steps not over yet
-    if not ahead.any():
-        return None
-    online = np.where(np.isfinite(forecast.online), np.ceil(forecast.online - 1e-9), capacity)
-    short = ahead & (capacity - online < held)
+    times = np.asarray(times, dtype=float)
+    ahead = times + step_seconds > now  # steps not over yet
+    short = ahead & (np.asarray(room) < held)
     if not short.any():
         return None
     return max(now, float(times[int(np.argmax(short))]))

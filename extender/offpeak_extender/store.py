@@ -31,9 +31,9 @@ from offpeak_core.nodearrays import NodeArrays, NodeRows
 from offpeak_core.poolrise import pool_judged_online
 from offpeak_core.schedules import BusySchedule, parse_busy_hours
 from offpeak_core.timeparse import parse_timestamp
-from offpeak_core.windows import free_profile, held_window_end, node_view
+from offpeak_core.windows import free_profile, held_window_end, node_view, room_window_end
 from offpeak_core.yielding import checkpoint_interval
-from offpeak_extender.pools import PooledViews, PoolFit, PoolSettings, fit_pools, pools_of
+from offpeak_extender.pools import PooledViews, PoolFit, PoolSettings, fit_pools, pooled_profile, pools_of
 from offpeak_extender.wire import (
     BUSY_HOURS_ANNOTATION,
     CHECKPOINTING_ANNOTATION,
@@ -858,19 +858,27 @@ class ClusterStore:
 
     def held_window_end(self, node: str, *, held: int | None = None, now: float | None = None) -> float | None:
         """When online demand on `node` is forecast to leave fewer than `held` GPUs (default: all its offline and
-        other pods hold now): the end of the window those GPUs run in. None: not within the forecast, no forecast
-        at all, or nothing held."""
+        other pods hold now): the end of the window those GPUs run in. A pooled node's pods keep their GPUs while
+        its pool has room for them (the pool's forecast, less what offline pods hold on its other nodes), as its
+        windows are judged. None: not within the forecast, no forecast at all, or nothing held."""
         t = self.clock() if now is None else now
         with self._lock:
             inp = self._inputs_locked(node, t)
         if inp is None:
             return None
+        held = inp.offline if held is None else held
+        if inp.pool is not None and not inp.stale:  # a pooled node's pods hold GPUs while its pool has room for them
+            info = inp.info
+            room = pooled_profile(inp.pool.fit, pool_online_now=float(inp.pool.online),
+                                  pool_held=inp.pool.held - inp.offline, node_free=info.gpus_total - inp.online,
+                                  now=t, settings=self.settings, schedule=info.schedule)
+            return room_window_end(times=room.times, room=room.free, step_seconds=room.step_seconds, held=held,
+                                   now=t)
         fc = forecast_now(fitted=None if inp.stale else inp.fitted, capacity=inp.info.gpus_total, now=t,
                           settings=self.settings, live_online=float(inp.online), schedule=inp.info.schedule)
         if fc is None:
             return None
-        return held_window_end(forecast=fc, capacity=inp.info.gpus_total, held=inp.offline if held is None else held,
-                               now=t)
+        return held_window_end(forecast=fc, capacity=inp.info.gpus_total, held=held, now=t)
 
     def _gang_gpus_locked(self, key: GangKey) -> int:
         """GPUs the gang's bound workers hold, together: a worker still waiting for a place (an elastic gang's, or

@@ -267,13 +267,13 @@ class PolicyRun:
     def _window_end(self, r: Run, n: int, now: float) -> float | None:
         """Forecast end of the window run r's GPUs on node n are in: the window for its GPUs on top of those of the
         node's offline pods that started before it (a pod started later was admitted into what was left, so its
-        GPUs are the first the forecast takes back). None when open-ended or the node's forecast is stale; `now`
-        when the forecast leaves them no window at all."""
+        GPUs are the first the forecast takes back; a pooled node's, by its room in the pool). None when open-ended or
+        the node's forecast is stale; `now` when the forecast leaves them no window at all."""
         assert self.feed is not None
         if self.feed.stale[n]:
             return None
         held = sum(w for o in self.on_node[n].values() if o.start <= r.start for m, w in o.members if m == n)
-        win = current_window(windows=self.feed.base_windows(n), now=now, gpus=held)
+        win = current_window(windows=self.feed.held_windows(n, now), now=now, gpus=held)
         return now if win is None else win.end
 
     def _plan_yields(self, now: float) -> None:

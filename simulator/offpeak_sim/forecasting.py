@@ -423,6 +423,16 @@ class WindowFeed:
             self._windows[node] = w
         return w
 
+    def held_windows(self, node: int, now: float) -> tuple[IdleWindow, ...]:
+        """Windows of the GPUs the node's offline pods may hold, theirs included: its online forecast alone
+        (`base_windows`), or for a pooled node its room in the pool (`_pooled_free`: its own offline GPUs are not
+        taken out), as the extender's `held_window_end` judges a running pod's window."""
+        if self.pool_of[node] >= 0 and self._pool_rises:
+            room = self._pooled_free(np.array([node]), now)[0]
+            return tuple(idle_windows(profile=FreeProfile(self.times, room, self._profiles[node].confidence,
+                                                          self.step)))
+        return self.base_windows(node)
+
     def windows_for(self, node: int, *, offline_gpus: int, now: float) -> tuple[IdleWindow, ...]:
         """Windows open at `now` for GPUs beyond the `offline_gpus` already held (= free_profile(offline_now)).
 

@@ -95,6 +95,28 @@ def test_the_filter_refuses_a_pooled_node_whose_pool_will_not_leave_it_the_gpus(
     assert replies[False]["NodeNames"] == ["p2", "solo"], replies[False]
 
 
+def test_a_pooled_nodes_held_gpus_keep_their_window_while_the_pool_has_room_for_them() -> None:
+    """The evictor's planned stops ask when a node's offline pods' window ends (`held_window_end`). In pool q (see
+    below) q2 never had online work, so its own forecast never ends a window; by its pool, 4 GPUs held there stay
+    open-ended (the pool never went above 16 of 24, with 4 more held on q1), while 8 end within the pool's rises."""
+    now = NOW - NOW % 300 + 290
+    clock = Clock(now)
+    for pools in (POOLS, None):
+        store = ClusterStore(settings=S, clock=clock, stale_after_seconds=30.0, pools=pools)
+        store.replace_all(nodes=[pooled_node(n, "q") for n in ("q1", "q2", "q3")],
+                          pods=[gpu_pod("train-0", gpus=4, node="q1"), gpu_pod("train-1", gpus=4, node="q2")])
+        busy = pulsed(period=300.0, on=50.0, end=now)
+        store.set_history({"q1": busy, "q2": idle(end=now), "q3": busy}, now=now)
+        if pools is None:  # q2's own forecast: idle for ever
+            assert store.held_window_end("q2") is None and store.held_window_end("q2", held=8) is None
+            continue
+        assert store.held_window_end("q2") is None  # its 4 GPUs: room in the pool whatever it does
+        end = store.held_window_end("q2", held=8)
+        assert end is not None and now <= end <= now + 100
+        store.delete_pod(gpu_pod("train-0", gpus=4, node="q1"))  # nothing held elsewhere: 8 GPUs fit the pool
+        assert store.held_window_end("q2", held=8) is None
+
+
 def test_online_demand_above_the_pools_peak_shrinks_every_node_of_it_at_once() -> None:
     store = make_store()
     store.upsert_pod(gpu_pod("web-0", gpus=8, node="p1", workload="online"))  # the pool at its peak: no change

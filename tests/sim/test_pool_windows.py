@@ -63,6 +63,27 @@ def test_a_nodes_window_ends_when_offline_pods_elsewhere_leave_its_pool_too_litt
     assert pooled.pool_key(0) == 0 and alone.pool_key(0) == -1
 
 
+def test_held_windows_of_a_pooled_node_are_its_room_in_the_pool_its_own_offline_gpus_included() -> None:
+    """What the engine's planned stops ask (`_window_end`): a pooled node's held GPUs keep their window while its
+    pool has room for them, offline GPUs on the pool's other nodes taken out, its own not."""
+    sc = pod_scenario(pulsed_counts(), [], nodes=3)
+    now = (RUN + 120) * 60.0  # the next pulse (16 of 24 GPUs online) is 4 h ahead
+    used = np.zeros(3, dtype=np.int64)
+    pooled, alone = feeds(sc, used)
+    for f in (pooled, alone):
+        f.maybe_refresh(now)
+
+    def held_left(feed: WindowFeed, gpus: int) -> float:
+        ws = [w for w in feed.held_windows(0, now) if w.free_gpus >= gpus and w.start <= now]
+        return max((w.length(now) for w in ws), default=0.0)
+
+    used[0] = 6  # 6 GPUs held on node 0 itself: the pool's 8 of room at a pulse hold them
+    assert held_left(pooled, 6) > 10 * H
+    used[1] = 4  # 4 more on node 1: at the next pulse 24 - 16 - 4 = 4 are left for node 0's 6
+    assert 0 < held_left(pooled, 6) < 5 * H and held_left(pooled, 4) > 10 * H
+    assert alone.held_windows(0, now) == alone.base_windows(0)  # a node alone: its own forecast, as before
+
+
 def test_gang_members_in_one_pool_share_its_room() -> None:
     # 4 pods, 16 at 06:00 and 18:00: a quiet pool's forecast has 24 - 16 = 8 GPUs of room beyond half an hour.
     # A 10-GPU job arrives at 02:00 and needs ~1.7 h: no node takes it alone; two members of 5 each fit the room,
