@@ -1,4 +1,5 @@
-"""Serving aiohttp applications until SIGINT or SIGTERM: what the extender and the predictor entry points share."""
+"""Serving aiohttp applications until SIGINT or SIGTERM, and reading bounded request bodies: what the extender and
+the predictor share."""
 
 from __future__ import annotations
 
@@ -33,3 +34,17 @@ async def serve_apps(sites: Sequence[tuple[web.Application, str, int]], *,
     finally:
         for runner in reversed(runners):
             await runner.cleanup()
+
+
+async def read_body(request: web.Request, limit: int) -> bytes | None:
+    """The request body, or None as soon as it is known to exceed `limit` bytes (declared or streamed)."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)

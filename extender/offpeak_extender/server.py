@@ -25,6 +25,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from offpeak.serving import read_body
 from offpeak_extender.heap import share_main_arena
 from offpeak_extender.metrics import DEADLINE, FILTER, INTERNAL_ERROR, PRIORITIZE, TOO_LARGE
 from offpeak_extender.service import Attempt, DeadlineExceeded, ExtenderService, fail_open
@@ -68,20 +69,6 @@ EXECUTOR_KEY: web.AppKey[ThreadPoolExecutor] = web.AppKey("executor", ThreadPool
 
 def _error(status: int, message: str) -> web.Response:
     return web.Response(status=status, body=json.dumps({"Error": message}).encode(), content_type="application/json")
-
-
-async def read_body(request: web.Request, limit: int) -> bytes | None:
-    """The request body, or None as soon as it is known to exceed `limit` bytes (declared or streamed)."""
-    if request.content_length is not None and request.content_length > limit:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _decision(verb: str) -> Callable[[web.Request], Awaitable[web.Response]]:

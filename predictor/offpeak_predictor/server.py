@@ -24,7 +24,7 @@ from aiohttp.log import access_logger
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from offpeak.errors import UserError
-from offpeak.serving import serve_apps
+from offpeak.serving import read_body, serve_apps
 from offpeak_graph.schema import GraphError, ModelGraph, validate_graph
 from offpeak_predictor.auth import SharedSecret
 from offpeak_predictor.correction import Level
@@ -162,20 +162,6 @@ class BodyTooLarge(Exception):
     def __init__(self, limit: int) -> None:
         super().__init__(f"request body larger than {limit} bytes")
         self.limit = limit
-
-
-async def read_limited(request: web.Request, limit: int) -> bytes:
-    """The request body; BodyTooLarge as soon as it is known to exceed `limit` bytes (declared or streamed)."""
-    if request.content_length is not None and request.content_length > limit:
-        raise BodyTooLarge(limit)
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(limit)
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _decode_object(raw: bytes) -> dict[str, Any]:
@@ -375,8 +361,6 @@ class PredictorApp:
             response = _error(400, str(e))
         except BodyTooLarge as e:
             response = _error(413, f"{e}, the limit of {endpoint}")
-        except web.HTTPRequestEntityTooLarge:
-            response = _error(413, f"request body larger than {self.settings.max_body_bytes} bytes")
         except web.HTTPException as e:
             response = _error(e.status, e.reason or "error")
         except Exception:  # noqa: BLE001 - the server must answer, not crash
@@ -392,7 +376,9 @@ class PredictorApp:
         Content-Length or while streaming. A body over `INLINE_DECODE_BYTES` is decoded in a thread, so a large
         graph never holds the event loop (and /healthz) while it is parsed."""
         limit = self.settings.max_body_bytes if limit is None else min(limit, self.settings.max_body_bytes)
-        raw = await read_limited(request, limit)
+        raw = await read_body(request, limit)
+        if raw is None:
+            raise BodyTooLarge(limit)
         if len(raw) <= INLINE_DECODE_BYTES:
             return _decode_object(raw)
         return await asyncio.get_running_loop().run_in_executor(None, _decode_object, raw)
