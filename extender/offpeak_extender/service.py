@@ -191,8 +191,7 @@ class ExtenderService:
         if args.gang_error:
             log.warning("pod %s: %s; placing it alone, not as part of a gang", args.pod.key, args.gang_error)
         arrays: NodeArrays | None
-        arrays, unknown = (kept, []) if kept is not None else self.store.node_arrays(args.node_names,
-                                                                                      key=args.names_key)
+        arrays, unknown = self._node_arrays(args, kept)
         views = arrays.views
         if args.node_objects is not None and unknown:
             views = (*views, *self._unknown_views(args, unknown))
@@ -222,6 +221,11 @@ class ExtenderService:
             failed = result.failed
             passed = [n for n in args.node_names if n not in failed]  # a subset of the names sent, in their order
         return filter_result(args=args, passed=passed, failed=result.failed)
+
+    def _node_arrays(self, args: ExtenderArgs, kept: NodeArrays | None) -> tuple[NodeArrays, list[str]]:
+        """The columns of `args`' names and the names the store does not know: `kept` when the caller has them
+        (`answer_now`: every name known), else the store's."""
+        return (kept, []) if kept is not None else self.store.node_arrays(args.node_names, key=args.names_key)
 
     def _columns_reply(self, arrays: NodeArrays, columns: FilterColumns, attempt: Attempt | None) -> NamesFilterReply:
         """The usual answer (names only, each known to the store and listed once, no GPUs reserved for gangs), kept
@@ -259,9 +263,7 @@ class ExtenderService:
         if not args.managed:
             self.metrics.requests.labels(PRIORITIZE, PASSTHROUGH).inc()
             return _Scores(args.node_names, np.zeros(len(args.node_names), dtype=np.int64))
-        arrays, unknown = (kept, []) if kept is not None else self.store.node_arrays(args.node_names,
-                                                                                      key=args.names_key)
-        # unknown: score 0
+        arrays, unknown = self._node_arrays(args, kept)  # unknown: score 0
         if attempt is not None:
             attempt.check()
         now = self.store.clock()

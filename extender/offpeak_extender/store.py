@@ -742,17 +742,10 @@ class ClusterStore:
                 return None
             if hit.generation == self._generation:
                 return hit.arrays
-            positions = hit.positions if hit.positions is not None else dict(zip(names, range(len(names))))
-            at = sorted(positions[n] for n in changed if n in positions)
-            arrays = hit.arrays
-            if at:
-                patched = self._rows.patch(hit.arrays, at, [self._ready[names[i]] for i in at]) \
-                    if hit.arrays.distinct else None
-                if patched is None:
-                    return None
-                arrays = patched
-            self._remember_locked(key, _CachedArrays(arrays, hit.unknown, self._generation, positions))
-            return arrays
+            positions, at = _rows_to_patch(hit, names, changed)
+            if at and not hit.arrays.distinct:
+                return None
+            return self._patch_locked(key, hit, positions, at, [self._ready[names[i]] for i in at], self._generation)
         finally:
             self._lock.release()
 
@@ -764,8 +757,7 @@ class ClusterStore:
         twice, or a change to anything came meanwhile."""
         if not changed:
             return hit.arrays
-        positions = hit.positions if hit.positions is not None else dict(zip(names, range(len(names))))
-        at = sorted(positions[n] for n in changed if n in positions)
+        positions, at = _rows_to_patch(hit, names, changed)
         if at and (hit.unknown or not hit.arrays.distinct):
             return None
         views: list[NodeView] = []
@@ -774,16 +766,22 @@ class ClusterStore:
             if unknown:
                 return None
         with self._lock:
-            if at:
-                if self._changed_since_locked(generation) is None:  # a refit or staleness flip meanwhile
-                    return None
-                arrays = self._rows.patch(hit.arrays, at, views)
-                if arrays is None:
-                    return None
-            else:
-                arrays = hit.arrays
-            if self._generation == generation:  # as in `node_arrays`: kept only if no view changed meanwhile
-                self._remember_locked(key, _CachedArrays(arrays, hit.unknown, generation, positions))
+            if at and self._changed_since_locked(generation) is None:  # a refit or staleness flip meanwhile
+                return None
+            return self._patch_locked(key, hit, positions, at, views, generation)
+
+    def _patch_locked(self, key: str | tuple[str, ...], hit: _CachedArrays, positions: Mapping[str, int],
+                      at: list[int], views: Sequence[NodeView], generation: int) -> NodeArrays | None:
+        """`hit`'s columns with the rows `at` rewritten from `views` (the same columns when `at` is empty), kept
+        for `key` if nothing changed since `generation`, as in `node_arrays`; None when the rows cannot be patched."""
+        arrays = hit.arrays
+        if at:
+            patched = self._rows.patch(hit.arrays, at, views)
+            if patched is None:
+                return None
+            arrays = patched
+        if self._generation == generation:
+            self._remember_locked(key, _CachedArrays(arrays, hit.unknown, generation, positions))
         return arrays
 
     def _remember_locked(self, key: str | tuple[str, ...], entry: _CachedArrays) -> None:
@@ -885,6 +883,13 @@ class ClusterStore:
         one not yet scheduled) has done no work an eviction could throw away."""
         return sum(pod.gpus for uid, node in self._gangs.get(key, {}).items()
                    if node is not None and (pod := self._pods.get(uid)) is not None)
+
+
+def _rows_to_patch(hit: _CachedArrays, names: Sequence[str], changed: set[str]) -> tuple[Mapping[str, int], list[int]]:
+    """Each name's position in `hit`'s list (kept with it once a patch needed it) and, in order, the positions of
+    the `changed` nodes it lists: the rows a patch rewrites."""
+    positions = hit.positions if hit.positions is not None else dict(zip(names, range(len(names))))
+    return positions, sorted(positions[n] for n in changed if n in positions)
 
 
 @dataclass(frozen=True)
