@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from offpeak_core.pace import measured_p90_ratio
+
 PredictionSource = Literal["predictor", "user-estimate", "default"]
 
 
@@ -194,22 +196,26 @@ def remaining_fraction(*, total_steps: int, completed_steps: int) -> float:
 
 
 def remaining_seconds(prediction: Prediction, *, completed_steps: int,
-                      measured_step_seconds: Mapping[str, float] | None = None) -> dict[str, dict[str, Any]]:
+                      measured_step_seconds: Mapping[str, Sequence[float]] | None = None) -> dict[str, dict[str, Any]]:
     """Per GPU type p50/p90 seconds of the work left, and the memory verdict when there is one: the
     `offpeak.io/predicted-job-seconds` annotation the extender places by.
 
     A resumed job that measured its own step time on a GPU type (its progress reports) is timed by that, not by
-    the prediction: start-up plus the steps left at the measured pace; the p90 keeps the prediction's spread."""
+    the prediction: start-up plus the steps left at the measured pace (the latest), with the narrow p90 of a
+    measured pace (`offpeak_core.pace`: the spread of its measurements there, at least 1.1 × p50) instead of the
+    prediction's. Other GPU types keep the prediction. `measured_step_seconds`: per GPU type, the step times its
+    attempts measured there, oldest first."""
     frac = remaining_fraction(total_steps=prediction.steps, completed_steps=completed_steps)
     measured = measured_step_seconds or {}
     out: dict[str, dict[str, Any]] = {}
     for p in prediction.gpus:
         p50, p90 = p.job_seconds * frac, p.job_seconds_p90 * frac
-        step = measured.get(p.gpu_type)
-        if step is not None and completed_steps > 0 and prediction.steps > 0 and p.job_seconds > 0:
+        paces = measured.get(p.gpu_type)
+        if paces and completed_steps > 0 and prediction.steps > 0 and p.job_seconds > 0:
             startup = max(0.0, p.job_seconds - prediction.steps * p.step_seconds)
             left = max(0, prediction.steps - completed_steps)
-            p50, p90 = startup + left * step, (startup + left * step) * p.job_seconds_p90 / p.job_seconds
+            p50 = startup + left * paces[-1]
+            p90 = p50 * measured_p90_ratio(paces)
         entry: dict[str, Any] = {"p50": round(p50, 3), "p90": round(p90, 3)}
         if p.fits_memory is not None:
             entry["fits_memory"] = p.fits_memory
@@ -221,15 +227,16 @@ def remaining_seconds(prediction: Prediction, *, completed_steps: int,
     return out
 
 
-def measured_step_seconds(measurements: Any) -> dict[str, float]:
-    """The latest step time the job's own progress reports measured, per GPU type (status.measurements)."""
-    out: dict[str, float] = {}
+def measured_step_seconds(measurements: Any) -> dict[str, list[float]]:
+    """The step times the job's own progress reports measured, per GPU type, oldest first (status.measurements:
+    later entries are later attempts)."""
+    out: dict[str, list[float]] = {}
     for m in measurements or []:
         if not isinstance(m, Mapping) or m.get("source") != "progress":
             continue
         step = _optional_float(m.get("stepSeconds"))
         if step and isinstance(m.get("gpuType"), str):
-            out[m["gpuType"]] = step  # later entries are later attempts
+            out.setdefault(m["gpuType"], []).append(step)
     return out
 
 

@@ -432,7 +432,8 @@ class Reconciler:
         if prediction is None:
             return sm.reprediction_failed_status(status=status, message=why, now=now,
                                                  backoff=self.ctx.settings.predict_retry.backoff)
-        remaining = remaining_seconds(prediction, completed_steps=int(status.get("completedSteps") or 0))
+        remaining = remaining_seconds(prediction, completed_steps=int(status.get("completedSteps") or 0),
+                                      measured_step_seconds=measured_step_seconds(status.get("measurements")))
         message = f"re-predicted after a fallback: {self.predicted_message(prediction)}"
         if not self.annotate_waiting_pods(job, status.get("pods") or [], podspecs.predicted_annotation(remaining)):
             message += "; the waiting pods keep the fallback annotation (the operator may not patch pods)"

@@ -2,8 +2,9 @@ from __future__ import annotations
 
 import pytest
 
+from offpeak_core.pace import MEASURED_P90_RATIO
 from offpeak_operator.predictions import (FallbackSettings, PredictorResponseError, fallback, from_predictor,
-                                          remaining_seconds, Prediction)
+                                          measured_step_seconds, remaining_seconds, Prediction)
 
 RESPONSE = {"model_version": "m7", "graph_hash": "sha256:ab", "predictions": [
     {"gpu": "A100", "gpu_type": "A100-SXM4-40GB", "step_seconds": 0.1, "step_seconds_p90": 0.12,
@@ -72,3 +73,31 @@ def test_memory_verdict_reaches_status_and_the_extenders_annotation() -> None:
                          "gpu_memory_gib": 14.9}
     old = from_predictor(RESPONSE, steps=1000, asked=["A100", "T4"], canonical=["A100-SXM4-40GB", "T4"])
     assert "fits_memory" not in remaining_seconds(old, completed_steps=0)["T4"]  # no verdict: none invented
+
+
+def test_a_measured_pace_times_the_rest_of_the_job_with_a_narrow_p90_on_its_gpu_type_only() -> None:
+    p = from_predictor(RESPONSE, steps=1000, asked=["A100", "T4"], canonical=["A100-SXM4-40GB", "T4"])
+    t4 = p.for_gpu("T4")
+    assert t4 is not None and t4.job_seconds_p90 > 1.2 * t4.job_seconds  # the prediction's own spread is wide
+    ann = remaining_seconds(p, completed_steps=500, measured_step_seconds={"T4": [0.5]})
+    startup = t4.job_seconds - 1000 * t4.step_seconds
+    assert ann["T4"]["p50"] == pytest.approx(startup + 500 * 0.5)
+    assert ann["T4"]["p90"] == pytest.approx(ann["T4"]["p50"] * MEASURED_P90_RATIO, abs=1e-3)
+    assert ann["A100-SXM4-40GB"] == remaining_seconds(p, completed_steps=500)["A100-SXM4-40GB"]  # not measured there
+    # two attempts that measured different paces: the latest times the rest, their spread widens the p90
+    ann = remaining_seconds(p, completed_steps=500, measured_step_seconds={"T4": [0.4, 0.6]})
+    assert ann["T4"]["p50"] == pytest.approx(startup + 500 * 0.6)
+    assert ann["T4"]["p90"] == pytest.approx(ann["T4"]["p50"] * 1.5, abs=1e-3)
+    # nothing done yet: a pace measured before is not used (no steps to scale from)
+    assert remaining_seconds(p, completed_steps=0, measured_step_seconds={"T4": [0.5]}) == \
+        remaining_seconds(p, completed_steps=0)
+
+
+def test_measured_step_seconds_keeps_every_progress_measurement_per_gpu_type_in_order() -> None:
+    rows = [{"source": "progress", "gpuType": "T4", "stepSeconds": 0.4},
+            {"source": "wall", "gpuType": "T4", "stepSeconds": 9.0},  # wall-clock guesses are not a pace
+            {"source": "progress", "gpuType": "A100", "stepSeconds": 0.1},
+            {"source": "progress", "gpuType": "T4", "stepSeconds": 0.5},
+            {"source": "progress", "gpuType": "T4", "stepSeconds": "fast"}, "junk"]
+    assert measured_step_seconds(rows) == {"T4": [0.4, 0.5], "A100": [0.1]}
+    assert measured_step_seconds(None) == {}
