@@ -81,7 +81,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--pool-windows", action="store_true",
                    help="pod-placed online demand: a node's windows end when its pool (Helios VC) is forecast full, "
                    "from the pool's recent peak and the rises its history shows (offpeak_core.poolrise), not when the "
-                   "node's own online history says; the extender does not do this yet")
+                   "node's own online history says; the extender's --pool-label does the same")
     p.add_argument("--pool-look-back-hours", type=float, default=6.0,
                    help="with --pool-windows: the pool's peak over this many past hours is where rises start (6)")
     p.add_argument("--report", required=True, metavar="OUT.json", help="write the per-policy JSON report here")

@@ -99,11 +99,11 @@ class ElasticWidth:
         return bool(((self.node_type == self.node_type[r.node]) & (free > 0)).any())
 
     def plan_join(self, r: Run, free: np.ndarray, now: float, levels: np.ndarray | None, remaining_ref: np.ndarray,
-                  saved: float) -> tuple[Plan, float | None] | None:
+                  saved: float, measured: np.ndarray | None = None) -> tuple[Plan, float | None] | None:
         """GPUs on run r's GPU type for as many of its waiting workers as can join now (widest first, at least 1),
         each pod passing `filter_nodes` for the job's remaining run (after the restart: `remaining_ref` less the
-        `saved` seconds of its last checkpoint) at the new width; with the policy's p90 of that run. None when none
-        can join."""
+        `saved` seconds of its last checkpoint) at the new width; with the policy's p90 of that run (`measured`:
+        the engine's paces measured so far, run r's own type included). None when none can join."""
         pl = self.placer
         j = r.job
         full = int(self.sc.jobs.gpus[j])
@@ -114,7 +114,11 @@ class ElasticWidth:
         if self.p.windowed:
             rem = remaining_ref.copy()
             rem[j] = max(0.0, rem[j] - saved / r.slowdown)
-            p50, p90 = believed_p50_p90(self.p, scenario=self.sc, jobs=np.array([j]), remaining_ref_s=rem)
+            if measured is not None and now - r.start > r.startup:  # run r is timing its steps on its type now
+                measured = measured.copy()
+                measured[j, ti] = True
+            p50, p90 = believed_p50_p90(self.p, scenario=self.sc, jobs=np.array([j]), remaining_ref_s=rem,
+                                        measured=measured)
         on_type = np.flatnonzero((self.node_type == ti) & (free > 0))
         for x in range(min(missing, int(free[on_type].sum())), 0, -1):
             scale = full / (r.gpus + x)

@@ -115,6 +115,9 @@ class PolicyRun:
         self.attempt = np.zeros(n_jobs, dtype=np.int64)
         self.queue: list[int] = []
         self.remaining_ref = scenario.jobs.duration_s.astype(float).copy()
+        # [job, GPU type]: an attempt of the job timed its steps there (ran past its start-up): the rest of the job
+        # is then believed at that pace (`believed_p50_p90`), as the operator does with a pod's progress reports
+        self.measured = np.zeros((n_jobs, len(fl.types)), dtype=bool)
         self.useful_ref = np.zeros(n_jobs)  # reference seconds of work kept (checkpointed or finished)
         self.first_start = np.full(n_jobs, np.nan)
         self.finish = np.full(n_jobs, np.nan)
@@ -205,6 +208,8 @@ class PolicyRun:
         (its start-up then went for nothing too; an attempt that kept work counts its start-up apart)."""
         elapsed = now - r.start
         saved = self._saved(r, now)
+        if elapsed > r.startup:
+            self._measure(r)
         lost = max(0.0, self._since_checkpoint(r, now)) * r.gpus
         self.runs.pop(r.job)
         self._release(r)
@@ -218,6 +223,17 @@ class PolicyRun:
         if requeue:
             self.queue.append(r.job)
         return lost
+
+    def _measure(self, r: Run) -> None:
+        """Run r timed its steps: on its GPU type when all its members share one (a gang's pace is its slowest)."""
+        types = {int(self.node_type[n]) for n, _ in r.members}
+        if len(types) == 1:
+            self.measured[r.job, types.pop()] = True
+
+    def _beliefs(self, jobs: np.ndarray, remaining_ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The policy's (p50, p90) of the jobs' remaining runs per GPU type, paces measured so far included."""
+        return believed_p50_p90(self.p, scenario=self.sc, jobs=jobs, remaining_ref_s=remaining_ref,
+                                measured=self.measured)
 
     def _evict(self, r: Run, now: float, minute_index: int, node: int | None = None) -> Plan:
         """Evict run r for online work on `node` (None: all of it goes); return the (node, GPUs) it let go of.
@@ -251,8 +267,7 @@ class PolicyRun:
         gpus = sum(w for _, w in keep)
         believed = None
         if self.p.windowed:
-            _, p90 = believed_p50_p90(self.p, scenario=self.sc, jobs=np.array([r.job]),
-                                      remaining_ref_s=self.remaining_ref)
+            _, p90 = self._beliefs(np.array([r.job]), self.remaining_ref)
             believed = self._believed(p90, 0, r.node, scale=full / gpus)
         self._start(r.job, r.node, now, keep if len(keep) > 1 else (), believed, gpus=gpus)
         self.t.narrowings += 1
@@ -435,7 +450,7 @@ class PolicyRun:
         levels = None
         if self.p.windowed:
             assert self.feed is not None
-            p50, p90 = believed_p50_p90(self.p, scenario=self.sc, jobs=q, remaining_ref_s=self.remaining_ref)
+            p50, p90 = self._beliefs(q, self.remaining_ref)
             need = np.full(p90.shape, np.inf)
             idx = np.flatnonzero(cand_mask)
             need[idx] = self.placer.needs(p90[idx], 1)
@@ -493,7 +508,8 @@ class PolicyRun:
                 assert self.feed is not None
                 levels = self.feed.left_bounds(now=now, offline=self.used, levels=int(fl.gpus.max()))
             t0 = time.perf_counter()
-            got = self.width.plan_join(r, free, now, levels, self.remaining_ref, self._saved(r, now))
+            got = self.width.plan_join(r, free, now, levels, self.remaining_ref, self._saved(r, now),
+                                       self.measured)
             self.t.decision_s.append(time.perf_counter() - t0)
             self.t.decisions += 1
             if got is None:

@@ -32,6 +32,7 @@ import numpy as np
 
 from offpeak.errors import UserError
 from offpeak_core.model import Prediction
+from offpeak_core.pace import MEASURED_P90_RATIO
 
 from offpeak_sim.scenario import Scenario
 
@@ -79,9 +80,14 @@ def parse_policies(text: str) -> list[Policy]:
 
 
 def believed_p50_p90(
-    policy: Policy, *, scenario: Scenario, jobs: np.ndarray, remaining_ref_s: np.ndarray
+    policy: Policy, *, scenario: Scenario, jobs: np.ndarray, remaining_ref_s: np.ndarray,
+    measured: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Believed remaining seconds [len(jobs), types] (p50, p90) on each GPU type of the fleet."""
+    """Believed remaining seconds [len(jobs), types] (p50, p90) on each GPU type of the fleet.
+
+    `measured` [jobs in the run, types]: where a job's earlier attempt timed its steps. The predictor-led policy
+    then times the rest of it there at that pace (the true one: the engine's runtimes do not vary) with the narrow
+    p90 of a measured pace (`offpeak_core.pace`), as the operator does for a resumed job; elsewhere the prediction."""
     slow = scenario.slowdowns()[None, :]
     rem = remaining_ref_s[jobs][:, None]
     if policy.knows == "true":
@@ -89,7 +95,12 @@ def believed_p50_p90(
         return p50, p50
     if policy.knows == "predicted":
         p50 = rem * slow * scenario.pred_ratio[jobs]
-        return p50, p50 * scenario.p90_ratio
+        p90 = p50 * scenario.p90_ratio
+        if measured is not None:
+            known = measured[jobs]
+            p50 = np.where(known, rem * slow, p50)
+            p90 = np.where(known, p50 * MEASURED_P90_RATIO, p90)
+        return p50, p90
     if policy.knows == "user":
         frac = rem / scenario.jobs.duration_s[jobs][:, None]
         est = scenario.user_est_ref_s[jobs][:, None] * frac * slow
