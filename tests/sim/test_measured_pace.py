@@ -44,10 +44,10 @@ def _evicted_once(at_s: float) -> tuple[PolicyRun, int]:
 
 
 def _schedule(run: PolicyRun, minute: int) -> None:
+    """One minute of the engine, as `simulate` drives it (the shared feed refreshed, then the policy's step)."""
     assert run.feed is not None
     run.feed.maybe_refresh(minute * 60.0)
-    run.placer.new_minute()
-    run.schedule(minute, minute * 60.0)
+    run.step(minute, np.array([], dtype=np.int64))
 
 
 def test_an_attempt_that_timed_its_steps_lets_the_rest_fit_a_window_its_prediction_does_not() -> None:
