@@ -99,6 +99,9 @@ class StepContext:
     precision: str = "fp32"
     num_gpus: int = 1
     framework: str = "pytorch"  # pytorch | tensorflow | torch7 | pytorch-ngc (benchmark rows only)
+    # the software era the step is timed with, for its interval only (`intervals.software_era`): `pt2` (PyTorch 2 or
+    # later, what a cluster's jobs run) or `` (benchmark rows of older software)
+    era: str = "pt2"
 
 
 def step_composition(

@@ -108,14 +108,16 @@ class RuntimeModel:
                                               ctx=ctx)])  # fmt: skip
             correction = float(self.step_booster.predict(feats, num_threads=1)[0])
             correction = max(-self.correction_clip, min(self.correction_clip, correction))
-        p50, p90 = self.interval(base * math.exp(correction), ctx)
+        p50, p90 = self.interval(base * math.exp(correction), ctx, gpu.name)
         return StepPrediction(step_seconds=p50, step_seconds_p90=p90, base_seconds=base,
                               forward_seconds=float(fwd.sum()))  # fmt: skip
 
-    def interval(self, model_seconds: float, ctx: StepContext) -> tuple[float, float]:
-        """(p50, p90) step seconds from the model's point estimate: the calibration's offsets for its regime."""
+    def interval(self, model_seconds: float, ctx: StepContext, gpu: str | None = None) -> tuple[float, float]:
+        """(p50, p90) step seconds from the model's point estimate: the calibration's offsets for its regime (on GPU
+        type `gpu`, canonical name; None: not known)."""
         calibration = self.calibration or Calibration.fixed(self.p90_log_margin)
-        q50, q90 = calibration.offsets(mode=ctx.mode, precision=ctx.precision, step_seconds=model_seconds)
+        q50, q90 = calibration.offsets(mode=ctx.mode, precision=ctx.precision, step_seconds=model_seconds,
+                                       era=ctx.era, gpu=gpu)  # fmt: skip
         return model_seconds * math.exp(q50), model_seconds * math.exp(q90)
 
     def predict_steps_batch(
@@ -134,8 +136,8 @@ class RuntimeModel:
         else:
             corr = np.zeros(len(rows))
         out = []
-        for (b, f), c, (_, _, ctx) in zip(bases, corr, items, strict=True):
-            p50, p90 = self.interval(b * math.exp(c), ctx)
+        for (b, f), c, (_, gpu, ctx) in zip(bases, corr, items, strict=True):
+            p50, p90 = self.interval(b * math.exp(c), ctx, gpu.name)
             out.append(StepPrediction(step_seconds=p50, step_seconds_p90=p90, base_seconds=b, forward_seconds=f))
         return out
 

@@ -19,7 +19,7 @@ import pandas as pd
 from offpeak_predictor.features import base_times, make_op_table, op_feature_matrix
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, step_composition, step_features, summarise
-from offpeak_predictor.intervals import Calibration, calibrate, regime_of
+from offpeak_predictor.intervals import ERA_PT2, Calibration, calibrate, regime_of, software_era
 from offpeak_predictor.loaders import graph_args_of
 from offpeak_predictor.model import BOOSTER_OF_CLASS, RuntimeModel
 
@@ -132,6 +132,7 @@ def context_of(row: pd.Series) -> StepContext:
     return StepContext(
         mode=str(row["mode"]), optimizer=str(row["optimizer"]), precision=str(row["precision"]),
         num_gpus=int(row["num_gpus"]) if pd.notna(row["num_gpus"]) else 1, framework=_framework(row["software"]),
+        era=software_era(row["software"]),
     )  # fmt: skip
 
 
@@ -180,10 +181,13 @@ def calibration_residuals(
     weights: np.ndarray, clip: float,
 ) -> tuple[np.ndarray, list[str]]:  # fmt: skip
     """Out-of-group residuals log(measured / predicted) of the correction booster and the regime of each, for
-    each grouping in `settings.calibration_groups` (a row appears once per grouping)."""
+    each grouping in `settings.calibration_groups` (a row appears once per grouping). A modern row's residual from
+    folds grouped by anything but GPU (a new model on a measured GPU) also calibrates its modern cells
+    (`intervals.regime_of`); from folds grouped by GPU, the legacy cells only."""
     resid: list[np.ndarray] = []
     regimes: list[str] = []
     modes, precisions = rows["mode"].astype(str).to_numpy(), rows["precision"].astype(str).to_numpy()
+    eras = [software_era(s) for s in rows["software"]] if "software" in rows else [""] * len(rows)
     for column in settings.calibration_groups:
         groups = rows[column].astype(str).to_numpy()
         if len(set(groups)) < 2:
@@ -195,11 +199,22 @@ def calibration_residuals(
             r[test] = y[test] - pred
             seconds[test] = base[test] * np.exp(pred)
         resid.append(r)
-        regimes.extend(regime_of(mode=m, precision=p, step_seconds=t)
-                       for m, p, t in zip(modes, precisions, seconds, strict=True))  # fmt: skip
+        gpu_in_training = column != "gpu"  # a new model on a GPU the training rows measured
+        regimes.extend(regime_of(mode=m, precision=p, step_seconds=t, era=e, seen=gpu_in_training)
+                       for m, p, t, e in zip(modes, precisions, seconds, eras, strict=True))  # fmt: skip
     if not resid:
         return np.zeros(0), []
     return np.concatenate(resid), regimes
+
+
+def measured_gpu_types(rows: pd.DataFrame) -> frozenset[str]:
+    """Canonical names of the GPU types these step rows measured with today's software (`intervals.ERA_PT2`): a
+    modern query on one of them is calibrated as a new model on a measured GPU. A GPU type measured only with old
+    software is not one: the model has not seen how today's PyTorch runs there."""
+    if "software" not in rows:
+        return frozenset()
+    modern = rows.loc[[software_era(s) == ERA_PT2 for s in rows["software"]], "gpu"]
+    return frozenset(resolve_gpu(str(g)).name for g in modern.unique())
 
 
 def fit_calibration(
@@ -213,6 +228,7 @@ def fit_calibration(
         return None
     return calibrate(residuals=resid, regimes=regimes, quantile=settings.p90_quantile,
                      min_count=settings.calibration_min_count, recentre=settings.calibration_recentre_p50,
+                     measured_gpus=measured_gpu_types(rows),
                      source=f"{settings.calibration_folds}-fold grouped by {' and by '.join(settings.calibration_groups)}")  # fmt: skip
 
 

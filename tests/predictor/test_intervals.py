@@ -3,15 +3,18 @@
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import StepContext, summarise
 from offpeak_predictor.intervals import (
-    POOLED, Calibration, calibrate, conformal_quantile, interval_metrics, regime_of, size_bucket,
+    ERA_PT2, POOLED, Calibration, calibrate, conformal_quantile, interval_metrics, regime_of, size_bucket, software_era,
 )  # fmt: skip
 from offpeak_predictor.model import RuntimeModel
-from offpeak_predictor.train import grouped_folds
+from offpeak_predictor.train import (
+    TrainSettings, calibration_residuals, fit_calibration, grouped_folds, measured_gpu_types,
+)  # fmt: skip
 
 from .conftest import mlp_graph
 
@@ -111,3 +114,94 @@ def test_interval_metrics():
                          p90=np.array([1.5, 3.0, 3.0, 6.0]))  # fmt: skip
     assert m["n"] == 4 and m["p90_coverage"] == 0.75 and m["p50_share_below"] == 0.5
     assert m["median_width"] == pytest.approx(1.5)
+
+
+def test_software_era_is_pytorch_2_or_later_only():
+    assert [software_era(s) for s in ("pytorch-2.11", "pytorch-2.1", "PyTorch-3.0", "pytorch-10.2")] == ["pt2"] * 4
+    assert [software_era(s) for s in ("pytorch-1.x", "pytorch-1.13", "pytorch", "pytorch-ngc", "tensorflow-1",
+                                      "torch7", "cudnn-deepbench", "", None)] == [""] * 9  # fmt: skip
+
+
+def _modern_calibration() -> Calibration:
+    """Legacy residuals wide (GPU-grouped modern ones among them), modern ones of new models on measured GPUs tight."""
+    rng = np.random.default_rng(5)
+    legacy, seen, gpu_out = rng.normal(0.0, 0.6, 600), rng.normal(0.0, 0.05, 200), rng.normal(0.1, 0.3, 200)
+    kw = {"mode": "train", "precision": "bf16", "step_seconds": 0.05}
+    regimes = ([regime_of(**kw)] * 600 + [regime_of(**kw, era=ERA_PT2, seen=True)] * 200
+               + [regime_of(**kw, era=ERA_PT2, seen=False)] * 200)  # fmt: skip
+    return calibrate(residuals=np.r_[legacy, seen, gpu_out], regimes=regimes,
+                     measured_gpus=frozenset({resolve_gpu("H100-SXM5-80GB").name}))  # fmt: skip
+
+
+def test_modern_steps_on_a_measured_gpu_get_cells_of_their_own():
+    kw = {"mode": "train", "precision": "bf16", "step_seconds": 0.05}
+    assert regime_of(**kw, era=ERA_PT2, seen=True) == "pt2|seen|train/amp/medium"
+    assert regime_of(**kw, era=ERA_PT2, seen=False) == regime_of(**kw, era="", seen=True) == "train/amp/medium"
+    cal = _modern_calibration()
+    h100, a10 = resolve_gpu("H100-SXM5-80GB").name, resolve_gpu("A10").name
+    seen, legacy = cal.offsets(**kw, era=ERA_PT2, gpu=h100)[1], cal.offsets(**kw)[1]
+    assert seen == pytest.approx(1.2816 * 0.05, rel=0.3)
+    assert cal.cells["pt2|seen|train/amp/medium"].n == 200
+    # an unmeasured GPU, old software or an unknown GPU: the legacy cell, which pools every residual as before
+    assert cal.offsets(**kw, era=ERA_PT2, gpu=a10)[1] == cal.offsets(**kw, era="", gpu=h100)[1] == legacy
+    assert cal.offsets(**kw, era=ERA_PT2, gpu=None)[1] == legacy
+    assert cal.cells["train/amp/medium"].n == cal.cells[POOLED].n == 1000
+    assert seen < legacy
+
+
+def test_modern_regimes_fall_back_through_their_own_pools_then_the_legacy_chain():
+    cal = _modern_calibration()
+    h100 = resolve_gpu("H100-SXM5-80GB").name
+    # an inference step on a measured GPU: no modern inference cell, so the modern pool (all its residuals)
+    assert cal.lookup(regime_of(mode="inference", precision="fp32", step_seconds=1.0, era=ERA_PT2, seen=True))[0] \
+        == "pt2|seen"
+    no_gpus = Calibration.from_dict(cal.to_dict() | {"measured_gpus": []})  # a model file before this change
+    kw = {"mode": "train", "precision": "bf16", "step_seconds": 0.05}
+    assert no_gpus.offsets(**kw, era=ERA_PT2, gpu=h100) == cal.offsets(**kw)
+    legacy_only = calibrate(residuals=np.random.default_rng(2).normal(0, 0.4, 100), regimes=["train/amp/medium"] * 100,
+                            measured_gpus=frozenset({h100}))  # fmt: skip
+    assert legacy_only.lookup("pt2|seen|train/amp/medium")[0] == "train/amp/medium"
+    assert Calibration.from_dict(cal.to_dict()) == cal and cal.to_dict()["measured_gpus"] == [h100]
+
+
+def test_a_model_serves_the_cell_of_the_gpu_and_software_asked(tiny_model):
+    summary = summarise(mlp_graph(batch=32, width=1024))
+    h100, a10 = resolve_gpu("H100-SXM5-80GB"), resolve_gpu("A10")
+    model = RuntimeModel(op_boosters=tiny_model.op_boosters, step_booster=tiny_model.step_booster,
+                         calibration=_modern_calibration())  # fmt: skip
+    ctx = StepContext(precision="bf16")
+    assert ctx.era == ERA_PT2  # a cluster's job runs today's PyTorch
+
+    def width(gpu, c):
+        pred = model.predict_step(summary, gpu, c)
+        batch = model.predict_steps_batch([(summary, gpu, c)])[0]
+        assert batch.step_seconds_p90 / batch.step_seconds == pytest.approx(pred.step_seconds_p90 / pred.step_seconds)
+        return pred.step_seconds_p90 / pred.step_seconds
+
+    seen, unmeasured, legacy = width(h100, ctx), width(a10, ctx), width(h100, StepContext(precision="bf16", era=""))
+    assert seen < unmeasured and unmeasured == pytest.approx(legacy)
+    # whichever size bucket the step falls in, the modern residuals of train/amp are the only ones it can use
+    assert seen == pytest.approx(math.exp(model.calibration.cells["pt2|seen|train/amp"].q90))
+
+
+def test_residuals_of_family_folds_calibrate_modern_cells_and_of_gpu_folds_the_legacy_ones():
+    rng = np.random.default_rng(4)
+    n = 120
+    rows = pd.DataFrame({
+        "family": [f"f{i % 6}" for i in range(n)], "gpu": [("T4", "V100-PCIE-32GB", "A10")[i % 3] for i in range(n)],
+        "mode": "train", "precision": "bf16", "software": ["pytorch-2.11" if i < 60 else "pytorch-1.x" for i in range(n)],
+    })  # fmt: skip
+    x, y = rng.normal(size=(n, 3)), rng.normal(0, 0.1, n)
+    settings = TrainSettings(step_rounds=5, step_min_leaf=3, threads=1)
+    resid, regimes = calibration_residuals(x=x, y=y, base=np.full(n, 0.05), rows=rows, settings=settings,
+                                           weights=np.ones(n), clip=math.log(4.0))  # fmt: skip
+    assert len(resid) == len(regimes) == 2 * n  # once grouped by family, once by GPU
+    by_family, by_gpu = regimes[:n], regimes[n:]
+    assert all(r.startswith("pt2|seen|") for r in by_family[:60])
+    assert not any("|" in r for r in by_family[60:] + by_gpu)  # PyTorch 1 rows, and GPU folds: the legacy cells
+    cal = fit_calibration(x=x, y=y, base=np.full(n, 0.05), rows=rows, settings=settings, weights=np.ones(n),
+                          clip=math.log(4.0))  # fmt: skip
+    assert cal is not None and cal.measured_gpus == {resolve_gpu(g).name for g in ("T4", "V100-PCIE-32GB", "A10")}
+    assert cal.cells["pt2|seen"].n == 60 and cal.cells[POOLED].n == 2 * n
+    only_old = rows.assign(software=["pytorch-2.11" if g == "A10" else "pytorch-1.x" for g in rows["gpu"]])
+    assert measured_gpu_types(only_old) == {resolve_gpu("A10").name}  # measured with old software only: not seen
