@@ -1,10 +1,12 @@
 """The `new-gpu` collection plan: which single ops and whole training steps `offpeak collect --plan new-gpu` times.
 
 Pure: no torch, no timing, no I/O. A GPU the predictor has never seen is described by where its regimes meet, so
-the plan spans them: GEMMs from launch-bound (M=N=K=256) to compute-bound (8192), ResNet-like conv2d layers
-forward and forward+backward, causal attention forward and forward+backward, and two small models built from
-torch.nn (a CNN and a decoder-only transformer) as whole training steps; each in fp32 and in AMP. `quick` shrinks
-every size so the same plan runs in a few minutes on a laptop CPU (the code path is the CUDA one).
+the plan spans them: GEMMs from launch-bound (M=N=K=256) to compute-bound (8192), ResNet-like conv2d layers and
+the depthwise and small-channel 1x1 convolutions of MobileNet/EfficientNet-like nets (memory-bound kernels of their
+own, which no other op row in our data has) forward and forward+backward, causal attention forward and
+forward+backward, and two small models built from torch.nn (a CNN and a decoder-only transformer) as whole training
+steps; each in fp32 and in AMP. `quick` shrinks every size so the same plan runs in a few minutes on a laptop CPU
+(the code path is the CUDA one).
 """
 
 from __future__ import annotations
@@ -25,12 +27,17 @@ class OpWorkload:
 
     kind: OpKind
     precision: str  # fp32 (PyTorch defaults: TF32 off for matmul, on for cuDNN) or the AMP dtype (bf16 | fp16)
-    dims: tuple[tuple[str, int], ...]  # gemm: m,n,k; conv: n,c,k,hw,r,stride; attention: b,h,s,d
+    dims: tuple[tuple[str, int], ...]  # gemm: m,n,k; conv: n,c,k,hw,r,stride[,g]; attention: b,h,s,d
     reps: int
     backward: bool = False
 
     def dim(self, name: str) -> int:
         return dict(self.dims)[name]
+
+    @property
+    def groups(self) -> int:
+        """A convolution's groups (c for a depthwise one; 1, and not in `dims`, for a dense one)."""
+        return dict(self.dims).get("g", 1)
 
     @property
     def label(self) -> str:
@@ -71,7 +78,7 @@ class Sizes:
     """Every size of the plan in one place, so `quick` is one alternative set rather than scattered ifs."""
 
     gemm: tuple[int, ...]
-    conv: tuple[tuple[int, int, int, int, int, int], ...]  # n, c (= k), k, hw, r, stride
+    conv: tuple[tuple[int, int, int, int, int, int, int], ...]  # n, c, k, hw, r, stride, groups (1: dense)
     attention: tuple[tuple[int, int, int, int], ...]  # b, h, s, d
     op_reps: int
     cnn_batches: tuple[int, ...]
@@ -83,8 +90,12 @@ class Sizes:
 
 FULL = Sizes(
     gemm=(256, 1024, 2048, 4096, 8192),
-    conv=((32, 64, 64, 56, 3, 1), (32, 128, 128, 28, 3, 1), (32, 256, 256, 14, 3, 1), (32, 512, 512, 7, 3, 1),
-          (32, 256, 64, 56, 1, 1)),
+    conv=((32, 64, 64, 56, 3, 1, 1), (32, 128, 128, 28, 3, 1, 1), (32, 256, 256, 14, 3, 1, 1),
+          (32, 512, 512, 7, 3, 1, 1), (32, 256, 64, 56, 1, 1, 1),
+          # depthwise 3x3 and 5x5, and small-channel 1x1 convolutions, as in MobileNet-V2 / EfficientNet stages
+          (32, 32, 32, 112, 3, 1, 32), (32, 144, 144, 56, 3, 2, 144), (32, 384, 384, 14, 3, 1, 384),
+          (32, 240, 240, 28, 5, 1, 240), (32, 16, 96, 112, 1, 1, 1), (32, 144, 24, 56, 1, 1, 1),
+          (32, 64, 384, 14, 1, 1, 1)),
     attention=((8, 16, 512, 64), (8, 16, 2048, 64)),
     op_reps=20,
     cnn_batches=(32, 128), cnn=(32, 64, 3),
@@ -93,7 +104,7 @@ FULL = Sizes(
 )  # fmt: skip
 QUICK = Sizes(
     gemm=(64, 256, 512),
-    conv=((2, 16, 16, 28, 3, 1), (2, 32, 16, 14, 1, 1)),
+    conv=((2, 16, 16, 28, 3, 1, 1), (2, 32, 16, 14, 1, 1, 1), (2, 16, 16, 28, 3, 1, 16)),
     attention=((1, 2, 128, 32),),
     op_reps=3,
     cnn_batches=(4,), cnn=(32, 16, 2),
@@ -113,8 +124,9 @@ def new_gpu_plan(*, amp: str | None, quick: bool) -> list[Workload]:
     models: list[Workload] = []
     for precision in precisions:
         ops += [OpWorkload("gemm", precision, (("m", s), ("n", s), ("k", s)), sizes.op_reps) for s in sizes.gemm]
-        ops += [OpWorkload("conv", precision, (("n", n), ("c", c), ("k", k), ("hw", hw), ("r", r), ("stride", st)),
-                           sizes.op_reps, backward=True) for n, c, k, hw, r, st in sizes.conv]  # fmt: skip
+        ops += [OpWorkload("conv", precision, (("n", n), ("c", c), ("k", k), ("hw", hw), ("r", r), ("stride", st))
+                           + ((("g", g),) if g > 1 else ()), sizes.op_reps, backward=True)
+                for n, c, k, hw, r, st, g in sizes.conv]  # fmt: skip
         ops += [OpWorkload("attention", precision, (("b", b), ("h", h), ("s", s), ("d", d)), sizes.op_reps,
                            backward=True) for b, h, s, d in sizes.attention]  # fmt: skip
         size, width, stages = sizes.cnn
@@ -151,7 +163,7 @@ def op_row_cost(op: OpWorkload) -> dict[str, float]:
         n, r = op.dim("n"), op.dim("r")
         flops, bytes_, out_numel = conv2d_cost(batch=n, c_in=op.dim("c"), c_out=op.dim("k"), kernel=r,
                                                size=op.dim("hw"), stride=op.dim("stride"), padding=r // 2,
-                                               dtype_bytes=size)  # fmt: skip
+                                               dtype_bytes=size, groups=op.groups)  # fmt: skip
         return {"flops": float(flops), "bytes": float(bytes_), "out_numel": float(out_numel), "lead_dim": float(n),
                 "dtype_bytes": float(size)}  # fmt: skip
     b, h, s, d = op.dim("b"), op.dim("h"), op.dim("s"), op.dim("d")

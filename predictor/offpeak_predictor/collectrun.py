@@ -91,7 +91,8 @@ def op_calls(op: OpWorkload, device: Any) -> tuple[Callable[[], Any], Callable[[
         return (lambda: a @ b), None
     if op.kind == "conv":
         r = op.dim("r")
-        conv = torch.nn.Conv2d(op.dim("c"), op.dim("k"), r, stride=op.dim("stride"), padding=r // 2, bias=False)
+        conv = torch.nn.Conv2d(op.dim("c"), op.dim("k"), r, stride=op.dim("stride"), padding=r // 2, bias=False,
+                               groups=op.groups)  # fmt: skip
         conv = conv.to(device=device, dtype=dtype)
         x = torch.randn(op.dim("n"), op.dim("c"), op.dim("hw"), op.dim("hw"), device=device, dtype=dtype,
                         requires_grad=True)  # fmt: skip

@@ -153,10 +153,13 @@ def gemm_cost(*, batch: Any, m: Any, k_in: Any, n_out: Any, dtype_bytes: Any) ->
 
 def conv2d_cost(
     *, batch: Any, c_in: Any, c_out: Any, kernel: Any, size: Any, stride: Any, padding: Any, dtype_bytes: Any,
+    groups: Any = 1,
 ) -> tuple[Any, Any, Any]:  # fmt: skip
-    """(FLOPs, bytes, output elements) of a square 2-D convolution; scalars or numpy/pandas columns."""
+    """(FLOPs, bytes, output elements) of a square 2-D convolution; scalars or numpy/pandas columns. With `groups`
+    (a depthwise convolution: groups = c_in) each output reads c_in / groups input channels, as the graph counts it."""
     out = np.maximum(np.floor((np.asarray(size) + 2 * np.asarray(padding) - kernel) / stride) + 1, 1)
     out_numel = batch * c_out * out * out
-    flops = 2.0 * out_numel * c_in * kernel * kernel
-    bytes_ = dtype_bytes * (batch * c_in * size * size + c_out * c_in * kernel * kernel + out_numel)
+    per_group = c_in / groups
+    flops = 2.0 * out_numel * per_group * kernel * kernel
+    bytes_ = dtype_bytes * (batch * c_in * size * size + c_out * per_group * kernel * kernel + out_numel)
     return flops, bytes_, out_numel

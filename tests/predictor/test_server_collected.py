@@ -216,7 +216,7 @@ def _tiny_sizes():
     """The quick plan's shapes at their smallest: the CLI test is about posting, not timing."""
     from offpeak_predictor.collectplan import Sizes
 
-    return Sizes(gemm=(32,), conv=((1, 4, 4, 8, 3, 1),), attention=((1, 1, 16, 8),), op_reps=1, cnn_batches=(2,),
+    return Sizes(gemm=(32,), conv=((1, 4, 4, 8, 3, 1, 1),), attention=((1, 1, 16, 8),), op_reps=1, cnn_batches=(2,),
                  cnn=(8, 4, 1), gpt_batches=(1,), gpt=(8, 16, 1, 32), model_steps=1)
 
 
