@@ -1,6 +1,6 @@
 """Scenarios on a compressed "day" whose idle windows follow a plan of our own: each node is idle in one stretch of
 the day and full of online work (8 GPUs) outside it, with past days backfilled into Prometheus so the forecasters
-know it. Shared by the short-windows and planned-stop scenarios."""
+know it. Shared by the short-windows, planned-stop and pool-windows scenarios."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import urllib.request
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
+from offpeak_core.model import IdleWindow
+from offpeak_core.windows import current_window
 from offpeak_e2e.cluster import ClusterSettings
 from offpeak_e2e.controlplane import ControlPlaneSettings
 from offpeak_e2e.harness import E2ECluster, own_cluster, session_cluster_name, trainingjob_manifest
@@ -42,6 +44,16 @@ def observed_windows(c: E2ECluster) -> float:
         if line.startswith('offpeak_extender_goodput_windows{state="observed"}'):
             return float(line.split()[-1])
     return 0.0
+
+
+def extender_window(c: E2ECluster, node: str, *, gpus: int) -> float:
+    """Seconds left of `node`'s idle window for `gpus` GPUs as the extender sees it now (its `/windows` debug
+    view, the views its filter reads): 0 without one, infinity when it reaches past the forecast horizon."""
+    url = f"{c.state.urls['extender']}/windows?node={node}"
+    report = json.loads(urllib.request.urlopen(url, timeout=5).read())  # noqa: S310
+    (view,) = report["nodes"]
+    best = current_window(windows=[IdleWindow(**w) for w in view["windows"]], now=report["now"], gpus=gpus)
+    return 0.0 if best is None else best.length(report["now"])
 
 
 def day_phase(c: E2ECluster, *, day: float) -> float:
