@@ -42,7 +42,7 @@ POOL_LABEL, POOL = "example.com/inference-pool", "chat"
 GPUS, ESTIMATE, RUN, MARGIN = 4, 100.0, 40.0, 0.15  # p90 = 1.5 x the user's estimate: needs 172 s > HALF
 # Labelled at most this far into a half day: offpeak's scheduler retries a pod its extender turned down within
 # 20-50 s (--pod-max-in-unschedulable-pods-duration=20s, flushed every 30 s), so the second job's eviction still
-# comes in the idle half of the node the jobs land on (measured: labelled at 26 s, evicted at 80 s).
+# comes in the idle half of the node the jobs land on (measured: labelled 24-28 s in, requeued at 62-63 s).
 LABEL_BY = 35.0
 RETRY_S = 50 + SCHEDULING_SLACK_S
 
