@@ -1,5 +1,5 @@
 """Scenario (#18): pool windows (`offpeak extender --pool-label`) place a job that no node's own window fits, and a
-pooled node's offline pod still yields when the pool's online demand fills it.
+pooled node's offline pod is still evicted when the pool's online demand fills it.
 
 Its own cluster (`pytest-pools`): two A100 nodes whose online load follows a 240 s "day" with 4 past days
 backfilled into Prometheus. Each node is full of online work (8 GPUs) for half the day, the first node in the
