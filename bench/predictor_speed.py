@@ -1,7 +1,9 @@
 """Predictor speed/memory figures: model load, one 1,000-op graph prediction, batched throughput, RSS.
 
-Targets (issue 3): p99 <= 5 ms for one 1,000-op graph in process; >= 2,000 graph predictions/s batched on
-2 cores; model load <= 1 s; resident memory <= 300 MB. Prints one JSON object; exit 1 if a target is missed.
+Targets: p99 <= 2 ms for one 1,000-op graph whose summary is cached, on a GPU type it was not priced on yet (issue
+14; issue 3 asked <= 5 ms); >= 2,000 graph predictions/s batched on 2 cores; model load <= 1 s; resident memory
+<= 300 MB. The summary itself (made once per graph content) is timed apart. Prints one JSON object; exit 1 if a
+target is missed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 
 from offpeak_graph.schema import ModelGraph, Op
 from offpeak_predictor.gpus import known_gpus, resolve_gpu
-from offpeak_predictor.graphfeatures import StepContext
+from offpeak_predictor.graphfeatures import StepContext, summarise
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.predict import Predictor
 
@@ -43,7 +45,12 @@ def main() -> int:
 
     graph = synthetic_graph(1000, 0)
     gpus = known_gpus()
-    predictor.predict(graph, ["A100"])  # warm imports / allocations
+    summary_s = []
+    for _ in range(20):
+        t = time.perf_counter()
+        summarise(graph)
+        summary_s.append(time.perf_counter() - t)
+    predictor.predict(graph, ["A100"])  # warm imports / allocations; the summary is cached from here on
     single_cold, single_warm = [], []
     for i in range(300):
         model._op_cache.clear()  # op features + boosters recomputed: the cost of a new (graph, GPU) pair
@@ -70,6 +77,7 @@ def main() -> int:
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     figures = {
         "model_load_s": round(load_s, 3),
+        "summary_1000op_p50_ms": round(float(np.percentile(summary_s, 50)) * 1e3, 2),
         "single_1000op_p50_ms_new_gpu": round(float(np.percentile(single_cold, 50)) * 1e3, 2),
         "single_1000op_p99_ms_new_gpu": round(float(np.percentile(single_cold, 99)) * 1e3, 2),
         "single_1000op_p99_ms_cached": round(float(np.percentile(single_warm, 99)) * 1e3, 2),
@@ -78,7 +86,7 @@ def main() -> int:
         "max_rss_mb": round(rss_mb, 1),
     }
     targets = {
-        "single_1000op_p99_ms_new_gpu": figures["single_1000op_p99_ms_new_gpu"] <= 5,
+        "single_1000op_p99_ms_new_gpu": figures["single_1000op_p99_ms_new_gpu"] <= 2,
         "batched_graph_predictions_per_s_cached_ops": figures["batched_graph_predictions_per_s_cached_ops"] >= 2000,
         "model_load_s": figures["model_load_s"] <= 1,
         "max_rss_mb": figures["max_rss_mb"] <= 300,

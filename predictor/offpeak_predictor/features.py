@@ -96,6 +96,34 @@ def make_op_table(
     )
 
 
+
+@dataclass(frozen=True, slots=True)
+class DistinctOps:
+    """An op table's distinct ops (a repeated block once) and, for every op, its row among them.
+
+    Hardware independent, so a graph summary works it out once (`graphfeatures.summarise`) and every GPU type it is
+    priced on reuses it: sorting a 1,000-op table for its duplicates cost as much as pricing the distinct ops."""
+
+    table: OpTable
+    inverse: np.ndarray  # int [ops]: row of `table` that each op is priced by
+
+
+_CLASS_CODE = {c: i for i, c in enumerate(OP_CLASSES)}
+
+
+def distinct_ops(table: OpTable) -> DistinctOps:
+    """Ops that every op price depends on alike (class, FLOPs, bytes, output size, batch-like dimension, dtype; the
+    reduction length follows from them) are one row."""
+    if not len(table):
+        return DistinctOps(table, np.zeros(0, dtype=np.int64))
+    codes = np.array([_CLASS_CODE.get(c, -1) for c in table.op_class], dtype=np.float64)
+    keys = np.column_stack([codes, table.flops, table.bytes, table.out_numel, table.lead_dim, table.dtype_bytes])
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    sub = OpTable(op_class=table.op_class[first], flops=table.flops[first], bytes=table.bytes[first],
+                  out_numel=table.out_numel[first], reduce_len=table.reduce_len[first],
+                  lead_dim=table.lead_dim[first], dtype_bytes=table.dtype_bytes[first])  # fmt: skip
+    return DistinctOps(sub, inverse.reshape(-1))
+
 def roofline_times(table: OpTable, gpu: GpuSpec, precision: str) -> tuple[np.ndarray, np.ndarray]:
     """(compute seconds, memory seconds) of each op at the GPU's peak rates.
 

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from offpeak_graph.schema import ModelGraph
-from offpeak_predictor.features import BACKWARD_FACTOR, FREE, OP_CLASSES, OpTable, make_op_table, op_class
+from offpeak_predictor.features import (
+    BACKWARD_FACTOR, FREE, OP_CLASSES, DistinctOps, OpTable, distinct_ops, make_op_table, op_class,
+)
 from offpeak_predictor.gpus import GPU_FEATURES, GpuSpec
 from offpeak_predictor.stepops import step_ops
 
@@ -51,6 +53,7 @@ class GraphSummary:
     class_index: np.ndarray  # position of each op's class in OP_CLASSES
     backward_factor: np.ndarray  # BACKWARD_FACTOR per op
     flop_share: tuple[float, ...]  # share of forward FLOPs per class (OP_CLASSES order)
+    distinct: DistinctOps  # `ops` with each repeated op once, for pricing on any GPU
 
 
 def summarise(graph: ModelGraph, *, key: str | None = None, as_traced: bool = False) -> GraphSummary:
@@ -86,7 +89,7 @@ def summarise(graph: ModelGraph, *, key: str | None = None, as_traced: bool = Fa
         seq_len=int(graph.seq_len or 0), precision=graph.precision, mode=graph.mode, optimizer=graph.optimizer,
         n_ops_total=len(graph.ops), param_ops=sum(1 for op in graph.ops if op.params > 0), flops_third=tuple(float(t.sum()) / total for t in thirds),  # type: ignore[arg-type]
         class_index=class_index, backward_factor=np.array([BACKWARD_FACTOR[c] for c in classes]),
-        flop_share=tuple(float(x) for x in flop_share),
+        flop_share=tuple(float(x) for x in flop_share), distinct=distinct_ops(table),
     )  # fmt: skip
 
 

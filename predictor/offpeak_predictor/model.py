@@ -19,7 +19,7 @@ from typing import Any
 import lightgbm as lgb
 import numpy as np
 
-from offpeak_predictor.features import OP_CLASSES, OpTable, base_times, op_feature_matrix
+from offpeak_predictor.features import DistinctOps, OpTable, base_times, distinct_ops, op_feature_matrix
 from offpeak_predictor.gpus import GpuSpec
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, step_composition, step_features
 from offpeak_predictor.intervals import Calibration
@@ -32,7 +32,6 @@ BOOSTER_OF_CLASS: dict[str, str] = {
 }  # fmt: skip
 DEFAULT_MODEL_FILE = "data/default_model.json.gz"
 _GROUP_CODE = {"gemm": 0, "conv": 1, "vector": 2}
-_CLASS_CODE = {c: i for i, c in enumerate(OP_CLASSES)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,28 +75,27 @@ class RuntimeModel:
         cached = self._op_cache.get(key)
         if cached is not None:
             return cached
-        out = self._price_ops(summary.ops, gpu, precision)
+        out = self._price_distinct(summary.distinct, gpu, precision)
         self._op_cache.put(key, out)
         return out
 
     def _price_ops(self, table: OpTable, gpu: GpuSpec, precision: str) -> np.ndarray:
-        """Forward seconds per op. Identical ops (repeated blocks) are priced once."""
-        if not len(table):
+        """Forward seconds per op of a table that is not a graph summary's (op rows in the evaluation)."""
+        return self._price_distinct(distinct_ops(table), gpu, precision)
+
+    def _price_distinct(self, ops: DistinctOps, gpu: GpuSpec, precision: str) -> np.ndarray:
+        """Forward seconds per op: each distinct op (a repeated block once) priced by its class's booster."""
+        sub = ops.table
+        if not len(sub):
             return np.zeros(0)
-        groups = np.array([_GROUP_CODE[BOOSTER_OF_CLASS.get(c, "vector")] for c in table.op_class])
-        keys = np.column_stack([groups, table.flops, table.bytes, table.out_numel, table.lead_dim, table.dtype_bytes,
-                                np.array([_CLASS_CODE.get(c, -1) for c in table.op_class])])  # fmt: skip
-        uniq, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
-        sub = OpTable(op_class=table.op_class[first], flops=table.flops[first], bytes=table.bytes[first],
-                      out_numel=table.out_numel[first], reduce_len=table.reduce_len[first],
-                      lead_dim=table.lead_dim[first], dtype_bytes=table.dtype_bytes[first])  # fmt: skip
+        groups = np.array([_GROUP_CODE[BOOSTER_OF_CLASS.get(c, "vector")] for c in sub.op_class])
         out = base_times(sub, gpu, precision)
         feats = op_feature_matrix(sub, gpu, precision)
         for name, booster in self.op_boosters.items():
-            mask = uniq[:, 0] == _GROUP_CODE[name]
+            mask = groups == _GROUP_CODE[name]
             if mask.any():
                 out[mask] = out[mask] * np.exp(booster.predict(feats[mask], num_threads=1))
-        return out[inverse.reshape(-1)]
+        return out[ops.inverse]
 
     def predict_step(self, summary: GraphSummary, gpu: GpuSpec, ctx: StepContext) -> StepPrediction:
         fwd = self.op_seconds(summary, gpu, ctx.precision)

@@ -5,7 +5,9 @@ import math
 import numpy as np
 import pytest
 
-from offpeak_predictor.features import base_times, conv2d_cost, gemm_cost, make_op_table, op_feature_matrix
+from offpeak_predictor.features import (
+    base_times, conv2d_cost, distinct_ops, gemm_cost, make_op_table, op_feature_matrix,
+)
 from offpeak_predictor.features import ALL_OP_FEATURES
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import STEP_FEATURES, StepContext, step_composition, step_features, summarise
@@ -98,6 +100,31 @@ def test_model_round_trips_through_its_file(tiny_model, tmp_path):
     b = loaded.predict_step(g, resolve_gpu("V100-PCIE-32GB"), StepContext())
     assert a.step_seconds == pytest.approx(b.step_seconds, rel=1e-9)
     assert loaded.training_summary["op_rows"] > 0
+
+
+def test_repeated_ops_are_priced_once_and_every_op_as_if_alone(tiny_model):
+    # row 0 repeated (rows 1, 5); rows 2-4 and 6 each differ from it in one column only (FLOPs, bytes, batch-like
+    # dimension, class, dtype)
+    cols = dict(op_class=["gemm", "gemm", "gemm", "gemm", "gemm", "gemm", "elementwise", "gemm"],
+                flops=[2e9, 2e9, 4e9, 2e9, 2e9, 2e9, 2e9, 2e9], bytes_=[4e6, 4e6, 4e6, 8e6, 4e6, 4e6, 4e6, 4e6],
+                out_numel=[1e6] * 8, lead_dim=[64, 64, 64, 64, 32, 64, 64, 64],
+                dtype_bytes=[4, 4, 4, 4, 4, 4, 4, 2])  # fmt: skip
+    table = make_op_table(**cols)
+    ops = distinct_ops(table)
+    assert len(ops.table) == 6 and ops.inverse[0] == ops.inverse[1] == ops.inverse[5]
+    for name in ("T4", "H100"):
+        gpu = resolve_gpu(name)
+        alone = [tiny_model._price_ops(make_op_table(**{k: [v[i]] for k, v in cols.items()}), gpu, "fp32")[0]
+                 for i in range(len(table))]  # fmt: skip
+        np.testing.assert_allclose(tiny_model._price_ops(table, gpu, "fp32"), alone, rtol=1e-12)
+
+
+def test_a_summary_carries_its_distinct_ops_for_every_gpu(tiny_model):
+    s = summarise(mlp_graph(batch=16, width=256, layers=5))
+    assert len(s.distinct.table) < len(s.ops) and len(s.distinct.inverse) == len(s.ops)
+    np.testing.assert_array_equal(s.distinct.table.flops[s.distinct.inverse], s.ops.flops)
+    gpu = resolve_gpu("L4")
+    np.testing.assert_array_equal(tiny_model.op_seconds(s, gpu, "bf16"), tiny_model._price_ops(s.ops, gpu, "bf16"))
 
 
 def test_batch_prediction_matches_single(tiny_model):
