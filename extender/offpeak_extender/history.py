@@ -109,8 +109,16 @@ class LocalHistory:
         return self.store.local_history()
 
 
+# A pool whose nodes or GPUs changed keeps its nodes on their own windows until it is refitted: the refresher refits
+# early for it, but no sooner than this after its last refresh (a refit of thousands of nodes takes seconds), and
+# looks for such a change at least this often.
+POOL_REFIT_GAP_SECONDS = 10.0
+POOL_CHANGE_POLL_SECONDS = 1.0
+
+
 class Refresher:
-    """Background thread: sample online usage every step, refit forecasts every `refresh_seconds`."""
+    """Background thread: sample online usage every step, refit forecasts every `refresh_seconds`, and soon after
+    a pool's nodes change (`ClusterStore.pools_changed`)."""
 
     def __init__(self, *, store: ClusterStore, source: HistorySource, metrics: ExtenderMetrics | None,
                  refresh_seconds: float = 60.0, freeze_gc: bool = False, goodput: GoodputFeed | None = None,
@@ -127,6 +135,7 @@ class Refresher:
 
     def refresh_once(self) -> None:
         s = self.store.settings
+        self.store.pools_changed.clear()  # this refit takes in every pool change made before it
         now = self.store.clock()
         started = time.perf_counter()
         try:
@@ -164,20 +173,31 @@ class Refresher:
             self.metrics.goodput_windows.labels("observed").set(observed)
             self.metrics.goodput_windows.labels("open").set(still_open)
 
+    def refresh_due(self, *, now: float, next_refresh: float, last_refresh: float) -> bool:
+        """Whether to refit at `now` (monotonic seconds): the period is up, or a pool changed and the last refit is
+        at least `POOL_REFIT_GAP_SECONDS` (at most the period) old."""
+        if now >= next_refresh:
+            return True
+        gap = min(POOL_REFIT_GAP_SECONDS, self.refresh_seconds)
+        return self.store.pools_changed.is_set() and now - last_refresh >= gap
+
     def run(self) -> None:
         step = self.store.settings.step_seconds
+        poll = POOL_CHANGE_POLL_SECONDS if self.store.pools is not None else float("inf")
         next_refresh = 0.0
         next_sample = 0.0
+        last_refresh = float("-inf")
         while not self.stop_event.is_set():
             if self.store.synced:
                 if time.monotonic() >= next_sample:  # one sample per step keeps the whole history in the buffer
                     self.store.record_local_sample()
                     self._feed_goodput()
                     next_sample = time.monotonic() + step
-                if time.monotonic() >= next_refresh:
+                if self.refresh_due(now=time.monotonic(), next_refresh=next_refresh, last_refresh=last_refresh):
+                    last_refresh = time.monotonic()
                     self.refresh_once()
                     next_refresh = time.monotonic() + self.refresh_seconds
-            self.stop_event.wait(max(0.05, min(next_sample, next_refresh) - time.monotonic())
+            self.stop_event.wait(max(0.05, min(next_sample, next_refresh, time.monotonic() + poll) - time.monotonic())
                                  if self.store.synced else 0.5)
 
     def start(self) -> None:

@@ -266,6 +266,9 @@ class ClusterStore:
         self._pool_usage: dict[str, list[int]] = {}
         self._pool_fits: dict[str, PoolFit] = {}
         self._pooled_views = PooledViews()
+        # Set when a pool's nodes or GPUs change (its fit is dropped, its nodes fall back to their own windows): the
+        # refresher then refits soon instead of at its next period (`Refresher.run`); cleared by each refresh.
+        self.pools_changed = threading.Event()
         self.synced = False
         self._nodes_synced = False
         self._pods_synced = False
@@ -384,7 +387,7 @@ class ClusterStore:
     def _reindex_pools_locked(self) -> set[str]:
         """Index the nodes by their pool label and recount each pool's usage; the nodes of every pool whose nodes
         or GPUs changed (their views must go; the pool's fit goes until the next refresh, its nodes keep their own
-        windows till then)."""
+        windows till then, and `pools_changed` asks the refresher for that refresh soon)."""
         if self.pools is None:
             return set()
         label = self.pools.label
@@ -400,6 +403,8 @@ class ClusterStore:
         self._pool_nodes = new
         self._pool_of = {n: pool for pool, nodes in new.items() for n in nodes}
         self._recount_pools_locked()
+        if changed:
+            self.pools_changed.set()
         return changed
 
     def _gpus_of(self, nodes: Iterable[str]) -> int:

@@ -4,6 +4,7 @@ and every offline GPU held anywhere in the pool, and change at once when a pod a
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,8 @@ import pytest
 
 from offpeak_core.forecast import ForecastSettings
 from offpeak_core.nodearrays import NodeArrays
+from offpeak_extender import history
+from offpeak_extender.history import POOL_REFIT_GAP_SECONDS, Refresher
 from offpeak_extender.pools import PoolSettings, fit_pools, pools_of
 from offpeak_extender.store import ClusterStore
 
@@ -285,3 +288,54 @@ def test_a_look_back_of_zero_is_refused(capsys: pytest.CaptureFixture[str]) -> N
 
     assert main(["extender", "--pool-label", LABEL, "--pool-look-back-seconds", "0"]) == 2
     assert "--pool-look-back-seconds must be > 0" in capsys.readouterr().err
+
+
+class CountingSource:
+    """The pool's history as Prometheus would return it, counting the refits that asked for it."""
+
+    def __init__(self) -> None:
+        self.fetches = 0
+
+    def fetch(self, *, start: float, end: float, step: float) -> dict[str, Any]:
+        self.fetches += 1
+        return {"p1": pulsed(), "p2": idle(), "solo": idle()}
+
+
+def test_a_pool_change_asks_the_refresher_for_an_early_refit_and_a_refit_answers_it() -> None:
+    store = make_store()
+    refresher = Refresher(store=store, source=CountingSource(), metrics=None, refresh_seconds=60.0)
+    refresher.refresh_once()
+    assert not store.pools_changed.is_set()
+    assert not refresher.refresh_due(now=100.0, next_refresh=150.0, last_refresh=50.0)  # nothing changed
+    store.upsert_node(pooled_node("solo", "web"))  # solo joins the pool: its fit goes, its nodes use their own
+    assert store.pools_changed.is_set() and most_free(store, "p2") == 8
+    assert not refresher.refresh_due(now=100.0, next_refresh=150.0, last_refresh=100.0 - POOL_REFIT_GAP_SECONDS / 2)
+    assert refresher.refresh_due(now=100.0, next_refresh=150.0, last_refresh=100.0 - POOL_REFIT_GAP_SECONDS)
+    store.upsert_pod(gpu_pod("train-0", gpus=4, node="p1"))
+    store.upsert_pod(gpu_pod("train-1", gpus=8, node="solo"))
+    assert most_free(store, "p2") == 8  # p2's own windows, blind to the pool
+    refresher.refresh_once()
+    assert not store.pools_changed.is_set()
+    assert most_free(store, "p2") == 4  # the pool of three is fitted: 24 GPUs less p1's 8 online and 12 offline
+    store.upsert_pod(gpu_pod("web-0", gpus=1, node="p2", workload="online"))  # a pod moves no pool's nodes
+    assert not store.pools_changed.is_set()
+
+
+def test_the_refresher_refits_soon_after_a_node_joins_a_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(history, "POOL_REFIT_GAP_SECONDS", 0.0)
+    monkeypatch.setattr(history, "POOL_CHANGE_POLL_SECONDS", 0.05)
+    store = make_store()
+    store.synced = True
+    source = CountingSource()
+    refresher = Refresher(store=store, source=source, metrics=None, refresh_seconds=3600.0)
+    refresher.start()
+    try:
+        deadline = time.monotonic() + 10
+        while source.fetches < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        store.upsert_node(pooled_node("solo", "web"))
+        while source.fetches < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert source.fetches == 2  # the second refit came for the pool, an hour before its period
+    finally:
+        refresher.stop()
