@@ -96,7 +96,6 @@ def make_op_table(
     )
 
 
-
 @dataclass(frozen=True, slots=True)
 class DistinctOps:
     """An op table's distinct ops (a repeated block once) and, for every op, its row among them.
@@ -123,6 +122,7 @@ def distinct_ops(table: OpTable) -> DistinctOps:
                   out_numel=table.out_numel[first], reduce_len=table.reduce_len[first],
                   lead_dim=table.lead_dim[first], dtype_bytes=table.dtype_bytes[first])  # fmt: skip
     return DistinctOps(sub, inverse.reshape(-1))
+
 
 def roofline_times(table: OpTable, gpu: GpuSpec, precision: str) -> tuple[np.ndarray, np.ndarray]:
     """(compute seconds, memory seconds) of each op at the GPU's peak rates.
