@@ -103,8 +103,8 @@ def test_model_round_trips_through_its_file(tiny_model, tmp_path):
 
 
 def test_repeated_ops_are_priced_once_and_every_op_as_if_alone(tiny_model):
-    # row 0 repeated (rows 1, 5); rows 2-4 and 6 each differ from it in one column only (FLOPs, bytes, batch-like
-    # dimension, class, dtype)
+    # row 0 repeated (rows 1, 5); rows 2, 3, 4, 6 and 7 each differ from it in one column only (FLOPs, bytes,
+    # batch-like dimension, class, dtype)
     cols = dict(op_class=["gemm", "gemm", "gemm", "gemm", "gemm", "gemm", "elementwise", "gemm"],
                 flops=[2e9, 2e9, 4e9, 2e9, 2e9, 2e9, 2e9, 2e9], bytes_=[4e6, 4e6, 4e6, 8e6, 4e6, 4e6, 4e6, 4e6],
                 out_numel=[1e6] * 8, lead_dim=[64, 64, 64, 64, 32, 64, 64, 64],
