@@ -84,6 +84,9 @@ def register(subparsers: Any) -> None:
                    "node's own online history says; the extender's --pool-label does the same")
     p.add_argument("--pool-look-back-hours", type=float, default=6.0,
                    help="with --pool-windows: the pool's peak over this many past hours is where rises start (6)")
+    p.add_argument("--pool-forecast", choices=("rise", "exact"), default="rise",
+                   help="with --pool-windows: the pool's online demand ahead from its recent peak and past rises "
+                   "(rise, the extender's, default) or its true future total (exact: a perfect pool forecaster)")
     p.add_argument("--report", required=True, metavar="OUT.json", help="write the per-policy JSON report here")
     p.add_argument("--plots", metavar="DIR", help="write harvest.png, jct_cdf.png, evictions.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
@@ -156,8 +159,11 @@ def handle(args: argparse.Namespace) -> int:
                         "pods) and the seasonal forecast")
     if args.pool_look_back_hours <= 0:
         raise UserError("--pool-look-back-hours must be > 0")
+    if args.pool_forecast != "rise" and not args.pool_windows:
+        raise UserError("--pool-forecast needs --pool-windows")
     feed = FeedSettings(mode=args.forecast, refresh_seconds=args.refresh_seconds, forecast=fs,
-                        pool_windows=args.pool_windows, pool_look_back_seconds=args.pool_look_back_hours * 3600.0)
+                        pool_windows=args.pool_windows, pool_look_back_seconds=args.pool_look_back_hours * 3600.0,
+                        pool_forecast=args.pool_forecast)
     if args.min_efficiency is not None and not 0.0 < args.min_efficiency <= 1.0:
         raise UserError("--min-efficiency must be within (0, 1]")
     goodput = EngineSettings().goodput

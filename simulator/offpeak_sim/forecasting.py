@@ -68,10 +68,15 @@ class FeedSettings:
     # pool's peak of the last `pool_look_back_seconds` plus its `forecast.quantile` rise), not the node
     pool_windows: bool = False
     pool_look_back_seconds: float = 6 * 3600.0
+    # with pool windows: "rise" (the extender's forecast above) or "exact", the pool's true future online total
+    # (the trace's per-pool count, which no policy changes): the ceiling a perfect pool forecaster would reach
+    pool_forecast: str = "rise"
 
     def __post_init__(self) -> None:
         if self.mode not in ("seasonal", "exact"):
             raise ValueError(f"forecast mode must be 'seasonal' or 'exact', got {self.mode!r}")
+        if self.pool_forecast not in ("rise", "exact"):
+            raise ValueError(f"pool_forecast must be 'rise' or 'exact', got {self.pool_forecast!r}")
         if self.refresh_seconds <= 0 or self.refit_seconds <= 0:
             raise ValueError("refresh_seconds and refit_seconds must be > 0")
 
@@ -349,13 +354,27 @@ class WindowFeed:
         m = int(now // 60)
         rise = self._pool_rises[p]
         per = max(1, int(round(self.step / 60.0)))
-        recent = self.demand[nodes, max(0, m - rise.look_back_steps * per) : m].sum(axis=0).astype(float)
         live = int(self.demand[nodes, m].sum())
         past = min(self.steps - 1, int(max(0.0, now - self.refreshed_at) // self.step))
-        online = rise.forecast(recent=recent, live=float(live))[: self.steps - past]
+        if self.s.pool_forecast == "exact":
+            online = self._pool_future(p, m, per)[: self.steps - past]
+        else:
+            recent = self.demand[nodes, max(0, m - rise.look_back_steps * per) : m].sum(axis=0).astype(float)
+            online = rise.forecast(recent=recent, live=float(live))[: self.steps - past]
         online = np.concatenate([np.repeat(online[:1], past), online])
         self.pool_free[p] = pool_free(online, int(self.pool_cap[p]))
         self._pool_live[p] = live
+
+    def _pool_future(self, p: int, m: int, per: int) -> np.ndarray:
+        """Pool p's true online GPUs from minute m on, max per forecast step (`pool_forecast` "exact"); past the
+        trace's end, its last minute repeats."""
+        assert self.pools is not None
+        gpus = self.pools.pods[p].astype(np.int64) * int(self.pools.pod_gpus[p])
+        need = self.steps * per
+        block = gpus[m : m + need]
+        if block.size < need:
+            block = np.concatenate([block, np.repeat(gpus[-1:], need - block.size)])
+        return block.reshape(self.steps, per).max(axis=1).astype(float)
 
     def _pooled_free(self, nodes: np.ndarray, now: float, *, offline: bool = True) -> np.ndarray:
         """[nodes, steps]: GPUs of each pooled node forecast free beyond its own offline pods' (what `self.free` is

@@ -4,6 +4,7 @@ forecast full (`offpeak_core.poolrise`), counting the offline GPUs held on the p
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from offpeak_sim.engine import EngineSettings, simulate
 from offpeak_sim.forecasting import FeedSettings, WindowFeed
@@ -118,3 +119,31 @@ def test_a_pooled_nodes_windows_are_judged_by_its_pools_room_for_the_survival_ta
     assert alone._judged(nodes, pulse, pulse + 1)[:, 0].tolist() == own
     quiet = pooled._judged(nodes, m, m + 1)[:, 0]  # 4 pods: 20 of 24 free, no window of a node's 8 GPUs closes
     assert quiet.tolist() == [0, 0, 0]
+
+
+def test_the_exact_pool_forecast_sees_a_burst_its_history_never_showed_and_the_rise_forecast_does_not() -> None:
+    """`pool_forecast="exact"` (the ceiling a perfect pool forecaster reaches): the pool's true future total ends a
+    node's window at the step the pool fills, however unlike its past that is."""
+    counts = np.full(3 * 1440 + 1, 4, dtype=np.int64)
+    burst = RUN + 1440 + 240  # a first burst, on the run's second day at 04:00: 22 of the pool's 24 GPUs online
+    counts[burst : burst + 60] = 22
+    sc = pod_scenario(counts, [], nodes=3)
+    now = (RUN + 1440 + 120) * 60.0  # 02:00 that day, two hours before it
+    used = np.zeros(3, dtype=np.int64)
+    exact = WindowFeed(sc, FeedSettings(pool_windows=True, pool_forecast="exact"), sc.demand.copy())
+    rise, _ = feeds(sc, used)
+    exact.watch_offline(used)
+    for f in (exact, rise):
+        f.maybe_refresh(now)
+    own = int(8 - sc.demand[0, int(now // 60)])
+    assert own >= 3
+    # the burst leaves the pool 2 GPUs: a window of 3 or more closes at 04:00 (the 5-min step before it starts)
+    left = window_left(exact, 0, 3, now)
+    assert 2 * H - 300 <= left <= 2 * H
+    assert window_left(exact, 0, 2, now) > 10 * H  # 2 GPUs stay free through it
+    assert window_left(rise, 0, 3, now) > 10 * H  # a pool that never rose above 4 pods is forecast to stay there
+
+
+def test_the_exact_pool_forecast_is_refused_with_an_unknown_name() -> None:
+    with pytest.raises(ValueError, match="pool_forecast"):
+        FeedSettings(pool_windows=True, pool_forecast="perfect")
