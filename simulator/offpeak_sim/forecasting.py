@@ -81,6 +81,16 @@ class FeedSettings:
             raise ValueError("refresh_seconds and refit_seconds must be > 0")
 
 
+def future_step_maxima(series: np.ndarray, m0: int, *, steps: int, per: int) -> np.ndarray:
+    """[rows, steps]: each row's maximum over every forecast step of `per` minutes from minute `m0` (the true future,
+    for the exact forecasts); past the series' end its last minute repeats."""
+    need = steps * per
+    block = series[:, m0 : m0 + need]
+    if block.shape[1] < need:
+        block = np.concatenate([block, np.repeat(series[:, -1:], need - block.shape[1], axis=1)], axis=1)
+    return block.reshape(series.shape[0], steps, per).max(axis=2)
+
+
 class WindowFeed:
     """Current forecast per node: a free-GPU matrix for quick bounds, and idle windows on demand (cached)."""
 
@@ -304,15 +314,8 @@ class WindowFeed:
         self.survival_version += 1
 
     def _exact(self, now: float) -> None:
-        d = self.demand
         per = max(1, int(round(self.step / 60.0)))
-        m0 = int(now // 60)
-        need = self.steps * per
-        block = d[:, m0 : m0 + need]
-        if block.shape[1] < need:  # past the end of the trace: repeat the last minute
-            pad = np.repeat(d[:, -1:], need - block.shape[1], axis=1)
-            block = np.concatenate([block, pad], axis=1)
-        online = block.reshape(d.shape[0], self.steps, per).max(axis=2)
+        online = future_step_maxima(self.demand, int(now // 60), steps=self.steps, per=per)
         self.free = np.clip(self.sc.fleet.gpus[:, None] - online, 0, None).astype(np.int64)
         self.stale[:] = False
 
@@ -370,11 +373,7 @@ class WindowFeed:
         trace's end, its last minute repeats."""
         assert self.pools is not None
         gpus = self.pools.pods[p].astype(np.int64) * int(self.pools.pod_gpus[p])
-        need = self.steps * per
-        block = gpus[m : m + need]
-        if block.size < need:
-            block = np.concatenate([block, np.repeat(gpus[-1:], need - block.size)])
-        return block.reshape(self.steps, per).max(axis=1).astype(float)
+        return future_step_maxima(gpus[None, :], m, steps=self.steps, per=per)[0].astype(float)
 
     def _pooled_free(self, nodes: np.ndarray, now: float, *, offline: bool = True) -> np.ndarray:
         """[nodes, steps]: GPUs of each pooled node forecast free beyond its own offline pods' (what `self.free` is
