@@ -11,7 +11,8 @@ is the share of usable (>= 30 min) true windows that the forecast did not offer:
     python tools/evaluate_windows.py --out reports/windows/
 
 Data: the data root of `offpeak_core.datapaths` (`$OFFPEAK_SHARED_DATA`, `<repo>/../shared/data`, or the sample).
-- Helios Earth (`traces/helios-earth-vc-2020-05`): 16 virtual clusters, GPUs allocated per minute, 24 days.
+- Helios Earth (`traces/helios-earth-vc-2020-05`): 16 virtual clusters, GPUs allocated per minute, 24 days (23 once
+  the replay's outage day is dropped, `offpeak_core.traces.helios`).
   Demand = running GPUs, capacity = VC GPUs.
 - Alibaba GenAI serving (`traces/alibaba-genai-serving-v2026`): per-pod GPU utilisation for ~23 h. Pods are grouped
   by id into 8-GPU "nodes"; a GPU is online-busy by offpeak's one rule (`offpeak_core.traces.alibaba`: duty cycle

@@ -4,6 +4,7 @@
 # admission a week of six policies took > 15 min per run on the shared 2-core dev machine (about 10 min of CPU),
 # too long for 3 seeds x 2 traces; 3 days take ~4 min of CPU each (the whole script ~30 min with two in parallel).
 # DAYS=7 for the full week. SEEDS="0" for one seed. EXTRAS=0 skips the pinned-helios and before runs.
+# TRACES="helios" (or "alibaba") runs the headline, pinned and before runs of that trace only.
 # PREDICTOR_REPORTS=DIR takes the predictor's error profile from DIR instead of reports/predictor.
 # ELASTIC=1 runs only the elastic-width comparison instead (backfill, offpeak, offpeak-p90; elastic off, --elastic 0.5,
 # --elastic 0.5 --elastic-join: reports/sim/elastic{-off,,-join}-<trace>-s<seed>.json; WIDE_SEEDS (0): --elastic 0.5
@@ -22,6 +23,7 @@ DAYS=${DAYS:-3}
 POLICIES=default,backfill,user-estimate,offpeak,offpeak-p90,oracle
 HELIOS="$DATA/traces/helios-earth-vc-2020-05"
 EXTRAS=${EXTRAS:-1}
+TRACES=${TRACES:-"alibaba helios"}
 PRED=()
 if [ -n "${PREDICTOR_REPORTS:-}" ]; then PRED=(--predictor-reports "$PREDICTOR_REPORTS"); fi
 log() { echo "$(date -u +%H:%M:%S) $*" >&2; }
@@ -63,9 +65,12 @@ if [ "${ELASTIC:-0}" = 1 ]; then
 fi
 for s in $SEEDS; do
   # Alibaba GenAI online demand, ITP jobs (wide jobs as gangs), the extender's seasonal forecaster
-  log "alibaba seed $s"
-  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" "${PRED[@]}" --report "reports/sim/days-alibaba-s$s.json" \
-    --plots "reports/sim/days-alibaba-s$s" --quiet
+  if [[ " $TRACES " == *" alibaba "* ]]; then
+    log "alibaba seed $s"
+    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" "${PRED[@]}" --report "reports/sim/days-alibaba-s$s.json" \
+      --plots "reports/sim/days-alibaba-s$s" --quiet
+  fi
+  if [[ " $TRACES " != *" helios "* ]]; then continue; fi
   # Helios per-VC occupancy as the online side: online pods placed by the default scheduler's rule
   log "helios seed $s"
   nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" "${PRED[@]}" --online-trace "$HELIOS" \
@@ -77,8 +82,10 @@ for s in $SEEDS; do
     --report "reports/sim/pinned-helios-s$s.json" --quiet
   # the model before issue 18 (wide jobs folded onto one node, no gangs), for the before/after table
   log "before: alibaba and helios seed $s"
-  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs "${PRED[@]}" \
-    --report "reports/sim/before-alibaba-s$s.json" --quiet
+  if [[ " $TRACES " == *" alibaba "* ]]; then
+    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs "${PRED[@]}" \
+      --report "reports/sim/before-alibaba-s$s.json" --quiet
+  fi
   nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs --online-trace "$HELIOS" "${PRED[@]}" \
     --report "reports/sim/before-helios-s$s.json" --quiet
 done
