@@ -1,6 +1,6 @@
 """How much of a pool's real room its forecast vouches for, and how much of what it vouches for was not there.
 
-The simulator's Helios runs (docs/simulator.md, "Pool windows") take ~10 min a seed and mix the forecast with every
+The simulator's Helios runs (docs/simulator.md, "Pool windows") take minutes a seed and mix the forecast with every
 other rule; this scores the pool forecast alone, in seconds, on the Helios VCs' own series (each VC a pool of its
 GPUs, `earth_vc_running_gpu_num.csv`), so a forecaster change can be judged before a simulator run.
 
@@ -14,7 +14,8 @@ there really was (the VC's GPUs less its true peak). Columns, summed over VCs an
 - *instants over*: instants whose promise was too high, in % of all.
 
 Usage: `.venv/bin/python bench/pool_forecast.py [--history-days 7] [--from-day 7] [--days 3] [--quantile 0.9]
-[--look-back-hours 6]` (the data root from `$OFFPEAK_SHARED_DATA`, else `../shared/data`).
+[--look-back-hours 6]` (the data root from `$OFFPEAK_SHARED_DATA`, else `../shared/data`). Days are counted as the
+simulator counts them: from the trace's first, after `offpeak_core.traces.helios` drops its outage day.
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 virtual cluster, per minute. Demand = running GPUs, capacity = the VC's GPUs.
 
 The replay has outages: minutes when no VC runs a single GPU, in runs of hours (2020-05-09 23:56 to 05-11 00:00
-and 05-12 14:01 to 16:01), between minutes where the 856-GPU cluster is 60-100 % busy. An empty cluster is what
-the job log did not record, not idle GPUs an offline job could have used, so `read_vc_gpus` leaves them out: a
-trace day that is mostly outage is dropped (the next day follows, so the time of day stays aligned and the index
-keeps its real timestamps), and a shorter outage holds the last minute recorded before it.
+and 05-12 14:01 to 16:01), between minutes where the 856-GPU cluster is 60-100 % busy. Either the job log
+recorded nothing then or the cluster was down; neither is idle GPUs an offline job could have used, so
+`read_vc_gpus` leaves them out: a trace day that is mostly outage is dropped (the next day follows, so the time of
+day stays aligned and the index keeps its real timestamps), and a shorter outage holds the last minute recorded
+before it.
 """
 
 from __future__ import annotations
