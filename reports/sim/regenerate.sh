@@ -4,7 +4,8 @@
 # admission a week of six policies took > 15 min per run on the shared 2-core dev machine (about 10 min of CPU),
 # too long for 3 seeds x 2 traces; 3 days take ~4 min of CPU each (the whole script ~30 min with two in parallel).
 # DAYS=7 for the full week. SEEDS="0" for one seed. EXTRAS=0 skips the pinned-helios and before runs.
-# TRACES="helios" (or "alibaba") runs the headline, pinned and before runs of that trace only.
+# TRACES="helios" (or "alibaba") runs that trace only (headline, pinned and before runs; with ELASTIC=1 the elastic
+# ones; POOL=1 is Helios only anyway).
 # PREDICTOR_REPORTS=DIR takes the predictor's error profile from DIR instead of reports/predictor.
 # ELASTIC=1 runs only the elastic-width comparison instead (backfill, offpeak, offpeak-p90; elastic off, --elastic 0.5,
 # --elastic 0.5 --elastic-join: reports/sim/elastic{-off,,-join}-<trace>-s<seed>.json; WIDE_SEEDS (0): --elastic 0.5
@@ -27,6 +28,7 @@ TRACES=${TRACES:-"alibaba helios"}
 PRED=()
 if [ -n "${PREDICTOR_REPORTS:-}" ]; then PRED=(--predictor-reports "$PREDICTOR_REPORTS"); fi
 log() { echo "$(date -u +%H:%M:%S) $*" >&2; }
+uses() { [[ " $TRACES " == *" $1 "* ]]; }  # is trace $1 in TRACES?
 if [ "${POOL:-0}" = 1 ]; then
   for s in $SEEDS; do
     log "pool windows, helios seed $s"
@@ -46,18 +48,26 @@ if [ "${ELASTIC:-0}" = 1 ]; then
       case $variant in off) tag=elastic-off; el=() ;; on) tag=elastic; el=(--elastic 0.5) ;;
                        join) tag=elastic-join; el=(--elastic 0.5 --elastic-join) ;; esac
       log "$tag seed $s"
-      nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 "${el[@]}" "${PRED[@]}" \
-        --report "reports/sim/$tag-alibaba-s$s.json" --quiet
-      nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 "${el[@]}" "${PRED[@]}" \
-        --online-trace "$HELIOS" --report "reports/sim/$tag-helios-s$s.json" --quiet
+      if uses alibaba; then
+        nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 "${el[@]}" "${PRED[@]}" \
+          --report "reports/sim/$tag-alibaba-s$s.json" --quiet
+      fi
+      if uses helios; then
+        nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 "${el[@]}" "${PRED[@]}" \
+          --online-trace "$HELIOS" --report "reports/sim/$tag-helios-s$s.json" --quiet
+      fi
     done
   done
   for s in ${WIDE_SEEDS:-0}; do  # elastic for jobs wider than a node only (8-GPU nodes), seed 0 committed
     log "elastic-wide seed $s"
-    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --elastic 0.5 \
-      --elastic-from-gpus 9 "${PRED[@]}" --report "reports/sim/elastic-wide-alibaba-s$s.json" --quiet
-    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --elastic 0.5 \
-      --elastic-from-gpus 9 "${PRED[@]}" --online-trace "$HELIOS" --report "reports/sim/elastic-wide-helios-s$s.json" --quiet
+    if uses alibaba; then
+      nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --elastic 0.5 \
+        --elastic-from-gpus 9 "${PRED[@]}" --report "reports/sim/elastic-wide-alibaba-s$s.json" --quiet
+    fi
+    if uses helios; then
+      nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --elastic 0.5 \
+        --elastic-from-gpus 9 "${PRED[@]}" --online-trace "$HELIOS" --report "reports/sim/elastic-wide-helios-s$s.json" --quiet
+    fi
   done
   .venv/bin/python bench/sim_seeds.py --elastic reports/sim > reports/sim/elastic_summary.md
   log "done"
@@ -65,29 +75,34 @@ if [ "${ELASTIC:-0}" = 1 ]; then
 fi
 for s in $SEEDS; do
   # Alibaba GenAI online demand, ITP jobs (wide jobs as gangs), the extender's seasonal forecaster
-  if [[ " $TRACES " == *" alibaba "* ]]; then
+  if uses alibaba; then
     log "alibaba seed $s"
     nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" "${PRED[@]}" --report "reports/sim/days-alibaba-s$s.json" \
       --plots "reports/sim/days-alibaba-s$s" --quiet
   fi
-  if [[ " $TRACES " != *" helios "* ]]; then continue; fi
   # Helios per-VC occupancy as the online side: online pods placed by the default scheduler's rule
-  log "helios seed $s"
-  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" "${PRED[@]}" --online-trace "$HELIOS" \
-    --report "reports/sim/days-helios-s$s.json" --plots "reports/sim/days-helios-s$s" --quiet
+  if uses helios; then
+    log "helios seed $s"
+    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" "${PRED[@]}" --online-trace "$HELIOS" \
+      --report "reports/sim/days-helios-s$s.json" --plots "reports/sim/days-helios-s$s" --quiet
+  fi
   if [ "$EXTRAS" != 1 ]; then continue; fi
-  # ... and with each VC's online GPUs pinned to its nodes (the model before pod placement), for the before/after
-  log "helios pinned seed $s"
-  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" --online-trace "$HELIOS" --online-placement pinned "${PRED[@]}" \
-    --report "reports/sim/pinned-helios-s$s.json" --quiet
+  if uses helios; then
+    # ... and with each VC's online GPUs pinned to its nodes (the model before pod placement), for the before/after
+    log "helios pinned seed $s"
+    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" --online-trace "$HELIOS" --online-placement pinned "${PRED[@]}" \
+      --report "reports/sim/pinned-helios-s$s.json" --quiet
+  fi
   # the model before issue 18 (wide jobs folded onto one node, no gangs), for the before/after table
-  log "before: alibaba and helios seed $s"
-  if [[ " $TRACES " == *" alibaba "* ]]; then
+  log "before: $TRACES seed $s"
+  if uses alibaba; then
     nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs "${PRED[@]}" \
       --report "reports/sim/before-alibaba-s$s.json" --quiet
   fi
-  nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs --online-trace "$HELIOS" "${PRED[@]}" \
-    --report "reports/sim/before-helios-s$s.json" --quiet
+  if uses helios; then
+    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs --online-trace "$HELIOS" "${PRED[@]}" \
+      --report "reports/sim/before-helios-s$s.json" --quiet
+  fi
 done
 log "summary"
 if [ "${SUMMARY:-1}" = 1 ]; then .venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md; fi
