@@ -29,6 +29,16 @@ PRED=()
 if [ -n "${PREDICTOR_REPORTS:-}" ]; then PRED=(--predictor-reports "$PREDICTOR_REPORTS"); fi
 log() { echo "$(date -u +%H:%M:%S) $*" >&2; }
 uses() { [[ " $TRACES " == *" $1 "* ]]; }  # is trace $1 in TRACES?
+# on TRACE NAME ARGS...: when TRACES has TRACE, simulate seed $s on its online demand (alibaba: the default trace)
+# with ARGS, into reports/sim/NAME-TRACE-s$s.json
+on() {
+  local trace=$1 name=$2 online=()
+  shift 2
+  uses "$trace" || return 0
+  if [ "$trace" = helios ]; then online=(--online-trace "$HELIOS"); fi
+  nice "$OP" simulate --days "$DAYS" --seed "$s" "$@" "${PRED[@]}" "${online[@]}" \
+    --report "reports/sim/$name-$trace-s$s.json" --quiet
+}
 if [ "${POOL:-0}" = 1 ]; then
   for s in $SEEDS; do
     log "pool windows, helios seed $s"
@@ -48,61 +58,33 @@ if [ "${ELASTIC:-0}" = 1 ]; then
       case $variant in off) tag=elastic-off; el=() ;; on) tag=elastic; el=(--elastic 0.5) ;;
                        join) tag=elastic-join; el=(--elastic 0.5 --elastic-join) ;; esac
       log "$tag seed $s"
-      if uses alibaba; then
-        nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 "${el[@]}" "${PRED[@]}" \
-          --report "reports/sim/$tag-alibaba-s$s.json" --quiet
-      fi
-      if uses helios; then
-        nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 "${el[@]}" "${PRED[@]}" \
-          --online-trace "$HELIOS" --report "reports/sim/$tag-helios-s$s.json" --quiet
-      fi
+      for trace in alibaba helios; do on "$trace" "$tag" --policies backfill,offpeak,offpeak-p90 "${el[@]}"; done
     done
   done
   for s in ${WIDE_SEEDS:-0}; do  # elastic for jobs wider than a node only (8-GPU nodes), seed 0 committed
     log "elastic-wide seed $s"
-    if uses alibaba; then
-      nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --elastic 0.5 \
-        --elastic-from-gpus 9 "${PRED[@]}" --report "reports/sim/elastic-wide-alibaba-s$s.json" --quiet
-    fi
-    if uses helios; then
-      nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --elastic 0.5 \
-        --elastic-from-gpus 9 "${PRED[@]}" --online-trace "$HELIOS" --report "reports/sim/elastic-wide-helios-s$s.json" --quiet
-    fi
+    for trace in alibaba helios; do
+      on "$trace" elastic-wide --policies backfill,offpeak,offpeak-p90 --elastic 0.5 --elastic-from-gpus 9
+    done
   done
   .venv/bin/python bench/sim_seeds.py --elastic reports/sim > reports/sim/elastic_summary.md
   log "done"
   exit 0
 fi
 for s in $SEEDS; do
-  # Alibaba GenAI online demand, ITP jobs (wide jobs as gangs), the extender's seasonal forecaster
-  if uses alibaba; then
-    log "alibaba seed $s"
-    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" "${PRED[@]}" --report "reports/sim/days-alibaba-s$s.json" \
-      --plots "reports/sim/days-alibaba-s$s" --quiet
-  fi
-  # Helios per-VC occupancy as the online side: online pods placed by the default scheduler's rule
-  if uses helios; then
-    log "helios seed $s"
-    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" "${PRED[@]}" --online-trace "$HELIOS" \
-      --report "reports/sim/days-helios-s$s.json" --plots "reports/sim/days-helios-s$s" --quiet
-  fi
+  # Alibaba GenAI online demand; Helios per-VC occupancy as online pods placed by the default scheduler's rule.
+  # ITP jobs (wide jobs as gangs), the extender's seasonal forecaster
+  for trace in alibaba helios; do
+    uses "$trace" && log "$trace seed $s"
+    on "$trace" days --policies "$POLICIES" --plots "reports/sim/days-$trace-s$s"
+  done
   if [ "$EXTRAS" != 1 ]; then continue; fi
-  if uses helios; then
-    # ... and with each VC's online GPUs pinned to its nodes (the model before pod placement), for the before/after
-    log "helios pinned seed $s"
-    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies "$POLICIES" --online-trace "$HELIOS" --online-placement pinned "${PRED[@]}" \
-      --report "reports/sim/pinned-helios-s$s.json" --quiet
-  fi
+  # ... and with each VC's online GPUs pinned to its nodes (the model before pod placement), for the before/after
+  uses helios && log "helios pinned seed $s"
+  on helios pinned --policies "$POLICIES" --online-placement pinned
   # the model before issue 18 (wide jobs folded onto one node, no gangs), for the before/after table
   log "before: $TRACES seed $s"
-  if uses alibaba; then
-    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs "${PRED[@]}" \
-      --report "reports/sim/before-alibaba-s$s.json" --quiet
-  fi
-  if uses helios; then
-    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs --online-trace "$HELIOS" "${PRED[@]}" \
-      --report "reports/sim/before-helios-s$s.json" --quiet
-  fi
+  for trace in alibaba helios; do on "$trace" before --policies backfill,offpeak-p90 --fold-wide-jobs --no-gangs; done
 done
 log "summary"
 if [ "${SUMMARY:-1}" = 1 ]; then .venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md; fi
