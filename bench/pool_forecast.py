@@ -53,7 +53,7 @@ def score(steps: np.ndarray, capacity: np.ndarray, *, history_days: int, from_da
                 for h in WINDOW_HOURS:
                     d = h * 60 // STEP_MINUTES
                     promised = float(free[:d].min())
-                    true = float(max(0.0, cap - np.ceil(x[t : t + d].max() - 1e-9)))
+                    true = float(pool_free(x[t : t + d].max(keepdims=True), cap)[0])
                     out[h] += (true, promised, min(promised, true), max(0.0, promised - true), promised > true, 1)
     return out
 
