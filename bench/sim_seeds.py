@@ -1,7 +1,7 @@
 """Summarise the committed simulator reports over seeds: mean and range per policy, and offpeak against backfill.
 
-Reads `<dir>/{days,before,pinned,pool,poolexact}-{alibaba,helios}-s<seed>.json` (written by `reports/sim/regenerate.sh`) and
-prints markdown tables (mean, and min..max over the seeds in brackets). Usage:
+Reads `<dir>/{days,before,pinned,pool,poolexact,poolexactyield}-{alibaba,helios}-s<seed>.json` (written by
+`reports/sim/regenerate.sh`) and prints markdown tables (mean, and min..max over the seeds in brackets). Usage:
 `.venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md`.
 
 `--elastic` summarises the elastic-width runs instead (`<dir>/elastic{-off,,-join}-<trace>-s<seed>.json`: the same
@@ -56,7 +56,7 @@ def load(folder: Path) -> dict[tuple[str, str], dict[int, dict[str, dict]]]:
     """{(kind, trace): {seed: report}} for every report file found."""
     out: dict[tuple[str, str], dict[int, dict[str, dict]]] = defaultdict(dict)
     for f in sorted(folder.glob("*-s*.json")):
-        m = re.fullmatch(r"(days|before|pinned|pool|poolexact)-(alibaba|helios)-s(\d+)\.json", f.name)
+        m = re.fullmatch(r"(days|before|pinned|pool|poolexact|poolexactyield)-(alibaba|helios)-s(\d+)\.json", f.name)
         if m:
             out[(m[1], m[2])][int(m[3])] = json.loads(f.read_text())
     return out
@@ -168,13 +168,15 @@ def main() -> int:
     if not found:
         print(f"no week-/before-<trace>-s<seed>.json reports in {folder}", file=sys.stderr)
         return 2
-    order = {"before": 0, "days": 1, "pinned": 2, "pool": 3, "poolexact": 4}
+    order = {"before": 0, "days": 1, "pinned": 2, "pool": 3, "poolexact": 4, "poolexactyield": 5}
     titles = {"before": "before issue 18 (wide jobs folded onto one node, no gangs)", "days": "gangs + goodput",
               "pinned": "gangs + goodput, online demand pinned to nodes (the model before pod placement)",
               "pool": "gangs + goodput, pool windows (--pool-windows: a node's window ends when its VC is forecast "
                       "full)",
               "poolexact": "gangs + goodput, pool windows with a perfect pool forecast (--pool-forecast exact: each "
-                           "VC's true future online total)"}
+                           "VC's true future online total)",
+              "poolexactyield": "gangs + goodput, pool windows with a perfect pool forecast and yielding at a "
+                                "checkpoint before it (--pool-forecast exact --yield)"}
     for (kind, trace), reports in sorted(found.items(), key=lambda kv: (kv[0][1], order[kv[0][0]])):
         title = titles[kind]
         print(f"## {trace}, {title}: seeds {', '.join(map(str, sorted(reports)))}\n")

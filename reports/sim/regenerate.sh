@@ -13,7 +13,9 @@
 # bench/sim_seeds.py --elastic into reports/sim/elastic_summary.md).
 # POOL=1 runs only the pool-window comparison instead (Helios; backfill, offpeak, offpeak-p90 with --pool-windows:
 # reports/sim/pool-helios-s<seed>.json), and the same with a perfect pool forecast (--pool-forecast exact:
-# reports/sim/poolexact-helios-s<seed>.json), summarised with the others by bench/sim_seeds.py into summary.md.
+# reports/sim/poolexact-helios-s<seed>.json), and with yielding at a checkpoint before that forecast's window ends
+# (--yield: reports/sim/poolexactyield-helios-s<seed>.json), summarised with the others by bench/sim_seeds.py into
+# summary.md.
 # Usage: reports/sim/regenerate.sh   (from the repository root; OFFPEAK_SHARED_DATA overrides the data root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -47,6 +49,10 @@ if [ "${POOL:-0}" = 1 ]; then
     log "pool windows, exact pool forecast, helios seed $s"
     nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --pool-windows \
       --pool-forecast exact "${PRED[@]}" --online-trace "$HELIOS" --report "reports/sim/poolexact-helios-s$s.json" --quiet
+    log "pool windows, exact pool forecast, yielding, helios seed $s"
+    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --pool-windows \
+      --pool-forecast exact --yield "${PRED[@]}" --online-trace "$HELIOS" \
+      --report "reports/sim/poolexactyield-helios-s$s.json" --quiet
   done
   .venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md
   log "done"
