@@ -71,6 +71,9 @@ class FeedSettings:
     # with pool windows: "rise" (the extender's forecast above) or "exact", the pool's true future online total
     # (the trace's per-pool count, which no policy changes): the ceiling a perfect pool forecaster would reach
     pool_forecast: str = "rise"
+    # with the rise forecast: the pool's true online total is known this long ahead (online owners announcing their
+    # scale-ups; 0: not at all). Beyond it the rises start from the known peak. What lead time yielding needs.
+    pool_lead_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.mode not in ("seasonal", "exact"):
@@ -79,6 +82,8 @@ class FeedSettings:
             raise ValueError(f"pool_forecast must be 'rise' or 'exact', got {self.pool_forecast!r}")
         if self.refresh_seconds <= 0 or self.refit_seconds <= 0:
             raise ValueError("refresh_seconds and refit_seconds must be > 0")
+        if self.pool_lead_seconds < 0 or (self.pool_lead_seconds > 0 and self.pool_forecast != "rise"):
+            raise ValueError("pool_lead_seconds must be >= 0, and is for the rise forecast only")
 
 
 def future_step_maxima(series: np.ndarray, m0: int, *, steps: int, per: int) -> np.ndarray:
@@ -363,7 +368,11 @@ class WindowFeed:
             online = self._pool_future(p, m, per)[: self.steps - past]
         else:
             recent = self.demand[nodes, max(0, m - rise.look_back_steps * per) : m].sum(axis=0).astype(float)
-            online = rise.forecast(recent=recent, live=float(live))[: self.steps - past]
+            lead = min(self.steps, int(round(self.s.pool_lead_seconds / self.step)))
+            known = self._pool_future(p, m, per)[:lead] if lead else np.zeros(0)
+            online = rise.forecast(recent=np.concatenate([recent, known]), live=float(live))
+            online[:lead] = known
+            online = online[: self.steps - past]
         online = np.concatenate([np.repeat(online[:1], past), online])
         self.pool_free[p] = pool_free(online, int(self.pool_cap[p]))
         self._pool_live[p] = live

@@ -144,6 +144,35 @@ def test_the_exact_pool_forecast_sees_a_burst_its_history_never_showed_and_the_r
     assert window_left(rise, 0, 3, now) > 10 * H  # a pool that never rose above 4 pods is forecast to stay there
 
 
+def test_a_pool_lead_sees_a_burst_once_it_is_that_near_and_the_rises_start_from_it_beyond() -> None:
+    """`pool_lead_seconds` (online owners announcing their scale-ups): the pool's true total is known that far ahead,
+    so a burst its history never showed ends a window once it is within the lead, not before."""
+    counts = np.full(3 * 1440 + 1, 4, dtype=np.int64)
+    burst = RUN + 1440 + 240  # 22 of the pool's 24 GPUs online from 04:00 on the run's second day, for an hour
+    counts[burst : burst + 60] = 22
+    sc = pod_scenario(counts, [], nodes=3)
+    used = np.zeros(3, dtype=np.int64)
+    lead = WindowFeed(sc, FeedSettings(pool_windows=True, pool_lead_seconds=H), sc.demand.copy())
+    lead.watch_offline(used)
+    early = (RUN + 1440 + 120) * 60.0  # 02:00: the burst is 2 h ahead, past the 1-h lead
+    lead.maybe_refresh(early)
+    assert window_left(lead, 0, 3, early) > 10 * H
+    near = (RUN + 1440 + 210) * 60.0  # 03:30: 30 min ahead
+    lead.maybe_refresh(near)
+    assert 30 * 60 - 300 <= window_left(lead, 0, 3, near) <= 30 * 60
+    assert window_left(lead, 0, 2, near) > 10 * H  # 2 GPUs stay free through it
+    p = int(lead.pool_of[0])
+    assert lead.pool_free[p, :6].min() >= 20  # 4 pods until 04:00
+    assert lead.pool_free[p, 12:].max() <= 2  # past the lead (04:30) the rises start from the burst's 22, not 4
+
+
+@pytest.mark.parametrize("settings", [dict(pool_lead_seconds=-1.0),
+                                      dict(pool_lead_seconds=600.0, pool_forecast="exact")])
+def test_a_pool_lead_is_refused_when_negative_or_with_the_exact_forecast(settings: dict) -> None:
+    with pytest.raises(ValueError, match="pool_lead_seconds"):
+        FeedSettings(pool_windows=True, **settings)
+
+
 def test_the_exact_pool_forecast_is_refused_with_an_unknown_name() -> None:
     with pytest.raises(ValueError, match="pool_forecast"):
         FeedSettings(pool_windows=True, pool_forecast="perfect")
