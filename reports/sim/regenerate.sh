@@ -14,8 +14,10 @@
 # POOL=1 runs only the pool-window comparison instead (Helios; backfill, offpeak, offpeak-p90 with --pool-windows:
 # reports/sim/pool-helios-s<seed>.json), and the same with a perfect pool forecast (--pool-forecast exact:
 # reports/sim/poolexact-helios-s<seed>.json), and with yielding at a checkpoint before that forecast's window ends
-# (--yield: reports/sim/poolexactyield-helios-s<seed>.json), summarised with the others by bench/sim_seeds.py into
-# summary.md.
+# (--yield: reports/sim/poolexactyield-helios-s<seed>.json), and the rise forecast with each VC's true online total
+# known 35 minutes ahead (a checkpoint interval and the yield's margin, rounded up to a forecast step) and yielding
+# (--pool-lead-minutes 35 --yield: reports/sim/poollead-helios-s<seed>.json), summarised with the others by
+# bench/sim_seeds.py into summary.md.
 # Usage: reports/sim/regenerate.sh   (from the repository root; OFFPEAK_SHARED_DATA overrides the data root)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -53,6 +55,10 @@ if [ "${POOL:-0}" = 1 ]; then
     nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --pool-windows \
       --pool-forecast exact --yield "${PRED[@]}" --online-trace "$HELIOS" \
       --report "reports/sim/poolexactyield-helios-s$s.json" --quiet
+    log "pool windows, online total known 35 min ahead, yielding, helios seed $s"
+    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --pool-windows \
+      --pool-lead-minutes 35 --yield "${PRED[@]}" --online-trace "$HELIOS" \
+      --report "reports/sim/poollead-helios-s$s.json" --quiet
   done
   .venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md
   log "done"
