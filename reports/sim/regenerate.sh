@@ -44,21 +44,17 @@ on() {
     --report "reports/sim/$name-$trace-s$s.json" --quiet
 }
 if [ "${POOL:-0}" = 1 ]; then
+  TRACES=helios  # the pool runs are Helios's, whatever TRACES says
+  pool=(--policies backfill,offpeak,offpeak-p90 --pool-windows)
   for s in $SEEDS; do
     log "pool windows, helios seed $s"
-    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --pool-windows "${PRED[@]}" \
-      --online-trace "$HELIOS" --report "reports/sim/pool-helios-s$s.json" --quiet
+    on helios pool "${pool[@]}"
     log "pool windows, exact pool forecast, helios seed $s"
-    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --pool-windows \
-      --pool-forecast exact "${PRED[@]}" --online-trace "$HELIOS" --report "reports/sim/poolexact-helios-s$s.json" --quiet
+    on helios poolexact "${pool[@]}" --pool-forecast exact
     log "pool windows, exact pool forecast, yielding, helios seed $s"
-    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --pool-windows \
-      --pool-forecast exact --yield "${PRED[@]}" --online-trace "$HELIOS" \
-      --report "reports/sim/poolexactyield-helios-s$s.json" --quiet
+    on helios poolexactyield "${pool[@]}" --pool-forecast exact --yield
     log "pool windows, online total known 35 min ahead, yielding, helios seed $s"
-    nice "$OP" simulate --days "$DAYS" --seed "$s" --policies backfill,offpeak,offpeak-p90 --pool-windows \
-      --pool-lead-minutes 35 --yield "${PRED[@]}" --online-trace "$HELIOS" \
-      --report "reports/sim/poollead-helios-s$s.json" --quiet
+    on helios poollead "${pool[@]}" --pool-lead-minutes 35 --yield
   done
   .venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md
   log "done"
