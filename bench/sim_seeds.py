@@ -19,8 +19,17 @@ from pathlib import Path
 
 import numpy as np
 
-# the kinds of run report read, in the order their tables are printed (per trace)
-KINDS = ("before", "days", "pinned", "pool", "poolexact", "poolexactyield", "poollead")
+# the kinds of run report read and their tables' titles, in the order the tables are printed (per trace)
+TITLES = {"before": "before issue 18 (wide jobs folded onto one node, no gangs)", "days": "gangs + goodput",
+          "pinned": "gangs + goodput, online demand pinned to nodes (the model before pod placement)",
+          "pool": "gangs + goodput, pool windows (--pool-windows: a node's window ends when its VC is forecast "
+                  "full)",
+          "poolexact": "gangs + goodput, pool windows with a perfect pool forecast (--pool-forecast exact: each "
+                       "VC's true future online total)",
+          "poolexactyield": "gangs + goodput, pool windows with a perfect pool forecast and yielding at a "
+                            "checkpoint before it (--pool-forecast exact --yield)",
+          "poollead": "gangs + goodput, pool windows with each VC's online total known 35 min ahead of the rise "
+                      "forecast, and yielding (--pool-lead-minutes 35 --yield)"}
 
 COLUMNS = (
     ("harvested GPU-h", lambda m: m["harvested_gpu_hours"], "{:,.0f}"),
@@ -59,7 +68,7 @@ def load(folder: Path) -> dict[tuple[str, str], dict[int, dict[str, dict]]]:
     """{(kind, trace): {seed: report}} for every report file found."""
     out: dict[tuple[str, str], dict[int, dict[str, dict]]] = defaultdict(dict)
     for f in sorted(folder.glob("*-s*.json")):
-        m = re.fullmatch(rf"({'|'.join(KINDS)})-(alibaba|helios)-s(\d+)\.json", f.name)
+        m = re.fullmatch(rf"({'|'.join(TITLES)})-(alibaba|helios)-s(\d+)\.json", f.name)
         if m:
             out[(m[1], m[2])][int(m[3])] = json.loads(f.read_text())
     return out
@@ -171,19 +180,9 @@ def main() -> int:
     if not found:
         print(f"no week-/before-<trace>-s<seed>.json reports in {folder}", file=sys.stderr)
         return 2
-    order = {k: i for i, k in enumerate(KINDS)}
-    titles = {"before": "before issue 18 (wide jobs folded onto one node, no gangs)", "days": "gangs + goodput",
-              "pinned": "gangs + goodput, online demand pinned to nodes (the model before pod placement)",
-              "pool": "gangs + goodput, pool windows (--pool-windows: a node's window ends when its VC is forecast "
-                      "full)",
-              "poolexact": "gangs + goodput, pool windows with a perfect pool forecast (--pool-forecast exact: each "
-                           "VC's true future online total)",
-              "poolexactyield": "gangs + goodput, pool windows with a perfect pool forecast and yielding at a "
-                                "checkpoint before it (--pool-forecast exact --yield)",
-              "poollead": "gangs + goodput, pool windows with each VC's online total known 35 min ahead of the rise "
-                          "forecast, and yielding (--pool-lead-minutes 35 --yield)"}
+    order = {k: i for i, k in enumerate(TITLES)}
     for (kind, trace), reports in sorted(found.items(), key=lambda kv: (kv[0][1], order[kv[0][0]])):
-        title = titles[kind]
+        title = TITLES[kind]
         print(f"## {trace}, {title}: seeds {', '.join(map(str, sorted(reports)))}\n")
         print("\n".join(table(reports)))
         print()
