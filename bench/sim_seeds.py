@@ -29,7 +29,9 @@ TITLES = {"before": "before issue 18 (wide jobs folded onto one node, no gangs)"
           "poolexactyield": "gangs + goodput, pool windows with a perfect pool forecast and yielding at a "
                             "checkpoint before it (--pool-forecast exact --yield)",
           "poollead": "gangs + goodput, pool windows with each VC's online total known 35 min ahead of the rise "
-                      "forecast, and yielding (--pool-lead-minutes 35 --yield)"}
+                      "forecast, and yielding (--pool-lead-minutes 35 --yield)",
+          "poolannounce": "gangs + goodput, pool windows with each VC's online total announced 35 min ahead as a "
+                          "floor under the rise forecast, and yielding (--pool-announce-minutes 35 --yield)"}
 
 COLUMNS = (
     ("harvested GPU-h", lambda m: m["harvested_gpu_hours"], "{:,.0f}"),

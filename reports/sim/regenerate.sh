@@ -16,7 +16,9 @@
 # reports/sim/poolexact-helios-s<seed>.json), and with yielding at a checkpoint before that forecast's window ends
 # (--yield: reports/sim/poolexactyield-helios-s<seed>.json), and the rise forecast with each VC's true online total
 # known 35 minutes ahead (a checkpoint interval and the yield's margin, rounded up to a forecast step) and yielding
-# (--pool-lead-minutes 35 --yield: reports/sim/poollead-helios-s<seed>.json), summarised with the others by
+# (--pool-lead-minutes 35 --yield: reports/sim/poollead-helios-s<seed>.json), and the rise forecast with each VC's
+# true online total 35 minutes ahead as a floor under it (what the extender's announced demand does) and yielding
+# (--pool-announce-minutes 35 --yield: reports/sim/poolannounce-helios-s<seed>.json), summarised with the others by
 # bench/sim_seeds.py into summary.md.
 # Usage: reports/sim/regenerate.sh   (from the repository root; OFFPEAK_SHARED_DATA overrides the data root)
 set -euo pipefail
@@ -55,6 +57,8 @@ if [ "${POOL:-0}" = 1 ]; then
     on helios poolexactyield "${pool[@]}" --pool-forecast exact --yield
     log "pool windows, online total known 35 min ahead, yielding, helios seed $s"
     on helios poollead "${pool[@]}" --pool-lead-minutes 35 --yield
+    log "pool windows, online total announced 35 min ahead as a floor, yielding, helios seed $s"
+    on helios poolannounce "${pool[@]}" --pool-announce-minutes 35 --yield
   done
   .venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md
   log "done"

@@ -90,6 +90,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--pool-lead-minutes", type=float, default=0.0,
                    help="with the rise pool forecast: each pool's true online total is known this far ahead (online "
                    "owners announcing scale-ups; default 0), the rises start from its peak beyond it")
+    p.add_argument("--pool-announce-minutes", type=float, default=0.0,
+                   help="with the rise pool forecast: online owners announce what they will need this far ahead "
+                   "(default 0): each pool's true online total within it is a floor under the forecast, as the "
+                   "extender's announced demand is")
     p.add_argument("--report", required=True, metavar="OUT.json", help="write the per-policy JSON report here")
     p.add_argument("--plots", metavar="DIR", help="write harvest.png, jct_cdf.png, evictions.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
@@ -167,9 +171,14 @@ def handle(args: argparse.Namespace) -> int:
     if args.pool_lead_minutes < 0 or (args.pool_lead_minutes > 0 and (not args.pool_windows
                                                                       or args.pool_forecast != "rise")):
         raise UserError("--pool-lead-minutes must be >= 0, and needs --pool-windows with the rise pool forecast")
+    if args.pool_announce_minutes < 0 or (args.pool_announce_minutes > 0 and (
+            not args.pool_windows or args.pool_forecast != "rise" or args.pool_lead_minutes > 0)):
+        raise UserError("--pool-announce-minutes must be >= 0, and needs --pool-windows with the rise pool forecast "
+                        "and no --pool-lead-minutes")
     feed = FeedSettings(mode=args.forecast, refresh_seconds=args.refresh_seconds, forecast=fs,
                         pool_windows=args.pool_windows, pool_look_back_seconds=args.pool_look_back_hours * 3600.0,
-                        pool_forecast=args.pool_forecast, pool_lead_seconds=args.pool_lead_minutes * 60.0)
+                        pool_forecast=args.pool_forecast, pool_lead_seconds=args.pool_lead_minutes * 60.0,
+                        pool_announce_seconds=args.pool_announce_minutes * 60.0)
     if args.min_efficiency is not None and not 0.0 < args.min_efficiency <= 1.0:
         raise UserError("--min-efficiency must be within (0, 1]")
     goodput = EngineSettings().goodput

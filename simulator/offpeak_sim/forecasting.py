@@ -74,6 +74,10 @@ class FeedSettings:
     # with the rise forecast: the pool's true online total is known this long ahead (online owners announcing their
     # scale-ups; 0: not at all). Beyond it the rises start from the known peak. What lead time yielding needs.
     pool_lead_seconds: float = 0.0
+    # with the rise forecast: online owners announce what they will need this long ahead (0: not at all), and the
+    # pool's true online total within it is a floor under the forecast, never lowering it (what the extender's
+    # announced demand does, `offpeak_core.announcements`); beyond it the rises are as without.
+    pool_announce_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.mode not in ("seasonal", "exact"):
@@ -84,6 +88,9 @@ class FeedSettings:
             raise ValueError("refresh_seconds and refit_seconds must be > 0")
         if self.pool_lead_seconds < 0 or (self.pool_lead_seconds > 0 and self.pool_forecast != "rise"):
             raise ValueError("pool_lead_seconds must be >= 0, and is for the rise forecast only")
+        if self.pool_announce_seconds < 0 or (self.pool_announce_seconds > 0 and (
+                self.pool_forecast != "rise" or self.pool_lead_seconds > 0)):
+            raise ValueError("pool_announce_seconds must be >= 0, and is for the rise forecast without a lead only")
 
 
 def future_step_maxima(series: np.ndarray, m0: int, *, steps: int, per: int) -> np.ndarray:
@@ -369,20 +376,23 @@ class WindowFeed:
         else:
             recent = self.demand[nodes, max(0, m - rise.look_back_steps * per) : m].sum(axis=0).astype(float)
             lead = min(self.steps, int(round(self.s.pool_lead_seconds / self.step)))
-            known = self._pool_future(p, m, per)[:lead] if lead else np.zeros(0)
+            known = self._pool_future(p, m, per, steps=lead) if lead else np.zeros(0)
             online = rise.forecast(recent=np.concatenate([recent, known]), live=float(live))
             online[:lead] = known
+            announced = min(self.steps, int(round(self.s.pool_announce_seconds / self.step)))
+            if announced:
+                online[:announced] = np.maximum(online[:announced], self._pool_future(p, m, per, steps=announced))
             online = online[: self.steps - past]
         online = np.concatenate([np.repeat(online[:1], past), online])
         self.pool_free[p] = pool_free(online, int(self.pool_cap[p]))
         self._pool_live[p] = live
 
-    def _pool_future(self, p: int, m: int, per: int) -> np.ndarray:
-        """Pool p's true online GPUs from minute m on, max per forecast step (`pool_forecast` "exact"); past the
-        trace's end, its last minute repeats."""
+    def _pool_future(self, p: int, m: int, per: int, *, steps: int | None = None) -> np.ndarray:
+        """Pool p's true online GPUs from minute m on, max per forecast step, for `steps` steps (all of the
+        horizon's by default: `pool_forecast` "exact"); past the trace's end, its last minute repeats."""
         assert self.pools is not None
         gpus = self.pools.pods[p].astype(np.int64) * int(self.pools.pod_gpus[p])
-        return future_step_maxima(gpus[None, :], m, steps=self.steps, per=per)[0].astype(float)
+        return future_step_maxima(gpus[None, :], m, steps=steps or self.steps, per=per)[0].astype(float)
 
     def _pooled_free(self, nodes: np.ndarray, now: float, *, offline: bool = True) -> np.ndarray:
         """[nodes, steps]: GPUs of each pooled node forecast free beyond its own offline pods' (what `self.free` is

@@ -84,6 +84,13 @@ def test_online_placement_is_a_flag_recorded_in_the_meta(tmp_path: Path, capsys)
     feed = json.loads((tmp_path / "pool.meta.json").read_text())["settings"]["feed"]
     assert feed["pool_windows"] is True and feed["pool_look_back_seconds"] == 7200.0
     assert feed["pool_forecast"] == "rise" and feed["pool_lead_seconds"] == 1800.0
+    assert main([*base, "--policies", "offpeak-p90", "--pool-windows", "--pool-announce-minutes", "35",
+                 "--report", str(tmp_path / "announced.json")]) == 0
+    feed = json.loads((tmp_path / "announced.meta.json").read_text())["settings"]["feed"]
+    assert feed["pool_announce_seconds"] == 2100.0 and feed["pool_lead_seconds"] == 0.0
+    rc = main([*base, "--pool-windows", "--pool-announce-minutes", "35", "--pool-lead-minutes", "35",
+               "--report", str(tmp_path / "both.json")])
+    assert rc == 2 and "--pool-announce-minutes" in capsys.readouterr().err
     rc = main([*base, "--online-placement", "pinned", "--pool-windows", "--report", str(tmp_path / "y.json")])
     assert rc == 2 and "--pool-windows" in capsys.readouterr().err
 

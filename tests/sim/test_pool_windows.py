@@ -166,10 +166,49 @@ def test_a_pool_lead_sees_a_burst_once_it_is_that_near_and_the_rises_start_from_
     assert lead.pool_free[p, 12:].max() <= 2  # past the lead (04:30) the rises start from the burst's 22, not 4
 
 
+def test_announced_demand_is_a_floor_within_its_lead_and_never_lowers_the_forecast() -> None:
+    """`pool_announce_seconds`: the pool's true total within the lead is a floor under the rise forecast, so the
+    burst closes windows once it is that near (at a fixed time, which a yield can meet), while a quiet stretch
+    announced ahead does not open windows the rises would keep shut, and beyond the lead the rises are as without."""
+    counts = np.full(3 * 1440 + 1, 4, dtype=np.int64)
+    counts[RUN - 300 : RUN - 240] = 10  # the day before the run: up to 10 pods, so the rises sit above a quiet pool
+    burst = RUN + 1440 + 240
+    counts[burst : burst + 60] = 22
+    sc = pod_scenario(counts, [], nodes=3)
+    used = np.zeros(3, dtype=np.int64)
+    feeds = {}
+    for name, settings in (("plain", FeedSettings(pool_windows=True)),
+                           ("announced", FeedSettings(pool_windows=True, pool_announce_seconds=H))):
+        feeds[name] = WindowFeed(sc, settings, sc.demand.copy())
+        feeds[name].watch_offline(used)
+    early = (RUN + 1440 + 120) * 60.0  # the burst is 2 h ahead, past the 1-h lead: as without announcements
+    near = (RUN + 1440 + 210) * 60.0  # 30 min ahead
+    for feed in feeds.values():
+        feed.maybe_refresh(early)
+    p = int(feeds["plain"].pool_of[0])
+    assert np.array_equal(feeds["announced"].pool_free[p], feeds["plain"].pool_free[p])
+    for feed in feeds.values():
+        feed.maybe_refresh(near)
+    plain, announced = feeds["plain"].pool_free[p], feeds["announced"].pool_free[p]
+    assert (announced <= plain).all()  # a floor: never more room than the rises give
+    assert announced[6:12].max() <= 2 < plain[6:12].min()  # 04:00-04:30: the burst, announced
+    assert np.array_equal(announced[12:], plain[12:])  # past the lead, as without
+    left = window_left(feeds["announced"], 0, 3, near)
+    assert 30 * 60 - 300 <= left <= 30 * 60 < window_left(feeds["plain"], 0, 3, near)
+
+
 @pytest.mark.parametrize("settings", [dict(pool_lead_seconds=-1.0),
                                       dict(pool_lead_seconds=600.0, pool_forecast="exact")])
 def test_a_pool_lead_is_refused_when_negative_or_with_the_exact_forecast(settings: dict) -> None:
     with pytest.raises(ValueError, match="pool_lead_seconds"):
+        FeedSettings(pool_windows=True, **settings)
+
+
+@pytest.mark.parametrize("settings", [dict(pool_announce_seconds=-1.0),
+                                      dict(pool_announce_seconds=600.0, pool_forecast="exact"),
+                                      dict(pool_announce_seconds=600.0, pool_lead_seconds=600.0)])
+def test_announced_demand_is_refused_when_negative_with_the_exact_forecast_or_with_a_lead(settings: dict) -> None:
+    with pytest.raises(ValueError, match="pool_announce_seconds"):
         FeedSettings(pool_windows=True, **settings)
 
 
