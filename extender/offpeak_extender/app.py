@@ -53,10 +53,7 @@ class ExtenderConfig:
             goodput = GoodputSettings(min_efficiency=args.goodput_min_efficiency,
                                       startup_seconds=args.goodput_startup_seconds,
                                       min_samples=args.goodput_min_samples)  # raises ValueError on bad values
-        pools = None
-        if getattr(args, "pool_label", None):
-            pools = PoolSettings(label=args.pool_label,
-                                 look_back_seconds=args.pool_look_back_seconds or forecast.season_seconds / 4)
+        pools = pool_settings(args, forecast)
         return cls(args.host, args.port, args.kubeconfig, args.prometheus_url, args.refresh_seconds, stale,
                    forecast, DecisionSettings(margin=args.margin), server, args.metrics_host, args.metrics_port,
                    GangSettings(timeout_seconds=args.gang_timeout_seconds), goodput,
@@ -73,6 +70,14 @@ def forecast_settings(args: argparse.Namespace) -> ForecastSettings:
         history_seconds=args.history_days * args.season_seconds,
         quantile=args.quantile,
     )
+
+
+def pool_settings(args: argparse.Namespace, forecast: ForecastSettings) -> PoolSettings | None:
+    """Pool windows from the command line (`--pool-label`), the extender's and the evictor's alike; None: off."""
+    if not getattr(args, "pool_label", None):
+        return None
+    return PoolSettings(label=args.pool_label,
+                        look_back_seconds=args.pool_look_back_seconds or forecast.season_seconds / 4)
 
 
 def stale_seconds(args: argparse.Namespace) -> float:
@@ -96,7 +101,7 @@ def serve_extender(config: ExtenderConfig) -> None:
     metrics = ExtenderMetrics.create(registry)
     store = ClusterStore(settings=config.forecast, stale_after_seconds=config.stale_seconds, pools=config.pools)
     api = load_api_client(config.kubeconfig)
-    informer = Informer(api_client=api, store=store)
+    informer = Informer(api_client=api, store=store, announcements=config.pools is not None)
     source = PrometheusHistory(config.prometheus_url) if config.prometheus_url else LocalHistory(store)
     goodput = None
     if config.goodput is not None:
@@ -147,10 +152,11 @@ def serve_evictor(args: argparse.Namespace) -> None:
 
     registry = CollectorRegistry()
     metrics = EvictorMetrics.create(registry)
-    store = ClusterStore(settings=forecast_settings(args),
-                         stale_after_seconds=stale_seconds(args))
+    forecast = forecast_settings(args)
+    pools = pool_settings(args, forecast) if getattr(args, "yield_at_checkpoints", False) else None
+    store = ClusterStore(settings=forecast, stale_after_seconds=stale_seconds(args), pools=pools)
     api = load_api_client(args.kubeconfig)
-    informer = Informer(api_client=api, store=store)
+    informer = Informer(api_client=api, store=store, announcements=pools is not None)
     settings = EvictorSettings(grace_seconds=args.grace_seconds, interval_seconds=args.interval_seconds,
                                prometheus_url=args.prometheus_url,
                                yield_at_checkpoints=bool(getattr(args, "yield_at_checkpoints", False)),

@@ -77,14 +77,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--goodput-min-samples", type=int,
                    default=int(_env_float("OFFPEAK_GOODPUT_MIN_SAMPLES", 30)),
                    help="windows of a forecast class observed before it admits anything by goodput")
-    p.add_argument("--pool-label", default=_env("OFFPEAK_POOL_LABEL") or None, metavar="KEY",
-                   help="turn on pool windows: nodes that share a value of this node label form a pool whose online "
-                   "pods may run on any of its nodes (e.g. an inference service's node pool); a pooled node's windows "
-                   "end when the pool's total online demand, forecast from its recent peak and the rises its history "
-                   "shows, leaves less room than the pool's offline pods hold; off by default")
-    p.add_argument("--pool-look-back-seconds", type=float,
-                   default=_env_float("OFFPEAK_POOL_LOOK_BACK_SECONDS", 0.0) or None,
-                   help="how far back a pool's recent peak is taken (default: a quarter of --season-seconds, 6 h)")
     p.add_argument("--kueue-admission-check", nargs="?", const=CONTROLLER_NAME,
                    default=_env("OFFPEAK_KUEUE_ADMISSION_CHECK") or None, metavar="CONTROLLER_NAME",
                    help="answer Kueue AdmissionChecks whose controllerName is this (default when given without a "
@@ -143,6 +135,15 @@ def _forecast_arguments(p: argparse.ArgumentParser) -> None:
                    help="online demand quantile per time bin (higher = more cautious windows)")
     p.add_argument("--stale-seconds", type=float, default=None,
                    help="forecasts older than this are stale (default: 3 x refresh, at least 2 steps)")
+    p.add_argument("--pool-label", default=_env("OFFPEAK_POOL_LABEL") or None, metavar="KEY",
+                   help="turn on pool windows: nodes that share a value of this node label form a pool whose online "
+                   "pods may run on any of its nodes (e.g. an inference service's node pool); a pooled node's windows "
+                   "end when the pool's total online demand, forecast from its recent peak and the rises its history "
+                   "shows and never below what OnlineDemand objects announce for the pool, leaves less room than the "
+                   "pool's offline pods hold; off by default")
+    p.add_argument("--pool-look-back-seconds", type=float,
+                   default=_env_float("OFFPEAK_POOL_LOOK_BACK_SECONDS", 0.0) or None,
+                   help="how far back a pool's recent peak is taken (default: a quarter of --season-seconds, 6 h)")
 
 
 def _check(args: argparse.Namespace) -> None:

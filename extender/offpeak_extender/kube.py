@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from offpeak.errors import UserError
+from offpeak_core.announcements import GROUP, PLURAL, VERSION
 from offpeak_extender.store import ClusterStore
 
 log = logging.getLogger(__name__)
@@ -30,17 +31,22 @@ def load_api_client(kubeconfig: str | None) -> Any:
 
 
 class Informer:
-    """List-then-watch nodes and pods into the store, relisting on expiry or error (one daemon thread each)."""
+    """List-then-watch nodes and pods (and, with `announcements`, OnlineDemand objects) into the store, relisting
+    on expiry or error (one daemon thread each)."""
 
     def __init__(self, *, api_client: Any, store: ClusterStore, watch_timeout_seconds: int = 300,
-                 retry_seconds: float = 2.0) -> None:
+                 retry_seconds: float = 2.0, announcements: bool = False,
+                 missing_crd_retry_seconds: float = 60.0) -> None:
         from kubernetes import client
 
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
         self.store = store
         self.watch_timeout_seconds = watch_timeout_seconds
         self.retry_seconds = retry_seconds
+        self.missing_crd_retry_seconds = missing_crd_retry_seconds
+        self.kinds = ("nodes", "pods", "onlinedemands") if announcements else ("nodes", "pods")
         self.stop_event = threading.Event()
         self.threads: list[threading.Thread] = []
 
@@ -49,7 +55,7 @@ class Informer:
         return data
 
     def start(self) -> None:
-        for kind in ("nodes", "pods"):
+        for kind in self.kinds:
             t = threading.Thread(target=self._run, args=(kind,), name=f"informer-{kind}", daemon=True)
             t.start()
             self.threads.append(t)
@@ -57,30 +63,59 @@ class Informer:
     def stop(self) -> None:
         self.stop_event.set()
 
+    def _lister(self, kind: str) -> tuple[Callable[..., Any], tuple[str, ...]]:
+        """The list call of `kind` and its leading arguments (a watch's stream needs the client's own method, not
+        a partial of it: it reads the method's signature)."""
+        if kind == "nodes":
+            return self.core.list_node, ()
+        if kind == "pods":
+            return self.core.list_pod_for_all_namespaces, ()
+        return self.custom.list_cluster_custom_object, (GROUP, VERSION, PLURAL)
+
     def _run(self, kind: str) -> None:
-        lister: Callable[..., Any] = self.core.list_node if kind == "nodes" else self.core.list_pod_for_all_namespaces
+        from kubernetes.client.exceptions import ApiException
+
+        lister, args = self._lister(kind)
+        told_missing = False
         while not self.stop_event.is_set():
             try:
-                self._list_and_watch(kind, lister)
+                self._list_and_watch(kind, lister, *args)
+            except ApiException as e:
+                if kind == "onlinedemands" and e.status == 404:  # the CRD is not installed (yet): say so once
+                    if not told_missing:
+                        log.warning("no OnlineDemand resource (%s.%s not installed: crds/); announced online demand "
+                                    "is off until it is, looking again every %.0fs", PLURAL, GROUP,
+                                    self.missing_crd_retry_seconds)
+                        told_missing = True
+                    self.stop_event.wait(self.missing_crd_retry_seconds)
+                    continue
+                log.warning("informer %s: %s; relisting in %.0fs", kind, e, self.retry_seconds)
+                self.stop_event.wait(self.retry_seconds)
             except Exception as e:  # noqa: BLE001 - a watch must survive API hiccups; log and relist
                 log.warning("informer %s: %s; relisting in %.0fs", kind, e, self.retry_seconds)
                 self.stop_event.wait(self.retry_seconds)
 
-    def _list_and_watch(self, kind: str, lister: Callable[..., Any]) -> None:
+    def _list_and_watch(self, kind: str, lister: Callable[..., Any], *args: str) -> None:
         from kubernetes import watch
         from kubernetes.client.exceptions import ApiException
 
-        listing = lister()
-        items = [self._to_dict(o) for o in listing.items]
+        listing = lister(*args)
+        if isinstance(listing, dict):  # custom objects come as plain dicts
+            items = list(listing.get("items") or [])
+            version = (listing.get("metadata") or {}).get("resourceVersion")
+        else:
+            items = [self._to_dict(o) for o in listing.items]
+            version = listing.metadata.resource_version
         if kind == "nodes":
             self.store.replace_all(nodes=items)
-        else:
+        elif kind == "pods":
             self.store.replace_all(pods=items)
-        version = listing.metadata.resource_version
+        else:
+            self.store.replace_announcements(items)
         w = watch.Watch()
         try:
             # server-side timeout plus a client-side read timeout: a silently dead watch must not go stale forever
-            for event in w.stream(lister, resource_version=version, timeout_seconds=self.watch_timeout_seconds,
+            for event in w.stream(lister, *args, resource_version=version, timeout_seconds=self.watch_timeout_seconds,
                                   allow_watch_bookmarks=True, _request_timeout=self.watch_timeout_seconds + 30):
                 if self.stop_event.is_set():
                     return
@@ -90,11 +125,13 @@ class Informer:
                     continue
                 if etype == "ERROR":
                     return  # typically 410 Gone: relist
-                data = self._to_dict(obj)
+                data = obj if isinstance(obj, dict) else self._to_dict(obj)
                 if kind == "nodes":
                     (self.store.delete_node if etype == "DELETED" else self.store.upsert_node)(data)
-                else:
+                elif kind == "pods":
                     (self.store.delete_pod if etype == "DELETED" else self.store.upsert_pod)(data)
+                else:
+                    (self.store.delete_announcement if etype == "DELETED" else self.store.upsert_announcement)(data)
         except ApiException as e:
             if e.status != 410:
                 raise

@@ -1,5 +1,6 @@
 """Pool windows in the extender: a node whose online pods may land on any node of its pool (a node label names the
-pool) has windows from the pool's total online demand (`offpeak_core.poolrise`), not from its own history.
+pool) has windows from the pool's total online demand (`offpeak_core.poolrise`), not from its own history, and
+never longer than the pool's online owners announced they leave (`offpeak_core.announcements`).
 
 Online pods of a Deployment or an inference service spread over the nodes their selector allows, wherever there
 is room; an offline pod on one of them is evicted only when the pool as a whole is full. A node's own demand
@@ -18,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from offpeak_core.announcements import Announcement, announced_demand
 from offpeak_core.forecast import ForecastSettings
 from offpeak_core.poolrise import PoolRise, fit_pool_rise, pool_free, pooled_free, summed_on_grid
 from offpeak_core.schedules import BusySchedule
@@ -105,14 +107,18 @@ def fit_pools(
 
 
 def pooled_profile(fit: PoolFit, *, pool_online_now: float, pool_held: int, node_free: int, now: float,
-                   settings: ForecastSettings, schedule: BusySchedule | None = None) -> FreeProfile:
+                   settings: ForecastSettings, schedule: BusySchedule | None = None,
+                   announced: tuple[Announcement, ...] = ()) -> FreeProfile:
     """A pooled node's free GPUs for more offline pods, per step of the fit's grid from the one holding `now`: no
     more than it has free now (`node_free`), nor than its pool's forecast free GPUs less every offline GPU held in
-    the pool (`pool_held`); none in the node's declared busy hours (`schedule`), as for a node outside a pool."""
+    the pool (`pool_held`), the forecast online demand being at least what the pool's online owners announced
+    (`announced`); none in the node's declared busy hours (`schedule`), as for a node outside a pool."""
     online = fit.rise.forecast(recent=fit.recent, live=pool_online_now)
-    free = pooled_free(pool_free(online, fit.capacity), held=pool_held, node_free=node_free).astype(int)
     step = settings.step_seconds
-    times = fit.at + (max(0, int((now - fit.at) // step)) + np.arange(free.size)) * step
+    times = fit.at + (max(0, int((now - fit.at) // step)) + np.arange(online.size)) * step
+    if announced:
+        online = np.maximum(online, announced_demand(announced, times, step))
+    free = pooled_free(pool_free(online, fit.capacity), held=pool_held, node_free=node_free).astype(int)
     if schedule is not None:
         free[schedule.mask(times, day_seconds=settings.season_seconds)] = 0
     return FreeProfile(times, free, np.ones(free.size), step)
@@ -131,13 +137,13 @@ class PooledViews:
 
     def view(self, fit: PoolFit, *, name: str, gpu_type: str, gpus_total: int, node_free: int, pool_online: int,
              pool_held: int, schedule: BusySchedule | None, now: float, settings: ForecastSettings,
-             keep_ahead_seconds: float) -> NodeView:
-        key = (id(fit), pool_online, pool_held, node_free, schedule, now, keep_ahead_seconds)
+             keep_ahead_seconds: float, announced: tuple[Announcement, ...] = ()) -> NodeView:
+        key = (id(fit), pool_online, pool_held, node_free, schedule, now, keep_ahead_seconds, announced)
         hit = self._memo.get(key)
         if hit is not None and hit[0] is fit:  # (an id of a fit gone may be another's now)
             return replace(hit[1], name=name, gpu_type=gpu_type, gpus_total=gpus_total)
         prof = pooled_profile(fit, pool_online_now=float(pool_online), pool_held=pool_held, node_free=node_free,
-                              now=now, settings=settings, schedule=schedule)
+                              now=now, settings=settings, schedule=schedule, announced=announced)
         view = node_view(name=name, gpu_type=gpu_type, gpus_total=gpus_total, gpus_free_now=node_free,
                          profile=prof, now=now, data_stale=False, keep_ahead_seconds=keep_ahead_seconds)
         if len(self._memo) >= self.max_entries:

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from offpeak_core.announcements import Announcement, AnnouncementError, announcement_from_object, by_pool
 from offpeak_core.decisions import prediction_for
 from offpeak_core.forecast import DemandForecast, ForecastSettings, fit_seasonal, forecast_demand, forecast_now
 from offpeak_core.gangs import GangKey, width_scale
@@ -266,6 +267,10 @@ class ClusterStore:
         self._pool_usage: dict[str, list[int]] = {}
         self._pool_fits: dict[str, PoolFit] = {}
         self._pooled_views = PooledViews()
+        # Announced online demand (`offpeak_core.announcements`): every usable OnlineDemand object by namespace/name,
+        # and those not yet over by pool, a floor under the pool's forecast.
+        self._announcements: dict[str, Announcement] = {}
+        self._announced: dict[str, tuple[Announcement, ...]] = {}
         # Set when a pool's nodes or GPUs change (its fit is dropped, its nodes fall back to their own windows): the
         # refresher then refits soon instead of at its next period (`Refresher.run`); cleared by each refresh.
         self.pools_changed = threading.Event()
@@ -383,6 +388,45 @@ class ClusterStore:
         for pool in {self._pool_of[n] for n in out if n in self._pool_of}:
             out.update(self._pool_nodes[pool])
         return out
+
+    def replace_announcements(self, objs: Iterable[Mapping[str, Any]]) -> None:
+        """Reset the announced online demand from a full list of OnlineDemand objects (informer (re)list)."""
+        usable = {a.name: a for a in map(_announcement_or_none, objs) if a is not None}
+        with self._lock:
+            self._announcements = usable
+            self._reannounce_locked()
+
+    def upsert_announcement(self, obj: Mapping[str, Any]) -> None:
+        a = _announcement_or_none(obj)
+        meta = obj.get("metadata") or {}
+        with self._lock:
+            if a is None:  # unusable now: whatever it said before no longer stands
+                self._announcements.pop(f"{meta.get('namespace', '')}/{meta.get('name', '')}", None)
+            else:
+                self._announcements[a.name] = a
+            self._reannounce_locked()
+
+    def delete_announcement(self, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        with self._lock:
+            self._announcements.pop(f"{meta.get('namespace', '')}/{meta.get('name', '')}", None)
+            self._reannounce_locked()
+
+    def announced(self, pool: str) -> tuple[Announcement, ...]:
+        """The announcements of `pool` not over when they last changed (earliest start first)."""
+        with self._lock:
+            return self._announced.get(pool, ())
+
+    def _reannounce_locked(self) -> None:
+        """Regroup the announcements by pool; the views of the nodes of every pool whose announcements changed go."""
+        new = by_pool(self._announcements.values(), now=self.clock())
+        changed = {p for p in set(new) | set(self._announced) if new.get(p, ()) != self._announced.get(p, ())}
+        self._announced = new
+        nodes = tuple(n for p in changed for n in self._pool_nodes.get(p, ()))
+        for n in nodes:
+            self._bump(n)
+        if nodes:
+            self._changed(nodes)
 
     def _reindex_pools_locked(self) -> set[str]:
         """Index the nodes by their pool label and recount each pool's usage; the nodes of every pool whose nodes
@@ -564,6 +608,7 @@ class ClusterStore:
         # Build every node's new view before publishing, so requests meanwhile keep using the old ones instead of
         # finding the cache empty and rebuilding views themselves.
         with self._lock:
+            self._reannounce_locked()  # announcements over since they last changed go
             version = self._forecast_version + 1
             fits = self._still_current_locked(fits, pools)
             inputs = [_ViewInputs(info=info, online=u.online, offline=u.offline + u.other, used=u.used,
@@ -637,7 +682,7 @@ class ClusterStore:
         if fit is None or pool is None:
             return None
         online, held = self._pool_usage.get(pool, (0, 0))
-        return _PoolInputs(fit=fit, online=online, held=held)
+        return _PoolInputs(fit=fit, online=online, held=held, announced=self._announced.get(pool, ()))
 
     def _publish(self, name: str, inp: _ViewInputs, view: NodeView) -> None:
         """Keep a view built outside the lock, unless newer inputs arrived (or the node went) meanwhile."""
@@ -862,8 +907,8 @@ class ClusterStore:
     def held_window_end(self, node: str, *, held: int | None = None, now: float | None = None) -> float | None:
         """When online demand on `node` is forecast to leave fewer than `held` GPUs (default: all its offline and
         other pods hold now): the end of the window those GPUs run in. A pooled node's pods keep their GPUs while
-        its pool has room for them (the pool's forecast, less what offline pods hold on its other nodes), as its
-        windows are judged. None: not within the forecast, no forecast at all, or nothing held."""
+        its pool has room for them (the pool's forecast, announced online demand included, less what offline pods
+        hold on its other nodes), as its windows are judged. None: not within the forecast, no forecast at all, or nothing held."""
         t = self.clock() if now is None else now
         with self._lock:
             inp = self._inputs_locked(node, t)
@@ -874,7 +919,8 @@ class ClusterStore:
             info = inp.info
             room = pooled_profile(inp.pool.fit, pool_online_now=float(inp.pool.online),
                                   pool_held=inp.pool.held - inp.offline, node_free=info.gpus_total - inp.online,
-                                  now=t, settings=self.settings, schedule=info.schedule)
+                                  now=t, settings=self.settings, schedule=info.schedule,
+                                  announced=inp.pool.announced)
             return room_window_end(times=room.times, room=room.free, step_seconds=room.step_seconds, held=held,
                                    now=t)
         fc = forecast_now(fitted=None if inp.stale else inp.fitted, capacity=inp.info.gpus_total, now=t,
@@ -928,6 +974,16 @@ class _PoolInputs:
     fit: PoolFit
     online: int  # the pool's online GPUs now
     held: int  # its offline and other pods' GPUs now
+    announced: tuple[Announcement, ...] = ()  # its online owners' announcements not yet over
+
+
+def _announcement_or_none(obj: Mapping[str, Any]) -> Announcement | None:
+    """An OnlineDemand object's announcement; None (and a warning naming the object and field) when unusable."""
+    try:
+        return announcement_from_object(obj)
+    except AnnouncementError as e:
+        log.warning("OnlineDemand %s; ignored", e)
+        return None
 
 
 def series_is_current(*, times: np.ndarray, online: np.ndarray, now: float, max_age_seconds: float) -> bool:
@@ -947,7 +1003,7 @@ def build_view(inp: _ViewInputs, *, now: float, settings: ForecastSettings, keep
         return (pooled or PooledViews()).view(
             inp.pool.fit, name=info.name, gpu_type=info.gpu_type, gpus_total=info.gpus_total, node_free=free_now,
             pool_online=inp.pool.online, pool_held=inp.pool.held, schedule=info.schedule, now=now, settings=settings,
-            keep_ahead_seconds=keep_ahead_seconds)
+            keep_ahead_seconds=keep_ahead_seconds, announced=inp.pool.announced)
     fc = forecast_now(fitted=None if inp.stale else inp.fitted, capacity=info.gpus_total, now=now,
                       settings=settings, live_online=float(inp.online), schedule=info.schedule)
     if fc is None:

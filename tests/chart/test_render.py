@@ -161,7 +161,8 @@ def test_component_commands_follow_the_contract(default_objects: list[dict[str, 
     assert args("-agent", kind="DaemonSet")[0] == "agent" and "--port=9400" in args("-agent", kind="DaemonSet")
 
 
-@pytest.mark.parametrize("crd_file", ["trainingjobs.offpeak.io.yaml", "kopf-peering.yaml"])
+@pytest.mark.parametrize("crd_file", ["trainingjobs.offpeak.io.yaml", "onlinedemands.offpeak.io.yaml",
+                                      "kopf-peering.yaml"])
 def test_crds_in_chart_are_identical_to_crds_folder(crd_file: str) -> None:
     source = ROOT / "crds" / crd_file
     copy = CHART / "crds" / crd_file
@@ -172,7 +173,8 @@ def test_crds_are_installed_by_the_chart(default_objects) -> None:
     # the kopf peering CRDs always (Helm cannot gate crds/; they are inert until a peering object exists, and an
     # existing copy from another kopf operator is left alone)
     assert {c["metadata"]["name"] for c in find(default_objects, "CustomResourceDefinition")} == {
-        "trainingjobs.offpeak.io", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
+        "trainingjobs.offpeak.io", "onlinedemands.offpeak.io", "clusterkopfpeerings.kopf.dev",
+        "kopfpeerings.kopf.dev"}
 
 
 def test_every_offpeak_container_command_parses_with_the_real_cli(objects: list[dict[str, Any]]) -> None:
@@ -225,3 +227,29 @@ def test_planned_stops_give_the_evictor_the_extenders_forecast_options(helm_bin:
 
     parsed = build_parser().parse_args(args("-evictor"))
     assert parsed.yield_at_checkpoints and parsed.season_seconds == 600
+
+
+def test_pool_windows_let_the_extender_and_a_yielding_evictor_read_announced_online_demand(helm_bin: Path) -> None:
+    """With a pool label the extender (and the evictor, when it makes planned stops) reads OnlineDemand objects,
+    and only then: its ClusterRole grants list/watch on them, and the evictor gets the pool options."""
+    def rendered(*set_values: str) -> list[dict[str, Any]]:
+        return render(CHART, set_values=list(set_values), include_crds=False)
+
+    def reads_announcements(objects: list[dict[str, Any]], suffix: str) -> bool:
+        (role,) = find(objects, "ClusterRole", suffix)
+        return any("onlinedemands" in r.get("resources", ()) and set(r["verbs"]) == {"list", "watch"}
+                   for r in role["rules"])
+
+    def evictor_args(objects: list[dict[str, Any]]) -> list[str]:
+        (obj,) = find(objects, "Deployment", "-evictor")
+        return obj["spec"]["template"]["spec"]["containers"][0]["args"]
+
+    off = rendered("evictor.yieldAtCheckpoints=true")
+    assert not reads_announcements(off, "-extender") and not reads_announcements(off, "-evictor")
+    pooled = rendered("scheduler.extender.poolLabel=pool.example.com/name")
+    assert reads_announcements(pooled, "-extender") and not reads_announcements(pooled, "-evictor")
+    assert not any(a.startswith("--pool-label") for a in evictor_args(pooled))
+    both = rendered("scheduler.extender.poolLabel=pool.example.com/name", "evictor.yieldAtCheckpoints=true",
+                    "scheduler.extender.poolLookBackSeconds=900")
+    assert reads_announcements(both, "-extender") and reads_announcements(both, "-evictor")
+    assert {"--pool-label=pool.example.com/name", "--pool-look-back-seconds=900"} <= set(evictor_args(both))

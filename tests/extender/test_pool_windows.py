@@ -283,6 +283,19 @@ def test_the_extender_takes_a_pool_label_and_a_look_back(monkeypatch: pytest.Mon
     assert config().pools == PoolSettings(LABEL, 6 * 3600.0)
 
 
+def test_the_evictor_takes_the_same_pool_options_for_its_planned_stops() -> None:
+    """Planned stops on a pooled node must see the extender's windows: the pool's, announcements included."""
+    from offpeak_extender.app import forecast_settings, pool_settings
+    from offpeak_extender.cli import register
+
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["evictor", "--yield-at-checkpoints", "--pool-label", LABEL, "--season-seconds", "600"])
+    assert pool_settings(args, forecast_settings(args)) == PoolSettings(LABEL, 150.0)
+    args = parser.parse_args(["evictor"])
+    assert pool_settings(args, forecast_settings(args)) is None
+
+
 def test_a_look_back_of_zero_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     from offpeak.cli import main
 
