@@ -8,7 +8,7 @@ with an `OnlineDemand` object (crds/onlinedemands.offpeak.io.yaml): from `start`
 in force at each step: a floor, so an announcement never makes a window longer than the pool's history allows.
 A window that ends at an announced time stays put as time passes, so a checkpointing pod can stop at its last
 checkpoint before it (`offpeak_core.yielding`) instead of being evicted. The simulator measured what this is worth
-on Helios (docs/simulator.md, "Announced online demand").
+on Helios (docs/simulator.md, "Pool windows", announced online demand: as a floor, less than hoped).
 
 Pure: parsing and the floor; the extender's informer feeds the objects in (`offpeak_extender.kube`).
 """
@@ -53,11 +53,16 @@ def _instant(spec: Mapping[str, Any], key: str) -> float:
     return when.timestamp()
 
 
+def object_name(obj: Mapping[str, Any]) -> str:
+    """namespace/name of an object as the API serves it (what an announcement is known by)."""
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
 def announcement_from_object(obj: Mapping[str, Any]) -> Announcement:
     """An OnlineDemand object (as the API serves it) to an `Announcement`; AnnouncementError when unusable (the
     CRD's schema refuses most such objects before they are stored; this is for objects that slipped past it)."""
-    meta = obj.get("metadata") or {}
-    name = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+    name = object_name(obj)
     spec = obj.get("spec") or {}
     pool = spec.get("pool")
     if not isinstance(pool, str) or not pool:

@@ -22,7 +22,13 @@ from typing import Any
 
 import numpy as np
 
-from offpeak_core.announcements import Announcement, AnnouncementError, announcement_from_object, by_pool
+from offpeak_core.announcements import (
+    Announcement,
+    AnnouncementError,
+    announcement_from_object,
+    by_pool,
+    object_name,
+)
 from offpeak_core.decisions import prediction_for
 from offpeak_core.forecast import DemandForecast, ForecastSettings, fit_seasonal, forecast_demand, forecast_now
 from offpeak_core.gangs import GangKey, width_scale
@@ -398,18 +404,16 @@ class ClusterStore:
 
     def upsert_announcement(self, obj: Mapping[str, Any]) -> None:
         a = _announcement_or_none(obj)
-        meta = obj.get("metadata") or {}
         with self._lock:
             if a is None:  # unusable now: whatever it said before no longer stands
-                self._announcements.pop(f"{meta.get('namespace', '')}/{meta.get('name', '')}", None)
+                self._announcements.pop(object_name(obj), None)
             else:
                 self._announcements[a.name] = a
             self._reannounce_locked()
 
     def delete_announcement(self, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
         with self._lock:
-            self._announcements.pop(f"{meta.get('namespace', '')}/{meta.get('name', '')}", None)
+            self._announcements.pop(object_name(obj), None)
             self._reannounce_locked()
 
     def announced(self, pool: str) -> tuple[Announcement, ...]:
@@ -908,7 +912,8 @@ class ClusterStore:
         """When online demand on `node` is forecast to leave fewer than `held` GPUs (default: all its offline and
         other pods hold now): the end of the window those GPUs run in. A pooled node's pods keep their GPUs while
         its pool has room for them (the pool's forecast, announced online demand included, less what offline pods
-        hold on its other nodes), as its windows are judged. None: not within the forecast, no forecast at all, or nothing held."""
+        hold on its other nodes), as its windows are judged. None: not within the forecast, no forecast at all, or
+        nothing held."""
         t = self.clock() if now is None else now
         with self._lock:
             inp = self._inputs_locked(node, t)
