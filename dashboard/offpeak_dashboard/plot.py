@@ -3,8 +3,10 @@ without Grafana."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from offpeak_dashboard.runtimes import JobRuntime, summarise
 
@@ -36,11 +38,7 @@ def plot_runtimes(records: Sequence[JobRuntime], out: Path, *, title: str = "off
         ax.plot(line, line, color="black", linewidth=1, label="actual = predicted")
         ax.fill_between(line, [v * 0.8 for v in line], [v * 1.25 for v in line], color="grey", alpha=0.15,
                         label="±25 %")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlim(lo, hi)
-        ax.set_ylim(lo, hi)
-        ax.set_aspect("equal")
+        format_log_axes(ax, lo, hi)
         ax.set_xlabel("predicted job time (s)")
         ax.set_ylabel("actual job time (s)")
         summary = summarise(records)
@@ -58,6 +56,36 @@ def plot_runtimes(records: Sequence[JobRuntime], out: Path, *, title: str = "off
     finally:
         plt.close(fig)
     return out
+
+
+def nice_ticks(lo: float, hi: float, *, most: int = 8) -> list[float]:
+    """Round tick values within [lo, hi] for a log axis of seconds: 1, 2, 5 × 10^k, or only 10^k when that would
+    give more than `most` ticks (a span of many decades)."""
+    if not 0 < lo < hi:
+        raise ValueError("need 0 < lo < hi")
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    for steps in ((1, 2, 5), (1,)):
+        ticks = [m * 10.0**k for k in range(first, last + 1) for m in steps if lo <= m * 10.0**k <= hi]
+        if len(ticks) <= most:
+            return ticks
+    return ticks
+
+
+def format_log_axes(ax: Any, lo: float, hi: float) -> None:
+    """Both axes log, from `lo` to `hi`, square, labelled at round seconds in plain numbers (matplotlib's default
+    labels minor ticks as 3×10^1, 4×10^1, ... which run into each other on a span of about a decade)."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    ticks = nice_ticks(lo, hi)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_aspect("equal")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_locator(FixedLocator(ticks))
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
 
 
 def is_png(path: Path) -> bool:

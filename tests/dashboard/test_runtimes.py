@@ -170,3 +170,37 @@ def test_cli_check_needs_a_prometheus(monkeypatch: pytest.MonkeyPatch, capsys: p
     monkeypatch.delenv("OFFPEAK_PROMETHEUS_URL", raising=False)
     assert main(["dashboard", "check"]) == 2
     assert "--prometheus-url" in capsys.readouterr().err
+
+
+def test_nice_ticks_are_round_seconds_and_few_on_a_wide_span() -> None:
+    from offpeak_dashboard.plot import nice_ticks
+
+    assert nice_ticks(14.7, 221.0) == [20.0, 50.0, 100.0, 200.0]
+    assert nice_ticks(3.0, 9.0) == [5.0]
+    assert nice_ticks(1.0, 1e6) == [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6]  # 1-2-5 would give 19
+    with pytest.raises(ValueError):
+        nice_ticks(0.0, 10.0)
+
+
+def test_the_figures_tick_labels_do_not_run_into_each_other() -> None:
+    """The demo's span (about 15-220 s) labelled 3×10^1 and 4×10^1 on top of each other before."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from offpeak_dashboard.plot import format_log_axes
+
+    for lo, hi in ((14.7, 221.0), (5.0, 90_000.0), (100.0, 400.0)):
+        fig, ax = plt.subplots(figsize=(6.4, 6.0), dpi=110)
+        try:
+            format_log_axes(ax, lo, hi)
+            fig.canvas.draw()
+            renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
+            for axis in (ax.xaxis, ax.yaxis):
+                labels = [t for t in axis.get_ticklabels(which="both") if t.get_visible() and t.get_text()]
+                assert len(labels) >= 1, (lo, hi)
+                boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: (b.x0, b.y0))
+                assert not any(a.overlaps(b) for a, b in zip(boxes, boxes[1:])), [t.get_text() for t in labels]
+        finally:
+            plt.close(fig)
