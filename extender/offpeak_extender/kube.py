@@ -80,18 +80,15 @@ class Informer:
         while not self.stop_event.is_set():
             try:
                 self._list_and_watch(kind, lister, *args)
-            except ApiException as e:
-                if kind == "onlinedemands" and e.status == 404:  # the CRD is not installed (yet): say so once
-                    if not told_missing:
+            except Exception as e:  # noqa: BLE001 - a watch must survive API hiccups; log and relist
+                if kind == "onlinedemands" and isinstance(e, ApiException) and e.status == 404:  # no CRD (yet)
+                    if not told_missing:  # say so once
                         log.warning("no OnlineDemand resource (%s.%s not installed: crds/); announced online demand "
                                     "is off until it is, looking again every %.0fs", PLURAL, GROUP,
                                     self.missing_crd_retry_seconds)
                         told_missing = True
                     self.stop_event.wait(self.missing_crd_retry_seconds)
                     continue
-                log.warning("informer %s: %s; relisting in %.0fs", kind, e, self.retry_seconds)
-                self.stop_event.wait(self.retry_seconds)
-            except Exception as e:  # noqa: BLE001 - a watch must survive API hiccups; log and relist
                 log.warning("informer %s: %s; relisting in %.0fs", kind, e, self.retry_seconds)
                 self.stop_event.wait(self.retry_seconds)
 
