@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from offpeak_core.goodput import GoodputAdmission, min_window
+from offpeak_core.goodput import GoodputAdmission, certain_window_ok, min_window
 from offpeak_core.humanize import duration
 from offpeak_core.model import FilterResult, NodeView, OfflinePod, PodRequest, Prediction
 from offpeak_core.nodearrays import NodeArrays
@@ -52,22 +52,30 @@ def prediction_for(predicted: Mapping[str, Prediction], gpu_type: str) -> tuple[
 
 def window_left(*, node: NodeView, gpus: int, now: float) -> float:
     """Seconds from `now` during which `gpus` GPUs stay free of online work on `node` (inf: beyond the horizon)."""
+    return window_left_certain(node=node, gpus=gpus, now=now)[0]
+
+
+def window_left_certain(*, node: NodeView, gpus: int, now: float) -> tuple[float, bool]:
+    """`window_left`, and whether the window measured to ends then for certain (`IdleWindow.end_certain`)."""
     if node.windows is not None:
         best = 0.0
+        certain = False
         for w in node.windows:  # hot path: inlined IdleWindow.length
             if w.free_gpus >= gpus and w.start <= now:
                 end = w.end
                 if end is None:
-                    return math.inf
+                    return math.inf, False
                 if end - now > best:
-                    best = end - now
-        return best
+                    best, certain = end - now, w.end_certain
+                elif end - now == best and best > 0:
+                    certain = certain or w.end_certain
+        return best, certain
     free = node.gpus_free_now if node.window_free_gpus is None else node.window_free_gpus
     if free < gpus:
-        return 0.0
+        return 0.0, False
     if node.window_end is None:
-        return math.inf
-    return max(0.0, node.window_end - now)
+        return math.inf, False
+    return max(0.0, node.window_end - now), False
 
 
 class _Assessment(NamedTuple):
@@ -82,6 +90,7 @@ class _Assessment(NamedTuple):
     capped: bool = False  # need was capped at a few checkpoint intervals
     by_goodput: bool = False  # need was lowered to the shortest window with enough expected goodput
     no_memory: bool = False  # the GPU type cannot hold one step (predicted peak memory)
+    announced: bool = False  # turned down: the window's end is certain and too soon for enough expected goodput
 
 
 _NOT_FREE = _Assessment(False, True, None, False, 0.0, 0.0)
@@ -94,6 +103,13 @@ def _checkpoint_cap(pod: PodRequest, checkpoint_intervals: int) -> float:
     if checkpoint_intervals > 0 and pod.checkpointing and interval is not None and interval > 0:
         return checkpoint_intervals * interval
     return math.inf
+
+
+def _certain_ok(pod: PodRequest, pred: Prediction, goodput: GoodputAdmission, left: float) -> bool:
+    """Whether a window known to close within `left` seconds is worth it for a checkpointing pod (goodput on)."""
+    return certain_window_ok(survival=goodput.survival, left=left, runtime=pred.p90,
+                             checkpoint_interval=pod.checkpoint_interval_seconds, settings=goodput.settings,
+                             members=goodput.members)
 
 
 def _goodput_need(pod: PodRequest, pred: Prediction, goodput: GoodputAdmission | None) -> float:
@@ -138,23 +154,28 @@ def _assessor(
         g_need = short.get(node.gpu_type)
         if g_need is None:
             g_need = short[node.gpu_type] = _goodput_need(pod, pred, goodput)
-        by_goodput = g_need < need
-        if by_goodput:
+        left, certain = window_left_certain(node=node, gpus=gpus, now=now)
+        if g_need < need:
+            if certain and left < need and goodput is not None:  # the window cannot outlast its end: judge that end
+                if _certain_ok(pod, pred, goodput, left):
+                    return _Assessment(True, False, pred, exact, min(g_need, left), left, by_goodput=True)
+                return _Assessment(False, False, pred, exact, need, left, capped, announced=True)
             need, capped = g_need, False
-        left = window_left(node=node, gpus=gpus, now=now)
-        return _Assessment(left >= need, False, pred, exact, need, left, capped, by_goodput=by_goodput)
+            return _Assessment(left >= need, False, pred, exact, need, left, by_goodput=True)
+        return _Assessment(left >= need, False, pred, exact, need, left, capped)
 
     return assess
 
 
-def _reason(pod: PodRequest, node: NodeView, a: _Assessment, margin: float, longest: Mapping[str, float]) -> str:
+def _reason(pod: PodRequest, node: NodeView, a: _Assessment, margin: float,
+            longest: Mapping[tuple[str, bool], float]) -> str:
     """Why `node` does not take the pod; a window too short is worded with the longest such window of its GPU type
-    (`longest`), so all those nodes share one reason."""
+    (`longest`, apart for windows whose end is announced), so all those nodes share one reason."""
     if a.free_short:
         return _short_reason(pod.gpus, node.gpus_free_now, node.gpus_total)
     if a.no_memory and a.pred is not None:
         return _memory_reason(a.pred, node.gpu_type)
-    left = longest.get(node.gpu_type, a.left) if a.left > 0 else a.left
+    left = longest.get((node.gpu_type, a.announced), a.left) if a.left > 0 else a.left
     return _window_reason(pod.gpus, left, a.need, _basis(a, node.gpu_type, margin))
 
 
@@ -182,6 +203,8 @@ def _basis(a: _Assessment, gpu_type: str, margin: float) -> str:
         factor = f"{factor} capped at a few checkpoints"
     elif a.by_goodput:
         factor = f"{factor} lowered by expected goodput"
+    if a.announced:
+        factor = f"{factor}; the window's end is announced"
     return f"({factor}) on {gpu_type}" if a.exact else f"({factor}, slowest known GPU type)"
 
 
@@ -222,7 +245,7 @@ def filter_nodes(
         raise ValueError(f"margin must be >= 0, got {margin}")
     passed: list[str] = []
     failing: list[tuple[NodeView, _Assessment]] = []
-    longest: dict[str, float] = {}  # per GPU type, of the nodes turned down for their window
+    longest: dict[tuple[str, bool], float] = {}  # per GPU type (and announced end), of the nodes turned down for it
     assess = _assessor(pod, now, margin, checkpoint_intervals, goodput)
     for node in nodes:
         a = assess(node)
@@ -230,8 +253,8 @@ def filter_nodes(
             passed.append(node.name)
             continue
         failing.append((node, a))
-        if _short_of_window(a) and a.left > longest.get(node.gpu_type, 0.0):
-            longest[node.gpu_type] = a.left
+        if _short_of_window(a) and a.left > longest.get((node.gpu_type, a.announced), 0.0):
+            longest[node.gpu_type, a.announced] = a.left
     failed = {node.name: _reason(pod, node, a, margin, longest) for node, a in failing}
     return FilterResult(passed=tuple(passed), failed=failed)
 
@@ -246,6 +269,8 @@ class _ArrayAssessment(NamedTuple):
     need: np.ndarray
     left: np.ndarray
     by_type: list[_Assessment]
+    announced: np.ndarray  # turned down for a window whose end is certain (`_Assessment.announced`)
+    uncut: list[tuple[float, bool]]  # per GPU type: need and capped before the goodput rule lowered it
 
 
 def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float, checkpoint_intervals: int,
@@ -257,12 +282,15 @@ def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float
     if pod.predicted is None:
         blind = [_BLIND_FIT] * len(nodes.type_names)
         zeros = np.zeros(n)
-        return _ArrayAssessment(~free_short, free_short, np.zeros(n, dtype=bool), zeros, np.full(n, math.inf), blind)
+        nowhere = np.zeros(n, dtype=bool)
+        return _ArrayAssessment(~free_short, free_short, nowhere, zeros, np.full(n, math.inf), blind, nowhere, [])
     # one assessment per GPU type, as `_assessor` memoises them; need/left of a timed type come per node below
     cap = _checkpoint_cap(pod, checkpoint_intervals)
     by_type: list[_Assessment] = []
+    uncut: list[tuple[float, bool]] = []
     for name in nodes.type_names:
         pred, exact = prediction_for(pod.predicted, name)
+        uncut.append((0.0, False))
         if exact and pred is not None and pred.fits_memory is False:
             by_type.append(_Assessment(False, False, pred, exact, 0.0, 0.0, no_memory=True))
             continue
@@ -273,6 +301,7 @@ def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float
         capped = type_need > cap
         if capped:
             type_need = cap
+        uncut[-1] = (type_need, capped)
         g_need = _goodput_need(pod, pred, goodput)
         by_goodput = g_need < type_need
         if by_goodput:
@@ -282,32 +311,47 @@ def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float
     no_memory = np.asarray([t.no_memory for t in by_type], dtype=bool)[code]
     blind = (np.asarray([t.pred is None for t in by_type], dtype=bool)[code] | nodes.stale) & ~no_memory
     need = np.asarray([t.need for t in by_type], dtype=float)[code]
-    left = nodes.window_left(gpus=gpus, now=now)
+    left, certain = nodes.window_left_certain(gpus=gpus, now=now)
     timed = ~free_short & ~no_memory & ~blind
     fits = ~free_short & ~no_memory & (blind | (left >= need))
+    announced = np.zeros(n, dtype=bool)
+    if goodput is not None and certain.any():
+        full = np.asarray([u[0] for u in uncut], dtype=float)[code]
+        lowered = np.asarray([t.by_goodput for t in by_type], dtype=bool)[code]
+        judged = np.flatnonzero(timed & certain & lowered & (left > 0) & (left < full))
+        if judged.size:  # windows that cannot outlast their end: judged on that end (`_assessor`), node by node
+            need, fits = need.copy(), fits.copy()
+            for i, c, lf in zip(judged.tolist(), code[judged].tolist(), left[judged].tolist()):
+                pred = by_type[c].pred
+                assert pred is not None
+                if _certain_ok(pod, pred, goodput, lf):
+                    fits[i], need[i] = True, min(need[i], lf)
+                else:
+                    fits[i], need[i], announced[i] = False, full[i], True
     left = np.where(blind, math.inf, left)
     need = np.where(blind, 0.0, need)
-    return _ArrayAssessment(fits, free_short, timed & fits, need, left, by_type)
+    return _ArrayAssessment(fits, free_short, timed & fits, need, left, by_type, announced, uncut)
 
 
 def _reasons_of(pod: PodRequest, a: _ArrayAssessment, nodes: NodeArrays, rows: np.ndarray, lefts: np.ndarray,
                 margin: float) -> list[str]:
     """`_reason` of each node in `rows` (nodes that do not pass), out of the arrays, given the window each reason
     names (`lefts`: a group's longest); what a GPU type's nodes share is worded once per type."""
-    bases: dict[int, str] = {}
+    bases: dict[tuple[int, bool], str] = {}
     out: list[str] = []
-    for short, code, free, total, need, left in zip(a.free_short[rows].tolist(), nodes.type_code[rows].tolist(),
-                                                    nodes.free_now[rows].tolist(), nodes.total[rows].tolist(),
-                                                    a.need[rows].tolist(), lefts.tolist()):
+    for short, code, free, total, need, left, announced in zip(
+            a.free_short[rows].tolist(), nodes.type_code[rows].tolist(), nodes.free_now[rows].tolist(),
+            nodes.total[rows].tolist(), a.need[rows].tolist(), lefts.tolist(), a.announced[rows].tolist()):
         t = a.by_type[code]
         if short:
             out.append(_short_reason(pod.gpus, free, total))
         elif t.no_memory and t.pred is not None:
             out.append(_memory_reason(t.pred, nodes.type_names[code]))
         else:  # judged on its window: a timed GPU type (runtime-blind nodes pass when they fit now)
-            basis = bases.get(code)
+            basis = bases.get((code, announced))
             if basis is None:
-                basis = bases[code] = _basis(t, nodes.type_names[code], margin)
+                judged = t._replace(capped=a.uncut[code][1], by_goodput=False, announced=True) if announced else t
+                basis = bases[code, announced] = _basis(judged, nodes.type_names[code], margin)
             out.append(_window_words(pod.gpus, math.ceil(left), need, basis) if math.isfinite(left)
                        else _window_reason(pod.gpus, left, need, basis))
     return out
@@ -376,7 +420,7 @@ def _reason_groups(a: _ArrayAssessment, nodes: NodeArrays, failing: np.ndarray
     code = nodes.type_code[failing]
     free, total = nodes.free_now[failing], nodes.total[failing]
     left = a.left[failing]
-    windowed = (left > 0).astype(float)
+    windowed = (left > 0).astype(float) + a.announced[failing]  # 2: a window whose end is announced
     windowed[short | np.asarray([t.no_memory for t in a.by_type], dtype=bool)[code]] = 0.0  # reasons without a window
     key = _packed_key(short, code, windowed, free, total)
     if key is None:
@@ -407,9 +451,9 @@ _KEY_LIMIT = 2.0**62  # packed keys stay below this in magnitude: exact in int64
 
 def _packed_key(short: np.ndarray, code: np.ndarray, windowed: np.ndarray, free: np.ndarray, total: np.ndarray
                 ) -> np.ndarray | None:
-    """Each node's group as one int64: GPU type and whether a window is left (>= 0) or free and total GPUs (< 0,
-    nodes short of GPUs); None when a field is too large to pack exactly."""
-    key = code.astype(np.int64) * 2 + windowed.astype(np.int64)
+    """Each node's group as one int64: GPU type and whether a window is left, and its end announced (>= 0), or free
+    and total GPUs (< 0, nodes short of GPUs); None when a field is too large to pack exactly."""
+    key = code.astype(np.int64) * 3 + windowed.astype(np.int64)
     if short.any():
         lo_f, lo_t = int(free[short].min()), int(total[short].min())
         span_t = int(total[short].max()) - lo_t + 1

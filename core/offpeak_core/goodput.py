@@ -61,7 +61,7 @@ class WindowSurvival:
     min_at_risk: int = 10
     _surv: np.ndarray = field(init=False, repr=False)
     _n: np.ndarray = field(init=False, repr=False)
-    _memo: dict[tuple[float, float, float, int, float, int], float] = field(init=False, repr=False)
+    _memo: dict[tuple[float, ...], float] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         d = np.asarray(self.closed, dtype=float)
@@ -153,9 +153,10 @@ class Goodput:
 
 
 def _expected(
-    *, runtime: float, interval: float, startup: float, members: int, sv: WindowSurvival
+    *, runtime: float, interval: float, startup: float, members: int, sv: WindowSurvival, until: float = math.inf
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(useful, held, finish) for every forecast class at once."""
+    """(useful, held, finish) for every forecast class at once; with `until`, the window is known to close then at
+    the latest (survival cut to 0 from `until` on: what was not saved by then is lost)."""
     # checkpoints at startup + interval, + 2 intervals, ...; the last "checkpoint" is the end of the run
     if interval > 0 and math.isfinite(interval):
         n = int(math.ceil(runtime / interval))
@@ -164,10 +165,11 @@ def _expected(
         done = np.array([runtime])
     gain = np.diff(np.concatenate(([0.0], done)))
     s_ck = sv.curve(startup + done) ** members  # [classes, checkpoints]
+    s_ck[:, startup + done > until] = 0.0
     useful = s_ck @ gain
     finish = s_ck[:, -1]
     # held = integral of the gang's survival from 0 to startup + runtime (step function, bin by bin)
-    end = startup + runtime
+    end = min(startup + runtime, until)
     b = sv.bin_seconds
     horizon = sv.horizon_seconds
     upto = min(end, horizon)
@@ -229,6 +231,35 @@ def min_window(
     out = float(survival.edges[idx[0]]) if idx.size else math.inf
     survival._memo[key] = out
     return out
+
+
+def certain_window_ok(
+    *, survival: WindowSurvival, left: float, runtime: float, checkpoint_interval: float | None,
+    settings: GoodputSettings, members: int = 1,
+) -> bool:
+    """Whether a checkpointing job's expected goodput clears `settings.min_efficiency` in a window known to close
+    within `left` seconds (`IdleWindow.end_certain`): its forecast class's survival up to `left`, none after, so a
+    window that often outlasted its forecast does not count as likely to outlast this one. Cautious rounding: `left`
+    down to whole minutes, the runtime up by `min_window`'s steps. An untrusted class, or a job that does not
+    checkpoint, gets False.
+    """
+    if not checkpoint_interval or checkpoint_interval <= 0 or runtime <= 0 or left < 60.0:
+        return False
+    r = _quantise(runtime)
+    until = math.floor(left / 60.0) * 60.0
+    key = (r, float(checkpoint_interval), settings.startup_seconds, members, settings.min_efficiency,
+           settings.min_samples, until)
+    hit = survival._memo.get(key)
+    if hit is not None:
+        return bool(hit)
+    c = survival.klass(until)
+    ok = False
+    if survival.samples()[c] >= settings.min_samples:
+        u, h, _ = _expected(runtime=r, interval=float(checkpoint_interval), startup=settings.startup_seconds,
+                            members=max(1, members), sv=survival, until=until)
+        ok = bool(u[c] > 0 and u[c] >= settings.min_efficiency * h[c])
+    survival._memo[key] = float(ok)
+    return ok
 
 
 @dataclass(frozen=True)

@@ -45,12 +45,17 @@ class PodRequest:
 
 @dataclass(frozen=True, slots=True)
 class IdleWindow:
-    """A stretch of time in which at least `free_gpus` GPUs of a node are forecast to be free of online work."""
+    """A stretch of time in which at least `free_gpus` GPUs of a node are forecast to be free of online work.
+
+    `end_certain`: online work is known to take the GPUs back by `end` (its owners announced it, or declared busy
+    hours begin), so the window cannot outlast `end`; it may still end sooner, as any forecast window may.
+    """
 
     start: float
     end: float | None  # None: free beyond the forecast horizon
     free_gpus: int
     confidence: float = 1.0
+    end_certain: bool = False
 
     def length(self, now: float) -> float:
         """Seconds of this window left after `now` (inf for an open-ended window)."""

@@ -27,7 +27,7 @@ def withhold(node: NodeView, gpus: int) -> NodeView:
     if gpus <= 0:
         return node
     windows = None if node.windows is None else tuple(
-        IdleWindow(w.start, w.end, max(0, w.free_gpus - gpus), w.confidence) for w in node.windows)
+        IdleWindow(w.start, w.end, max(0, w.free_gpus - gpus), w.confidence, w.end_certain) for w in node.windows)
     window_free = None if node.window_free_gpus is None else max(0, node.window_free_gpus - gpus)
     return dataclasses.replace(node, gpus_free_now=max(0, node.gpus_free_now - gpus),
                                window_free_gpus=window_free, windows=windows)
@@ -60,10 +60,11 @@ class NodeArrays:
     # is `width` passes over all nodes instead of a short reduction per node
     win_end: np.ndarray
     win_free: np.ndarray
-    # GPUs -> (lo, hi, end): each node's latest end of a window with that many GPUs free that started by a time t
+    win_certain: np.ndarray  # the window ends by `win_end` for certain (`IdleWindow.end_certain`)
+    # GPUs -> (lo, hi, end, certain): each node's latest end of a window with that many GPUs free that started by a time t
     # with lo <= t < hi (no window starts in between, so every such t sees the same windows). Not an argument:
     # `replace` (withhold, patched rows) starts a new one for the new columns.
-    _ends: dict[int, tuple[float, float, np.ndarray]] = field(default_factory=dict, init=False, repr=False,
+    _ends: dict[int, tuple[float, float, np.ndarray, np.ndarray]] = field(default_factory=dict, init=False, repr=False,
                                                                compare=False)
 
     @classmethod
@@ -98,29 +99,38 @@ class NodeArrays:
                        win_free=_frozen(win_free))
 
     def window_left(self, *, gpus: int, now: float) -> np.ndarray:
-        """`decisions.window_left` for every node at once: seconds from `now` with `gpus` GPUs free (inf: open).
+        """`decisions.window_left` for every node at once: seconds from `now` with `gpus` GPUs free (inf: open)."""
+        return self.window_left_certain(gpus=gpus, now=now)[0]
+
+    def window_left_certain(self, *, gpus: int, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """`window_left`, and per node whether that window's end is certain (`decisions.window_left_certain`; read
+        it only where the time left is above 0).
 
         The end each node's time is measured to depends on `now` only through which windows have started, so it is
         kept per GPU count and reused while no window starts or is passed: then a request costs one subtraction.
         """
         kept = self._ends.get(gpus)
         if kept is not None and kept[0] <= now < kept[1]:
-            end = kept[2]
+            end, certain = kept[2], kept[3]
         else:
-            end = self._window_end(gpus, now)
+            end, certain = self._window_end(gpus, now)
             started = self.win_start <= now
             lo = float(self.win_start[started].max(initial=-math.inf))
             hi = float(self.win_start[~started].min(initial=math.inf))
-            self._ends[gpus] = (lo, hi, end)  # one dict item: threads sharing these columns may race, harmlessly
-        return np.maximum(0.0, end - now)  # = max(0, max of end - now): subtracting is monotonic
+            # one dict item: threads sharing these columns may race, harmlessly
+            self._ends[gpus] = (lo, hi, end, certain)
+        return np.maximum(0.0, end - now), certain  # = max(0, max of end - now): subtracting is monotonic
 
-    def _window_end(self, gpus: int, now: float) -> np.ndarray:
+    def _window_end(self, gpus: int, now: float) -> tuple[np.ndarray, np.ndarray]:
         """Per node, the end `window_left` measures to: the latest end of a started window with `gpus` GPUs free
-        (-inf: none), or the current window's end when no window list is known (-inf: too few GPUs free)."""
+        (-inf: none), or the current window's end when no window list is known (-inf: too few GPUs free); and
+        whether a window ending then ends for certain."""
         in_window = (self.win_free >= gpus) & (self.win_start <= now)
-        latest = np.where(in_window, self.win_end, -math.inf).max(axis=0, initial=-math.inf)  # of the fitting ones
+        ends = np.where(in_window, self.win_end, -math.inf)
+        latest = ends.max(axis=0, initial=-math.inf)  # of the fitting ones
+        certain = (in_window & self.win_certain & (ends == latest[None, :]) & np.isfinite(latest)[None, :]).any(axis=0)
         flat = np.where(self.flat_free < gpus, -math.inf, self.flat_end)
-        return _frozen(np.where(self.has_windows, latest, flat))
+        return _frozen(np.where(self.has_windows, latest, flat)), _frozen(certain & self.has_windows)
 
 
 def _frozen(column: np.ndarray) -> np.ndarray:
@@ -154,16 +164,19 @@ class NodeRows:
         self._win_start = np.zeros((self._width, capacity), dtype=float)
         self._win_end = np.zeros((self._width, capacity), dtype=float)
         self._win_free = np.full((self._width, capacity), NO_WINDOW_FREE, dtype=np.int64)
+        self._win_certain = np.zeros((self._width, capacity), dtype=bool)
 
     def _grow(self, capacity: int, width: int) -> None:
         """Reallocate to at least `capacity` rows and `width` window columns, keeping the rows written so far."""
         old = (self._names, self._json_names, self._free_now, self._total, self._type_code, self._stale,
-               self._has_windows, self._flat_free, self._flat_end, self._win_start, self._win_end, self._win_free)
+               self._has_windows, self._flat_free, self._flat_end, self._win_start, self._win_end, self._win_free,
+               self._win_certain)
         n, w = len(old[0]), self._width
         self._width = max(self._width, width)
         self._alloc(n if capacity <= n else max(capacity, 2 * n))
         new = (self._names, self._json_names, self._free_now, self._total, self._type_code, self._stale,
-               self._has_windows, self._flat_free, self._flat_end, self._win_start, self._win_end, self._win_free)
+               self._has_windows, self._flat_free, self._flat_end, self._win_start, self._win_end, self._win_free,
+               self._win_certain)
         for dst, src in zip(new, old):
             if src.ndim == 1:
                 dst[:n] = src[:n]
@@ -185,10 +198,12 @@ class NodeRows:
         self._flat_free[i] = view.gpus_free_now if view.window_free_gpus is None else view.window_free_gpus
         self._flat_end[i] = math.inf if view.window_end is None else view.window_end
         self._win_free[:, i] = NO_WINDOW_FREE
+        self._win_certain[:, i] = False
         for j, w in enumerate(windows):
             self._win_start[j, i] = w.start
             self._win_end[j, i] = math.inf if w.end is None else w.end
             self._win_free[j, i] = w.free_gpus
+            self._win_certain[j, i] = w.end_certain
 
     def patch(self, arrays: NodeArrays, at: Sequence[int], views: Sequence[NodeView]) -> NodeArrays | None:
         """`arrays` with the node at position `at[k]` described by `views[k]` instead: what `gather` gives for the
@@ -220,6 +235,7 @@ class NodeRows:
             has_windows=put(arrays.has_windows, self._has_windows), flat_free=put(arrays.flat_free, self._flat_free),
             flat_end=put(arrays.flat_end, self._flat_end), win_start=put(arrays.win_start, self._win_start),
             win_end=put(arrays.win_end, self._win_end), win_free=put(arrays.win_free, self._win_free),
+            win_certain=put(arrays.win_certain, self._win_certain),
         )
 
     def _row(self, view: NodeView) -> int:
@@ -248,6 +264,7 @@ class NodeRows:
             flat_end=_frozen(self._flat_end[rows]), win_start=_frozen(self._win_start.take(rows, axis=1)),
             win_end=_frozen(self._win_end.take(rows, axis=1)),
             win_free=_frozen(self._win_free.take(rows, axis=1)),
+            win_certain=_frozen(self._win_certain.take(rows, axis=1)),
         )
 
     def _place(self, view: NodeView, i: int | None) -> int:

@@ -13,12 +13,18 @@ from offpeak_core.model import IdleWindow, NodeView
 
 @dataclass(frozen=True)
 class FreeProfile:
-    """Forecast GPUs free for offline work at each step (`times[i]` for `step_seconds`)."""
+    """Forecast GPUs free for offline work at each step (`times[i]` for `step_seconds`).
+
+    `bound` (optional): the most GPUs that can be free at each step whatever the forecast, from online use known in
+    advance (announced demand, declared busy hours); a window that ends where `bound` leaves too few GPUs ends there
+    for certain (`IdleWindow.end_certain`). None: nothing is known in advance.
+    """
 
     times: np.ndarray
     free: np.ndarray  # int GPUs
     confidence: np.ndarray
     step_seconds: float
+    bound: np.ndarray | None = None  # int GPUs, as `free`
 
 
 def free_profile(*, forecast: DemandForecast, capacity: int, offline_now: int = 0) -> FreeProfile:
@@ -57,11 +63,14 @@ def idle_windows(*, profile: FreeProfile, open_ended: bool = True) -> list[IdleW
     """Maximal windows for every free-GPU level, nested (a 1-GPU window contains the 2-GPU windows within it).
 
     Each window's `free_gpus` is the minimum over its span and its confidence the lowest step confidence.
-    A window that reaches the end of the horizon is open-ended (`end=None`) when `open_ended` is set.
+    A window that reaches the end of the horizon is open-ended (`end=None`) when `open_ended` is set. A window ends
+    for certain (`end_certain`) when the profile's `bound` at the step that ends it is below the window's level
+    (judged at the lowest level with that span: the cautious answer for a pod of more GPUs).
     """
     free = profile.free
     if free.size == 0:
         return []
+    bound = profile.bound
     found: dict[tuple[float, float | None], IdleWindow] = {}
     horizon_end = float(profile.times[-1] + profile.step_seconds)
     for level in range(1, int(free.max()) + 1):
@@ -79,6 +88,7 @@ def idle_windows(*, profile: FreeProfile, open_ended: bool = True) -> list[IdleW
                 end=end,
                 free_gpus=int(free[a:b].min()),
                 confidence=float(profile.confidence[a:b].min()),
+                end_certain=bool(bound is not None and b < free.size and bound[b] < level),
             )
     return sorted(found.values(), key=lambda w: (w.start, -w.free_gpus))
 

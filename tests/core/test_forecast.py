@@ -143,6 +143,20 @@ def test_idle_windows_nested_levels() -> None:
     assert (40.0, 60.0) in {(w.start, w.end) for w in closed}
 
 
+def test_a_window_ends_for_certain_where_what_is_known_in_advance_leaves_too_few_gpus() -> None:
+    from offpeak_core.windows import FreeProfile
+
+    # forecast: 4 free, then 2 at step 3 (a forecast rise) and 0 at step 5 (announced: the bound is 0 there)
+    prof = FreeProfile(times=np.arange(7) * 10.0, free=np.array([4, 4, 4, 2, 2, 0, 4]), confidence=np.ones(7),
+                       step_seconds=10.0, bound=np.array([8, 8, 8, 8, 8, 0, 8]))
+    by_span = {(w.start, w.end): w for w in idle_windows(profile=prof)}
+    assert by_span[0.0, 30.0].free_gpus == 4 and not by_span[0.0, 30.0].end_certain  # the forecast may be wrong
+    assert by_span[0.0, 50.0].free_gpus == 2 and by_span[0.0, 50.0].end_certain  # announced: it cannot outlast
+    assert not by_span[60.0, None].end_certain  # open-ended
+    without = idle_windows(profile=FreeProfile(prof.times, prof.free, prof.confidence, 10.0))
+    assert not any(w.end_certain for w in without)
+
+
 def test_offline_pods_reduce_free_profile() -> None:
     t, v = daily_history(7)
     fc = forecast_node(times=t, online=v, capacity=8, now=7 * DAY, settings=S)

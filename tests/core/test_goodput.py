@@ -12,11 +12,12 @@ from offpeak_core.goodput import (
     GoodputAdmission,
     GoodputSettings,
     WindowSurvival,
+    certain_window_ok,
     expected_goodput,
     min_window,
     survival_from_observations,
 )
-from offpeak_core.model import NodeView, PodRequest, Prediction
+from offpeak_core.model import IdleWindow, NodeView, PodRequest, Prediction
 
 H = 3600.0
 NOW = 1_000_000.0
@@ -120,3 +121,70 @@ def test_windows_still_open_are_counted_as_censored_not_dropped() -> None:
     assert np.allclose(km.curve(t)[0], truth, atol=0.04)
     assert (naive.curve(t)[0] < truth - 0.1).all()
     assert km.curve(np.array([20 * H]))[0, 0] == 0.0  # nobody followed 20 h: no evidence, no survival
+
+
+def _outlasting_short_windows() -> WindowSurvival:
+    """Windows forecast to close within 20-45 minutes that really stayed idle for 3 hours (a pessimistic forecast)."""
+    left = [25 * 60.0] * 50 + [35 * 60.0] * 50
+    return survival_from_observations(forecast_left=left, lasted=[3 * H] * 100, outlasted=[False] * 100)
+
+
+def test_a_window_known_to_close_is_judged_by_its_end_not_by_how_long_its_class_lasted() -> None:
+    sv = _outlasting_short_windows()
+    s = GoodputSettings(min_efficiency=0.8, startup_seconds=60.0)
+    kw = {"survival": sv, "runtime": 10 * H, "checkpoint_interval": 1800.0, "settings": s}
+    assert min_window(**kw) == 20 * 60.0  # such windows last 3 h: a 20-minute forecast is worth starting in
+    # known to close at 25 min: the first checkpoint (61 min in) is never reached
+    assert not certain_window_ok(left=25 * 60.0, **kw)
+    # at 35 min: one checkpoint saved (30 min of 35 held)
+    assert certain_window_ok(left=35 * 60.0, **kw)
+    # at 44 min: the same checkpoint, 14 minutes lost after it: 30 of 44 is below 0.8
+    assert not certain_window_ok(left=44 * 60.0, **kw)
+    # a job that finishes within the window keeps all it did
+    assert certain_window_ok(left=35 * 60.0, **{**kw, "runtime": 30 * 60.0})
+    # no checkpoints: never by this rule; an untrusted class (45-60 min saw nothing): no
+    assert not certain_window_ok(left=35 * 60.0, **{**kw, "checkpoint_interval": None})
+    assert not certain_window_ok(left=50 * 60.0, **kw)
+
+
+def test_expected_goodput_cut_at_a_known_end_replays_the_windows() -> None:
+    """With the survival cut at `until`, expected work is what replaying each observed window, closed at
+    min(its length, until), keeps."""
+    from offpeak_core.goodput import _expected
+
+    rng = np.random.default_rng(3)
+    lasted = (rng.integers(0, 40, 400) * 300.0).tolist()
+    sv = _survival(H, lasted, min_at_risk=1)
+    runtime, interval, startup, until = 3 * H, 1800.0, 300.0, 5400.0
+    useful, held = [], []
+    for t in np.minimum(lasted, until):
+        if t >= startup + runtime:
+            useful.append(runtime)
+            held.append(startup + runtime)
+        else:
+            useful.append(math.floor(max(0.0, t - startup) / interval) * interval)
+            held.append(t)
+    u, h, _ = _expected(runtime=runtime, interval=interval, startup=startup, members=1, sv=sv, until=until)
+    c = sv.klass(H)
+    assert u[c] == pytest.approx(np.mean(useful))
+    assert h[c] == pytest.approx(np.mean(held))
+
+
+def test_filter_turns_down_a_window_whose_announced_end_comes_before_a_checkpoint() -> None:
+    adm = GoodputAdmission(_outlasting_short_windows(), GoodputSettings(min_efficiency=0.8, startup_seconds=60.0))
+    preds = {A100: Prediction(p50=8 * H, p90=10 * H)}
+    ck = PodRequest("ck", gpus=2, predicted=preds, checkpointing=True, checkpoint_interval_seconds=1800.0)
+
+    def node(name: str, minutes: float, certain: bool) -> NodeView:
+        return NodeView(name, A100, 8, 4, None, None, False,
+                        (IdleWindow(NOW - 60, NOW + minutes * 60, 4, end_certain=certain),))
+
+    nodes = [node("forecast-25m", 25, False), node("announced-25m", 25, True), node("announced-35m", 35, True)]
+    res = filter_nodes(pod=ck, nodes=nodes, now=NOW, goodput=adm)
+    assert res.passed == ("forecast-25m", "announced-35m")
+    assert "the window's end is announced" in res.failed["announced-25m"]
+    assert "p90 x1.15;" in res.failed["announced-25m"]  # it needs its whole run there, not the lowered window
+    # a job that finishes in the announced window needs no checkpoint
+    short = PodRequest("short", gpus=2, predicted={A100: Prediction(p50=10 * 60, p90=20 * 60)}, checkpointing=True,
+                       checkpoint_interval_seconds=1800.0)
+    assert filter_nodes(pod=short, nodes=nodes, now=NOW, goodput=adm).passed == tuple(n.name for n in nodes)

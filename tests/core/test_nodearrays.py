@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from offpeak_core.decisions import (filter_arrays, filter_columns, filter_nodes, prioritize_arrays, prioritize_nodes,
-                                    window_left)
+                                    window_left, window_left_certain)
 from offpeak_core.goodput import GoodputAdmission, GoodputSettings, survival_from_observations
 from offpeak_core.model import IdleWindow, NodeView, PodRequest, Prediction
 from offpeak_core.nodearrays import NodeArrays, NodeRows, withhold
@@ -32,7 +32,8 @@ def _view(rng: np.random.Generator, i: int) -> NodeView:
     for _ in range(int(rng.integers(0, 12))):
         start = NOW + float(rng.uniform(-5_000, 3_000))
         end = None if rng.random() < 0.1 else start + float(rng.uniform(0, 30_000))
-        windows.append(IdleWindow(start, end, int(rng.integers(0, total + 1))))
+        certain = end is not None and rng.random() < 0.4  # ends by an announcement
+        windows.append(IdleWindow(start, end, int(rng.integers(0, total + 1)), end_certain=certain))
     return NodeView(f"n{i}", gpu_type, total, free, None, None, stale, tuple(windows))
 
 
@@ -53,8 +54,8 @@ def _goodput(rng: np.random.Generator) -> GoodputAdmission | None:
     if rng.random() < 0.5:
         return None
     lasted = (rng.integers(0, 60, 300) * 300.0).tolist()
-    survival = survival_from_observations(forecast_left=[3_600.0] * len(lasted), lasted=lasted,
-                                          outlasted=[False] * len(lasted))
+    forecast_left = rng.choice([900.0, 1_800.0, 3_600.0, 7_200.0], size=len(lasted)).tolist()
+    survival = survival_from_observations(forecast_left=forecast_left, lasted=lasted, outlasted=[False] * len(lasted))
     return GoodputAdmission(survival, GoodputSettings(startup_seconds=60.0))
 
 
@@ -103,6 +104,11 @@ def test_window_left_columns_match_the_scalar_rule() -> None:
         got = arrays.window_left(gpus=gpus, now=NOW)
         want = [window_left(node=v, gpus=gpus, now=NOW) for v in views]
         assert got.tolist() == want
+        left, certain = arrays.window_left_certain(gpus=gpus, now=NOW)
+        scalar = [window_left_certain(node=v, gpus=gpus, now=NOW) for v in views]
+        assert left.tolist() == [x for x, _ in scalar]
+        assert [bool(c) and x > 0 for x, c in zip(left.tolist(), certain.tolist())] == [c for _, c in scalar]
+        assert any(c for _, c in scalar)  # the rule is exercised
 
 
 def test_a_node_that_cannot_take_the_pod_fails_with_its_reason_and_scores_zero() -> None:
