@@ -60,7 +60,10 @@ class GoodputFeed:
         judged = np.array([usage[n][2] for n in names], dtype=np.int64)  # a pooled node's: by its pool's room
         trusted = ~arrays.stale  # a stale node's "window" is fits-now only: nothing the forecast said
         levels = range(1, int(capacity.max(initial=0)) + 1)
-        left = {lv: np.where(trusted, arrays.window_left(gpus=lv, now=t), 0.0) for lv in levels}
+        left: dict[int, np.ndarray] = {}
+        for lv in levels:  # a window known to end (announced) is judged by that end, not by the table: not noted
+            lv_left, certain = arrays.window_left_certain(gpus=lv, now=t)
+            left[lv] = np.where(trusted & ~certain, lv_left, 0.0)
         with self._lock:
             self.ledger.observe(now=t, names=names, capacity=capacity, online=judged)
             self.ledger.note(now=t, names=names, capacity=capacity, online=np.maximum(online, judged),

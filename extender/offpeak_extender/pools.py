@@ -112,16 +112,24 @@ def pooled_profile(fit: PoolFit, *, pool_online_now: float, pool_held: int, node
     """A pooled node's free GPUs for more offline pods, per step of the fit's grid from the one holding `now`: no
     more than it has free now (`node_free`), nor than its pool's forecast free GPUs less every offline GPU held in
     the pool (`pool_held`), the forecast online demand being at least what the pool's online owners announced
-    (`announced`); none in the node's declared busy hours (`schedule`), as for a node outside a pool."""
+    (`announced`); none in the node's declared busy hours (`schedule`), as for a node outside a pool. Announced
+    demand and busy hours also make the profile's `bound`, so windows they end are known to end there."""
     online = fit.rise.forecast(recent=fit.recent, live=pool_online_now)
     step = settings.step_seconds
     times = fit.at + (max(0, int((now - fit.at) // step)) + np.arange(online.size)) * step
+    bound = None  # what is known in advance (announcements, busy hours) ends windows for certain
     if announced:
-        online = np.maximum(online, announced_demand(announced, times, step))
+        floor = announced_demand(announced, times, step)
+        online = np.maximum(online, floor)
+        bound = pooled_free(pool_free(floor, fit.capacity), held=pool_held, node_free=node_free).astype(int)
     free = pooled_free(pool_free(online, fit.capacity), held=pool_held, node_free=node_free).astype(int)
     if schedule is not None:
-        free[schedule.mask(times, day_seconds=settings.season_seconds)] = 0
-    return FreeProfile(times, free, np.ones(free.size), step)
+        busy = schedule.mask(times, day_seconds=settings.season_seconds)
+        free[busy] = 0
+        if bound is None:
+            bound = np.full(free.size, node_free, dtype=int)
+        bound[busy] = 0
+    return FreeProfile(times, free, np.ones(free.size), step, bound)
 
 
 class PooledViews:

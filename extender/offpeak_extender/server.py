@@ -142,7 +142,8 @@ def windows_report(service: ExtenderService, names: list[str]) -> dict[str, Any]
             {
                 "name": v.name, "gpu_type": v.gpu_type, "gpus_total": v.gpus_total, "gpus_free_now": v.gpus_free_now,
                 "data_stale": v.data_stale, "confidence": v.confidence,
-                "windows": [{"start": w.start, "end": w.end, "free_gpus": w.free_gpus, "confidence": w.confidence}
+                "windows": [{"start": w.start, "end": w.end, "free_gpus": w.free_gpus, "confidence": w.confidence,
+                             "end_certain": w.end_certain}
                             for w in (v.windows or ()) if w.end is None or w.end > now],
             }
             for v in views

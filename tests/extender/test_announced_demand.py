@@ -76,6 +76,20 @@ def test_an_announced_scale_up_ends_a_pooled_nodes_window_where_it_starts_and_th
     assert end_for(store, "w2", 8) is None  # at once, without a refresh
 
 
+def test_a_window_an_announcement_ends_is_known_to_end_there() -> None:
+    """The goodput rule must not take an announced end for a forecast one that may well be outlasted."""
+    clock = Clock(NOW)
+    store = quiet_store(clock)
+    store.upsert_announcement(demand("batch", gpus=12, start=NOW + 100, end=NOW + 200))
+    (view,), _ = store.views(["w2"])
+    open_now = [w for w in view.windows or () if w.start <= NOW]
+    assert {(w.free_gpus, w.end_certain) for w in open_now if w.end is not None} == {(8, True)}
+    assert all(not w.end_certain for w in open_now if w.end is None)  # the 4 GPUs the announcement leaves
+    store.delete_announcement(demand("batch", gpus=12, start=NOW + 100, end=NOW + 200))
+    (view,), _ = store.views(["w2"])
+    assert not any(w.end_certain for w in view.windows or ())
+
+
 def test_an_announcement_never_lengthens_a_window_the_pools_history_shortens() -> None:
     """A floor: an announcement of less than the pool's forecast demand changes nothing."""
     clock = Clock(NOW)

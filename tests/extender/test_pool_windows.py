@@ -3,6 +3,8 @@ and every offline GPU held anywhere in the pool, and change at once when a pod a
 
 from __future__ import annotations
 
+import math
+
 import argparse
 import time
 from typing import Any
@@ -212,12 +214,35 @@ def test_a_pooled_nodes_goodput_windows_close_when_its_pool_fills_whatever_lands
     assert alone.online_snapshot()["p2"] == (8, 0, 0)  # without pool windows a node is judged by its own pods
 
 
+def test_the_goodput_ledger_does_not_note_windows_whose_end_is_known() -> None:
+    """A window busy hours (or an announcement) end is judged by that end; noted, it would teach the table that
+    forecast windows of its length close on time."""
+    from offpeak_core.goodput import GoodputSettings
+    from offpeak_extender.goodputfeed import GoodputFeed
+
+    store = make_store()
+    store.upsert_node(pooled_node("p2", "web", busy_hours="daily 06:00-07:00"))
+    feed = GoodputFeed(store=store, settings=GoodputSettings(min_efficiency=0.8, min_samples=20))
+    feed.tick()
+    assert feed.ledger.open_on("p2") == 0
+    assert feed.ledger.open_on("p1") == 8  # its pool mate's windows end where the forecast says: noted
+
+
 def test_declared_busy_hours_still_take_a_pooled_nodes_gpus() -> None:
     store = make_store()
     assert most_free(store, "p2") == 8
     store.upsert_node(pooled_node("p2", "web", busy_hours="daily 00:00-24:00"))
     assert most_free(store, "p2") == 0  # no window at all
     assert most_free(store, "p1") == 8  # its pool mate's room is the pool's
+
+
+def test_a_pooled_nodes_window_that_declared_busy_hours_end_is_known_to_end_there() -> None:
+    store = make_store()  # NOW is midnight of the test's short day: busy from a quarter of it
+    store.upsert_node(pooled_node("p2", "web", busy_hours="daily 06:00-07:00"))
+    (view,), _ = store.views(["p2"])
+    first = min((w for w in view.windows or () if w.start <= NOW), key=lambda w: w.end or math.inf)
+    assert first.end == NOW + DAY / 4 and first.end_certain
+    assert not any(w.end_certain for w in make_store().views(["p2"])[0][0].windows or ())
 
 
 def test_pools_of_groups_nodes_by_their_label_value() -> None:
