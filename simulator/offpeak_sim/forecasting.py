@@ -153,6 +153,9 @@ class WindowFeed:
         self.pool_cap = np.bincount(self.pool_of[self._pooled], weights=scenario.fleet.gpus[self._pooled],
                                     minlength=n_pools).astype(np.int64)
         self.pool_free = np.zeros((n_pools, self.steps), dtype=np.int64)
+        # with announcements: each pool's most free GPUs per step whatever the forecast (None: nothing announced),
+        # so windows that announced demand ends are known to end there (`FreeProfile.bound`)
+        self.pool_bound = np.zeros((n_pools, self.steps), dtype=np.int64) if settings.pool_announce_seconds else None
         self._pool_live = np.full(n_pools, -1, dtype=np.int64)
 
     def fork(self, demand: np.ndarray) -> WindowFeed:
@@ -184,8 +187,11 @@ class WindowFeed:
         self.updates += int(changed.size)
         if self.pools is not None and self._pool_rises:
             m = int(now // 60)
+            # announcements reach the extender the moment they are made (its informer watches them): with them on,
+            # every pool's forecast moves on each minute, its announced lead with it
+            announcing = self.pool_bound is not None
             for p, nodes in enumerate(self.pools.nodes):
-                if int(self.demand[nodes, m].sum()) != self._pool_live[p]:
+                if announcing or int(self.demand[nodes, m].sum()) != self._pool_live[p]:
                     self._forecast_pool(p, now)
         return changed
 
@@ -247,14 +253,23 @@ class WindowFeed:
         own = self.demand[:, m0].astype(np.int64)
         free_now = cap - np.maximum(own, self._judged(np.arange(cap.size), m0, m0 + 1)[:, 0])
         free = self.free
+        bound = None  # what announced demand leaves: a window it ends is judged by that end, not noted in the table
         if self._pool_rises and self._pooled.size:  # pooled nodes: the pool's forecast, before offline pods
             free = free.copy()
             free[self._pooled] = self._pooled_free(self._pooled, now, offline=False)
+            if self.pool_bound is not None:
+                bound = np.full(free.shape, np.iinfo(np.int64).max, dtype=np.int64)
+                bound[self._pooled] = self._pooled_free(self._pooled, now, offline=False, bound=True)
         low = np.minimum.accumulate(free, axis=1)
         nodes, levels, lefts = [], [], []
         for level in range(1, int(cap.max()) + 1):
             ok_now = np.flatnonzero(free_now >= level)
             run = (low[ok_now] >= level).sum(axis=1)
+            if bound is not None:
+                ends = run < self.steps
+                certain = np.zeros(ok_now.size, dtype=bool)
+                certain[ends] = bound[ok_now[ends], run[ends]] < level
+                ok_now, run = ok_now[~certain], run[~certain]
             nodes.append(ok_now)
             levels.append(np.full(ok_now.size, level))
             lefts.append(np.where(run >= self.steps, np.inf, run * self.step))
@@ -380,8 +395,13 @@ class WindowFeed:
             online = rise.forecast(recent=np.concatenate([recent, known]), live=float(live))
             online[:lead] = known
             announced = min(self.steps, int(round(self.s.pool_announce_seconds / self.step)))
-            if announced:
-                online[:announced] = np.maximum(online[:announced], self._pool_future(p, m, per, steps=announced))
+            if announced and self.pool_bound is not None:
+                floor = np.zeros(online.size)
+                floor[:announced] = self._pool_future(p, m, per, steps=announced)
+                online = np.maximum(online, floor)
+                floor = floor[: self.steps - past]
+                floor = np.concatenate([np.repeat(floor[:1], past), floor])
+                self.pool_bound[p] = pool_free(floor, int(self.pool_cap[p]))
             online = online[: self.steps - past]
         online = np.concatenate([np.repeat(online[:1], past), online])
         self.pool_free[p] = pool_free(online, int(self.pool_cap[p]))
@@ -394,19 +414,23 @@ class WindowFeed:
         gpus = self.pools.pods[p].astype(np.int64) * int(self.pools.pod_gpus[p])
         return future_step_maxima(gpus[None, :], m, steps=steps or self.steps, per=per)[0].astype(float)
 
-    def _pooled_free(self, nodes: np.ndarray, now: float, *, offline: bool = True) -> np.ndarray:
+    def _pooled_free(self, nodes: np.ndarray, now: float, *, offline: bool = True, bound: bool = False
+                     ) -> np.ndarray:
         """[nodes, steps]: GPUs of each pooled node forecast free beyond its own offline pods' (what `self.free` is
         for a node alone): no more than it has free now, nor than its pool has beyond the pool's offline GPUs
-        (`offline` False: online demand alone, as the survival table notes windows)."""
+        (`offline` False: online demand alone, as the survival table notes windows). `bound`: the most it can have
+        free whatever the forecast, by the announced demand alone (needs `pool_bound`)."""
         p = self.pool_of[nodes]
+        table = self.pool_free if not bound else self.pool_bound
+        assert table is not None, "a bound needs announcements"
         own = self.sc.fleet.gpus[nodes].astype(np.int64) - self.demand[nodes, int(now // 60)].astype(np.int64)
         if not offline:
-            return pooled_free(self.pool_free[p], held=0, node_free=own[:, None])
+            return pooled_free(table[p], held=0, node_free=own[:, None])
         assert self.offline is not None, "pool windows need the policy's offline GPUs (watch_offline)"
         pooled = self._pooled
         held = np.bincount(self.pool_of[pooled], weights=self.offline[pooled], minlength=len(self.pool_cap))
         elsewhere = held[p].astype(np.int64) - self.offline[nodes]
-        return pooled_free(self.pool_free[p], held=elsewhere[:, None], node_free=own[:, None])
+        return pooled_free(table[p], held=elsewhere[:, None], node_free=own[:, None])
 
     def _forecast_node(self, n: int, now: float) -> None:
         """Node n's free profile at `now` (live demand overlaid), on the step grid of the last refresh."""
@@ -477,10 +501,13 @@ class WindowFeed:
         """
         if self.pool_of[node] >= 0 and self._pool_rises:
             free = np.clip(self._pooled_free(np.array([node]), now)[0] - offline_gpus, 0, None)
-            prof = FreeProfile(self.times, free, self._profiles[node].confidence, self.step)
+            bound = None
+            if self.pool_bound is not None:  # windows that announced demand ends are known to end there
+                bound = np.clip(self._pooled_free(np.array([node]), now, bound=True)[0] - offline_gpus, 0, None)
+            prof = FreeProfile(self.times, free, self._profiles[node].confidence, self.step, bound)
             return tuple(w for w in idle_windows(profile=prof) if w.start <= now and (w.end is None or w.end > now))
         return tuple(
-            IdleWindow(w.start, w.end, w.free_gpus - offline_gpus, w.confidence)
+            IdleWindow(w.start, w.end, w.free_gpus - offline_gpus, w.confidence, w.end_certain)
             for w in self.base_windows(node)
             if w.free_gpus > offline_gpus and w.start <= now and (w.end is None or w.end > now)
         )

@@ -195,6 +195,31 @@ def test_announced_demand_is_a_floor_within_its_lead_and_never_lowers_the_foreca
     assert np.array_equal(announced[12:], plain[12:])  # past the lead, as without
     left = window_left(feeds["announced"], 0, 3, near)
     assert 30 * 60 - 300 <= left <= 30 * 60 < window_left(feeds["plain"], 0, 3, near)
+    # the announced end is known to hold (the goodput rule judges it so) and is not noted in the survival table
+    ending = [w for w in feeds["announced"].windows_for(0, offline_gpus=0, now=near)
+              if w.free_gpus >= 3 and w.length(near) == left]
+    assert ending and all(w.end_certain for w in ending)
+    assert not any(w.end_certain for w in feeds["plain"].windows_for(0, offline_gpus=0, now=near))
+    noted = {name: {int(lv) for n, lv, st in zip(*f._open[:3]) if n == 0 and st == near} for name, f in feeds.items()}
+    assert 3 in noted["plain"] and 3 not in noted["announced"]
+
+
+def test_an_announcement_entering_the_lead_between_refreshes_is_seen_the_next_minute() -> None:
+    """The extender's informer sees an OnlineDemand the moment it is made; the feed's announced lead moves on every
+    minute, not only at a refresh or when the pool's demand changes."""
+    counts = np.full(3 * 1440 + 1, 4, dtype=np.int64)
+    burst = RUN + 1440 + 240
+    counts[burst : burst + 60] = 22
+    sc = pod_scenario(counts, [], nodes=3)
+    feed = WindowFeed(sc, FeedSettings(pool_windows=True, pool_announce_seconds=H, refresh_seconds=3600.0),
+                      sc.demand.copy())
+    feed.watch_offline(np.zeros(3, dtype=np.int64))
+    feed.maybe_refresh((burst - 70) * 60.0)  # 70 min ahead: beyond the lead
+    assert window_left(feed, 0, 3, (burst - 70) * 60.0) > 70 * 60
+    later = (burst - 55) * 60.0  # no refresh due, the pool's demand unchanged
+    assert not feed.maybe_refresh(later)
+    assert window_left(feed, 0, 3, later) <= 55 * 60
+    assert any(w.end_certain for w in feed.windows_for(0, offline_gpus=0, now=later))
 
 
 @pytest.mark.parametrize("settings", [dict(pool_lead_seconds=-1.0),
