@@ -238,7 +238,9 @@ def filter_nodes(
     Expected-goodput admission (off unless `goodput` is given): a checkpointing pod with a known
     `checkpoint_interval_seconds` only needs the shortest forecast window in which its expected useful work (saved
     at checkpoints, given how long such windows really lasted) is at least `min_efficiency` of the GPU time it
-    holds (`offpeak_core.goodput.min_window`); a pod that cannot checkpoint still needs its whole run.
+    holds (`offpeak_core.goodput.min_window`); a pod that cannot checkpoint still needs its whole run. A window
+    whose end is known (`IdleWindow.end_certain`: announced demand, busy hours) is judged by that end instead
+    (`offpeak_core.goodput.certain_window_ok`), since it cannot outlast it as forecast windows of its length did.
     Older, cruder rule (off by default): with `checkpoint_intervals=k > 0` the need is capped at k × interval.
     """
     if margin < 0:

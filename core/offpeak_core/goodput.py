@@ -239,9 +239,9 @@ def certain_window_ok(
 ) -> bool:
     """Whether a checkpointing job's expected goodput clears `settings.min_efficiency` in a window known to close
     within `left` seconds (`IdleWindow.end_certain`): its forecast class's survival up to `left`, none after, so a
-    window that often outlasted its forecast does not count as likely to outlast this one. Cautious rounding: `left`
-    down to whole minutes, the runtime up by `min_window`'s steps. An untrusted class, or a job that does not
-    checkpoint, gets False.
+    window that often outlasted its forecast does not count as likely to outlast this one. Memoised on `left` in whole
+    minutes (rounded down) and the runtime rounded up by `min_window`'s steps. An untrusted class, or a job that does
+    not checkpoint, gets False.
     """
     if not checkpoint_interval or checkpoint_interval <= 0 or runtime <= 0 or left < 60.0:
         return False

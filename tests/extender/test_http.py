@@ -144,6 +144,6 @@ def test_windows_debug_endpoint() -> None:
         res = await (await client.get("/windows?node=short&node=nope")).json()
         assert res["unknown"] == ["nope"] and [n["name"] for n in res["nodes"]] == ["short"]
         [w] = [w for w in res["nodes"][0]["windows"] if w["free_gpus"] == 7]
-        assert w["end"] == NOW + 60
+        assert w["end"] == NOW + 60 and w["end_certain"] is False  # a forecast end: it may be outlasted
 
     run(t)
