@@ -107,12 +107,13 @@ def plan_for_pressure(
 
 def plan_yields(
     *, node: str, offline_pods: Sequence[OfflinePod], window_end: float | None, now: float,
-    startup_seconds: float = 0.0, settings: YieldSettings = YieldSettings(),
+    startup_seconds: float = 0.0, settings: YieldSettings = YieldSettings(), end_known: bool = False,
 ) -> EvictionPlan | None:
     """Stop, at a checkpoint, the offline pods on `node` whose next checkpoint would come after the forecast end of
     the window they run in (`window_end`: when online demand is forecast to need their GPUs; None: not within the
     forecast). A planned stop loses no work and is over before online work returns, where an eviction then would
-    lose the work since the checkpoint and make an online pod wait (`offpeak_core.yielding`)."""
+    lose the work since the checkpoint and make an online pod wait (`offpeak_core.yielding`). `end_known`: the end
+    is announced demand or declared busy hours, not a forecast (the message says which)."""
     if window_end is None:
         return None
     victims: list[OfflinePod] = []
@@ -127,6 +128,7 @@ def plan_yields(
             victims.append(replace(p, seconds_since_checkpoint=now - last))
     if not victims:
         return None
-    msg = (f"stopping at a checkpoint: online work is forecast to need the GPUs on {node} in "
+    why = "is scheduled to need (announced demand or busy hours)" if end_known else "is forecast to need"
+    msg = (f"stopping at a checkpoint: online work {why} the GPUs on {node} in "
            f"{duration(max(0.0, window_end - now))}, before the next checkpoint; no work is lost, the job is requeued")
     return EvictionPlan(node=node, victims=tuple(victims), reason=REASON_YIELD, message=msg)

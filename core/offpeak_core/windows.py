@@ -49,14 +49,22 @@ def room_window_end(*, times: np.ndarray, room: np.ndarray, step_seconds: float,
     """When `room`, the GPUs offline pods may hold per step (theirs included), first falls below `held`: the end of
     the window those pods run in (`max(now, that step's start)`). None when that never happens within the steps, when
     nothing is held, or when no step is left from `now` on."""
+    return room_window(times=times, room=room, step_seconds=step_seconds, held=held, now=now)[0]
+
+
+def room_window(*, times: np.ndarray, room: np.ndarray, step_seconds: float, held: int, now: float,
+                bound: np.ndarray | None = None) -> tuple[float | None, bool]:
+    """`room_window_end`, and whether that end is known (`bound`, as `FreeProfile.bound`, leaves fewer than `held`
+    at that step: announced demand or busy hours, not a forecast)."""
     if held <= 0:
-        return None
+        return None, False
     times = np.asarray(times, dtype=float)
     ahead = times + step_seconds > now  # steps not over yet
     short = ahead & (np.asarray(room) < held)
     if not short.any():
-        return None
-    return max(now, float(times[int(np.argmax(short))]))
+        return None, False
+    i = int(np.argmax(short))
+    return max(now, float(times[i])), bool(bound is not None and bound[i] < held)
 
 
 def idle_windows(*, profile: FreeProfile, open_ended: bool = True) -> list[IdleWindow]:

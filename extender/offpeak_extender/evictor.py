@@ -127,8 +127,8 @@ class Evictor:
             for pod, held in _layered(state.offline_pods):
                 if not (pod.checkpointing and pod.checkpoint_interval_seconds):
                     continue
-                stop = plan_yields(node=name, offline_pods=[pod], now=now,
-                                   window_end=self.store.held_window_end(name, held=held, now=now),
+                end, known = self.store.held_window(name, held=held, now=now)
+                stop = plan_yields(node=name, offline_pods=[pod], now=now, window_end=end, end_known=known,
                                    startup_seconds=self.settings.startup_seconds, settings=settings)
                 if stop is not None:
                     stops.append(stop)

@@ -38,7 +38,7 @@ from offpeak_core.nodearrays import NodeArrays, NodeRows
 from offpeak_core.poolrise import pool_judged_online
 from offpeak_core.schedules import BusySchedule, parse_busy_hours
 from offpeak_core.timeparse import parse_timestamp
-from offpeak_core.windows import free_profile, held_window_end, node_view, room_window_end
+from offpeak_core.windows import free_profile, held_window_end, node_view, room_window
 from offpeak_core.yielding import checkpoint_interval
 from offpeak_extender.pools import PooledViews, PoolFit, PoolSettings, fit_pools, pooled_profile, pools_of
 from offpeak_extender.wire import (
@@ -914,11 +914,17 @@ class ClusterStore:
         its pool has room for them (the pool's forecast, announced online demand included, less what offline pods
         hold on its other nodes), as its windows are judged. None: not within the forecast, no forecast at all, or
         nothing held."""
+        return self.held_window(node, held=held, now=now)[0]
+
+    def held_window(self, node: str, *, held: int | None = None, now: float | None = None
+                    ) -> tuple[float | None, bool]:
+        """`held_window_end`, and whether that end is known rather than forecast (announced demand in the node's
+        pool, or its declared busy hours, take the GPUs then)."""
         t = self.clock() if now is None else now
         with self._lock:
             inp = self._inputs_locked(node, t)
         if inp is None:
-            return None
+            return None, False
         held = inp.offline if held is None else held
         if inp.pool is not None and not inp.stale:  # a pooled node's pods hold GPUs while its pool has room for them
             info = inp.info
@@ -926,13 +932,17 @@ class ClusterStore:
                                   pool_held=inp.pool.held - inp.offline, node_free=info.gpus_total - inp.online,
                                   now=t, settings=self.settings, schedule=info.schedule,
                                   announced=inp.pool.announced)
-            return room_window_end(times=room.times, room=room.free, step_seconds=room.step_seconds, held=held,
-                                   now=t)
+            return room_window(times=room.times, room=room.free, step_seconds=room.step_seconds, held=held, now=t,
+                               bound=room.bound)
+        schedule = inp.info.schedule
         fc = forecast_now(fitted=None if inp.stale else inp.fitted, capacity=inp.info.gpus_total, now=t,
-                          settings=self.settings, live_online=float(inp.online), schedule=inp.info.schedule)
+                          settings=self.settings, live_online=float(inp.online), schedule=schedule)
         if fc is None:
-            return None
-        return held_window_end(forecast=fc, capacity=inp.info.gpus_total, held=held, now=t)
+            return None, False
+        end = held_window_end(forecast=fc, capacity=inp.info.gpus_total, held=held, now=t)
+        known = end is not None and schedule is not None and schedule.busy_at(
+            end, day_seconds=self.settings.season_seconds)
+        return end, known
 
     def _gang_gpus_locked(self, key: GangKey) -> int:
         """GPUs the gang's bound workers hold, together: a worker still waiting for a place (an elastic gang's, or

@@ -8,7 +8,7 @@ import numpy as np
 from offpeak_core.evictions import REASON_YIELD, plan_yields
 from offpeak_core.forecast import DemandForecast
 from offpeak_core.model import OfflinePod
-from offpeak_core.windows import held_window_end
+from offpeak_core.windows import held_window_end, room_window
 
 NOW = 10_000.0
 
@@ -30,6 +30,15 @@ def test_the_held_window_ends_when_online_demand_leaves_too_few_gpus_for_the_off
     assert held_window_end(forecast=forecast([8, 1, 8]), capacity=8, held=1, now=NOW + 350) == NOW + 600
 
 
+def test_a_held_window_end_is_known_where_the_bound_leaves_too_few_gpus_then() -> None:
+    times = NOW + 300.0 * np.arange(4)
+    room, bound = np.array([8, 8, 2, 8]), np.array([8, 8, 8, 0])
+    assert room_window(times=times, room=room, step_seconds=300.0, held=4, now=NOW) == (NOW + 600, False)
+    assert room_window(times=times, room=room, step_seconds=300.0, held=4, now=NOW, bound=bound) == (NOW + 600, False)
+    assert room_window(times=times, room=np.minimum(room, bound) + [0, 0, 6, 0], step_seconds=300.0, held=4,
+                       now=NOW, bound=bound) == (NOW + 900, True)
+
+
 def pod(name: str, *, interval: float | None, elapsed: float, checkpointing: bool = True,
         finish_by: float | None = None) -> OfflinePod:
     return OfflinePod(name, gpus=2, checkpointing=checkpointing, elapsed_seconds=elapsed, uid=name,
@@ -49,4 +58,8 @@ def test_only_pods_at_a_checkpoint_whose_next_one_would_miss_the_window_stop() -
     assert plan is not None and plan.reason == REASON_YIELD and plan.node == "n1"
     assert [v.name for v in plan.victims] == ["due"]
     assert plan.gpu_seconds_lost == 0.0  # stopped at its checkpoint
+    assert "is forecast to need the GPUs on n1" in plan.message
+    known = plan_yields(node="n1", offline_pods=pods, window_end=NOW + 500, now=NOW, startup_seconds=60,
+                        end_known=True)
+    assert known is not None and "is scheduled to need (announced demand or busy hours)" in known.message
     assert plan_yields(node="n1", offline_pods=pods, window_end=None, now=NOW, startup_seconds=60) is None

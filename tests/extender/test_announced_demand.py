@@ -69,6 +69,7 @@ def test_an_announced_scale_up_ends_a_pooled_nodes_window_where_it_starts_and_th
     store.rebuild_views()
     assert end_for(store, "w2", 8) == end  # the end does not move on with now: a planned stop can meet it
     assert store.held_window_end("w2", held=8) == end  # what the evictor's planned stops ask
+    assert store.held_window("w2", held=8) == (end, True)  # announced: its planned stop says so
     store.upsert_announcement(demand("other", gpus=3, start=NOW + 60, end=NOW + 300))  # in force together: 15
     assert end_for(store, "w2", 4) is not None
     store.delete_announcement(demand("batch", gpus=12, start=NOW + 100, end=NOW + 200))
