@@ -17,7 +17,7 @@ import time
 from collections import deque
 from itertools import islice
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -1024,6 +1024,10 @@ def build_view(inp: _ViewInputs, *, now: float, settings: ForecastSettings, keep
     if fc is None:
         return NodeView(info.name, info.gpu_type, info.gpus_total, free_now, None, None, True, None, 0.0)
     prof = free_profile(forecast=fc, capacity=info.gpus_total, offline_now=inp.offline)
+    if info.schedule is not None:  # declared busy hours end windows for certain (`FreeProfile.bound`)
+        bound = np.full(prof.free.size, max(0, info.gpus_total - inp.offline), dtype=int)
+        bound[info.schedule.mask(prof.times, day_seconds=settings.season_seconds)] = 0
+        prof = replace(prof, bound=bound)
     # A forecast here is fresh, or stands on declared busy hours alone: either way not stale.
     return node_view(name=info.name, gpu_type=info.gpu_type, gpus_total=info.gpus_total, gpus_free_now=free_now,
                      profile=prof, now=now, data_stale=False, keep_ahead_seconds=keep_ahead_seconds)

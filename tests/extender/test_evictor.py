@@ -219,6 +219,9 @@ def test_a_pod_at_its_last_checkpoint_before_the_window_ends_is_stopped_and_lose
     assert "no work is lost" in plans[0].message and "in 55m" in plans[0].message
     assert "scheduled to need (announced demand or busy hours)" in plans[0].message  # the busy hours, not a forecast
     assert store.held_window("n1", now=NOW) == (NOW + 3300, True)
+    (view,), _ = store.views(["n1"], now=NOW)
+    ending = [w for w in view.windows or () if w.start <= NOW and w.end == NOW + 3300]
+    assert ending and all(w.end_certain for w in ending)  # the goodput rule judges it by that end
     assert ("evict", "ml/ck-0", 15) in actions.calls and not any(c[1] == "ml/plain-0" for c in actions.calls)
     assert ("planned-stop", "ml/ck-0", True) in actions.calls  # so the operator does not count the attempt
     assert reg.get_sample_value("offpeak_evictions_total", {"reason": "window-ending"}) == 1.0
