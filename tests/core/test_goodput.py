@@ -30,22 +30,29 @@ def _survival(left: float, lasted: list[float], outlasted: list[bool] | None = N
                                       min_at_risk=min_at_risk)
 
 
-def test_expected_work_equals_the_average_over_the_observed_windows() -> None:
-    rng = np.random.default_rng(1)
-    lasted = (rng.integers(0, 60, 500) * 300.0).tolist()  # bin-aligned, so the table loses nothing
-    sv = _survival(H, lasted, min_at_risk=1)
-    runtime, interval, startup = 3 * H, 1800.0, 600.0
+def _replay(lasted: list[float], *, runtime: float, interval: float, startup: float) -> tuple[float, float]:
+    """Mean work kept and GPU time held over windows that lasted `lasted`: the work at the last checkpoint before
+    each closed, or the whole run."""
     useful, held = [], []
-    for t in lasted:  # replay each window: work kept at the last checkpoint before it closed, or the whole run
+    for t in lasted:
         if t >= startup + runtime:
             useful.append(runtime)
             held.append(startup + runtime)
         else:
             useful.append(math.floor(max(0.0, t - startup) / interval) * interval)
             held.append(t)
+    return float(np.mean(useful)), float(np.mean(held))
+
+
+def test_expected_work_equals_the_average_over_the_observed_windows() -> None:
+    rng = np.random.default_rng(1)
+    lasted = (rng.integers(0, 60, 500) * 300.0).tolist()  # bin-aligned, so the table loses nothing
+    sv = _survival(H, lasted, min_at_risk=1)
+    runtime, interval, startup = 3 * H, 1800.0, 600.0
+    useful, held = _replay(lasted, runtime=runtime, interval=interval, startup=startup)
     g = expected_goodput(survival=sv, left=H, runtime=runtime, checkpoint_interval=interval, startup_seconds=startup)
-    assert g.useful == pytest.approx(np.mean(useful))
-    assert g.held == pytest.approx(np.mean(held))
+    assert g.useful == pytest.approx(useful)
+    assert g.held == pytest.approx(held)
     assert g.finish == pytest.approx(np.mean(np.array(lasted) >= startup + runtime))
     assert 0 < g.efficiency < 1
 
@@ -156,18 +163,11 @@ def test_expected_goodput_cut_at_a_known_end_replays_the_windows() -> None:
     lasted = (rng.integers(0, 40, 400) * 300.0).tolist()
     sv = _survival(H, lasted, min_at_risk=1)
     runtime, interval, startup, until = 3 * H, 1800.0, 300.0, 5400.0
-    useful, held = [], []
-    for t in np.minimum(lasted, until):
-        if t >= startup + runtime:
-            useful.append(runtime)
-            held.append(startup + runtime)
-        else:
-            useful.append(math.floor(max(0.0, t - startup) / interval) * interval)
-            held.append(t)
+    useful, held = _replay(np.minimum(lasted, until).tolist(), runtime=runtime, interval=interval, startup=startup)
     u, h, _ = _expected(runtime=runtime, interval=interval, startup=startup, members=1, sv=sv, until=until)
     c = sv.klass(H)
-    assert u[c] == pytest.approx(np.mean(useful))
-    assert h[c] == pytest.approx(np.mean(held))
+    assert u[c] == pytest.approx(useful)
+    assert h[c] == pytest.approx(held)
 
 
 def test_filter_turns_down_a_window_whose_announced_end_comes_before_a_checkpoint() -> None:
