@@ -128,7 +128,7 @@ def plan_yields(
             victims.append(replace(p, seconds_since_checkpoint=now - last))
     if not victims:
         return None
-    why = "is scheduled to need (announced demand or busy hours)" if end_known else "is forecast to need"
+    why = "is scheduled (announced demand or busy hours) to need" if end_known else "is forecast to need"
     msg = (f"stopping at a checkpoint: online work {why} the GPUs on {node} in "
            f"{duration(max(0.0, window_end - now))}, before the next checkpoint; no work is lost, the job is requeued")
     return EvictionPlan(node=node, victims=tuple(victims), reason=REASON_YIELD, message=msg)

@@ -61,11 +61,11 @@ class NodeArrays:
     win_end: np.ndarray
     win_free: np.ndarray
     win_certain: np.ndarray  # the window ends by `win_end` for certain (`IdleWindow.end_certain`)
-    # GPUs -> (lo, hi, end, certain): each node's latest end of a window with that many GPUs free that started by a time t
-    # with lo <= t < hi (no window starts in between, so every such t sees the same windows). Not an argument:
-    # `replace` (withhold, patched rows) starts a new one for the new columns.
-    _ends: dict[int, tuple[float, float, np.ndarray, np.ndarray]] = field(default_factory=dict, init=False, repr=False,
-                                                               compare=False)
+    # GPUs -> (lo, hi, end, certain): each node's latest end of a window with that many GPUs free that started by a
+    # time t with lo <= t < hi (no window starts in between, so every such t sees the same windows), and whether it is
+    # certain. Not an argument: `replace` (withhold, patched rows) starts a new one for the new columns.
+    _ends: dict[int, tuple[float, float, np.ndarray, np.ndarray]] = field(default_factory=dict, init=False,
+                                                                          repr=False, compare=False)
 
     @classmethod
     def from_views(cls, views: Sequence[NodeView]) -> NodeArrays:

@@ -61,5 +61,5 @@ def test_only_pods_at_a_checkpoint_whose_next_one_would_miss_the_window_stop() -
     assert "is forecast to need the GPUs on n1" in plan.message
     known = plan_yields(node="n1", offline_pods=pods, window_end=NOW + 500, now=NOW, startup_seconds=60,
                         end_known=True)
-    assert known is not None and "is scheduled to need (announced demand or busy hours)" in known.message
+    assert known is not None and "is scheduled (announced demand or busy hours) to need" in known.message
     assert plan_yields(node="n1", offline_pods=pods, window_end=None, now=NOW, startup_seconds=60) is None

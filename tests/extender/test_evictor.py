@@ -217,7 +217,7 @@ def test_a_pod_at_its_last_checkpoint_before_the_window_ends_is_stopped_and_lose
     plans = ev.tick()
     assert [(p.node, p.reason, [v.name for v in p.victims]) for p in plans] == [("n1", "window-ending", ["ck-0"])]
     assert "no work is lost" in plans[0].message and "in 55m" in plans[0].message
-    assert "scheduled to need (announced demand or busy hours)" in plans[0].message  # the busy hours, not a forecast
+    assert "scheduled (announced demand or busy hours) to need" in plans[0].message  # the busy hours, not a forecast
     assert store.held_window("n1", now=NOW) == (NOW + 3300, True)
     (view,), _ = store.views(["n1"], now=NOW)
     ending = [w for w in view.windows or () if w.start <= NOW and w.end == NOW + 3300]
