@@ -291,6 +291,8 @@ def validate_graph(graph: ModelGraph, *, max_ops: int = MAX_OPS) -> ModelGraph:
 
 
 def _check_op(op: Op, i: int) -> None:
+    if isinstance(op.id, bool) or not isinstance(op.id, int):
+        raise GraphError(f"ops.id[{i}] must be an integer")
     for name in ("type", "name", "framework_type", "dtype"):
         if not isinstance(getattr(op, name), str):
             raise GraphError(f"ops.{name}[{i}] must be a string")

@@ -43,6 +43,8 @@ def test_a_good_graph_passes_and_survives_a_round_trip():
     ("ops.attrs[1]", {"op_attrs": {1: "x"}}),
     ("ops.inputs[1]", {"op_inputs": ["0"]}),
     ("ops.inputs[1]", {"op_inputs": 0}),
+    ("ops.id[1]", {"op_id": None}),  # found by test_api_fuzz.py: the loss pricing then failed, a 500
+    ("ops.id[1]", {"op_id": "1"}),
     ("ops.dtype[1]", {"op_dtype": None}),
     ("ops.name[1]", {"op_name": 3}),
     ("model_name", {"model_name": None}),
