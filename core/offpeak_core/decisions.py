@@ -91,6 +91,8 @@ class _Assessment(NamedTuple):
     by_goodput: bool = False  # need was lowered to the shortest window with enough expected goodput
     no_memory: bool = False  # the GPU type cannot hold one step (predicted peak memory)
     announced: bool = False  # turned down: the window's end is certain and too soon for enough expected goodput
+    uncut_need: float = 0.0  # need before the goodput rule lowered it (`_assess_arrays`' per-GPU-type assessments)
+    uncut_capped: bool = False  # capped, before the goodput rule
 
 
 _NOT_FREE = _Assessment(False, True, None, False, 0.0, 0.0)
@@ -272,7 +274,6 @@ class _ArrayAssessment(NamedTuple):
     left: np.ndarray
     by_type: list[_Assessment]
     announced: np.ndarray  # turned down for a window whose end is certain (`_Assessment.announced`)
-    uncut: list[tuple[float, bool]]  # per GPU type: need and capped before the goodput rule lowered it
 
 
 def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float, checkpoint_intervals: int,
@@ -285,14 +286,12 @@ def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float
         blind = [_BLIND_FIT] * len(nodes.type_names)
         zeros = np.zeros(n)
         nowhere = np.zeros(n, dtype=bool)
-        return _ArrayAssessment(~free_short, free_short, nowhere, zeros, np.full(n, math.inf), blind, nowhere, [])
+        return _ArrayAssessment(~free_short, free_short, nowhere, zeros, np.full(n, math.inf), blind, nowhere)
     # one assessment per GPU type, as `_assessor` memoises them; need/left of a timed type come per node below
     cap = _checkpoint_cap(pod, checkpoint_intervals)
     by_type: list[_Assessment] = []
-    uncut: list[tuple[float, bool]] = []
     for name in nodes.type_names:
         pred, exact = prediction_for(pod.predicted, name)
-        uncut.append((0.0, False))
         if exact and pred is not None and pred.fits_memory is False:
             by_type.append(_Assessment(False, False, pred, exact, 0.0, 0.0, no_memory=True))
             continue
@@ -303,12 +302,10 @@ def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float
         capped = type_need > cap
         if capped:
             type_need = cap
-        uncut[-1] = (type_need, capped)
         g_need = _goodput_need(pod, pred, goodput)
         by_goodput = g_need < type_need
-        if by_goodput:
-            type_need, capped = g_need, False
-        by_type.append(_Assessment(False, False, pred, exact, type_need, 0.0, capped, by_goodput))
+        by_type.append(_Assessment(False, False, pred, exact, g_need if by_goodput else type_need, 0.0,
+                                   capped and not by_goodput, by_goodput, uncut_need=type_need, uncut_capped=capped))
     code = nodes.type_code
     no_memory = np.asarray([t.no_memory for t in by_type], dtype=bool)[code]
     blind = (np.asarray([t.pred is None for t in by_type], dtype=bool)[code] | nodes.stale) & ~no_memory
@@ -318,7 +315,7 @@ def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float
     fits = ~free_short & ~no_memory & (blind | (left >= need))
     announced = np.zeros(n, dtype=bool)
     if goodput is not None and certain.any():
-        full = np.asarray([u[0] for u in uncut], dtype=float)[code]
+        full = np.asarray([t.uncut_need for t in by_type], dtype=float)[code]
         lowered = np.asarray([t.by_goodput for t in by_type], dtype=bool)[code]
         judged = np.flatnonzero(timed & certain & lowered & (left > 0) & (left < full))
         if judged.size:  # windows that cannot outlast their end: judged on that end (`_assessor`), node by node
@@ -332,7 +329,7 @@ def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float
                     fits[i], need[i], announced[i] = False, full[i], True
     left = np.where(blind, math.inf, left)
     need = np.where(blind, 0.0, need)
-    return _ArrayAssessment(fits, free_short, timed & fits, need, left, by_type, announced, uncut)
+    return _ArrayAssessment(fits, free_short, timed & fits, need, left, by_type, announced)
 
 
 def _reasons_of(pod: PodRequest, a: _ArrayAssessment, nodes: NodeArrays, rows: np.ndarray, lefts: np.ndarray,
@@ -352,7 +349,7 @@ def _reasons_of(pod: PodRequest, a: _ArrayAssessment, nodes: NodeArrays, rows: n
         else:  # judged on its window: a timed GPU type (runtime-blind nodes pass when they fit now)
             basis = bases.get((code, announced))
             if basis is None:
-                judged = t._replace(capped=a.uncut[code][1], by_goodput=False, announced=True) if announced else t
+                judged = t._replace(capped=t.uncut_capped, by_goodput=False, announced=True) if announced else t
                 basis = bases[code, announced] = _basis(judged, nodes.type_names[code], margin)
             out.append(_window_words(pod.gpus, math.ceil(left), need, basis) if math.isfinite(left)
                        else _window_reason(pod.gpus, left, need, basis))

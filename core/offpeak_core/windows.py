@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from offpeak_core.forecast import DemandForecast
 from offpeak_core.model import IdleWindow, NodeView
+from offpeak_core.schedules import BusySchedule
 
 
 @dataclass(frozen=True)
@@ -34,28 +35,34 @@ def free_profile(*, forecast: DemandForecast, capacity: int, offline_now: int = 
     return FreeProfile(forecast.times, free, forecast.confidence, forecast.step_seconds)
 
 
-def held_window_end(*, forecast: DemandForecast, capacity: int, held: int, now: float) -> float | None:
-    """When the forecast online demand first leaves fewer than `held` GPUs of `capacity` (the GPUs offline pods hold
-    now): the end of the window those pods run in. None when that never happens within the horizon (open-ended),
-    when nothing is held, or when the forecast has no step from `now` on. Unknown demand counts as busy, as in
-    `free_profile`."""
-    online = np.where(np.isfinite(forecast.online), np.ceil(forecast.online - 1e-9), capacity)
-    return room_window_end(times=forecast.times, room=capacity - online, step_seconds=forecast.step_seconds,
-                           held=held, now=now)
+def with_busy_hours(profile: FreeProfile, *, schedule: BusySchedule | None, most_free: int,
+                    day_seconds: float) -> FreeProfile:
+    """The profile with a node's declared busy hours taken out: no GPU free then, and since the hours are known in
+    advance they end windows for certain (`bound` 0 in them; elsewhere the profile's `bound`, else `most_free`, the
+    most GPUs that can be free for offline work whatever the forecast). No schedule: the profile as it is."""
+    if schedule is None:
+        return profile
+    busy = schedule.mask(profile.times, day_seconds=day_seconds)
+    free = np.where(busy, 0, profile.free).astype(int)
+    bound = np.full(free.size, most_free, dtype=int) if profile.bound is None else np.asarray(profile.bound).copy()
+    bound[busy] = 0
+    return replace(profile, free=free, bound=bound)
 
 
-def room_window_end(*, times: np.ndarray, room: np.ndarray, step_seconds: float, held: int, now: float
-                    ) -> float | None:
-    """When `room`, the GPUs offline pods may hold per step (theirs included), first falls below `held`: the end of
-    the window those pods run in (`max(now, that step's start)`). None when that never happens within the steps, when
-    nothing is held, or when no step is left from `now` on."""
-    return room_window(times=times, room=room, step_seconds=step_seconds, held=held, now=now)[0]
+def profile_window(profile: FreeProfile, *, held: int, now: float) -> tuple[float | None, bool]:
+    """`room_window` of a profile whose `free` counts the GPUs offline pods may hold (theirs included): when the
+    `held` GPUs stop fitting, and whether that end is known (the profile's `bound`)."""
+    return room_window(times=profile.times, room=profile.free, step_seconds=profile.step_seconds, held=held, now=now,
+                       bound=profile.bound)
 
 
 def room_window(*, times: np.ndarray, room: np.ndarray, step_seconds: float, held: int, now: float,
                 bound: np.ndarray | None = None) -> tuple[float | None, bool]:
-    """`room_window_end`, and whether that end is known (`bound`, as `FreeProfile.bound`, leaves fewer than `held`
-    at that step: announced demand or busy hours, not a forecast)."""
+    """When `room`, the GPUs offline pods may hold per step (theirs included), first falls below `held`: the end of
+    the window those pods run in (`max(now, that step's start)`), and whether that end is known (`bound`, as
+    `FreeProfile.bound`, leaves fewer than `held` at that step: announced demand or busy hours, not a forecast).
+    (None, False) when that never happens within the steps, when nothing is held, or when no step is left from
+    `now` on."""
     if held <= 0:
         return None, False
     times = np.asarray(times, dtype=float)

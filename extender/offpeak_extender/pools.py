@@ -24,7 +24,7 @@ from offpeak_core.forecast import ForecastSettings
 from offpeak_core.poolrise import PoolRise, fit_pool_rise, pool_free, pooled_free, summed_on_grid
 from offpeak_core.schedules import BusySchedule
 from offpeak_core.model import NodeView
-from offpeak_core.windows import FreeProfile, node_view
+from offpeak_core.windows import FreeProfile, node_view, with_busy_hours
 
 log = logging.getLogger(__name__)
 
@@ -123,13 +123,8 @@ def pooled_profile(fit: PoolFit, *, pool_online_now: float, pool_held: int, node
         online = np.maximum(online, floor)
         bound = pooled_free(pool_free(floor, fit.capacity), held=pool_held, node_free=node_free).astype(int)
     free = pooled_free(pool_free(online, fit.capacity), held=pool_held, node_free=node_free).astype(int)
-    if schedule is not None:
-        busy = schedule.mask(times, day_seconds=settings.season_seconds)
-        free[busy] = 0
-        if bound is None:
-            bound = np.full(free.size, node_free, dtype=int)
-        bound[busy] = 0
-    return FreeProfile(times, free, np.ones(free.size), step, bound)
+    return with_busy_hours(FreeProfile(times, free, np.ones(free.size), step, bound), schedule=schedule,
+                           most_free=node_free, day_seconds=settings.season_seconds)
 
 
 class PooledViews:

@@ -17,7 +17,7 @@ import time
 from collections import deque
 from itertools import islice
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -38,7 +38,7 @@ from offpeak_core.nodearrays import NodeArrays, NodeRows
 from offpeak_core.poolrise import pool_judged_online
 from offpeak_core.schedules import BusySchedule, parse_busy_hours
 from offpeak_core.timeparse import parse_timestamp
-from offpeak_core.windows import free_profile, held_window_end, node_view, room_window
+from offpeak_core.windows import free_profile, node_view, profile_window, with_busy_hours
 from offpeak_core.yielding import checkpoint_interval
 from offpeak_extender.pools import PooledViews, PoolFit, PoolSettings, fit_pools, pooled_profile, pools_of
 from offpeak_extender.wire import (
@@ -926,23 +926,21 @@ class ClusterStore:
         if inp is None:
             return None, False
         held = inp.offline if held is None else held
+        info = inp.info
         if inp.pool is not None and not inp.stale:  # a pooled node's pods hold GPUs while its pool has room for them
-            info = inp.info
             room = pooled_profile(inp.pool.fit, pool_online_now=float(inp.pool.online),
                                   pool_held=inp.pool.held - inp.offline, node_free=info.gpus_total - inp.online,
                                   now=t, settings=self.settings, schedule=info.schedule,
                                   announced=inp.pool.announced)
-            return room_window(times=room.times, room=room.free, step_seconds=room.step_seconds, held=held, now=t,
-                               bound=room.bound)
-        schedule = inp.info.schedule
-        fc = forecast_now(fitted=None if inp.stale else inp.fitted, capacity=inp.info.gpus_total, now=t,
-                          settings=self.settings, live_online=float(inp.online), schedule=schedule)
+            return profile_window(room, held=held, now=t)
+        fc = forecast_now(fitted=None if inp.stale else inp.fitted, capacity=info.gpus_total, now=t,
+                          settings=self.settings, live_online=float(inp.online), schedule=info.schedule)
         if fc is None:
             return None, False
-        end = held_window_end(forecast=fc, capacity=inp.info.gpus_total, held=held, now=t)
-        known = end is not None and schedule is not None and schedule.busy_at(
-            end, day_seconds=self.settings.season_seconds)
-        return end, known
+        room = free_profile(forecast=fc, capacity=info.gpus_total)  # the GPUs offline pods may hold, theirs included
+        room = with_busy_hours(room, schedule=info.schedule, most_free=info.gpus_total,
+                               day_seconds=self.settings.season_seconds)
+        return profile_window(room, held=held, now=t)
 
     def _gang_gpus_locked(self, key: GangKey) -> int:
         """GPUs the gang's bound workers hold, together: a worker still waiting for a place (an elastic gang's, or
@@ -1023,11 +1021,9 @@ def build_view(inp: _ViewInputs, *, now: float, settings: ForecastSettings, keep
                       settings=settings, live_online=float(inp.online), schedule=info.schedule)
     if fc is None:
         return NodeView(info.name, info.gpu_type, info.gpus_total, free_now, None, None, True, None, 0.0)
-    prof = free_profile(forecast=fc, capacity=info.gpus_total, offline_now=inp.offline)
-    if info.schedule is not None:  # declared busy hours end windows for certain (`FreeProfile.bound`)
-        bound = np.full(prof.free.size, max(0, info.gpus_total - inp.offline), dtype=int)
-        bound[info.schedule.mask(prof.times, day_seconds=settings.season_seconds)] = 0
-        prof = replace(prof, bound=bound)
+    prof = with_busy_hours(free_profile(forecast=fc, capacity=info.gpus_total, offline_now=inp.offline),
+                           schedule=info.schedule, most_free=max(0, info.gpus_total - inp.offline),
+                           day_seconds=settings.season_seconds)
     # A forecast here is fresh, or stands on declared busy hours alone: either way not stale.
     return node_view(name=info.name, gpu_type=info.gpu_type, gpus_total=info.gpus_total, gpus_free_now=free_now,
                      profile=prof, now=now, data_stale=False, keep_ahead_seconds=keep_ahead_seconds)

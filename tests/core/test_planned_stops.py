@@ -8,7 +8,8 @@ import numpy as np
 from offpeak_core.evictions import REASON_YIELD, plan_yields
 from offpeak_core.forecast import DemandForecast
 from offpeak_core.model import OfflinePod
-from offpeak_core.windows import held_window_end, room_window
+from offpeak_core.schedules import parse_busy_hours
+from offpeak_core.windows import FreeProfile, free_profile, profile_window, room_window, with_busy_hours
 
 NOW = 10_000.0
 
@@ -16,6 +17,11 @@ NOW = 10_000.0
 def forecast(online: list[float], step: float = 300.0, start: float = NOW) -> DemandForecast:
     times = start + step * np.arange(len(online))
     return DemandForecast(times, np.array(online, dtype=float), np.ones(len(online)), step)
+
+
+def held_window_end(*, forecast: DemandForecast, capacity: int, held: int, now: float) -> float | None:
+    """When the pods holding `held` GPUs stop fitting beside the forecast online demand, as the evictor asks."""
+    return profile_window(free_profile(forecast=forecast, capacity=capacity), held=held, now=now)[0]
 
 
 def test_the_held_window_ends_when_online_demand_leaves_too_few_gpus_for_the_offline_pods() -> None:
@@ -38,6 +44,23 @@ def test_a_held_window_end_is_known_where_the_bound_leaves_too_few_gpus_then() -
     # the room first falls short where the bound does: an announced (or busy-hours) end
     assert room_window(times=times, room=np.array([8, 8, 8, 0]), step_seconds=300.0, held=4, now=NOW,
                        bound=bound) == (NOW + 900, True)
+
+
+def test_busy_hours_take_the_gpus_and_end_a_held_window_for_certain() -> None:
+    day = 86_400.0
+    start = 11 * 3600.0  # 11:00 on day 0 (a Thursday); busy daily 12:00-13:00
+    fc = forecast([1, 1, 1, 1, 1, 1], step=1800.0, start=start)  # 11:00 .. 13:30 in half hours, 8 GPUs
+    room = free_profile(forecast=fc, capacity=8)
+    assert profile_window(room, held=4, now=start) == (None, False)  # the forecast alone never ends it
+    assert with_busy_hours(room, schedule=None, most_free=8, day_seconds=day) is room  # no busy hours declared
+    busy = with_busy_hours(room, schedule=parse_busy_hours("daily 12:00-13:00"), most_free=8, day_seconds=day)
+    assert list(busy.free) == [7, 7, 0, 0, 7, 7] and list(busy.bound) == [8, 8, 0, 0, 8, 8]
+    assert profile_window(busy, held=4, now=start) == (start + 3600.0, True)  # ends at 12:00, known in advance
+    # a bound already there (announced demand) is kept outside the busy hours
+    announced = FreeProfile(room.times, room.free, room.confidence, room.step_seconds, np.array([8, 2, 8, 8, 8, 8]))
+    both = with_busy_hours(announced, schedule=parse_busy_hours("daily 12:00-13:00"), most_free=8, day_seconds=day)
+    assert list(both.bound) == [8, 2, 0, 0, 8, 8]
+    assert profile_window(both, held=4, now=start) == (start + 3600.0, True)  # the room, not the bound, ends it
 
 
 def pod(name: str, *, interval: float | None, elapsed: float, checkpointing: bool = True,
