@@ -366,19 +366,26 @@ def load_jcjohnson(root: Path) -> pd.DataFrame:
 def load_offpeak_h100_models(root: Path) -> pd.DataFrame:
     """Our own H100 rows (offpeak-h100/h100_models.jsonl): real train/inference steps, PyTorch 2.11, fp32 (TF32 off
     for matmul) and AMP (fp16/bf16 = autocast). Held out: the modern slice of `offpeak eval-predictor`."""
-    base = root / "offpeak-h100"
-    raw = pd.read_json(base / "h100_models.jsonl", lines=True)
+    return load_measured_steps(root / "offpeak-h100" / "h100_models.jsonl", source="offpeak-h100")
+
+
+def load_measured_steps(path: Path, *, source: str) -> pd.DataFrame:
+    """Whole steps in `measure_models.py`'s format (one JSON object per configuration, the GPU named by its CUDA
+    device name), as model rows. The text models' configs are read from `hf_configs/` beside the file, so a folder
+    of another GPU's measurements (e.g. `reports/device/h200-2026-11-28`) is read the same way as ours on the H100."""
+    raw = pd.read_json(path, lines=True)
     vision = raw["kind"] == "vision"
+    configs = path.parent / "hf_configs"
     df = pd.DataFrame(
         {"gpu": _canonical(raw["device"].astype(str)), "precision": raw["precision"], "mode": raw["mode"],
          "optimizer": raw["optimizer"], "model_name": raw["model"], "family": raw["model"].map(_family),
          "graph_kind": np.where(vision, "torchvision", "hf_config"),
-         "graph_ref": np.where(vision, raw["model"], [str(base / "hf_configs" / f"{m}.json") for m in raw["model"]]),
+         "graph_ref": np.where(vision, raw["model"], [str(configs / f"{m}.json") for m in raw["model"]]),
          "batch_size": raw["batch_size"].astype(int), "seq_len": raw["seq_len"],
          "input_shape": vision.map({True: "[3, 224, 224]", False: None}), "num_gpus": 1, "time_s": raw["step_s"],
          "time_std": np.nan, "software": "pytorch-" + raw["torch"].astype(str).str.split("+").str[0]}
     )  # fmt: skip
-    return _finish(df.assign(source="offpeak-h100"), MODEL_COLUMNS)
+    return _finish(df.assign(source=source), MODEL_COLUMNS)
 
 
 _H100_VECTOR_OPS = {"add": "elementwise", "gelu": "elementwise", "softmax": "softmax", "layernorm_fwd": "norm"}

@@ -280,8 +280,9 @@ class PredictorApp:
         calibration = load_calibration(predictor=predictor, db=self.db)
         predictor.calibration = calibration
         if calibration:
-            log.info("calibrated from collected rows: %s", {k: (round(v.factor, 3), v.rows)
-                                                            for k, v in calibration.items()})  # fmt: skip
+            log.info("calibrated from collected rows (factor, rows, held-out gain; a gain <= 0 leaves factor 1): %s",
+                     {k: (round(v.factor, 3), v.rows, v.held_out_gain and round(v.held_out_gain, 3))
+                      for k, v in calibration.items()})  # fmt: skip
         return len(calibration)
 
     def reload_model(self) -> str | None:
@@ -485,8 +486,9 @@ class PredictorApp:
         models, ops, repeated = store_batch(self.db, batch)
         self.refresh_calibration()
         cal = self.predictor.calibration.get(gpu_type)
-        calibration = None if cal is None else {"factor": round(cal.factor, 6), "rows": cal.rows,
-                                                "median_ratio": round(math.exp(cal.median_log_ratio), 6)}  # fmt: skip
+        calibration = None if cal is None else {
+            "factor": round(cal.factor, 6), "rows": cal.rows, "median_ratio": round(math.exp(cal.median_log_ratio), 6),
+            "held_out_gain": None if cal.held_out_gain is None else round(cal.held_out_gain, 6)}  # fmt: skip
         log.info("collected rows on %s: %d model, %d op (%d already stored); calibration %s", gpu_type, models, ops,
                  repeated, calibration)  # fmt: skip
         return {"gpu_type": gpu_type, "model_rows": models, "op_rows": ops, "already_stored": repeated,

@@ -2,6 +2,8 @@
 
 import json
 import math
+import random
+import statistics
 import subprocess
 import sys
 
@@ -9,7 +11,7 @@ import pandas as pd
 import pytest
 
 from offpeak_graph.schema import save_graph
-from offpeak_predictor.calibration import CalibrationSettings, GpuCalibration, calibrate
+from offpeak_predictor.calibration import CalibrationSettings, GpuCalibration, _held_out_gain, calibrate
 from offpeak_predictor.collected import load_calibration
 from offpeak_predictor.correction import CorrectionTable, keys_for
 from offpeak_predictor.db import BenchmarkDB
@@ -27,10 +29,24 @@ def test_calibration_is_the_shrunk_median_and_bounded():
 
 
 def test_calibration_uses_the_median_and_skips_gpus_without_finite_rows():
-    cal = calibrate({"T4": [0.1, 0.2, 3.0, math.nan], "L4": [math.nan], "A10": []},
+    cal = calibrate({"T4": [0.1, 0.2, 0.15, 0.12, 3.0, math.nan], "L4": [math.nan], "A10": []},
                     settings=CalibrationSettings(prior_rows=0.0))  # fmt: skip
     assert set(cal) == {"T4"}
-    assert cal["T4"].log_factor == pytest.approx(0.2) and cal["T4"].rows == 3
+    assert cal["T4"].log_factor == pytest.approx(0.15) and cal["T4"].rows == 5  # the odd row does not move it
+
+
+def test_rows_that_do_not_predict_each_other_leave_the_gpu_at_the_models_answer():
+    # measured / predicted of the new-gpu plan's 8 whole steps on a real H200 (reports/device/h200-2026-11-28)
+    h200 = [math.log(r) for r in (1.68, 0.94, 0.70, 1.07, 2.56, 1.49, 1.87, 1.21)]
+    agreeing = [math.log(r) for r in (1.30, 1.25, 1.40, 1.22, 1.35, 1.28, 1.31, 1.27)]
+    cal = calibrate({"H200-SXM-141GB": h200, "L40S": agreeing})
+    refused, used = cal["H200-SXM-141GB"], cal["L40S"]
+    assert refused.held_out_gain is not None and refused.held_out_gain < 0
+    assert refused.log_factor == 0.0 and refused.median_log_ratio == pytest.approx(math.log(1.34), abs=0.01)
+    assert used.held_out_gain is not None and used.held_out_gain > 0
+    assert used.factor == pytest.approx(math.exp(0.8 * (math.log(1.28) + math.log(1.30)) / 2))  # the shrunk median
+    one = calibrate({"T4": [math.log(2.0)]})["T4"]
+    assert one.held_out_gain is None and one.log_factor > 0  # one row cannot be checked: used, shrunk
 
 
 def test_prediction_for_a_calibrated_gpu_moves_the_others_do_not(tiny_model):
@@ -108,3 +124,17 @@ def test_offpeak_predict_with_db_uses_the_collected_rows(tmp_path, tiny_model):
     plain, calibrated = predict(), predict("--db", str(db.path))
     assert calibrated["step_seconds"] == pytest.approx(plain["step_seconds"] * 3.0 ** (6 / 8), rel=1e-6)
     assert calibrated["correction"]["level"] == "gpu"
+
+
+def test_the_held_out_gain_is_each_row_against_the_factor_of_all_the_others():
+    settings = CalibrationSettings(max_factor=2.0)  # some rows beyond the bound: clipped as the factor is
+    bound = math.log(settings.max_factor)
+
+    def factor(rows):  # the calibration's rule, written out
+        return max(-bound, min(bound, len(rows) / (len(rows) + settings.prior_rows) * statistics.median(rows)))
+
+    rng = random.Random(7)
+    for n in (2, 3, 4, 7, 8, 31):
+        xs = [rng.gauss(0.2, 0.6) for _ in range(n)]
+        direct = statistics.fmean(abs(x) - abs(x - factor(xs[:i] + xs[i + 1:])) for i, x in enumerate(xs))
+        assert _held_out_gain(xs, settings) == pytest.approx(direct)

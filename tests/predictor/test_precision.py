@@ -1,6 +1,7 @@
 """What a precision means (fp32 = PyTorch defaults, tf32, fp16/bf16 = AMP) and how the predictor prices it."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from offpeak_graph.schema import PRECISIONS, validate_graph
 from offpeak_predictor.features import make_op_table, roofline_times
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import StepContext, summarise
-from offpeak_predictor.loaders import load_offpeak_h100_models, load_offpeak_h100_ops
+from offpeak_predictor.loaders import load_measured_steps, load_offpeak_h100_models, load_offpeak_h100_ops
 from offpeak_predictor.openapi import openapi_document
 from offpeak_predictor.predict import PredictOptions, Predictor
 
@@ -93,6 +94,21 @@ def test_h100_loaders_read_our_own_rows(tmp_path):
     assert ops["time_s"][1] == 2.5e-04  # the TF32 convolution, which is what fp32 runs by default
     assert ops["flops"][0] == 2 * 128 * 256 * 128 and ops["flops"][1] == pytest.approx(7398752256)  # same padding
     assert np.all(ops["mode"] == "fwd")
+
+
+H200_FOLDER = Path(__file__).resolve().parents[2] / "reports" / "device" / "h200-2026-11-28"
+
+
+def test_another_gpus_steps_read_like_ours_with_the_configs_beside_them():
+    """The H200 steps in the repository (measured on a lent GPU, the format of our H100 rows): every row names the
+    catalogue's H200 and every text model's config is a file beside them, so the bench predicts them without the
+    shared data."""
+    steps = load_measured_steps(H200_FOLDER / "h200_models.jsonl", source="h200")
+    assert len(steps) == 98 and set(steps["gpu"]) == {"H200-SXM-141GB"} and set(steps["source"]) == {"h200"}
+    text = steps[steps["graph_kind"] == "hf_config"]
+    assert len(text) == 30 and all(Path(ref).parent == H200_FOLDER / "hf_configs" and Path(ref).is_file()
+                                   for ref in text["graph_ref"])  # fmt: skip
+    assert set(steps["precision"]) == {"fp32", "bf16", "fp16"} and (steps["time_s"] > 0).all()
 
 
 def test_without_our_h100_rows_the_modern_checks_are_simply_absent(tmp_path, tiny_model):

@@ -51,6 +51,7 @@ def test_collected_rows_are_stored_and_calibrate_their_gpu_at_once(tiny_model, t
     assert status == 201, body
     assert (body["model_rows"], body["op_rows"], body["gpu_type"]) == (3, 1, "T4")
     assert body["calibration"]["rows"] == 3 and body["calibration"]["median_ratio"] == pytest.approx(2.0)
+    assert body["calibration"]["held_out_gain"] > 0  # three rows that agree: each is closer to the others' factor
     expected = 2.0 ** (3 / 5)  # three rows shrunk toward 1 with prior_rows = 2
     assert after["T4"]["step_seconds"] == pytest.approx(before["T4"]["step_seconds"] * expected)
     assert after["T4"]["correction"]["level"] == "gpu"
