@@ -175,13 +175,17 @@ def apply_live(
     now: float,
     settings: ForecastSettings,
     capacity: int | None = None,
+    rose_at: float | None = None,
 ) -> DemandForecast:
     """Overlay what is known now: the current step is the live demand; online demand rising closes the window.
 
     When online demand now exceeds the forecast by more than `live_tolerance`, the forecast was wrong and online
-    work is growing: for `hold_seconds` the node is treated as fully taken by online work (`capacity`), which
-    closes its idle window now (with no capacity given, the live level is held instead). The current step keeps
-    the live value when there is no surprise.
+    work is growing: for `hold_seconds` from when it rose (`rose_at`; unknown: from `now`) the node is treated as
+    fully taken by online work (`capacity`), which closes its idle window (with no capacity given, the live level
+    is held instead). Once that hold is over, a level that stays above the forecast is online work that has
+    stopped growing: like online work the forecast expected, it is assumed to keep running for `hold_seconds`
+    from now, and the GPUs it leaves are free again (else one rise at an hour the history never saw would close
+    the node until a whole season of history had seen it too). The current step keeps the live value.
     """
     if live_online is None or not np.isfinite(live_online) or forecast.times.size == 0:
         return forecast
@@ -190,12 +194,29 @@ def apply_live(
     predicted_now = online[0]
     online[0] = live_online
     conf[0] = 1.0
-    hold = forecast.times < now + settings.hold_seconds
-    if np.isfinite(predicted_now) and live_online > predicted_now + settings.live_tolerance:
-        online[hold] = np.fmax(online[hold], live_online if capacity is None else float(capacity))
-    else:  # no surprise (or nothing forecast): online work already running is assumed to keep running a while
-        online[hold] = np.fmax(online[hold], live_online)
+    rising_until = (now if rose_at is None else min(now, rose_at)) + settings.hold_seconds
+    if np.isfinite(predicted_now) and live_online > predicted_now + settings.live_tolerance and now < rising_until:
+        rising = forecast.times < rising_until
+        online[rising] = np.fmax(online[rising], live_online if capacity is None else float(capacity))
+    hold = forecast.times < now + settings.hold_seconds  # online work already running keeps running a while
+    online[hold] = np.fmax(online[hold], live_online)
     return DemandForecast(times=forecast.times, online=online, confidence=conf, step_seconds=forecast.step_seconds)
+
+
+def level_since(*, times: np.ndarray, online: np.ndarray, level: float, tolerance: float) -> float | None:
+    """When online demand last rose to `level` (less `tolerance`) and stayed there to the series' end: the time of
+    that run's first sample, or the series' first when it never was below. None when the newest sample is below
+    it (the level came after the series) or there is no sample: `apply_live`'s `rose_at`, from history."""
+    t = np.asarray(times, dtype=float)
+    v = np.asarray(online, dtype=float)
+    keep = np.isfinite(t) & np.isfinite(v)
+    t, v = t[keep], v[keep]
+    if t.size == 0:
+        return None
+    below = np.flatnonzero(v < level - tolerance)
+    if below.size == 0:
+        return float(t[0])
+    return None if below[-1] == t.size - 1 else float(t[below[-1] + 1])
 
 
 def apply_schedule(
@@ -239,10 +260,11 @@ def forecast_now(
     settings: ForecastSettings,
     live_online: float | None = None,
     schedule: BusySchedule | None = None,
+    live_rose_at: float | None = None,
 ) -> DemandForecast | None:
     """The request-time half of `forecast_node`: a fitted forecast (refreshed in the background) brought to `now`,
-    then the live override, the node's own window lengths (`apply_runs`) and declared busy hours; clipped to
-    capacity.
+    then the live override (`apply_live`; `live_rose_at`: when the live level last rose, if known), the node's own
+    window lengths (`apply_runs`) and declared busy hours; clipped to capacity.
 
     Without a fitted forecast, declared busy hours alone are a forecast: steps outside them count as free with
     confidence 0.4. Without either, there is no forecast (None): the caller marks the node stale.
@@ -252,7 +274,8 @@ def forecast_now(
             return None
         fitted = empty_forecast(now, settings)
     fc = shifted_to(fitted, now)
-    fc = apply_live(forecast=fc, live_online=live_online, now=now, settings=settings, capacity=capacity)
+    fc = apply_live(forecast=fc, live_online=live_online, now=now, settings=settings, capacity=capacity,
+                    rose_at=live_rose_at)
     fc = apply_runs(forecast=fc, runs=fitted.runs, live_online=live_online, now=now, settings=settings)
     fc = apply_schedule(forecast=fc, schedule=schedule, capacity=capacity, settings=settings)
     online, conf = fc.online, fc.confidence

@@ -30,7 +30,9 @@ from offpeak_core.announcements import (
     object_name,
 )
 from offpeak_core.decisions import prediction_for
-from offpeak_core.forecast import DemandForecast, ForecastSettings, fit_seasonal, forecast_demand, forecast_now
+from offpeak_core.forecast import (
+    DemandForecast, ForecastSettings, fit_seasonal, forecast_demand, forecast_now, level_since,
+)
 from offpeak_core.gangs import GangKey, width_scale
 from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_core.model import NodeView, OfflinePod, Prediction
@@ -248,6 +250,7 @@ class ClusterStore:
         self._pods: dict[str, PodInfo] = {}
         self._usage: dict[str, _Usage] = {}
         self._forecasts: dict[str, DemandForecast] = {}
+        self._recent: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # per node, its latest demand samples
         self._forecast_at: float | None = None
         self._history_error: str | None = None
         # Views that are current (inputs unchanged since they were built), for the request path's lookups; an
@@ -588,6 +591,7 @@ class ClusterStore:
         """Fit the seasonal model per node and build every view (outside the lock), then publish both at once."""
         t = self.clock() if now is None else now
         forecasts: dict[str, DemandForecast] = {}
+        recent: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         ended: list[str] = []
         for name, (times, online) in history.items():
             if not series_is_current(times=times, online=online, now=t, max_age_seconds=self.series_max_age_seconds):
@@ -596,6 +600,7 @@ class ClusterStore:
             model = fit_seasonal(times=times, online=online, now=t, settings=self.settings)
             if model.n_samples:
                 forecasts[name] = forecast_demand(model=model, start=t)
+                recent[name] = recent_samples(times, online, since=t - 2 * self.settings.hold_seconds)
         if ended:
             log.info("%d node(s) without recent demand samples, treated as stale: %s", len(ended),
                      ", ".join(sorted(ended)[:10]))
@@ -617,11 +622,12 @@ class ClusterStore:
             fits = self._still_current_locked(fits, pools)
             inputs = [_ViewInputs(info=info, online=u.online, offline=u.offline + u.other, used=u.used,
                                   fitted=forecasts.get(name), stale=False, key=(u.version, version),
-                                  pool=self._pool_inputs_locked(name, fits))
+                                  pool=self._pool_inputs_locked(name, fits), recent=recent.get(name))
                       for name, info in self._nodes.items() for u in (self._usage.get(name, _Usage()),)]
         views = [(inp, self._build(inp, t)) for inp in inputs]
         with self._lock:
             self._forecasts = forecasts
+            self._recent = recent
             self._pool_fits = self._still_current_locked(fits, pools)  # (a node may have changed since, too)
             self._forecast_at = t
             self._history_error = None
@@ -669,7 +675,7 @@ class ClusterStore:
         return _ViewInputs(info=info, online=usage.online, offline=usage.offline + usage.other, used=usage.used,
                            fitted=self._forecasts.get(name), stale=self._stale_locked(now),
                            key=(usage.version, self._forecast_version),
-                           pool=self._pool_inputs_locked(name, self._pool_fits))
+                           pool=self._pool_inputs_locked(name, self._pool_fits), recent=self._recent.get(name))
 
     def _still_current_locked(self, fits: Mapping[str, PoolFit], pools: Mapping[str, tuple[str, ...]]
                               ) -> dict[str, PoolFit]:
@@ -934,7 +940,8 @@ class ClusterStore:
                                   announced=inp.pool.announced)
             return profile_window(room, held=held, now=t)
         fc = forecast_now(fitted=None if inp.stale else inp.fitted, capacity=info.gpus_total, now=t,
-                          settings=self.settings, live_online=float(inp.online), schedule=info.schedule)
+                          settings=self.settings, live_online=float(inp.online), schedule=info.schedule,
+                          live_rose_at=inp.online_rose_at(self.settings))
         if fc is None:
             return None, False
         room = free_profile(forecast=fc, capacity=info.gpus_total)  # the GPUs offline pods may hold, theirs included
@@ -978,6 +985,16 @@ class _ViewInputs:
     stale: bool
     key: tuple[int, int]  # (usage version, forecast version) the snapshot was taken at
     pool: _PoolInputs | None = None  # a pooled node's: its windows come from its pool
+    recent: tuple[np.ndarray, np.ndarray] | None = None  # its latest demand samples (`recent_samples`)
+
+    def online_rose_at(self, settings: ForecastSettings) -> float | None:
+        """When the node's online demand rose to what it is now, as its latest samples tell (None: not yet in
+        them, or no samples): a rise the forecast missed closes the node for a while from then, not from every
+        rebuild of its view (`forecast.apply_live`)."""
+        if self.recent is None:
+            return None
+        return level_since(times=self.recent[0], online=self.recent[1], level=float(self.online),
+                           tolerance=settings.live_tolerance)
 
 
 @dataclass(frozen=True)
@@ -999,6 +1016,13 @@ def _announcement_or_none(obj: Mapping[str, Any]) -> Announcement | None:
         return None
 
 
+def recent_samples(times: np.ndarray, online: np.ndarray, *, since: float) -> tuple[np.ndarray, np.ndarray]:
+    """A demand series' samples after `since` (copies: the history arrays are not kept)."""
+    t = np.asarray(times, dtype=float)
+    keep = t > since
+    return t[keep].copy(), np.asarray(online, dtype=float)[keep].copy()
+
+
 def series_is_current(*, times: np.ndarray, online: np.ndarray, now: float, max_age_seconds: float) -> bool:
     """Whether a demand series has a finite sample no older than `max_age_seconds` (pure)."""
     t = np.asarray(times, dtype=float)
@@ -1018,7 +1042,8 @@ def build_view(inp: _ViewInputs, *, now: float, settings: ForecastSettings, keep
             pool_online=inp.pool.online, pool_held=inp.pool.held, schedule=info.schedule, now=now, settings=settings,
             keep_ahead_seconds=keep_ahead_seconds, announced=inp.pool.announced)
     fc = forecast_now(fitted=None if inp.stale else inp.fitted, capacity=info.gpus_total, now=now,
-                      settings=settings, live_online=float(inp.online), schedule=info.schedule)
+                      settings=settings, live_online=float(inp.online), schedule=info.schedule,
+                      live_rose_at=inp.online_rose_at(settings))
     if fc is None:
         return NodeView(info.name, info.gpu_type, info.gpus_total, free_now, None, None, True, None, 0.0)
     prof = with_busy_hours(free_profile(forecast=fc, capacity=info.gpus_total, offline_now=inp.offline),

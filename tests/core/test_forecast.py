@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from offpeak_core.forecast import ForecastSettings, apply_live, fit_seasonal, forecast_demand, forecast_node
+from offpeak_core.forecast import (
+    ForecastSettings, apply_live, fit_seasonal, forecast_demand, forecast_node, level_since,
+)
 from offpeak_core.schedules import parse_busy_hours
 from offpeak_core.windows import current_window, free_profile, idle_windows, node_view
 
@@ -94,6 +96,34 @@ def test_live_override_closes_window_now() -> None:
     fc2 = apply_live(forecast=forecast_node(times=t, online=v, capacity=8, now=now, settings=S), live_online=0.0,
                      now=now, settings=S)
     assert fc2.online[0] == 0.0 and fc2.online[1] == 1.0
+
+
+def test_a_surprise_holds_the_node_for_one_hold_from_when_online_demand_rose() -> None:
+    t, v = daily_history(7)
+    now = 7 * DAY  # forecast: 1 GPU online now; live: 5 (a rise)
+    fitted = forecast_node(times=t, online=v, capacity=8, now=now, settings=S)
+    rose = now - 10.0
+    just_rose = apply_live(forecast=fitted, live_online=5.0, now=now, settings=S, capacity=8, rose_at=rose)
+    full = (fitted.times > now) & (fitted.times < rose + S.hold_seconds)
+    assert full.any() and np.all(just_rose.online[full] == 8.0)  # full till the hold from the rise is over
+    after = (fitted.times >= rose + S.hold_seconds) & (fitted.times < now + S.hold_seconds)
+    assert after.any() and np.all(just_rose.online[after] == 5.0)  # then the level, till a hold from now
+    settled = apply_live(forecast=fitted, live_online=5.0, now=now, settings=S, capacity=8,
+                         rose_at=now - 2 * S.hold_seconds)
+    hold = fitted.times < now + S.hold_seconds
+    assert np.all(settled.online[hold] == 5.0)  # the level keeps running a while; 3 GPUs stay free
+    unknown = apply_live(forecast=fitted, live_online=5.0, now=now, settings=S, capacity=8)
+    assert np.all(unknown.online[hold][1:] == 8.0)  # not known when it rose: from now, as before
+
+
+def test_level_since_is_the_start_of_the_last_run_at_the_level() -> None:
+    t = np.arange(10.0)
+    v = np.array([0, 4, 0, 3, 4, 4, 5, np.nan, 4, 4], dtype=float)
+    assert level_since(times=t, online=v, level=4.0, tolerance=0.5) == 4.0  # 3 at t=3 was below 3.5
+    assert level_since(times=t, online=v, level=3.0, tolerance=0.5) == 3.0
+    assert level_since(times=t, online=v, level=5.0, tolerance=0.5) is None  # the newest sample is below it
+    assert level_since(times=t, online=v, level=0.0, tolerance=0.5) == 0.0  # never below: since the first sample
+    assert level_since(times=t[:0], online=v[:0], level=1.0, tolerance=0.5) is None
 
 
 def test_declared_schedule_blocks_busy_hours() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from offpeak_core.forecast import ForecastSettings
+from offpeak_core.windows import current_window
 from offpeak_extender.history import HistoryError, LocalHistory, PrometheusHistory, Refresher, parse_matrix
 from offpeak_extender.metrics import ExtenderMetrics
 from offpeak_extender.store import ClusterStore, series_is_current
@@ -199,3 +201,39 @@ def test_requests_during_a_refit_keep_using_the_old_views(monkeypatch: pytest.Mo
     assert builds[0] == 2  # one per node, all in the refit
     (new,), _ = store.views(["a"])
     assert new is not old and new != old  # the new forecast, published with all views at once
+
+
+def test_an_online_rise_the_forecast_missed_closes_the_node_for_one_hold_not_until_history_learns_it() -> None:
+    """Online demand stepping up at a time of day the history never saw it is a surprise: the node is full for
+    `hold_seconds` from the rise, as the node's samples tell it. After that the new level is online work that
+    stopped growing, and the GPUs it leaves are a window again (before, every rebuild re-anchored the hold, and the
+    node stayed closed until a whole season of history had seen the level)."""
+    clock = [NOW]
+    by_day = replace(S, weekly=False, history_seconds=10 * DAY)  # ten days before today said "no online work"
+    store = ClusterStore(settings=by_day, clock=lambda: clock[0], stale_after_seconds=1e9)
+    store.replace_all(nodes=[gpu_node("a", gpus=8)], pods=[])
+    rose = NOW
+
+    def refresh() -> None:  # the node's samples every second: no online work ever, then 4 GPUs from `rose` on
+        t = np.arange(NOW - 10 * DAY, clock[0], 1.0)
+        store.set_history({"a": (t, np.where(t >= rose, 4.0, 0.0))}, now=clock[0])
+
+    def window(gpus: int) -> float:
+        (view,) = store.views(["a"])[0]
+        best = current_window(windows=view.windows or (), now=clock[0], gpus=gpus)
+        return 0.0 if best is None else best.length(clock[0])
+
+    refresh()
+    for i in range(4):
+        store.upsert_pod(gpu_pod(f"web-{i}", gpus=1, node="a", workload="online"))  # 4 online GPUs, all at once
+    assert window(1) == 0.0  # a surprise: no new offline work on the node for now
+    clock[0] += S.hold_seconds / 2
+    refresh()
+    assert window(1) == 0.0  # still within the hold from the rise
+    clock[0] += S.hold_seconds
+    refresh()  # the seasonal forecast still expects no online work now: the level is above it, but settled
+    assert window(4) > S.hold_seconds and window(5) == 0.0  # the 4 GPUs online work leaves are free again
+    store.upsert_pod(gpu_pod("web-4", gpus=1, node="a", workload="online"))  # a further rise is a new surprise
+    assert window(1) == 0.0
+    refresh()  # (its samples do not show it yet)
+    assert window(1) == 0.0
