@@ -94,6 +94,9 @@ def register(subparsers: Any) -> None:
                    help="with the rise pool forecast: online owners announce what they will need this far ahead "
                    "(default 0): each pool's true online total within it is a floor under the forecast, as the "
                    "extender's announced demand is")
+    p.add_argument("--hold-from-rise", action="store_true",
+                   help="a rise of online demand the forecast missed closes the node for an hour from the rise, not "
+                   "from every re-forecast, as the extender does (off by default until reports/sim is regenerated)")
     p.add_argument("--report", required=True, metavar="OUT.json", help="write the per-policy JSON report here")
     p.add_argument("--plots", metavar="DIR", help="write harvest.png, jct_cdf.png, evictions.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
@@ -178,7 +181,7 @@ def handle(args: argparse.Namespace) -> int:
     feed = FeedSettings(mode=args.forecast, refresh_seconds=args.refresh_seconds, forecast=fs,
                         pool_windows=args.pool_windows, pool_look_back_seconds=args.pool_look_back_hours * 3600.0,
                         pool_forecast=args.pool_forecast, pool_lead_seconds=args.pool_lead_minutes * 60.0,
-                        pool_announce_seconds=args.pool_announce_minutes * 60.0)
+                        pool_announce_seconds=args.pool_announce_minutes * 60.0, hold_from_rise=args.hold_from_rise)
     if args.min_efficiency is not None and not 0.0 < args.min_efficiency <= 1.0:
         raise UserError("--min-efficiency must be within (0, 1]")
     goodput = EngineSettings().goodput

@@ -38,11 +38,15 @@ whatever the node's own online pods.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from offpeak_core.forecast import ForecastSettings, SeasonalModel, fit_seasonal, forecast_demand, forecast_now
+from offpeak_core.forecast import (
+    ForecastSettings, SeasonalModel, fit_seasonal, forecast_demand, forecast_now, level_since,
+)
 from offpeak_core.goodput import DEFAULT_CLASS_EDGES, WindowSurvival, add_observations
 from offpeak_core.idleruns import IdleRuns, run_ages
 from offpeak_core.model import IdleWindow
@@ -64,6 +68,10 @@ class FeedSettings:
     survival_bin_seconds: float = 300.0
     survival_horizon_seconds: float = 86400.0  # windows followed this long count as outlasting it
     live_updates: bool = True  # seasonal: re-forecast a node when its online demand changes (as the extender does)
+    # seasonal: a rise of online demand the forecast missed holds the node full for `forecast.hold_seconds` from when
+    # it rose, not from every re-forecast (`apply_live`'s rose_at, as the extender does since 2026-11-28). Off by
+    # default until the committed reports (reports/sim) are regenerated with it.
+    hold_from_rise: bool = False
     # pod-placed online demand: windows end when the node's pool is forecast full (offpeak_core.poolrise: the
     # pool's peak of the last `pool_look_back_seconds` plus its `forecast.quantile` rise), not the node
     pool_windows: bool = False
@@ -441,7 +449,8 @@ class WindowFeed:
         if model.runs is not None:
             model = replace(model, runs=self._aged(n, model.runs, now))
         fitted = forecast_demand(model=model, start=self.refreshed_at)
-        fc = forecast_now(fitted=fitted, capacity=cap, now=now, settings=fs, live_online=float(live))
+        fc = forecast_now(fitted=fitted, capacity=cap, now=now, settings=fs, live_online=float(live),
+                          live_rose_at=self._rose_at(n, now) if self.s.hold_from_rise else None)
         assert fc is not None  # a fitted forecast always gives one
         prof = free_profile(forecast=fc, capacity=cap)
         past = self.steps - prof.free.size  # steps of the refresh's grid already wholly past
@@ -453,6 +462,15 @@ class WindowFeed:
         self.stale[n] = float(prof.confidence[0]) <= 0.0
         self._profiles[n] = prof
         self._live[n] = live
+
+    def _rose_at(self, n: int, now: float) -> float | None:
+        """When node n's online demand rose to what it is at `now`, from its minutes of the last two holds (the
+        extender's store reads a node's latest samples the same way): a surprise holds from then (`apply_live`)."""
+        fs = self.s.forecast
+        m = int(now // 60)
+        lo = max(0, m - int(math.ceil(2 * fs.hold_seconds / 60.0)))
+        return level_since(times=self._minute_times[lo : m + 1], online=self.demand[n, lo : m + 1],
+                           level=float(self.demand[n, m]), tolerance=fs.live_tolerance)
 
     def _aged(self, n: int, runs: IdleRuns, now: float) -> IdleRuns:
         """The node's idle runs as fitted (daily), with the ages of its open runs brought to `now`: what a fit at
