@@ -102,8 +102,9 @@ def test_prioritize_scores_and_full_node_objects() -> None:
 
 def test_online_pod_arriving_closes_window_via_live_usage() -> None:
     async def t(client: TestClient, store: ClusterStore, reg: CollectorRegistry, clock: Clock) -> None:
-        t, v = history(0.9)  # its last minute of samples: the 1 online GPU its pods hold now (the day turned)
-        store.set_history({"short": history(0.1), "long": (t, np.where(t >= NOW - 60, 1.0, v)), "t4": history(0.1)})
+        times, online = history(0.9)  # its last minute of samples: the 1 online GPU its pods hold (the day turned)
+        store.set_history({"short": history(0.1), "long": (times, np.where(times >= NOW - 60, 1.0, online)),
+                           "t4": history(0.1)})
         store.upsert_pod(gpu_pod("web-2", gpus=6, node="long", workload="online"))  # online surge, not forecast
         body = {"Pod": gpu_pod("train-0", phase="Pending", predicted=PRED), "NodeNames": ["long"]}
         res = await post(client, "filter", body)
