@@ -121,7 +121,11 @@ def plan_yields(
         started, interval = now - p.elapsed_seconds, p.checkpoint_interval_seconds
         if not p.checkpointing or not should_yield(now=now, started_at=started, interval=interval,
                                                    window_end=window_end, startup_seconds=startup_seconds,
-                                                   finish_by=p.finish_by, settings=settings):
+                                                   finish_by=p.finish_by, save_seconds=p.save_on_stop_seconds,
+                                                   settings=settings):
+            continue
+        if p.save_on_stop_seconds is not None:  # it saves as it stops: nothing to lose
+            victims.append(replace(p, seconds_since_checkpoint=0.0))
             continue
         last = last_checkpoint(now=now, started_at=started, interval=interval, startup_seconds=startup_seconds)
         if last is not None:  # what it loses: nothing past its checkpoint
@@ -129,6 +133,9 @@ def plan_yields(
     if not victims:
         return None
     why = "is scheduled (announced demand or busy hours) to need" if end_known else "is forecast to need"
-    msg = (f"stopping at a checkpoint: online work {why} the GPUs on {node} in "
-           f"{duration(max(0.0, window_end - now))}, before the next checkpoint; no work is lost, the job is requeued")
+    when = f"online work {why} the GPUs on {node} in {duration(max(0.0, window_end - now))}"
+    if all(v.save_on_stop_seconds is not None for v in victims):
+        msg = f"stopping to save: {when}; the job saves its checkpoint as it stops, no work is lost, it is requeued"
+    else:
+        msg = f"stopping at a checkpoint: {when}, before the next checkpoint; no work is lost, the job is requeued"
     return EvictionPlan(node=node, victims=tuple(victims), reason=REASON_YIELD, message=msg)

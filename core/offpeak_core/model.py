@@ -119,6 +119,9 @@ class OfflinePod:
     # a planned stop at a checkpoint before the window ends needs (`offpeak_core.yielding`).
     checkpoint_interval_seconds: float | None = None
     finish_by: float | None = None
+    # Seconds the pod needs to save when told to stop (`offpeak.io/save-on-stop-seconds`; None: it keeps only its
+    # periodic checkpoints): a planned stop then comes that long before the window ends, whatever its checkpoints.
+    save_on_stop_seconds: float | None = None
 
     @property
     def key(self) -> str:

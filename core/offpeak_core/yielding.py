@@ -11,6 +11,11 @@ The decision needs only what the extender has: the pod's start time, its checkpo
 fall at start + startup + k × interval. A pod that cannot checkpoint never yields (it would lose its whole run),
 nor does one whose window is open-ended (no forecast end) or that is expected to finish inside its window. Pure:
 no clock, no I/O.
+
+A pod that saves when told to stop (the TrainingJob `checkpoint` contract: on SIGTERM, save and exit within
+`gracePeriodSeconds`) need not wait for a periodic checkpoint: it is stopped `save_seconds` before the deadline and
+keeps all its work, where stopping at its last periodic checkpoint would throw away up to a whole interval of the
+window. An eviction when online work returns gives it only the evictor's short grace, so it is not counted on there.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 CHECKPOINT_INTERVAL_ANNOTATION = "offpeak.io/checkpoint-interval-seconds"  # as the operator writes it
+SAVE_ON_STOP_ANNOTATION = "offpeak.io/save-on-stop-seconds"  # spec.checkpoint.gracePeriodSeconds, as the operator writes it
 
 # One minute: the pod's stop after the decision (the 30-s eviction grace period) plus the decision's own lag (the
 # extender's loop, the simulator's minute). Not fitted to any trace.
@@ -50,6 +56,17 @@ def checkpoint_interval(annotations: Mapping[str, str]) -> float | None:
     return value if math.isfinite(value) and value > 0 else None
 
 
+def save_on_stop_seconds(annotations: Mapping[str, str]) -> float | None:
+    """Seconds the pod needs to save when told to stop, from its annotations; None (it keeps only its periodic
+    checkpoints) when absent, unreadable or not > 0."""
+    raw = annotations.get(SAVE_ON_STOP_ANNOTATION)
+    try:
+        value = float(raw) if raw is not None else math.nan
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
 def last_checkpoint(*, now: float, started_at: float, interval: float | None, startup_seconds: float = 0.0
                     ) -> float | None:
     """Time of the pod's last checkpoint at or before `now` (start + startup + k × interval, k >= 1); None when it
@@ -68,6 +85,7 @@ def should_yield(
     window_end: float | None,
     startup_seconds: float = 0.0,
     finish_by: float | None = None,
+    save_seconds: float | None = None,
     settings: YieldSettings = YieldSettings(),
 ) -> bool:
     """Stop the pod now? Yes when it is at a checkpoint (at most `settings.at_checkpoint_seconds` after it) and its
@@ -78,13 +96,21 @@ def should_yield(
     pod expected to finish inside the window (less the margin) runs on, unless it has already run past that time
     (the prediction was short, so it says nothing any more). Nothing is lost by stopping at a checkpoint,
     so the only cost is the restart; a pod that cannot checkpoint would lose its whole run and never yields.
+
+    `save_seconds`: the pod saves on SIGTERM within this long (None: it keeps only its periodic checkpoints). Such a
+    pod stops once a later look (`settings.at_checkpoint_seconds` on) would leave it less than `save_seconds` before
+    the deadline; it loses nothing, whether or not it is at a checkpoint.
     """
     if window_end is None:
         return False
+    deadline = window_end - settings.margin_seconds
+    if save_seconds is not None and interval is not None and interval > 0:
+        if finish_by is not None and now < finish_by <= deadline:
+            return False
+        return now + settings.at_checkpoint_seconds + save_seconds > deadline
     last = last_checkpoint(now=now, started_at=started_at, interval=interval, startup_seconds=startup_seconds)
     if last is None or interval is None or now - last > settings.at_checkpoint_seconds + 1e-9:
         return False
-    deadline = window_end - settings.margin_seconds
     if finish_by is not None and now < finish_by <= deadline:
         return False
     return last + interval > deadline

@@ -1,13 +1,13 @@
 """Scenario (#18): announced online demand. An `OnlineDemand` object (crds/onlinedemands.offpeak.io.yaml) says the
 online side will hold a pool's GPUs from a given time: the extender's pool forecast takes it as a floor at once, so
 a pooled node's window ends at the announced start, and the evictor (`--yield-at-checkpoints`, with the same pool
-label) stops a checkpointing job there at its last checkpoint before it, instead of the scale-up evicting it. The
+label) stops a checkpointing job before it (the job saves as it stops), instead of the scale-up evicting it. The
 API server refuses an announcement that ends before it starts (the CRD's validation rule).
 
 Its own cluster (`pytest-announce`): two A100 nodes without any online work (4 past days of zeros backfilled into
 Prometheus, a 240 s "day"), labelled into one pool at the start: by the pool's history alone every window reaches
 past the horizon. A 4-GPU job of 130 one-second steps that checkpoints every 10 s starts; then the whole pool (16
-GPUs) is announced from 60 s later. The job stops at a checkpoint before that (a planned stop: requeued as
+GPUs) is announced from 60 s later. The job is stopped before that (a planned stop: requeued as
 `Yielded`, the attempt not counted against maxAttempts 1); its next attempt waits while the announcement stands,
 and runs to the end once it is withdrawn.
 """

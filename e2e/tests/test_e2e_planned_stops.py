@@ -1,12 +1,15 @@
 """Scenario (#18): with `offpeak evictor --yield-at-checkpoints`, a checkpointing job whose idle window is forecast to
-end stops at its last checkpoint before the end (a planned stop), before any online pod needs its GPUs; the operator
-requeues it with reason `Yielded` without counting the attempt, and it finishes in a window on another node.
+end is stopped before the end (a planned stop), before any online pod needs its GPUs: it has a checkpoint claim, so
+it saves as it stops (SIGTERM, its 5-s gracePeriodSeconds) and is stopped just that long before the end, not at its
+last periodic checkpoint; the operator requeues it with reason `Yielded` without counting the attempt, and it
+finishes in a window on another node.
 
 Its own cluster (`pytest-yield`), built like the short-windows scenario: two GPU nodes whose online load follows a
 240 s "day" with 4 past days backfilled into Prometheus. The first node is idle for the first 120 s of each day,
 the second from 110 s to 235 s. The job needs 130 s of GPU time, more than either window, checkpoints every 10 s,
 and is admitted by the extender's expected-goodput rule. The evictor fits the nodes' forecasts itself and stops the
-job at a checkpoint when its next one would land within 10 s of its window's forecast end.
+job when its next look (every 2 s) would leave it less than its save before 10 s ahead of its window's forecast
+end.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ def test_a_job_stops_at_its_checkpoint_before_its_window_ends_and_finishes_elsew
     # the evictor's Normal Event on the TrainingJob names the pod; the operator's says it was requeued
     yielded = [e for e in events if e.get("reason") == "OfflinePodYielded"]
     assert yielded and yielded[0]["type"] == "Normal" and pod_name in yielded[0]["message"], yielded
+    assert "stopping to save" in yielded[0]["message"], yielded  # it saves as it stops (offpeak.io/save-on-stop)
     assert ("yielding", "Yielded") in reasons, sorted(reasons)
 
     # the online pods that come back at the window's end find their GPUs free: nobody waits for an eviction

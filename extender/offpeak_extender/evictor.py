@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 import urllib.error
@@ -158,7 +159,7 @@ class Evictor:
                 except Exception as e:  # noqa: BLE001
                     log.warning("%s for %s failed: %s", step, pod.key, e)
             try:
-                self.actions.evict(pod, self.settings.grace_seconds)
+                self.actions.evict(pod, _grace(plan, pod, self.settings.grace_seconds))
             except Exception as e:  # noqa: BLE001 - one failed eviction must not stop the others
                 log.warning("evicting %s failed: %s", pod.key, e)
                 self.metrics.failures.labels(plan.reason).inc()
@@ -183,6 +184,14 @@ class Evictor:
                 except Exception:  # noqa: BLE001 - keep the controller alive; the next tick retries
                     log.exception("eviction tick failed")
             self.stop_event.wait(self.settings.interval_seconds)
+
+
+def _grace(plan: EvictionPlan, pod: OfflinePod, grace_seconds: int) -> int:
+    """The grace period a victim gets: the evictor's, or for a planned stop of a pod that saves as it stops, at least
+    its save time (the stop was planned that long before online work needs the GPUs, so nothing waits for it)."""
+    if plan.reason == REASON_YIELD and pod.save_on_stop_seconds is not None:
+        return max(grace_seconds, math.ceil(pod.save_on_stop_seconds))
+    return grace_seconds
 
 
 def _layered(pods: tuple[OfflinePod, ...]) -> list[tuple[OfflinePod, int]]:

@@ -41,7 +41,7 @@ from offpeak_core.poolrise import pool_judged_online
 from offpeak_core.schedules import BusySchedule, parse_busy_hours
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_core.windows import free_profile, node_view, profile_window, with_busy_hours
-from offpeak_core.yielding import checkpoint_interval
+from offpeak_core.yielding import checkpoint_interval, save_on_stop_seconds
 from offpeak_extender.pools import PooledViews, PoolFit, PoolSettings, fit_pools, pooled_profile, pools_of
 from offpeak_extender.wire import (
     BUSY_HOURS_ANNOTATION,
@@ -100,6 +100,7 @@ class PodInfo:
     gang_worker: int | None = None  # its index in the gang (offpeak.io/worker; None: not given)
     elastic_width: int | None = None  # a worker of an elastic gang: the gang's full width (its prediction's)
     checkpoint_interval: float | None = None  # offpeak.io/checkpoint-interval-seconds (None: none, or unreadable)
+    save_on_stop: float | None = None  # offpeak.io/save-on-stop-seconds (None: periodic checkpoints only)
     predicted: Mapping[str, Prediction] | None = None  # an offline pod's remaining job seconds per GPU type
 
     def may_run_on(self, node: NodeInfo) -> bool:
@@ -186,6 +187,7 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         gang_worker=None if gang is None else gang.worker,
         elastic_width=gang.size if gang is not None and gang.elastic else None,
         checkpoint_interval=checkpoint_interval(ann),
+        save_on_stop=save_on_stop_seconds(ann),
         predicted=_predicted(ann) if labels.get(WORKLOAD_LABEL) == "offline" else None,
     )
 
@@ -909,6 +911,7 @@ class ClusterStore:
                        trainingjob=p.trainingjob, uid=p.uid,
                        gang_gpus=gang_gpus[p.gang] if p.gang is not None else 0,
                        checkpoint_interval_seconds=p.checkpoint_interval,
+                       save_on_stop_seconds=p.save_on_stop,
                        finish_by=_finish_by(p, gpu_type, widths.get(p.gang),
                                             starts.get(p.gang) if p.gang is not None else None))
             for p in pods

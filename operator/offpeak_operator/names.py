@@ -33,9 +33,13 @@ ANN_GANG_SIZE = "offpeak.io/gang-size"  # workers of the attempt, placed all or 
 ANN_GANG_MIN_SIZE = "offpeak.io/gang-min-size"  # elastic: the fewest workers the attempt may start or run on
 ANN_CHECKPOINT_INTERVAL = "offpeak.io/checkpoint-interval-seconds"  # how much work an eviction may lose
 ANN_TRAIN_CONTAINER = "offpeak.io/train-container"  # a template's training container not named `train`
+# the pod saves on SIGTERM within this many seconds (spec.checkpoint's gracePeriodSeconds): a planned stop then
+# comes that long before its window ends, with the pod's own grace period, not at its last periodic checkpoint
+ANN_SAVE_ON_STOP = "offpeak.io/save-on-stop-seconds"
 
 RESERVED_POD_ANNOTATIONS = frozenset({ANN_PREDICTED, ANN_CHECKPOINTING, ANN_PREEMPTIBLE, ANN_GANG_SIZE,
-                                      ANN_GANG_MIN_SIZE, ANN_CHECKPOINT_INTERVAL, ANN_TRAIN_CONTAINER})
+                                      ANN_GANG_MIN_SIZE, ANN_CHECKPOINT_INTERVAL, ANN_TRAIN_CONTAINER,
+                                      ANN_SAVE_ON_STOP})
 RESERVED_POD_LABELS = frozenset({LABEL_WORKLOAD, LABEL_JOB, LABEL_ROLE, LABEL_ATTEMPT, LABEL_WORKER, LABEL_GANG})
 
 SCHEDULER_NAME = "offpeak-scheduler"

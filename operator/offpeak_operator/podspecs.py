@@ -182,6 +182,7 @@ def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker:
         annotations[names.ANN_GANG_MIN_SIZE] = str(spec.min_workers)
     if spec.checkpoint is not None:
         annotations[names.ANN_CHECKPOINT_INTERVAL] = f"{spec.checkpoint.interval_seconds:g}"
+        annotations[names.ANN_SAVE_ON_STOP] = str(spec.checkpoint.grace_period_seconds)
     labels = {**(user_meta.get("labels") or {}), names.LABEL_WORKLOAD: "offline", names.LABEL_ATTEMPT: str(attempt),
               names.LABEL_WORKER: str(worker)}
     gpus = str(spec.gpus_per_worker)

@@ -42,6 +42,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--yield", dest="yield_", action="store_true",
                    help="the offpeak policies stop a job at a checkpoint whose successor would land after its "
                    "forecast window ends (off by default)")
+    p.add_argument("--save-on-stop", type=float, default=0.0, metavar="SECONDS",
+                   help="with --yield: jobs save when told to stop (the TrainingJob checkpoint contract) within "
+                   "SECONDS, so a planned stop comes that long before the window's end instead of at the last "
+                   "periodic checkpoint (default 0: periodic checkpoints only)")
     p.add_argument("--elastic", type=float, default=None, metavar="MIN_FRACTION",
                    help="elastic width: a checkpointing job of N >= 2 GPUs may start on ceil(MIN_FRACTION x N)..N of "
                    "them, the widest that fits now, its runtime scaled by N / width (e.g. 0.5; default off)")
@@ -124,6 +128,10 @@ def handle(args: argparse.Namespace) -> int:
         raise UserError("--nodes and --gpus-per-node must be >= 1")
     if args.days <= 0 or args.history_days < 1:
         raise UserError("--days must be > 0 and --history-days >= 1")
+    if args.save_on_stop and not args.yield_:
+        raise UserError("--save-on-stop needs --yield")
+    if args.save_on_stop < 0:
+        raise UserError("--save-on-stop must be >= 0")
     if args.checkpoint_interval < 0 or args.eviction_grace < 0 or args.refresh_seconds <= 0:
         raise UserError("--checkpoint-interval and --eviction-grace must be >= 0, --refresh-seconds > 0")
     if args.restart_seconds is not None and args.restart_seconds < 0:
@@ -195,6 +203,7 @@ def handle(args: argparse.Namespace) -> int:
         goodput=goodput,
         restart_seconds=EngineSettings().restart_seconds if args.restart_seconds is None else args.restart_seconds,
         yield_at_checkpoints=args.yield_,
+        save_on_stop_seconds=args.save_on_stop,
         elastic_min_fraction=args.elastic or None,
         elastic_join=args.elastic_join,
         elastic_narrow=args.elastic_narrow,

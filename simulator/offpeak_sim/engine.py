@@ -27,7 +27,11 @@ from checkpoint) with no useful work, and checkpoints fall every `checkpoint_sec
 yield (`Policy.yields`, with `EngineSettings.yield_at_checkpoints`) check each running job at each of its
 checkpoints against the node's live forecast (`offpeak_core.yielding.should_yield`): a job whose next checkpoint
 would land after its window's forecast end stops there, losing no work and making no online pod wait; it is
-counted as a yield, not an eviction, and requeued like an evicted job.
+counted as a yield, not an eviction, and requeued like an evicted job. With `EngineSettings.save_on_stop_seconds`
+jobs save when told to stop (the TrainingJob `checkpoint` contract): each minute every running job is looked at, and
+one whose window's end would come within the next minute plus its save is stopped `save_on_stop_seconds` before it,
+keeping all its work (`should_yield(save_seconds=)`), not at its last periodic checkpoint. Evictions still lose the
+work since the last periodic checkpoint: the evictor's grace period is too short to count on a save.
 
 Online demand is either pinned to nodes (the scenario's demand, the same for every policy) or pod-placed
 (`Scenario.online_pods`): then each policy carries on its own placement of online pods (`offpeak_sim.onlinepods`),
@@ -40,7 +44,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -61,7 +65,7 @@ from offpeak_sim.settings import EngineSettings
 __all__ = ["EngineSettings", "PolicyRun", "Run", "Tally", "simulate"]
 
 
-COMPLETE, YIELD = 0, 1  # kinds of timed events on a policy's heap
+COMPLETE, YIELD, SAVE_YIELD = 0, 1, 2  # kinds of timed events on a policy's heap (SAVE_YIELD: at the save's end)
 
 
 @dataclass
@@ -110,6 +114,7 @@ class PolicyRun:
         self.runs: dict[int, Run] = {}
         self.heap: list[tuple[float, int, int, int]] = []  # (time, job, attempt, COMPLETE | YIELD)
         self.checkpoints: list[tuple[float, int, int]] = []  # (time, job, attempt): next checkpoint to look at
+        self.saving: set[tuple[int, int]] = set()  # (job, attempt) told to stop and saving (save_on_stop_seconds)
         self.yields = (policy.yields and policy.windowed and settings.yield_at_checkpoints
                        and settings.checkpoint_seconds > 0)
         self.attempt = np.zeros(n_jobs, dtype=np.int64)
@@ -147,8 +152,9 @@ class PolicyRun:
             end, job, attempt, kind = heapq.heappop(self.heap)
             if attempt != self.attempt[job] or job not in self.runs:
                 continue
-            if kind == YIELD:
-                self._yield(self.runs[job], end)
+            if kind in (YIELD, SAVE_YIELD):
+                saved_until = end - self.s.save_on_stop_seconds if kind == SAVE_YIELD else None
+                self._yield(self.runs[job], end, saved_until)
                 continue
             r = self.runs.pop(job)
             self._release(r)
@@ -185,7 +191,7 @@ class PolicyRun:
             self.used[n] += w
         heapq.heappush(self.heap, (end, job, int(self.attempt[job]), COMPLETE))
         first = now + startup + self.s.checkpoint_seconds
-        if self.yields and first < end:
+        if self.yields and not self.s.save_on_stop_seconds and first < end:  # a saving job is looked at each minute
             heapq.heappush(self.checkpoints, (first, job, int(self.attempt[job])))
         self.placements.append((job, node, now))
         if len(members) > 1:
@@ -201,16 +207,21 @@ class PolicyRun:
         work = max(0.0, now - r.start - r.startup)
         return math.floor(work / c + 1e-9) * c if c > 0 else 0.0
 
-    def _stop(self, r: Run, now: float, requeue: bool = True) -> float:
+    def _stop(self, r: Run, now: float, requeue: bool = True, saved_until: float | None = None) -> float:
         """End an attempt at `now` (eviction, yield, or a join's restart with `requeue` False): free its GPUs, keep
         its checkpointed work, requeue the job;
         return the GPU-seconds lost: since the last checkpoint, or since the start when the attempt kept nothing
-        (its start-up then went for nothing too; an attempt that kept work counts its start-up apart)."""
+        (its start-up then went for nothing too; an attempt that kept work counts its start-up apart).
+        `saved_until`: the attempt saved all its work up to then when told to stop (a planned stop with a save);
+        the GPU time from then to `now` went on the save; one stopped before any work (in its start-up) lost it all."""
         elapsed = now - r.start
-        saved = self._saved(r, now)
+        saved = self._saved(r, now) if saved_until is None else max(0.0, saved_until - r.start - r.startup)
         if elapsed > r.startup:
             self._measure(r)
-        lost = max(0.0, self._since_checkpoint(r, now)) * r.gpus
+        if saved_until is not None:
+            lost = 0.0 if saved > 0 else elapsed * r.gpus
+        else:
+            lost = max(0.0, self._since_checkpoint(r, now)) * r.gpus
         self.runs.pop(r.job)
         self._release(r)
         self.attempt[r.job] += 1  # invalidates its completion event
@@ -272,10 +283,16 @@ class PolicyRun:
         self._start(r.job, r.node, now, keep if len(keep) > 1 else (), believed, gpus=gpus)
         self.t.narrowings += 1
 
-    def _yield(self, r: Run, at: float) -> None:
-        """A planned stop at a checkpoint: nothing lost, no online pod waits; the job is requeued."""
-        lost = self._stop(r, at)
-        assert abs(lost) < 1e-6 * max(1.0, at), "a yield happens at a checkpoint"
+    def _yield(self, r: Run, at: float, saved_until: float | None = None) -> None:
+        """A planned stop at a checkpoint, or after a save begun at `saved_until`: nothing lost (but a start-up cut
+        short by a save), no online pod waits; the job is requeued."""
+        lost = self._stop(r, at, saved_until=saved_until)
+        if saved_until is None:
+            assert abs(lost) < 1e-6 * max(1.0, at), "a yield happens at a checkpoint"
+        elif lost > 0:
+            i = min(max(int(at // 60) - self.sc.start_minute, 0), len(self.t.lost_by_minute) - 1)
+            self.t.lost_gpu_s += lost
+            self.t.lost_by_minute[i] += lost
         self.t.yields += 1
         self.job_yields[r.job] += 1
 
@@ -291,17 +308,44 @@ class PolicyRun:
         win = current_window(windows=self.feed.held_windows(n, now), now=now, gpus=held)
         return now if win is None else win.end
 
+    def _run_window_end(self, r: Run, now: float) -> float | None:
+        """The earliest forecast end over the windows run r's members are in (None: any is open-ended or stale)."""
+        ends = [self._window_end(r, n, now) for n, _ in r.members]
+        return None if any(e is None for e in ends) else min(e for e in ends if e is not None)
+
+    def _plan_saving_yields(self, now: float) -> None:
+        """Jobs that save when stopped: each running job whose window ends before the next minute's look plus its
+        save gets a stop begun `save_on_stop_seconds` before that end (not before now), its save-yield event at the
+        save's end."""
+        save = self.s.save_on_stop_seconds
+        look = replace(self.s.yielding, at_checkpoint_seconds=60.0)
+        for job, r in list(self.runs.items()):
+            if (job, int(self.attempt[job])) in self.saving:
+                continue
+            window_end = self._run_window_end(r, now)
+            if not should_yield(now=now, started_at=r.start, interval=self.s.checkpoint_seconds,
+                                window_end=window_end, startup_seconds=r.startup, finish_by=r.expected_end,
+                                save_seconds=save, settings=look):
+                continue
+            assert window_end is not None
+            begin = min(max(now, window_end - self.s.yielding.margin_seconds - save), now + 60.0)
+            if begin + save < r.end:
+                self.saving.add((job, int(self.attempt[job])))
+                heapq.heappush(self.heap, (begin + save, job, int(self.attempt[job]), SAVE_YIELD))
+
     def _plan_yields(self, now: float) -> None:
         """Look at every checkpoint falling in this minute [now, now + 60) with the forecast as of now; a job that
         should stop there gets a yield event at that checkpoint (processed before the next minute's evictions)."""
+        if self.s.save_on_stop_seconds > 0:
+            self._plan_saving_yields(now)
+            return
         c = self.s.checkpoint_seconds
         while self.checkpoints and self.checkpoints[0][0] < now + 60.0:
             at, job, attempt = heapq.heappop(self.checkpoints)
             r = self.runs.get(job)
             if r is None or attempt != self.attempt[job] or at >= r.end:
                 continue
-            ends = [self._window_end(r, n, now) for n, _ in r.members]
-            window_end = None if any(e is None for e in ends) else min(e for e in ends if e is not None)
+            window_end = self._run_window_end(r, now)
             if should_yield(now=at, started_at=r.start, interval=c, window_end=window_end, startup_seconds=r.startup,
                             finish_by=r.expected_end, settings=self.s.yielding):
                 heapq.heappush(self.heap, (at, job, attempt, YIELD))

@@ -32,6 +32,10 @@ class EngineSettings:
     # (docs/simulator.md, "Restart cost and yielding")
     yield_at_checkpoints: bool = False
     yielding: YieldSettings = YieldSettings()
+    # with yielding: jobs save when told to stop (the TrainingJob `checkpoint` contract: SIGTERM, save, exit) within
+    # this many seconds, so a planned stop comes this long before the window's end, not at the last periodic
+    # checkpoint; 0: jobs keep only their periodic checkpoints. Evictions never count on it (grace too short).
+    save_on_stop_seconds: float = 0.0
     # elastic width (a TrainingJob's minWorkers): a checkpointing job of N >= 2 GPUs may start on k of them,
     # ceil(fraction × N) <= k <= N, the widest k that fits now, its remaining runtime scaled by N / k; None or 0: off
     elastic_min_fraction: float | None = None
@@ -49,6 +53,8 @@ class EngineSettings:
     def __post_init__(self) -> None:
         if self.restart_seconds < 0:
             raise ValueError(f"restart_seconds must be >= 0, got {self.restart_seconds}")
+        if self.save_on_stop_seconds < 0:
+            raise ValueError(f"save_on_stop_seconds must be >= 0, got {self.save_on_stop_seconds}")
         if self.elastic_min_fraction is not None and not 0.0 <= self.elastic_min_fraction <= 1.0:
             raise ValueError(f"elastic_min_fraction must be within 0..1, got {self.elastic_min_fraction}")
         if self.goodput.startup_seconds != self.restart_seconds:  # one figure for the engine and the rule

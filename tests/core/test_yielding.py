@@ -73,3 +73,24 @@ def test_interval_from_the_annotations() -> None:
 def test_settings_are_checked() -> None:
     with pytest.raises(ValueError):
         YieldSettings(margin_seconds=-1.0)
+
+
+def test_a_pod_that_saves_on_stop_runs_until_its_save_must_begin() -> None:
+    # 10-min checkpoints, window ending at 25 min, a 60-s save and the 60-s margin: it stops at 23 min, keeping
+    # everything, where a periodic-only pod stops at its 20-min checkpoint
+    kw = dict(started_at=0.0, interval=10 * MIN, window_end=25 * MIN, save_seconds=60.0)
+    assert not should_yield(now=20 * MIN, **kw)
+    assert not should_yield(now=22.9 * MIN, **kw)
+    assert should_yield(now=23 * MIN + 1, **kw)
+    # a caller that looks once a minute stops it on the look before that, not after
+    assert should_yield(now=22.5 * MIN, settings=YieldSettings(at_checkpoint_seconds=MIN), **kw)
+    assert not should_yield(now=21.5 * MIN, settings=YieldSettings(at_checkpoint_seconds=MIN), **kw)
+
+
+def test_a_saving_pod_stops_also_before_its_first_checkpoint_and_not_when_it_finishes_in_time() -> None:
+    kw = dict(started_at=0.0, interval=30 * MIN, save_seconds=60.0)
+    assert should_yield(now=10 * MIN, window_end=11.5 * MIN, **kw)  # no periodic checkpoint yet: it saves anyway
+    assert not should_yield(now=10 * MIN, window_end=11.5 * MIN, finish_by=10.4 * MIN, **kw)
+    assert not should_yield(now=10 * MIN, window_end=None, **kw)
+    # saving on stop is part of the checkpoint contract: a pod that cannot checkpoint still never yields
+    assert not should_yield(now=10 * MIN, started_at=0.0, interval=None, window_end=12 * MIN, save_seconds=60.0)

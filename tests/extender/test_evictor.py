@@ -186,21 +186,26 @@ def _rfc3339(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _planned_stop_store(interval: float, started: float) -> ClusterStore:
+def _planned_stop_store(interval: float, started: float, *, save_on_stop: str | None = None,
+                        now: float = NOW) -> ClusterStore:
     """Node n1 (4 GPUs) is declared busy from 12:00 UTC, 53 min after NOW (11:06:40); a checkpointing 2-GPU pod
-    with `interval` s between checkpoints started at `started` runs there beside a pod that cannot checkpoint."""
-    store = ClusterStore(settings=ForecastSettings(), clock=lambda: NOW)
+    with `interval` s between checkpoints started at `started` runs there beside a pod that cannot checkpoint.
+    `save_on_stop`: its offpeak.io/save-on-stop-seconds annotation."""
+    store = ClusterStore(settings=ForecastSettings(), clock=lambda: now)
     ck = gpu_pod("ck-0", gpus=2, node="n1", checkpointing=True, start=_rfc3339(started),
                  predicted={"A100-SXM4-40GB": {"p50": 5e4, "p90": 6e4}})
     ck["metadata"]["annotations"]["offpeak.io/checkpoint-interval-seconds"] = str(interval)
+    if save_on_stop is not None:
+        ck["metadata"]["annotations"]["offpeak.io/save-on-stop-seconds"] = save_on_stop
     store.replace_all(nodes=[gpu_node("n1", gpus=4, busy_hours="daily 12:00-18:00")],
                       pods=[ck, gpu_pod("plain-0", gpus=1, node="n1", start=_rfc3339(NOW - 5000))])
     return store
 
 
-def _yielding(store: ClusterStore, actions: FakeActions, on: bool = True) -> tuple[Evictor, CollectorRegistry]:
+def _yielding(store: ClusterStore, actions: FakeActions, on: bool = True,
+              now: float = NOW) -> tuple[Evictor, CollectorRegistry]:
     registry = CollectorRegistry()
-    return Evictor(store=store, actions=actions, metrics=EvictorMetrics.create(registry), clock=lambda: NOW,
+    return Evictor(store=store, actions=actions, metrics=EvictorMetrics.create(registry), clock=lambda: now,
                    settings=EvictorSettings(grace_seconds=15, yield_at_checkpoints=on)), registry
 
 
@@ -227,6 +232,31 @@ def test_a_pod_at_its_last_checkpoint_before_the_window_ends_is_stopped_and_lose
     assert reg.get_sample_value("offpeak_evictions_total", {"reason": "window-ending"}) == 1.0
     assert reg.get_sample_value("offpeak_evicted_gpu_seconds_lost_total") < 1.0
     assert ev.tick() == []  # stopping: not planned twice
+
+
+def test_a_pod_that_saves_on_stop_runs_until_its_save_must_begin_and_gets_the_time_for_it() -> None:
+    # busy from 12:00 (NOW + 3300; at NOW + 3000 a 5-min step of the forecast starts there); the pod is half an hour
+    # past an hourly checkpoint and saves within 300 s when told to stop: not stopped 55 min ahead (a periodic-only
+    # pod would wait for a checkpoint it cannot reach), but once the next look would leave it less than its save
+    # before the window's end less the margin, with 300 s of grace, losing nothing
+    started = NOW - 60 - 5400
+    for now, stops in ((NOW, False), (NOW + 3000, True)):
+        store = _planned_stop_store(3600, started, save_on_stop="300", now=now)
+        assert store.held_window("n1", now=now) == (NOW + 3300, True)
+        (ck,) = [p for p in store.offline_pods_on("n1", now=now) if p.name == "ck-0"]
+        assert ck.save_on_stop_seconds == 300.0
+        actions = FakeActions()
+        plans = _yielding(store, actions, now=now)[0].tick()
+        if not stops:
+            assert plans == [] and actions.calls == []
+            continue
+        assert [(p.reason, [v.name for v in p.victims]) for p in plans] == [("window-ending", ["ck-0"])]
+        assert plans[0].message.startswith("stopping to save:") and "no work is lost" in plans[0].message
+        assert plans[0].gpu_seconds_lost == 0.0
+        assert ("evict", "ml/ck-0", 300) in actions.calls  # its save time, not the evictor's 15 s
+    # without the annotation the same pod, off its checkpoint, is not stopped at all
+    store = _planned_stop_store(3600, started, now=NOW + 3000)
+    assert _yielding(store, FakeActions(), now=NOW + 3000)[0].tick() == []
 
 
 def test_no_planned_stop_off_a_checkpoint_when_the_next_one_fits_or_when_not_asked() -> None:

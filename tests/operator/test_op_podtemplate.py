@@ -160,6 +160,8 @@ def test_an_elastic_job_gets_torchruns_elastic_rendezvous_and_the_min_size_annot
         assert (annotations["offpeak.io/gang-size"], annotations["offpeak.io/gang-min-size"]) == ("4", "2")
     rigid = pod_of(*spec_of(workers=4, minWorkers=4, checkpointing=True))  # minWorkers = workers: not elastic
     assert "offpeak.io/gang-min-size" not in rigid["metadata"]["annotations"] and env_of(rigid)["WORLD_SIZE"] == "4"
+    # checkpointing without a checkpoint claim: no save-on-SIGTERM contract, planned stops wait for a checkpoint
+    assert "offpeak.io/save-on-stop-seconds" not in rigid["metadata"]["annotations"]
 
 
 @pytest.mark.parametrize(("fields", "says"), [
@@ -201,6 +203,8 @@ def test_a_checkpoint_claim_is_mounted_by_every_attempt_with_time_to_save() -> N
     assert env_of(pod)["OFFPEAK_CHECKPOINT_INTERVAL_SECONDS"] == "300"
     assert pod["metadata"]["annotations"]["offpeak.io/checkpoint-interval-seconds"] == "300"
     assert pod["metadata"]["annotations"]["offpeak.io/checkpointing"] == "true"
+    # the contract says it saves on SIGTERM within its grace period: the evictor's planned stops count on that
+    assert pod["metadata"]["annotations"]["offpeak.io/save-on-stop-seconds"] == "90"
     claim = podspecs.checkpoint_claim(body, spec)
     kubernetes_validate.validate(claim, K8S, strict=True)
     assert claim["metadata"]["name"] == "train-1-checkpoint" and claim["spec"] == CLAIM["spec"]
@@ -208,6 +212,7 @@ def test_a_checkpoint_claim_is_mounted_by_every_attempt_with_time_to_save() -> N
     body, spec = spec_of(checkpoint={"claimName": "team-ckpt"})
     assert podspecs.checkpoint_claim(body, spec) is None
     assert pod_of(body, spec)["spec"]["volumes"][-1]["persistentVolumeClaim"] == {"claimName": "team-ckpt"}
+    assert pod_of(body, spec)["metadata"]["annotations"]["offpeak.io/save-on-stop-seconds"] == "60"  # the default
 
 
 @pytest.mark.parametrize(("checkpoint", "words"), [

@@ -64,6 +64,18 @@ def test_the_checkpoints_follow_the_restart() -> None:
     assert r.t.startup_gpu_s >= 2 * MIN * 2  # both attempts paid it
 
 
+def test_a_job_that_saves_on_stop_keeps_the_whole_window() -> None:
+    sc = _short_window_scenario()
+    r = _run(sc, ["offpeak-p90"], restart_seconds=0.0, save_on_stop_seconds=MIN)["offpeak-p90"]
+    m = summarise(sc, {"x": r})["x"]
+    # window ends at 25 min, less the 60-s margin: told to stop at 23 min, saved and gone at 24, nothing lost
+    assert r.t.yields == 1 and r.t.evictions == 0 and r.t.lost_gpu_s == 0.0
+    assert m["online_gpu_requests_blocked"] == 0
+    assert r.t.ran_gpu_s >= 24 * MIN * 2
+    # 23 of the 120 min kept, against 20 when it stops at its last periodic checkpoint
+    assert r.finish[0] == pytest.approx(r.placements[1][2] + 97 * MIN)
+
+
 def test_a_job_that_cannot_checkpoint_never_yields() -> None:
     sc = _short_window_scenario()
     r = simulate(sc, [POLICIES["offpeak-p90"]], feed=WindowFeed(sc, EXACT),
