@@ -31,7 +31,8 @@ TITLES = {"before": "before issue 18 (wide jobs folded onto one node, no gangs)"
           "poollead": "gangs + goodput, pool windows with each VC's online total known 35 min ahead of the rise "
                       "forecast, and yielding (--pool-lead-minutes 35 --yield)",
           "poolannounce": "gangs + goodput, pool windows with each VC's online total announced 35 min ahead as a "
-                          "floor under the rise forecast, and yielding (--pool-announce-minutes 35 --yield)"}
+                          "floor under the rise forecast, and yielding, jobs saving as they stop (--pool-announce-minutes "
+                          "35 --yield --save-on-stop 60)"}
 
 COLUMNS = (
     ("harvested GPU-h", lambda m: m["harvested_gpu_hours"], "{:,.0f}"),

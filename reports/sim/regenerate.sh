@@ -17,8 +17,9 @@
 # (--yield: reports/sim/poolexactyield-helios-s<seed>.json), and the rise forecast with each VC's true online total
 # known 35 minutes ahead (a checkpoint interval and the yield's margin, rounded up to a forecast step) and yielding
 # (--pool-lead-minutes 35 --yield: reports/sim/poollead-helios-s<seed>.json), and the rise forecast with each VC's
-# true online total 35 minutes ahead as a floor under it (what the extender's announced demand does) and yielding
-# (--pool-announce-minutes 35 --yield: reports/sim/poolannounce-helios-s<seed>.json), summarised with the others by
+# true online total 35 minutes ahead as a floor under it (what the extender's announced demand does) and yielding,
+# jobs saving as they stop as a checkpoint claim's do (--pool-announce-minutes 35 --yield --save-on-stop 60, the
+# default gracePeriodSeconds: reports/sim/poolannounce-helios-s<seed>.json), summarised with the others by
 # bench/sim_seeds.py into summary.md.
 # Usage: reports/sim/regenerate.sh   (from the repository root; OFFPEAK_SHARED_DATA overrides the data root)
 set -euo pipefail
@@ -58,7 +59,7 @@ if [ "${POOL:-0}" = 1 ]; then
     log "pool windows, online total known 35 min ahead, yielding, helios seed $s"
     on helios poollead "${pool[@]}" --pool-lead-minutes 35 --yield
     log "pool windows, online total announced 35 min ahead as a floor, yielding, helios seed $s"
-    on helios poolannounce "${pool[@]}" --pool-announce-minutes 35 --yield
+    on helios poolannounce "${pool[@]}" --pool-announce-minutes 35 --yield --save-on-stop 60
   done
   .venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md
   log "done"
