@@ -30,7 +30,7 @@ from offpeak_operator.settings import OperatorSettings
 # Reasons of a requeued attempt (offpeak_job_requeues_total{reason}): evicted, or failed any other way.
 REQUEUE_EVICTED = "Evicted"
 REQUEUE_POD_FAILED = "PodFailed"
-REQUEUE_YIELDED = "Yielded"  # stopped at a checkpoint before its window ended (the evictor's planned stop)
+REQUEUE_YIELDED = "Yielded"  # stopped (saving, or at a checkpoint) before its window ended (the evictor's planned stop)
 REQUEUE_REASONS = (REQUEUE_EVICTED, REQUEUE_POD_FAILED, REQUEUE_YIELDED)
 # The extractor's exit status for a UserError (offpeak.cli): the model source itself cannot be built (entry point
 # not importable or raising, not an nn.Module, unknown torchvision name, bad HF config, impossible input shape).
@@ -405,7 +405,7 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
             return going_on
     if gone or evicted:
         if evicted and not gone and spec.checkpointing and all(v.planned_stop for v in evicted):
-            what = f"pod {evicted[0].name} stopped at a checkpoint ({evicted[0].eviction_reason})"
+            what = f"pod {evicted[0].name} stopped before its window ended ({evicted[0].eviction_reason})"
             return _requeue(spec, status, present, prediction, REQUEUE_YIELDED, what, now, settings)
         if evicted:
             what = f"pod {evicted[0].name} evicted ({evicted[0].eviction_reason or evicted[0].reason or 'deleted'})"
@@ -485,7 +485,7 @@ def _narrow(spec: JobSpec, status: Mapping[str, Any], views: Sequence[PodView | 
     if status.get("reason") == NARROWED and width in str(status.get("message") or ""):
         return Decision(actions=actions)  # said already (the lost pod was seen leaving, and now it is gone)
     first_index, first = lost[0]
-    why = ("is gone" if first is None else "stopped at a checkpoint" if first.planned_stop else
+    why = ("is gone" if first is None else "stopped before its window ended" if first.planned_stop else
            f"was evicted ({first.eviction_reason or first.reason or 'deleted'})")
     counted = attempt - int(status.get("plannedStops") or 0)
     message = (f"attempt {counted}/{spec.max_attempts}: worker {first_index} {why}; {width} from the last "
