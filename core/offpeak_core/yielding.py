@@ -46,25 +46,25 @@ class YieldSettings:
             raise ValueError("margin_seconds and at_checkpoint_seconds must be >= 0")
 
 
-def checkpoint_interval(annotations: Mapping[str, str]) -> float | None:
-    """The pod's checkpoint interval in seconds from its annotations; None when absent, unreadable or not > 0."""
-    raw = annotations.get(CHECKPOINT_INTERVAL_ANNOTATION)
+def _positive_seconds(annotations: Mapping[str, str], key: str) -> float | None:
+    """The annotation `key` as seconds; None when absent, unreadable or not a finite number > 0."""
+    raw = annotations.get(key)
     try:
         value = float(raw) if raw is not None else math.nan
     except ValueError:
         return None
     return value if math.isfinite(value) and value > 0 else None
+
+
+def checkpoint_interval(annotations: Mapping[str, str]) -> float | None:
+    """The pod's checkpoint interval in seconds from its annotations; None when absent, unreadable or not > 0."""
+    return _positive_seconds(annotations, CHECKPOINT_INTERVAL_ANNOTATION)
 
 
 def save_on_stop_seconds(annotations: Mapping[str, str]) -> float | None:
     """Seconds the pod needs to save when told to stop, from its annotations; None (it keeps only its periodic
     checkpoints) when absent, unreadable or not > 0."""
-    raw = annotations.get(SAVE_ON_STOP_ANNOTATION)
-    try:
-        value = float(raw) if raw is not None else math.nan
-    except ValueError:
-        return None
-    return value if math.isfinite(value) and value > 0 else None
+    return _positive_seconds(annotations, SAVE_ON_STOP_ANNOTATION)
 
 
 def last_checkpoint(*, now: float, started_at: float, interval: float | None, startup_seconds: float = 0.0

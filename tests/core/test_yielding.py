@@ -6,9 +6,11 @@ import pytest
 
 from offpeak_core.yielding import (
     CHECKPOINT_INTERVAL_ANNOTATION,
+    SAVE_ON_STOP_ANNOTATION,
     YieldSettings,
     checkpoint_interval,
     last_checkpoint,
+    save_on_stop_seconds,
     should_yield,
 )
 
@@ -94,3 +96,10 @@ def test_a_saving_pod_stops_also_before_its_first_checkpoint_and_not_when_it_fin
     assert not should_yield(now=10 * MIN, window_end=None, **kw)
     # saving on stop is part of the checkpoint contract: a pod that cannot checkpoint still never yields
     assert not should_yield(now=10 * MIN, started_at=0.0, interval=None, window_end=12 * MIN, save_seconds=60.0)
+
+
+def test_save_time_from_the_annotations() -> None:
+    assert save_on_stop_seconds({SAVE_ON_STOP_ANNOTATION: "60"}) == 60.0
+    for bad in ("", "x", "0", "-1", "nan", "inf"):
+        assert save_on_stop_seconds({SAVE_ON_STOP_ANNOTATION: bad}) is None
+    assert save_on_stop_seconds({CHECKPOINT_INTERVAL_ANNOTATION: "600"}) is None
