@@ -112,7 +112,7 @@ class PolicyRun:
             self.feed.watch_offline(self.used)
         self.on_node: list[dict[int, Run]] = [{} for _ in range(fl.size)]
         self.runs: dict[int, Run] = {}
-        self.heap: list[tuple[float, int, int, int]] = []  # (time, job, attempt, COMPLETE | YIELD)
+        self.heap: list[tuple[float, int, int, int]] = []  # (time, job, attempt, COMPLETE | YIELD | SAVE_YIELD)
         self.checkpoints: list[tuple[float, int, int]] = []  # (time, job, attempt): next checkpoint to look at
         self.saving: set[tuple[int, int]] = set()  # (job, attempt) told to stop and saving (save_on_stop_seconds)
         self.yields = (policy.yields and policy.windowed and settings.yield_at_checkpoints
