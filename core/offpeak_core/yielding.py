@@ -104,13 +104,11 @@ def should_yield(
     if window_end is None:
         return False
     deadline = window_end - settings.margin_seconds
+    if finish_by is not None and now < finish_by <= deadline:
+        return False
     if save_seconds is not None and interval is not None and interval > 0:
-        if finish_by is not None and now < finish_by <= deadline:
-            return False
         return now + settings.at_checkpoint_seconds + save_seconds > deadline
     last = last_checkpoint(now=now, started_at=started_at, interval=interval, startup_seconds=startup_seconds)
     if last is None or interval is None or now - last > settings.at_checkpoint_seconds + 1e-9:
-        return False
-    if finish_by is not None and now < finish_by <= deadline:
         return False
     return last + interval > deadline
