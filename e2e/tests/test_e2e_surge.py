@@ -11,8 +11,12 @@ from collections.abc import Iterator
 import pytest
 
 from offpeak_core.timeparse import parse_timestamp
+from offpeak_e2e.daywindows import extender_window
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
 from offpeak_e2e.kube import KubeError
+
+
+WINDOW_NEEDED_S = 180  # each job's p90 x the margin (~2 min), and the scenario's own minute before the surge
 
 
 @pytest.fixture
@@ -34,6 +38,16 @@ def test_surge_evicts_a_lone_pod_before_a_gang_worker_that_risks_more_work(
                                 "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}})
     e2e_cluster.wait_for(f"a pod holding 4 GPUs running on {other}", lambda: e2e_cluster.get(
         "-n", ns, "pod", "holder").get("status", {}).get("phase") == "Running", timeout=60)
+
+    # Both jobs need ~2 min windows (p90 x the margin); the replayed history makes some stretches of this cluster's
+    # "day" busier, so start where both nodes' forecasts show a window for 4 GPUs well past the scenario's end.
+    def windows_left() -> dict[str, float]:
+        return {n: extender_window(e2e_cluster, n, gpus=4) for n in (first, other)}
+
+    e2e_cluster.wait_for(f"4-GPU windows of {WINDOW_NEEDED_S}s+ on {first} and {other}",
+                         lambda: min(windows_left().values()) >= WINDOW_NEEDED_S,
+                         timeout=e2e_cluster.cluster.settings.day_seconds + 30, interval=2)
+    print(f"[e2e] windows left (s): {windows_left()}")
 
     lone = trainingjob_manifest("lone", sim_seconds=400, gpu_types=["V100-SXM2-16GB"], torchvision=None,
                                 estimated_seconds=60, extra_spec={"gpusPerWorker": 4, "checkpointing": True})
