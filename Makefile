@@ -12,15 +12,16 @@ demo: venv cluster-binaries
 
 # The Kubernetes binaries first (built from Go modules into ${OFFPEAK_CACHE:-~/.cache/offpeak} on the first run;
 # the chart tests of the unit stage need helm), then the unit tests, then the end-to-end scenarios on the real
-# control plane. Each stage prints how long it took.
+# control plane. Each stage prints how long it took. The unit tests run on every core (pytest-xdist; they share no
+# state); the end-to-end scenarios one at a time (their compressed clocks would feel the contention).
 test: venv cluster-binaries
-	@t=$$(date +%s); $(PY) -m pytest -p no:cacheprovider --durations=10 tests; rc=$$?; \
+	@t=$$(date +%s); $(PY) -m pytest -p no:cacheprovider -n auto --dist worksteal --durations=10 tests; rc=$$?; \
 	  echo "[stage] unit tests: $$(( $$(date +%s) - t ))s"; exit $$rc
 	@t=$$(date +%s); $(PY) -m pytest -p no:cacheprovider --durations=25 e2e; rc=$$?; \
 	  echo "[stage] end-to-end: $$(( $$(date +%s) - t ))s"; exit $$rc
 
 unit: venv
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n auto --dist worksteal tests
 
 cluster-binaries: venv
 	@t=$$(date +%s); $(PY) -m offpeak_e2e.build; rc=$$?; \
