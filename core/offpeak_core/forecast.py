@@ -222,10 +222,10 @@ def level_since(*, times: np.ndarray, online: np.ndarray, level: float, toleranc
 def apply_schedule(
     *, forecast: DemandForecast, schedule: BusySchedule | None, capacity: int, settings: ForecastSettings
 ) -> DemandForecast:
-    """Declared busy hours take every GPU of the node (confidence 1: the owner said so)."""
+    """Declared busy hours take every GPU of the node in every step they touch (confidence 1: the owner said so)."""
     if schedule is None:
         return forecast
-    busy = schedule.mask(forecast.times, day_seconds=settings.season_seconds)
+    busy = schedule.step_mask(forecast.times, step_seconds=forecast.step_seconds, day_seconds=settings.season_seconds)
     online = forecast.online.copy()
     conf = forecast.confidence.copy()
     online[busy] = capacity

@@ -53,6 +53,25 @@ class BusySchedule:
                 busy |= prev_days & (minute < rule.end)
         return busy
 
+    def step_mask(self, times: np.ndarray, *, step_seconds: float, day_seconds: float = 86400.0) -> np.ndarray:
+        """Boolean array: True where any part of the step `[t, t + step_seconds)` is declared busy.
+
+        Why: a forecast step's demand is its most, so busy hours that begin inside a step make the whole step busy
+        and end a window at the step's start, never after the hours began (`mask` of the step's start alone would
+        read them a step late). Rules are whole minutes of the day, so looking at each step's start and at every
+        minute boundary inside it finds every busy stretch it touches."""
+        t = np.asarray(times, dtype=float)
+        busy = self.mask(t, day_seconds=day_seconds)
+        minute = day_seconds / 1440.0
+        if t.size == 0 or step_seconds <= 0:
+            return busy
+        n = int(np.ceil(step_seconds / minute)) + 1
+        # just inside each minute boundary after t, so rounding cannot put it a hair before the boundary
+        inside = (np.floor(t / minute) + 1)[:, None] * minute + np.arange(n)[None, :] * minute + minute * 1e-3
+        in_step = inside < (t + step_seconds)[:, None]
+        hits = self.mask(inside.ravel(), day_seconds=day_seconds).reshape(inside.shape)
+        return busy | (hits & in_step).any(axis=1)
+
     def busy_at(self, t: float, *, day_seconds: float = 86400.0) -> bool:
         return bool(self.mask(np.array([t]), day_seconds=day_seconds)[0])
 

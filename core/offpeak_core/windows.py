@@ -37,12 +37,13 @@ def free_profile(*, forecast: DemandForecast, capacity: int, offline_now: int = 
 
 def with_busy_hours(profile: FreeProfile, *, schedule: BusySchedule | None, most_free: int,
                     day_seconds: float) -> FreeProfile:
-    """The profile with a node's declared busy hours taken out: no GPU free then, and since the hours are known in
-    advance they end windows for certain (`bound` 0 in them; elsewhere the profile's `bound`, else `most_free`, the
-    most GPUs that can be free for offline work whatever the forecast). No schedule: the profile as it is."""
+    """The profile with a node's declared busy hours taken out: no GPU free in any step they touch, and since the
+    hours are known in advance they end windows for certain (`bound` 0 in them; elsewhere the profile's `bound`,
+    else `most_free`, the most GPUs that can be free for offline work whatever the forecast). No schedule: the
+    profile as it is."""
     if schedule is None:
         return profile
-    busy = schedule.mask(profile.times, day_seconds=day_seconds)
+    busy = schedule.step_mask(profile.times, step_seconds=profile.step_seconds, day_seconds=day_seconds)
     free = np.where(busy, 0, profile.free).astype(int)
     bound = np.full(free.size, most_free, dtype=int) if profile.bound is None else np.asarray(profile.bound).copy()
     bound[busy] = 0

@@ -63,6 +63,27 @@ def test_busy_hours_take_the_gpus_and_end_a_held_window_for_certain() -> None:
     assert profile_window(both, held=4, now=start) == (start + 3600.0, True)  # the room, not the bound, ends it
 
 
+def test_busy_hours_that_begin_inside_a_step_end_the_window_at_that_steps_start_not_after_they_began() -> None:
+    day = 86_400.0
+    start = 11 * 3600.0 + 150.0  # steps start at now, 11:02:30 here; busy daily 11:10-11:20
+    room = free_profile(forecast=forecast([0, 0, 0, 0, 0, 0], step=300.0, start=start), capacity=8)
+    busy = with_busy_hours(room, schedule=parse_busy_hours("daily 11:10-11:20"), most_free=8, day_seconds=day)
+    # 11:02:30, 11:07:30 (busy from 11:10), 11:12:30, 11:17:30 (busy until 11:20), 11:22:30, 11:27:30
+    assert list(busy.free) == [8, 0, 0, 0, 8, 8] and list(busy.bound) == [8, 0, 0, 0, 8, 8]
+    end, known = profile_window(busy, held=4, now=start)
+    assert known and end == start + 300.0 and end <= 11 * 3600.0 + 600.0  # before 11:10, not at 11:12:30
+
+
+def test_a_busy_stretch_shorter_than_a_step_and_inside_it_still_counts() -> None:
+    sched = parse_busy_hours("daily 11:06-11:07")
+    times = 11 * 3600.0 + np.array([0.0, 300.0, 600.0])
+    assert list(sched.mask(times)) == [False, False, False]  # no step starts in it
+    assert list(sched.step_mask(times, step_seconds=300.0)) == [False, True, False]
+    # on a compressed day (600 s) the rules keep their shape: 11:06-11:07 is 277.5-277.9 s in
+    assert list(sched.step_mask(np.array([270.0, 274.5, 280.0]), step_seconds=4.0, day_seconds=600.0)) == [
+        False, True, False]
+
+
 def pod(name: str, *, interval: float | None, elapsed: float, checkpointing: bool = True,
         finish_by: float | None = None) -> OfflinePod:
     return OfflinePod(name, gpus=2, checkpointing=checkpointing, elapsed_seconds=elapsed, uid=name,

@@ -211,21 +211,21 @@ def _yielding(store: ClusterStore, actions: FakeActions, on: bool = True,
 
 def test_a_pod_at_its_last_checkpoint_before_the_window_ends_is_stopped_and_loses_nothing() -> None:
     # 60 s start-up, then a checkpoint every hour: one was taken just now, the next (NOW + 3600) would come after
-    # the busy hours begin (12:00, in the forecast's first 5-min step from NOW that is all busy: NOW + 3300), so it
-    # stops now rather than be evicted at 12:00 with ~55 min lost
+    # the busy hours begin (12:00 = NOW + 3200, inside the forecast's 5-min step from NOW + 3000, which they make
+    # busy: the window ends at NOW + 3000), so it stops now rather than be evicted at 12:00 with ~53 min lost
     store = _planned_stop_store(interval=3600, started=NOW - 60 - 3600)
-    assert store.held_window_end("n1", now=NOW) == NOW + 3300
+    assert store.held_window_end("n1", now=NOW) == NOW + 3000
     (ck,) = [p for p in store.offline_pods_on("n1", now=NOW) if p.name == "ck-0"]
     assert ck.checkpoint_interval_seconds == 3600 and ck.finish_by == NOW - 3660 + 6e4
     actions = FakeActions()
     ev, reg = _yielding(store, actions)
     plans = ev.tick()
     assert [(p.node, p.reason, [v.name for v in p.victims]) for p in plans] == [("n1", "window-ending", ["ck-0"])]
-    assert "no work is lost" in plans[0].message and "in 55m" in plans[0].message
+    assert "no work is lost" in plans[0].message and "in 50m" in plans[0].message
     assert "scheduled (announced demand or busy hours) to need" in plans[0].message  # the busy hours, not a forecast
-    assert store.held_window("n1", now=NOW) == (NOW + 3300, True)
+    assert store.held_window("n1", now=NOW) == (NOW + 3000, True)
     (view,), _ = store.views(["n1"], now=NOW)
-    ending = [w for w in view.windows or () if w.start <= NOW and w.end == NOW + 3300]
+    ending = [w for w in view.windows or () if w.start <= NOW and w.end == NOW + 3000]
     assert ending and all(w.end_certain for w in ending)  # the goodput rule judges it by that end
     assert ("evict", "ml/ck-0", 15) in actions.calls and not any(c[1] == "ml/plain-0" for c in actions.calls)
     assert ("planned-stop", "ml/ck-0", True) in actions.calls  # so the operator does not count the attempt
@@ -235,14 +235,15 @@ def test_a_pod_at_its_last_checkpoint_before_the_window_ends_is_stopped_and_lose
 
 
 def test_a_pod_that_saves_on_stop_runs_until_its_save_must_begin_and_gets_the_time_for_it() -> None:
-    # busy from 12:00 (NOW + 3300; at NOW + 3000 a 5-min step of the forecast starts there); the pod is half an hour
-    # past an hourly checkpoint and saves within 300 s when told to stop: not stopped 55 min ahead (a periodic-only
-    # pod would wait for a checkpoint it cannot reach), but once the next look would leave it less than its save
-    # before the window's end less the margin, with 300 s of grace, losing nothing
+    # busy from 12:00 (NOW + 3200; the window ends at the start of the forecast's 5-min step that holds it); the
+    # pod is half an hour past an hourly checkpoint and saves within 300 s when told to stop: not stopped 50 min
+    # ahead (a periodic-only pod would wait for a checkpoint it cannot reach), but once the next look would leave it
+    # less than its save before the window's end less the margin, with 300 s of grace, losing nothing
     started = NOW - 60 - 5400
-    for now, stops in ((NOW, False), (NOW + 3000, True)):
+    for now, stops in ((NOW, False), (NOW + 2640, True)):
         store = _planned_stop_store(3600, started, save_on_stop="300", now=now)
-        assert store.held_window("n1", now=now) == (NOW + 3300, True)
+        end, known = store.held_window("n1", now=now)  # the start of the 5-min step (from `now`) holding 12:00
+        assert known and NOW + 3200 - 300 < end <= NOW + 3200
         (ck,) = [p for p in store.offline_pods_on("n1", now=now) if p.name == "ck-0"]
         assert ck.save_on_stop_seconds == 300.0
         actions = FakeActions()
@@ -255,8 +256,8 @@ def test_a_pod_that_saves_on_stop_runs_until_its_save_must_begin_and_gets_the_ti
         assert plans[0].gpu_seconds_lost == 0.0
         assert ("evict", "ml/ck-0", 300) in actions.calls  # its save time, not the evictor's 15 s
     # without the annotation the same pod, off its checkpoint, is not stopped at all
-    store = _planned_stop_store(3600, started, now=NOW + 3000)
-    assert _yielding(store, FakeActions(), now=NOW + 3000)[0].tick() == []
+    store = _planned_stop_store(3600, started, now=NOW + 2640)
+    assert _yielding(store, FakeActions(), now=NOW + 2640)[0].tick() == []
 
 
 def test_no_planned_stop_off_a_checkpoint_when_the_next_one_fits_or_when_not_asked() -> None:
