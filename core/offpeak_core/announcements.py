@@ -10,7 +10,12 @@ A window that ends at an announced time stays put as time passes, so a checkpoin
 checkpoint before it (`offpeak_core.yielding`) instead of being evicted. The simulator measured what this is worth
 on Helios (docs/simulator.md, "Pool windows", announced online demand: as a floor, less than hoped).
 
-Pure: parsing and the floor; the extender's informer feeds the objects in (`offpeak_extender.kube`).
+An owner who controls the pool's whole online side (a scheduled scaler, fixed replica counts) can also say the most
+it will hold (`poolGpusAtMost`): a ceiling over the forecast in the steps it covers, so the pool's recent peak no
+longer hides the room the owner knows it leaves. Unlike the floor it can cost something if wrong: online work
+above it evicts offline pods (online pods wait at most the eviction grace period for their GPUs).
+
+Pure: parsing, the floor and the ceiling; the extender's informer feeds the objects in (`offpeak_extender.kube`).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ class Announcement:
     gpus: int
     start: float
     end: float
+    pool_gpus_at_most: int | None = None  # `spec.poolGpusAtMost`: the whole pool's online GPUs stay at or below it
 
 
 def _instant(spec: Mapping[str, Any], key: str) -> float:
@@ -76,7 +82,11 @@ def announcement_from_object(obj: Mapping[str, Any]) -> Announcement:
         raise AnnouncementError(f"{name}: {e}") from None
     if end <= start:
         raise AnnouncementError(f"{name}: spec.end must be after spec.start")
-    return Announcement(name, pool, gpus, start, end)
+    most = spec.get("poolGpusAtMost")
+    if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < gpus):
+        raise AnnouncementError(f"{name}: spec.poolGpusAtMost must be a whole number >= spec.gpus ({gpus}), "
+                                f"got {most!r}")
+    return Announcement(name, pool, gpus, start, end, most)
 
 
 def announced_demand(announcements: Iterable[Announcement], times: np.ndarray, step_seconds: float) -> np.ndarray:
@@ -87,6 +97,19 @@ def announced_demand(announcements: Iterable[Announcement], times: np.ndarray, s
     out = np.zeros(t.size)
     for a in announcements:
         out += np.where((t < a.end) & (t + step_seconds > a.start), a.gpus, 0)
+    return out
+
+
+def announced_ceiling(announcements: Iterable[Announcement], times: np.ndarray, step_seconds: float) -> np.ndarray:
+    """The most online GPUs the pool can hold per forecast step, by the announcements that state it
+    (`pool_gpus_at_most`): the least of those in force over the whole step `[times[i], times[i] + step_seconds)`,
+    infinity where none is (a ceiling over part of a step says nothing of the rest, whose demand may be higher)."""
+    t = np.asarray(times, dtype=float)
+    out = np.full(t.size, np.inf)
+    for a in announcements:
+        if a.pool_gpus_at_most is not None:
+            covered = (t >= a.start) & (t + step_seconds <= a.end)
+            out = np.where(covered, np.minimum(out, a.pool_gpus_at_most), out)
     return out
 
 

@@ -2,7 +2,8 @@
 online side will hold a pool's GPUs from a given time: the extender's pool forecast takes it as a floor at once, so
 a pooled node's window ends at the announced start, and the evictor (`--yield-at-checkpoints`, with the same pool
 label) stops a checkpointing job before it (the job saves as it stops), instead of the scale-up evicting it. The
-API server refuses an announcement that ends before it starts (the CRD's validation rule).
+API server refuses an announcement that ends before it starts, or states a pool ceiling below what it announces (the
+CRD's validation rules).
 
 Its own cluster (`pytest-announce`): two A100 nodes without any online work (4 past days of zeros backfilled into
 Prometheus, a 240 s "day"), labelled into one pool at the start: by the pool's history alone every window reaches
@@ -67,6 +68,10 @@ def test_an_announced_scale_up_stops_a_pooled_job_at_a_checkpoint_before_it(anno
     bad = c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(announcement("backwards", start=now + 600,
                                                                                 end=now + 60)), check=False)
     assert bad.returncode != 0 and "end must be after start" in bad.stderr, bad.stderr
+    low = announcement("low-ceiling", start=now + 60, end=now + 600)
+    low["spec"]["poolGpusAtMost"] = 8  # below the 16 it announces
+    bad = c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(low), check=False)
+    assert bad.returncode != 0 and "poolGpusAtMost must be at least gpus" in bad.stderr, bad.stderr
 
     pv = checkpoint_volume(c, ns)
     job = checkpointed_job("announced", pv=pv, steps=STEPS, step_seconds=STEP_SECONDS, gpus=GPUS,

@@ -76,8 +76,11 @@ def pool_settings(args: argparse.Namespace, forecast: ForecastSettings) -> PoolS
     """Pool windows from the command line (`--pool-label`), the extender's and the evictor's alike; None: off."""
     if not getattr(args, "pool_label", None):
         return None
+    ceilings = frozenset(n.strip() for n in (getattr(args, "pool_ceiling_namespaces", None) or "").split(",")
+                         if n.strip())
     return PoolSettings(label=args.pool_label,
-                        look_back_seconds=args.pool_look_back_seconds or forecast.season_seconds / 4)
+                        look_back_seconds=args.pool_look_back_seconds or forecast.season_seconds / 4,
+                        ceiling_namespaces=ceilings)
 
 
 def stale_seconds(args: argparse.Namespace) -> float:

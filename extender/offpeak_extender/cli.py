@@ -141,6 +141,11 @@ def _forecast_arguments(p: argparse.ArgumentParser) -> None:
                    "end when the pool's total online demand, forecast from its recent peak and the rises its history "
                    "shows and never below what OnlineDemand objects announce for the pool, leaves less room than the "
                    "pool's offline pods hold; off by default")
+    p.add_argument("--pool-ceiling-namespaces", default=_env("OFFPEAK_POOL_CEILING_NAMESPACES") or None,
+                   metavar="NS,NS",
+                   help="with --pool-label: OnlineDemand objects in these namespaces may also state the most online "
+                   "GPUs their pool holds (spec.poolGpusAtMost), which caps the pool's forecast; elsewhere that field "
+                   "is ignored (logged) and the object counts as a floor only; default: none")
     p.add_argument("--pool-look-back-seconds", type=float,
                    default=_env_float("OFFPEAK_POOL_LOOK_BACK_SECONDS", 0.0) or None,
                    help="how far back a pool's recent peak is taken (default: a quarter of --season-seconds, 6 h)")

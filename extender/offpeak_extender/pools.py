@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from offpeak_core.announcements import Announcement, announced_demand
+from offpeak_core.announcements import Announcement, announced_ceiling, announced_demand
 from offpeak_core.forecast import ForecastSettings
 from offpeak_core.poolrise import PoolRise, fit_pool_rise, pool_free, pooled_free, summed_on_grid
 from offpeak_core.schedules import BusySchedule
@@ -34,10 +34,13 @@ MIN_SAMPLES = 12  # instants with a full look-back before a pool's rises are lea
 
 @dataclass(frozen=True)
 class PoolSettings:
-    """Which node label names a node's pool, and how far back a pool's recent peak is taken."""
+    """Which node label names a node's pool, how far back a pool's recent peak is taken, and the namespaces whose
+    OnlineDemand objects may state a pool's ceiling (`poolGpusAtMost`; none by default: a ceiling lengthens offline
+    windows, so only the cluster operator says whom to believe)."""
 
     label: str
     look_back_seconds: float = DEFAULT_LOOK_BACK_SECONDS
+    ceiling_namespaces: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if not self.label:
@@ -112,15 +115,16 @@ def pooled_profile(fit: PoolFit, *, pool_online_now: float, pool_held: int, node
     """A pooled node's free GPUs for more offline pods, per step of the fit's grid from the one holding `now`: no
     more than it has free now (`node_free`), nor than its pool's forecast free GPUs less every offline GPU held in
     the pool (`pool_held`), the forecast online demand being at least what the pool's online owners announced
-    (`announced`); none in the node's declared busy hours (`schedule`), as for a node outside a pool. Announced
-    demand and busy hours also make the profile's `bound`, so windows they end are known to end there."""
+    (`announced`) and at most the ceiling they stated, if any; none in the node's declared busy hours (`schedule`),
+    as for a node outside a pool. Announced demand and busy hours also make the profile's `bound`, so windows they
+    end are known to end there."""
     online = fit.rise.forecast(recent=fit.recent, live=pool_online_now)
     step = settings.step_seconds
     times = fit.at + (max(0, int((now - fit.at) // step)) + np.arange(online.size)) * step
     bound = None  # what is known in advance (announcements, busy hours) ends windows for certain
     if announced:
         floor = announced_demand(announced, times, step)
-        online = np.maximum(online, floor)
+        online = np.maximum(np.minimum(online, announced_ceiling(announced, times, step)), floor)
         bound = pooled_free(pool_free(floor, fit.capacity), held=pool_held, node_free=node_free).astype(int)
     free = pooled_free(pool_free(online, fit.capacity), held=pool_held, node_free=node_free).astype(int)
     return with_busy_hours(FreeProfile(times, free, np.ones(free.size), step, bound), schedule=schedule,

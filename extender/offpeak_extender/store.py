@@ -17,7 +17,7 @@ import time
 from collections import deque
 from itertools import islice
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -409,6 +409,12 @@ class ClusterStore:
 
     def upsert_announcement(self, obj: Mapping[str, Any]) -> None:
         a = _announcement_or_none(obj)
+        if a is not None and a.pool_gpus_at_most is not None:
+            namespace = a.name.partition("/")[0]
+            if self.pools is None or namespace not in self.pools.ceiling_namespaces:
+                log.warning("OnlineDemand %s: spec.poolGpusAtMost ignored: namespace %r may not state a pool's "
+                            "ceiling (--pool-ceiling-namespaces); it counts as a floor only", a.name, namespace)
+                a = replace(a, pool_gpus_at_most=None)
         with self._lock:
             if a is None:  # unusable now: whatever it said before no longer stands
                 self._announcements.pop(object_name(obj), None)

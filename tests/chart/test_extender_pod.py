@@ -127,6 +127,12 @@ def test_pool_windows_are_off_by_default_and_the_label_reaches_the_real_cli(helm
     pools = _extender_config(_rendered_with(
         tmp_path, "scheduler: {extender: {poolLabel: example.com/inference-pool, poolLookBackSeconds: 7200}}\n")).pools
     assert pools is not None and (pools.label, pools.look_back_seconds) == ("example.com/inference-pool", 7200.0)
+    assert pools.ceiling_namespaces == frozenset()
+    pools = _extender_config(_rendered_with(tmp_path, "scheduler: {extender: {poolLabel: example.com/inference-pool, "
+                                                      "poolCeilingNamespaces: [chat, serving]}}\n")).pools
+    assert pools is not None and pools.ceiling_namespaces == {"chat", "serving"}
+    with pytest.raises(Exception, match="poolCeilingNamespaces"):
+        _rendered_with(tmp_path, "scheduler: {extender: {poolCeilingNamespaces: [Not_A_Namespace]}}\n")
     with pytest.raises(Exception, match="poolLabel"):
         _rendered_with(tmp_path, "scheduler: {extender: {poolLabel: 'not a label'}}\n")
 

@@ -250,6 +250,7 @@ def test_pool_windows_let_the_extender_and_a_yielding_evictor_read_announced_onl
     assert reads_announcements(pooled, "-extender") and not reads_announcements(pooled, "-evictor")
     assert not any(a.startswith("--pool-label") for a in evictor_args(pooled))
     both = rendered("scheduler.extender.poolLabel=pool.example.com/name", "evictor.yieldAtCheckpoints=true",
-                    "scheduler.extender.poolLookBackSeconds=900")
+                    "scheduler.extender.poolLookBackSeconds=900", "scheduler.extender.poolCeilingNamespaces={chat}")
     assert reads_announcements(both, "-extender") and reads_announcements(both, "-evictor")
-    assert {"--pool-label=pool.example.com/name", "--pool-look-back-seconds=900"} <= set(evictor_args(both))
+    assert {"--pool-label=pool.example.com/name", "--pool-look-back-seconds=900",
+            "--pool-ceiling-namespaces=chat"} <= set(evictor_args(both))

@@ -4,6 +4,7 @@ time passes (what a planned stop needs), and the informer keeps them current."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,7 +23,7 @@ from support import REPO
 from support.clock import Clock
 
 from .k8s_objects import gpu_pod
-from .test_pool_windows import NOW, POOLS, S, idle, pooled_node
+from .test_pool_windows import NOW, POOLS, S, idle, pooled_node, pulsed
 
 CRD = yaml.safe_load((REPO / "crds" / "onlinedemands.offpeak.io.yaml").read_text())
 EXAMPLES = sorted((REPO / "examples" / "onlinedemands").glob("*.yaml"))
@@ -32,10 +33,13 @@ def iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def demand(name: str, *, pool: str = "web", gpus: int, start: float, end: float) -> dict[str, Any]:
+def demand(name: str, *, pool: str = "web", gpus: int, start: float, end: float,
+           at_most: int | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"pool": pool, "gpus": gpus, "start": iso(start), "end": iso(end)}
+    if at_most is not None:
+        spec["poolGpusAtMost"] = at_most
     return {"apiVersion": "offpeak.io/v1alpha1", "kind": "OnlineDemand",
-            "metadata": {"namespace": "online", "name": name, "resourceVersion": "1"},
-            "spec": {"pool": pool, "gpus": gpus, "start": iso(start), "end": iso(end)}}
+            "metadata": {"namespace": "online", "name": name, "resourceVersion": "1"}, "spec": spec}
 
 
 def quiet_store(clock: Clock) -> ClusterStore:
@@ -100,6 +104,34 @@ def test_an_announcement_never_lengthens_a_window_the_pools_history_shortens() -
     store.upsert_announcement(demand("small", gpus=2, start=NOW, end=NOW + 300))
     assert store.views(["w2"])[0][0].windows == before
     assert store.announced("web")[0].gpus == 2
+
+
+def test_a_stated_ceiling_opens_the_room_the_pools_rises_would_take_while_it_covers_them() -> None:
+    """Pool q's total rose from 0 to 16 of its 24 GPUs in a third of its idle stretches, so by its history alone a
+    window for more than 4 GPUs on q2 (4 are held offline on q1) ends within 100 s. Its owner says the pool holds
+    at most 8 online GPUs for the next 200 s: 8 GPUs of q2 stay free until then, no longer, and a ceiling above what
+    the rises reach changes nothing. Only from a namespace the operator trusts (`--pool-ceiling-namespaces`)."""
+    now = NOW - NOW % 300 + 290
+    plan = {"name": "plan", "pool": "q", "gpus": 1, "start": now - 10, "end": now + 200}
+    for trusted in (frozenset(), frozenset({"online"})):
+        pools = replace(POOLS, ceiling_namespaces=trusted)
+        store = ClusterStore(settings=S, clock=Clock(now), stale_after_seconds=30.0, pools=pools)
+        store.replace_all(nodes=[pooled_node(n, "q") for n in ("q1", "q2", "q3")],
+                          pods=[gpu_pod("train-0", gpus=4, node="q1")])
+        busy = pulsed(period=300.0, on=50.0, end=now)
+        store.set_history({"q1": busy, "q2": idle(end=now), "q3": busy}, now=now)
+        before = store.views(["q2"])[0][0].windows
+        end = end_for(store, "q2", 5)
+        assert end is not None and end - now <= 100
+        store.upsert_announcement(demand(**plan, at_most=8))
+        if not trusted:  # a namespace the operator did not name: a floor only, the ceiling dropped
+            assert store.announced("q")[0].pool_gpus_at_most is None
+            assert store.views(["q2"])[0][0].windows == before
+            continue
+        end = end_for(store, "q2", 8)
+        assert end is not None and now + 200 - S.step_seconds <= end <= now + 200
+        store.upsert_announcement(demand(**plan, at_most=20))
+        assert store.views(["q2"])[0][0].windows == before
 
 
 def test_an_unusable_or_another_pools_announcement_changes_nothing_and_an_unusable_update_withdraws_it() -> None:
@@ -184,8 +216,8 @@ def test_the_crd_schema_takes_the_examples_and_refuses_what_the_extender_could_n
     (version,) = CRD["spec"]["versions"]
     schema = version["schema"]["openAPIV3Schema"]
     spec = schema["properties"]["spec"]
-    assert spec["x-kubernetes-validations"] == [{"rule": "self.end > self.start",
-                                                 "message": "end must be after start"}]
+    rules = [v["rule"] for v in spec["x-kubernetes-validations"]]
+    assert rules == ["self.end > self.start", "!has(self.poolGpusAtMost) || self.poolGpusAtMost >= self.gpus"]
     plain = {k: v for k, v in schema.items()}
     plain["properties"] = {"spec": {k: v for k, v in spec.items() if not k.startswith("x-kubernetes")}}
     assert EXAMPLES
@@ -194,7 +226,7 @@ def test_the_crd_schema_takes_the_examples_and_refuses_what_the_extender_could_n
         jsonschema.validate(doc, plain, format_checker=jsonschema.FormatChecker())
         assert announcement_from_object(doc).gpus >= 1
     good = demand("x", gpus=1, start=NOW, end=NOW + 60)
-    for field, value in (("gpus", 0), ("pool", ""), ("start", None)):
+    for field, value in (("gpus", 0), ("pool", ""), ("start", None), ("poolGpusAtMost", 0)):
         bad = {**good, "spec": {**good["spec"], field: value}}
         if value is None:
             del bad["spec"][field]

@@ -306,6 +306,8 @@ def test_the_extender_takes_a_pool_label_and_a_look_back(monkeypatch: pytest.Mon
     assert config("--pool-label", LABEL, "--pool-look-back-seconds", "60").pools == PoolSettings(LABEL, 60.0)
     monkeypatch.setenv("OFFPEAK_POOL_LABEL", LABEL)
     assert config().pools == PoolSettings(LABEL, 6 * 3600.0)
+    trusted = config("--pool-ceiling-namespaces", "chat, serving,").pools
+    assert trusted is not None and trusted.ceiling_namespaces == {"chat", "serving"}
 
 
 def test_the_evictor_takes_the_same_pool_options_for_its_planned_stops() -> None:
@@ -317,6 +319,9 @@ def test_the_evictor_takes_the_same_pool_options_for_its_planned_stops() -> None
     register(parser.add_subparsers())
     args = parser.parse_args(["evictor", "--yield-at-checkpoints", "--pool-label", LABEL, "--season-seconds", "600"])
     assert pool_settings(args, forecast_settings(args)) == PoolSettings(LABEL, 150.0)
+    args = parser.parse_args(["evictor", "--yield-at-checkpoints", "--pool-label", LABEL, "--season-seconds", "600",
+                              "--pool-ceiling-namespaces", "chat"])
+    assert pool_settings(args, forecast_settings(args)) == PoolSettings(LABEL, 150.0, frozenset({"chat"}))
     args = parser.parse_args(["evictor"])
     assert pool_settings(args, forecast_settings(args)) is None
 
