@@ -98,6 +98,9 @@ def register(subparsers: Any) -> None:
                    help="with the rise pool forecast: online owners announce what they will need this far ahead "
                    "(default 0): each pool's true online total within it is a floor under the forecast, as the "
                    "extender's announced demand is")
+    p.add_argument("--pool-announce-ceiling", action="store_true",
+                   help="with --pool-announce-minutes: the announcements also say the most each pool's online side "
+                   "will hold (an OnlineDemand's gpusAtMost), so within them the forecast is the announced total")
     p.add_argument("--hold-from-rise", action="store_true",
                    help="a rise of online demand the forecast missed closes the node for an hour from the rise, not "
                    "from every re-forecast, as the extender does (off by default until reports/sim is regenerated)")
@@ -186,10 +189,13 @@ def handle(args: argparse.Namespace) -> int:
             not args.pool_windows or args.pool_forecast != "rise" or args.pool_lead_minutes > 0)):
         raise UserError("--pool-announce-minutes must be >= 0, and needs --pool-windows with the rise pool forecast "
                         "and no --pool-lead-minutes")
+    if args.pool_announce_ceiling and args.pool_announce_minutes <= 0:
+        raise UserError("--pool-announce-ceiling needs --pool-announce-minutes")
     feed = FeedSettings(mode=args.forecast, refresh_seconds=args.refresh_seconds, forecast=fs,
                         pool_windows=args.pool_windows, pool_look_back_seconds=args.pool_look_back_hours * 3600.0,
                         pool_forecast=args.pool_forecast, pool_lead_seconds=args.pool_lead_minutes * 60.0,
-                        pool_announce_seconds=args.pool_announce_minutes * 60.0, hold_from_rise=args.hold_from_rise)
+                        pool_announce_seconds=args.pool_announce_minutes * 60.0,
+                        pool_announce_ceiling=args.pool_announce_ceiling, hold_from_rise=args.hold_from_rise)
     if args.min_efficiency is not None and not 0.0 < args.min_efficiency <= 1.0:
         raise UserError("--min-efficiency must be within (0, 1]")
     goodput = EngineSettings().goodput

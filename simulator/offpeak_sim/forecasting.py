@@ -86,6 +86,9 @@ class FeedSettings:
     # pool's true online total within it is a floor under the forecast, never lowering it (what the extender's
     # announced demand does, `offpeak_core.announcements`); beyond it the rises are as without.
     pool_announce_seconds: float = 0.0
+    # with announcements: they also cap the pool's forecast within them (an OnlineDemand's `gpusAtMost`: the pool's
+    # online side says it will hold no more), so within the lead the forecast is the announced total itself
+    pool_announce_ceiling: bool = False
 
     def __post_init__(self) -> None:
         if self.mode not in ("seasonal", "exact"):
@@ -99,6 +102,8 @@ class FeedSettings:
         if self.pool_announce_seconds < 0 or (self.pool_announce_seconds > 0 and (
                 self.pool_forecast != "rise" or self.pool_lead_seconds > 0)):
             raise ValueError("pool_announce_seconds must be >= 0, and is for the rise forecast without a lead only")
+        if self.pool_announce_ceiling and self.pool_announce_seconds <= 0:
+            raise ValueError("pool_announce_ceiling needs pool_announce_seconds > 0")
 
 
 def future_step_maxima(series: np.ndarray, m0: int, *, steps: int, per: int) -> np.ndarray:
@@ -407,6 +412,8 @@ class WindowFeed:
                 floor = np.zeros(online.size)
                 floor[:announced] = self._pool_future(p, m, per, steps=announced)
                 online = np.maximum(online, floor)
+                if self.s.pool_announce_ceiling:  # announced as the most too: exactly the announced total
+                    online[:announced] = floor[:announced]
                 floor = floor[: self.steps - past]
                 floor = np.concatenate([np.repeat(floor[:1], past), floor])
                 self.pool_bound[p] = pool_free(floor, int(self.pool_cap[p]))

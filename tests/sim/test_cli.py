@@ -88,6 +88,9 @@ def test_online_placement_is_a_flag_recorded_in_the_meta(tmp_path: Path, capsys)
                  "--report", str(tmp_path / "announced.json")]) == 0
     feed = json.loads((tmp_path / "announced.meta.json").read_text())["settings"]["feed"]
     assert feed["pool_announce_seconds"] == 2100.0 and feed["pool_lead_seconds"] == 0.0
+    assert feed["pool_announce_ceiling"] is False
+    rc = main([*base, "--pool-windows", "--pool-announce-ceiling", "--report", str(tmp_path / "cap.json")])
+    assert rc == 2 and "--pool-announce-ceiling needs --pool-announce-minutes" in capsys.readouterr().err
     rc = main([*base, "--pool-windows", "--pool-announce-minutes", "35", "--pool-lead-minutes", "35",
                "--report", str(tmp_path / "both.json")])
     assert rc == 2 and "--pool-announce-minutes" in capsys.readouterr().err

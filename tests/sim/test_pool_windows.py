@@ -204,6 +204,31 @@ def test_announced_demand_is_a_floor_within_its_lead_and_never_lowers_the_foreca
     assert 3 in noted["plain"] and 3 not in noted["announced"]
 
 
+def test_an_announced_ceiling_makes_the_forecast_the_announced_total_within_the_lead_and_no_further() -> None:
+    """`pool_announce_ceiling`: the announcements also say the most the pool holds, so within the lead its forecast
+    is the true total: the room the rises take (the pool went from 4 to 10 pods for 10 minutes every two hours)
+    opens up, the burst still closes the pool, and beyond the lead all is as without."""
+    counts = np.full(3 * 1440 + 1, 4, dtype=np.int64)
+    minute = np.arange(counts.size)
+    counts[(minute % 120 < 10) & (minute < RUN + 1440 + 120)] = 10  # quiet for the last 90 min before 03:30
+    burst = RUN + 1440 + 240
+    counts[burst : burst + 30] = 22
+    sc = pod_scenario(counts, [], nodes=3)
+    free = {}
+    for ceiling in (False, True):
+        feed = WindowFeed(sc, FeedSettings(pool_windows=True, pool_look_back_seconds=1800.0, pool_announce_seconds=H,
+                                           pool_announce_ceiling=ceiling), sc.demand.copy())
+        feed.watch_offline(np.zeros(3, dtype=np.int64))
+        feed.maybe_refresh((RUN + 1440 + 210) * 60.0)  # 03:30, 30 min before the burst
+        free[ceiling] = feed.pool_free[int(feed.pool_of[0])]
+        cap = int(feed.pool_cap[int(feed.pool_of[0])])
+    floor, ceiling = free[False], free[True]
+    assert (ceiling >= floor).all() and floor[:6].min() < cap - 4  # the rises take room before the burst...
+    assert ceiling[:6].tolist() == [cap - 4] * 6  # ...which the ceiling gives back: what the 4 pods leave
+    assert ceiling[6:12].max() <= 2  # 04:00-04:30: the burst still closes the pool
+    assert np.array_equal(ceiling[12:], floor[12:])  # past the 1-h lead, as without
+
+
 def test_an_announcement_entering_the_lead_between_refreshes_is_seen_the_next_minute() -> None:
     """The extender's informer sees an OnlineDemand the moment it is made; the feed's announced lead moves on every
     minute, not only at a refresh or when the pool's demand changes."""
@@ -235,6 +260,8 @@ def test_a_pool_lead_is_refused_when_negative_or_with_the_exact_forecast(setting
 def test_announced_demand_is_refused_when_negative_with_the_exact_forecast_or_with_a_lead(settings: dict) -> None:
     with pytest.raises(ValueError, match="pool_announce_seconds"):
         FeedSettings(pool_windows=True, **settings)
+    with pytest.raises(ValueError, match="pool_announce_ceiling needs"):
+        FeedSettings(pool_windows=True, pool_announce_ceiling=True)
 
 
 def test_the_exact_pool_forecast_is_refused_with_an_unknown_name() -> None:
