@@ -1,6 +1,6 @@
 """Summarise the committed simulator reports over seeds: mean and range per policy, and offpeak against backfill.
 
-Reads `<dir>/{days,before,pinned,pool,poolexact,poolexactyield,poollead}-{alibaba,helios}-s<seed>.json` (written by
+Reads `<dir>/<kind>-{alibaba,helios}-s<seed>.json` for each kind of `TITLES` (written by
 `reports/sim/regenerate.sh`) and prints markdown tables (mean, and min..max over the seeds in brackets). Usage:
 `.venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md`.
 
@@ -32,7 +32,10 @@ TITLES = {"before": "before issue 18 (wide jobs folded onto one node, no gangs)"
                       "forecast, and yielding (--pool-lead-minutes 35 --yield)",
           "poolannounce": "gangs + goodput, pool windows with each VC's online total announced 35 min ahead as a "
                           "floor under the rise forecast, and yielding, jobs saving as they stop (--pool-announce-minutes "
-                          "35 --yield --save-on-stop 60)"}
+                          "35 --yield --save-on-stop 60)",
+          "poolcap": "gangs + goodput, pool windows with each VC's online total announced 35 min ahead as a floor and "
+                     "a ceiling (OnlineDemand poolGpusAtMost), and yielding, jobs saving as they stop "
+                     "(--pool-announce-minutes 35 --pool-announce-ceiling --yield --save-on-stop 60)"}
 
 COLUMNS = (
     ("harvested GPU-h", lambda m: m["harvested_gpu_hours"], "{:,.0f}"),

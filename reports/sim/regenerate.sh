@@ -19,7 +19,9 @@
 # (--pool-lead-minutes 35 --yield: reports/sim/poollead-helios-s<seed>.json), and the rise forecast with each VC's
 # true online total 35 minutes ahead as a floor under it (what the extender's announced demand does) and yielding,
 # jobs saving as they stop as a checkpoint claim's do (--pool-announce-minutes 35 --yield --save-on-stop 60, the
-# default gracePeriodSeconds: reports/sim/poolannounce-helios-s<seed>.json), summarised with the others by
+# default gracePeriodSeconds: reports/sim/poolannounce-helios-s<seed>.json), and the same with that total also a
+# ceiling over the forecast within the 35 minutes, as a trusted OnlineDemand's poolGpusAtMost is in the extender
+# (--pool-announce-ceiling: reports/sim/poolcap-helios-s<seed>.json), summarised with the others by
 # bench/sim_seeds.py into summary.md.
 # Usage: reports/sim/regenerate.sh   (from the repository root; OFFPEAK_SHARED_DATA overrides the data root)
 set -euo pipefail
@@ -60,6 +62,8 @@ if [ "${POOL:-0}" = 1 ]; then
     on helios poollead "${pool[@]}" --pool-lead-minutes 35 --yield
     log "pool windows, online total announced 35 min ahead as a floor, yielding, helios seed $s"
     on helios poolannounce "${pool[@]}" --pool-announce-minutes 35 --yield --save-on-stop 60
+    log "pool windows, online total announced 35 min ahead as a floor and a ceiling, yielding, helios seed $s"
+    on helios poolcap "${pool[@]}" --pool-announce-minutes 35 --pool-announce-ceiling --yield --save-on-stop 60
   done
   .venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md
   log "done"
