@@ -100,7 +100,7 @@ def register(subparsers: Any) -> None:
                    "extender's announced demand is")
     p.add_argument("--pool-announce-ceiling", action="store_true",
                    help="with --pool-announce-minutes: the announcements also say the most each pool's online side "
-                   "will hold (an OnlineDemand's gpusAtMost), so within them the forecast is the announced total")
+                   "will hold (an OnlineDemand's poolGpusAtMost), so within them the forecast is the announced total")
     p.add_argument("--hold-from-rise", action="store_true",
                    help="a rise of online demand the forecast missed closes the node for an hour from the rise, not "
                    "from every re-forecast, as the extender does (off by default until reports/sim is regenerated)")

@@ -86,7 +86,7 @@ class FeedSettings:
     # pool's true online total within it is a floor under the forecast, never lowering it (what the extender's
     # announced demand does, `offpeak_core.announcements`); beyond it the rises are as without.
     pool_announce_seconds: float = 0.0
-    # with announcements: they also cap the pool's forecast within them (an OnlineDemand's `gpusAtMost`: the pool's
+    # with announcements: they also cap the pool's forecast within them (an OnlineDemand's `poolGpusAtMost`: the pool's
     # online side says it will hold no more), so within the lead the forecast is the announced total itself
     pool_announce_ceiling: bool = False
 
