@@ -309,9 +309,12 @@ class PolicyRun:
         return now if win is None else win.end
 
     def _run_window_end(self, r: Run, now: float) -> float | None:
-        """The earliest forecast end over the windows run r's members are in (None: any is open-ended or stale)."""
-        ends = [self._window_end(r, n, now) for n, _ in r.members]
-        return None if any(e is None for e in ends) else min(e for e in ends if e is not None)
+        """The earliest forecast end over the windows run r's members are in (None: none ends, each being
+        open-ended or stale). Any member's end counts: the evictor judges each pod by its own node's window, and a
+        member stopped stops its gang, so a gang with one member in an open-ended window still stops where another
+        member's window ends."""
+        ends = [e for e in (self._window_end(r, n, now) for n, _ in r.members) if e is not None]
+        return min(ends) if ends else None
 
     def _plan_saving_yields(self, now: float) -> None:
         """Jobs that save when stopped: each running job whose window ends before the next minute's look plus its

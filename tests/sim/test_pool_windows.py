@@ -267,3 +267,21 @@ def test_announced_demand_is_refused_when_negative_with_the_exact_forecast_or_wi
 def test_the_exact_pool_forecast_is_refused_with_an_unknown_name() -> None:
     with pytest.raises(ValueError, match="pool_forecast"):
         FeedSettings(pool_windows=True, pool_forecast="perfect")
+
+
+def test_a_gang_stops_where_any_members_window_ends_though_another_members_is_open_ended() -> None:
+    """The evictor judges each pod by its own node's window and a member stopped stops its gang, so the simulated
+    planned stop takes the earliest end any member's window has; one member in an open-ended window (or on a stale
+    node) must not hide it. Before, such gangs across VCs were never told to stop, and Helios's lost GPU-hours with
+    announced ceilings were all theirs."""
+    from types import SimpleNamespace
+
+    from offpeak_sim.attempts import Run
+    from offpeak_sim.engine import PolicyRun
+
+    ends = {0: None, 1: 5_000.0, 2: 4_000.0, 3: None}
+    engine = SimpleNamespace(_window_end=lambda r, n, now: ends[n])
+    gang = Run(job=7, node=0, start=0.0, gpus=16, slowdown=1.0, end=9e9, members=((0, 8), (1, 4), (2, 4)))
+    assert PolicyRun._run_window_end(engine, gang, 1_000.0) == 4_000.0
+    lone = Run(job=8, node=3, start=0.0, gpus=8, slowdown=1.0, end=9e9, members=((3, 8),))
+    assert PolicyRun._run_window_end(engine, lone, 1_000.0) is None  # nothing ends: it runs on
