@@ -411,9 +411,10 @@ class WindowFeed:
             if announced and self.pool_bound is not None:
                 floor = np.zeros(online.size)
                 floor[:announced] = self._pool_future(p, m, per, steps=announced)
-                online = np.maximum(online, floor)
                 if self.s.pool_announce_ceiling:  # announced as the most too: exactly the announced total
                     online[:announced] = floor[:announced]
+                else:
+                    online = np.maximum(online, floor)
                 floor = floor[: self.steps - past]
                 floor = np.concatenate([np.repeat(floor[:1], past), floor])
                 self.pool_bound[p] = pool_free(floor, int(self.pool_cap[p]))
