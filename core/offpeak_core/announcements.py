@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -59,6 +59,11 @@ def _instant(spec: Mapping[str, Any], key: str) -> float:
     return when.timestamp()
 
 
+def _whole_number(value: object, *, least: int) -> TypeGuard[int]:
+    """An int (not a bool, which is one in Python) of at least `least`: what the CRD's integer fields hold."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
 def object_name(obj: Mapping[str, Any]) -> str:
     """namespace/name of an object as the API serves it (what an announcement is known by)."""
     meta = obj.get("metadata") or {}
@@ -74,7 +79,7 @@ def announcement_from_object(obj: Mapping[str, Any]) -> Announcement:
     if not isinstance(pool, str) or not pool:
         raise AnnouncementError(f"{name}: spec.pool is required: the value of the pool label of the nodes it means")
     gpus = spec.get("gpus")
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1:
+    if not _whole_number(gpus, least=1):
         raise AnnouncementError(f"{name}: spec.gpus must be a whole number >= 1, got {gpus!r}")
     try:
         start, end = _instant(spec, "start"), _instant(spec, "end")
@@ -83,7 +88,7 @@ def announcement_from_object(obj: Mapping[str, Any]) -> Announcement:
     if end <= start:
         raise AnnouncementError(f"{name}: spec.end must be after spec.start")
     most = spec.get("poolGpusAtMost")
-    if most is not None and (isinstance(most, bool) or not isinstance(most, int) or most < gpus):
+    if most is not None and not _whole_number(most, least=gpus):
         raise AnnouncementError(f"{name}: spec.poolGpusAtMost must be a whole number >= spec.gpus ({gpus}), "
                                 f"got {most!r}")
     return Announcement(name, pool, gpus, start, end, most)
