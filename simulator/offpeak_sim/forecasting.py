@@ -89,6 +89,10 @@ class FeedSettings:
     # with announcements: they also cap the pool's forecast within them (an OnlineDemand's `poolGpusAtMost`: the pool's
     # online side says it will hold no more), so within the lead the forecast is the announced total itself
     pool_announce_ceiling: bool = False
+    # with an announced ceiling: how coarse it is (0: per forecast step, the true total itself). The most is stated
+    # once per clock-aligned span of this length, as a scaler's replica limit is: the span's busiest minute caps every
+    # step of it (the floor stays per step: scale-ups are announced for when they happen)
+    pool_ceiling_block_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.mode not in ("seasonal", "exact"):
@@ -104,6 +108,9 @@ class FeedSettings:
             raise ValueError("pool_announce_seconds must be >= 0, and is for the rise forecast without a lead only")
         if self.pool_announce_ceiling and self.pool_announce_seconds <= 0:
             raise ValueError("pool_announce_ceiling needs pool_announce_seconds > 0")
+        block = self.pool_ceiling_block_seconds
+        if block < 0 or block % 60 or (block > 0 and not self.pool_announce_ceiling):
+            raise ValueError("pool_ceiling_block_seconds must be whole minutes >= 0, and needs pool_announce_ceiling")
 
 
 def future_step_maxima(series: np.ndarray, m0: int, *, steps: int, per: int) -> np.ndarray:
@@ -411,10 +418,9 @@ class WindowFeed:
             if announced and self.pool_bound is not None:
                 floor = np.zeros(online.size)
                 floor[:announced] = self._pool_future(p, m, per, steps=announced)
-                if self.s.pool_announce_ceiling:  # announced as the most too: exactly the announced total
-                    online[:announced] = floor[:announced]
-                else:
-                    online = np.maximum(online, floor)
+                online = np.maximum(online, floor)
+                if self.s.pool_announce_ceiling:  # announced as the most too: no more than that
+                    online[:announced] = np.minimum(online[:announced], self._pool_ceiling(p, m, per, steps=announced))
                 floor = floor[: self.steps - past]
                 floor = np.concatenate([np.repeat(floor[:1], past), floor])
                 self.pool_bound[p] = pool_free(floor, int(self.pool_cap[p]))
@@ -422,6 +428,21 @@ class WindowFeed:
         online = np.concatenate([np.repeat(online[:1], past), online])
         self.pool_free[p] = pool_free(online, int(self.pool_cap[p]))
         self._pool_live[p] = live
+
+    def _pool_ceiling(self, p: int, m: int, per: int, *, steps: int) -> np.ndarray:
+        """Pool p's announced most online GPUs per forecast step from minute m on, for `steps` steps: the true total
+        per step (`pool_ceiling_block_seconds` 0), or each clock-aligned block's busiest minute over all of it (a step
+        that touches two blocks is capped by the higher)."""
+        block = int(self.s.pool_ceiling_block_seconds // 60)
+        if not block:
+            return self._pool_future(p, m, per, steps=steps)
+        assert self.pools is not None
+        gpus = self.pools.pods[p].astype(np.int64) * int(self.pools.pod_gpus[p])
+        first = (m // block) * block
+        blocks = -(-(m + steps * per - first) // block)
+        most = future_step_maxima(gpus[None, :], first, steps=blocks, per=block)[0]
+        minutes = np.repeat(most, block)[m - first : m - first + steps * per]
+        return minutes.reshape(steps, per).max(axis=1).astype(float)
 
     def _pool_future(self, p: int, m: int, per: int, *, steps: int | None = None) -> np.ndarray:
         """Pool p's true online GPUs from minute m on, max per forecast step, for `steps` steps (all of the

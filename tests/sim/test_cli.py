@@ -89,6 +89,14 @@ def test_online_placement_is_a_flag_recorded_in_the_meta(tmp_path: Path, capsys)
     feed = json.loads((tmp_path / "announced.meta.json").read_text())["settings"]["feed"]
     assert feed["pool_announce_seconds"] == 2100.0 and feed["pool_lead_seconds"] == 0.0
     assert feed["pool_announce_ceiling"] is False
+    assert main([*base, "--policies", "offpeak-p90", "--pool-windows", "--pool-announce-minutes", "35",
+                 "--pool-announce-ceiling", "--pool-ceiling-block-minutes", "60",
+                 "--report", str(tmp_path / "blocks.json")]) == 0
+    feed = json.loads((tmp_path / "blocks.meta.json").read_text())["settings"]["feed"]
+    assert feed["pool_announce_ceiling"] is True and feed["pool_ceiling_block_seconds"] == 3600.0
+    rc = main([*base, "--pool-windows", "--pool-announce-minutes", "35", "--pool-ceiling-block-minutes", "60",
+               "--report", str(tmp_path / "b.json")])
+    assert rc == 2 and "--pool-ceiling-block-minutes" in capsys.readouterr().err
     rc = main([*base, "--pool-windows", "--pool-announce-ceiling", "--report", str(tmp_path / "cap.json")])
     assert rc == 2 and "--pool-announce-ceiling needs --pool-announce-minutes" in capsys.readouterr().err
     rc = main([*base, "--pool-windows", "--pool-announce-minutes", "35", "--pool-lead-minutes", "35",

@@ -229,6 +229,38 @@ def test_an_announced_ceiling_makes_the_forecast_the_announced_total_within_the_
     assert np.array_equal(ceiling[12:], floor[12:])  # past the 1-h lead, as without
 
 
+def test_a_ceiling_stated_per_hour_caps_every_step_of_the_hour_at_its_busiest_minute() -> None:
+    """`pool_ceiling_block_seconds`: the ceiling is stated once per clock-aligned hour, so within the lead it gives
+    back room the rises take, but less than a ceiling per step (the hour's busiest minute caps all of it); the floor
+    stays per step, so the burst still closes the pool when it comes, and only then."""
+    counts = np.full(3 * 1440 + 1, 4, dtype=np.int64)
+    minute = np.arange(counts.size)
+    counts[(minute % 120 < 10) & (minute < RUN + 1440 + 120)] = 10  # quiet for the last 90 min before 03:30
+    burst = RUN + 1440 + 240  # 04:00 on the hour: 22 pods for 10 minutes of the hour 04:00-05:00
+    counts[burst : burst + 10] = 22
+    counts[RUN + 1440 + 215 : RUN + 1440 + 220] = 6  # 03:35-03:40: 6 pods, the hour 03:00-04:00's most
+    sc = pod_scenario(counts, [], nodes=3)
+    free = {}
+    for name, ceiling, block in (("floor", False, 0.0), ("exact", True, 0.0), ("hourly", True, H)):
+        feed = WindowFeed(sc, FeedSettings(pool_windows=True, pool_look_back_seconds=1800.0, pool_announce_seconds=H,
+                                           pool_announce_ceiling=ceiling, pool_ceiling_block_seconds=block),
+                          sc.demand.copy())
+        feed.watch_offline(np.zeros(3, dtype=np.int64))
+        feed.maybe_refresh((RUN + 1440 + 210) * 60.0)  # 03:30, 30 min before the burst
+        free[name] = feed.pool_free[int(feed.pool_of[0])]
+        cap = int(feed.pool_cap[int(feed.pool_of[0])])
+    floor, exact, hourly = free["floor"], free["exact"], free["hourly"]
+    assert exact[:6].tolist() == [cap - 4, cap - 6, cap - 4, cap - 4, cap - 4, cap - 4]  # the true total per step
+    assert floor[:6].min() < cap - 6  # the rises take more room than the hour's most...
+    assert hourly[:6].min() == cap - 6 and (hourly[:6] >= cap - 6).all()  # ...which the hourly ceiling gives back...
+    assert hourly[:6].sum() < exact[:6].sum()  # ...but less than a ceiling per step would
+    assert exact[6:8].max() <= 2 and exact[8:12].min() == cap - 4  # the burst, then the pool quiet again
+    assert hourly[6:8].max() <= 2  # the floor, per step, closes the pool for the burst...
+    assert np.array_equal(hourly[8:12], floor[8:12]) and floor[8:12].max() < cap - 4  # ...and after it the hour's
+    assert (hourly >= floor).all()  # ceiling, 22, does not bind: the rises stand, as with a floor alone
+    assert np.array_equal(hourly[12:], exact[12:]) and np.array_equal(hourly[12:], floor[12:])  # past the lead
+
+
 def test_an_announcement_entering_the_lead_between_refreshes_is_seen_the_next_minute() -> None:
     """The extender's informer sees an OnlineDemand the moment it is made; the feed's announced lead moves on every
     minute, not only at a refresh or when the pool's demand changes."""
@@ -262,6 +294,10 @@ def test_announced_demand_is_refused_when_negative_with_the_exact_forecast_or_wi
         FeedSettings(pool_windows=True, **settings)
     with pytest.raises(ValueError, match="pool_announce_ceiling needs"):
         FeedSettings(pool_windows=True, pool_announce_ceiling=True)
+    for block in (-60.0, 90.0, 3600.0):  # negative, not whole minutes, without a ceiling
+        with pytest.raises(ValueError, match="pool_ceiling_block_seconds"):
+            FeedSettings(pool_windows=True, pool_announce_seconds=600.0, pool_ceiling_block_seconds=block,
+                         pool_announce_ceiling=block != 3600.0)
 
 
 def test_the_exact_pool_forecast_is_refused_with_an_unknown_name() -> None:
