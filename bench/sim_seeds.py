@@ -21,6 +21,7 @@ import numpy as np
 
 # the kinds of run report read and their tables' titles, in the order the tables are printed (per trace)
 TITLES = {"before": "before issue 18 (wide jobs folded onto one node, no gangs)", "days": "gangs + goodput",
+          "goodput90": "gangs + goodput at --min-efficiency 0.9 (the goodput rule's threshold, 0.8 elsewhere)",
           "pinned": "gangs + goodput, online demand pinned to nodes (the model before pod placement)",
           "pool": "gangs + goodput, pool windows (--pool-windows: a node's window ends when its VC is forecast "
                   "full)",
@@ -35,7 +36,9 @@ TITLES = {"before": "before issue 18 (wide jobs folded onto one node, no gangs)"
                           "35 --yield --save-on-stop 60)",
           "poolcap": "gangs + goodput, pool windows with each VC's online total announced 35 min ahead as a floor and "
                      "a ceiling (OnlineDemand poolGpusAtMost), and yielding, jobs saving as they stop "
-                     "(--pool-announce-minutes 35 --pool-announce-ceiling --yield --save-on-stop 60)"}
+                     "(--pool-announce-minutes 35 --pool-announce-ceiling --yield --save-on-stop 60)",
+          "poolcaphour": "gangs + goodput, pool windows as poolcap, the ceiling stated once per clock hour as the "
+                         "hour's busiest minute (--pool-ceiling-block-minutes 60)"}
 
 COLUMNS = (
     ("harvested GPU-h", lambda m: m["harvested_gpu_hours"], "{:,.0f}"),
