@@ -38,7 +38,8 @@ TITLES = {"before": "before issue 18 (wide jobs folded onto one node, no gangs)"
                      "a ceiling (OnlineDemand poolGpusAtMost), and yielding, jobs saving as they stop "
                      "(--pool-announce-minutes 35 --pool-announce-ceiling --yield --save-on-stop 60)",
           "poolcaphour": "gangs + goodput, pool windows as poolcap, the ceiling stated once per clock hour as the "
-                         "hour's busiest minute (--pool-ceiling-block-minutes 60)"}
+                         "hour's busiest minute (--pool-ceiling-block-minutes 60)",
+          "poolcaphour90": "gangs + goodput at --min-efficiency 0.9, pool windows as poolcaphour"}
 
 COLUMNS = (
     ("harvested GPU-h", lambda m: m["harvested_gpu_hours"], "{:,.0f}"),
