@@ -105,6 +105,10 @@ def register(subparsers: Any) -> None:
                    help="with --pool-announce-ceiling: the ceiling is stated once per clock-aligned span of this many "
                    "minutes, the span's busiest minute capping all of it, as a scaler's replica limit would be "
                    "(default 0: per forecast step, the true total itself)")
+    p.add_argument("--pool-floor-block-minutes", type=float, default=0.0,
+                   help="with --pool-announce-minutes: the floor is stated once per clock-aligned span of this many "
+                   "minutes too, the span's busiest minute holding all of it, as a replica plan would (default 0: per "
+                   "forecast step)")
     p.add_argument("--hold-from-rise", action="store_true",
                    help="a rise of online demand the forecast missed closes the node for an hour from the rise, not "
                    "from every re-forecast, as the extender does (off by default until reports/sim is regenerated)")
@@ -198,12 +202,16 @@ def handle(args: argparse.Namespace) -> int:
     if args.pool_ceiling_block_minutes < 0 or args.pool_ceiling_block_minutes % 1 or (
             args.pool_ceiling_block_minutes > 0 and not args.pool_announce_ceiling):
         raise UserError("--pool-ceiling-block-minutes must be whole minutes >= 0, and needs --pool-announce-ceiling")
+    if args.pool_floor_block_minutes < 0 or args.pool_floor_block_minutes % 1 or (
+            args.pool_floor_block_minutes > 0 and args.pool_announce_minutes <= 0):
+        raise UserError("--pool-floor-block-minutes must be whole minutes >= 0, and needs --pool-announce-minutes")
     feed = FeedSettings(mode=args.forecast, refresh_seconds=args.refresh_seconds, forecast=fs,
                         pool_windows=args.pool_windows, pool_look_back_seconds=args.pool_look_back_hours * 3600.0,
                         pool_forecast=args.pool_forecast, pool_lead_seconds=args.pool_lead_minutes * 60.0,
                         pool_announce_seconds=args.pool_announce_minutes * 60.0,
                         pool_announce_ceiling=args.pool_announce_ceiling,
                         pool_ceiling_block_seconds=args.pool_ceiling_block_minutes * 60.0,
+                        pool_floor_block_seconds=args.pool_floor_block_minutes * 60.0,
                         hold_from_rise=args.hold_from_rise)
     if args.min_efficiency is not None and not 0.0 < args.min_efficiency <= 1.0:
         raise UserError("--min-efficiency must be within (0, 1]")

@@ -93,6 +93,10 @@ class FeedSettings:
     # once per clock-aligned span of this length, as a scaler's replica limit is: the span's busiest minute caps every
     # step of it (the floor stays per step: scale-ups are announced for when they happen)
     pool_ceiling_block_seconds: float = 0.0
+    # with announcements: the floor stated once per clock-aligned span of this length too (0: per forecast step), as
+    # the span's busiest minute: a replica plan that holds the span's peak for all of it, so a window closes at the
+    # start of the span a rise falls in, not at the rise
+    pool_floor_block_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         if self.mode not in ("seasonal", "exact"):
@@ -111,6 +115,9 @@ class FeedSettings:
         block = self.pool_ceiling_block_seconds
         if block < 0 or block % 60 or (block > 0 and not self.pool_announce_ceiling):
             raise ValueError("pool_ceiling_block_seconds must be whole minutes >= 0, and needs pool_announce_ceiling")
+        block = self.pool_floor_block_seconds
+        if block < 0 or block % 60 or (block > 0 and self.pool_announce_seconds <= 0):
+            raise ValueError("pool_floor_block_seconds must be whole minutes >= 0, and needs pool_announce_seconds")
 
 
 def future_step_maxima(series: np.ndarray, m0: int, *, steps: int, per: int) -> np.ndarray:
@@ -417,10 +424,12 @@ class WindowFeed:
             announced = min(self.steps, int(round(self.s.pool_announce_seconds / self.step)))
             if announced and self.pool_bound is not None:
                 floor = np.zeros(online.size)
-                floor[:announced] = self._pool_future(p, m, per, steps=announced)
+                floor[:announced] = self._pool_announced(p, m, per, steps=announced,
+                                                         block_seconds=self.s.pool_floor_block_seconds)
                 online = np.maximum(online, floor)
                 if self.s.pool_announce_ceiling:  # announced as the most too: no more than that
-                    online[:announced] = np.minimum(online[:announced], self._pool_ceiling(p, m, per, steps=announced))
+                    online[:announced] = np.minimum(online[:announced], self._pool_announced(
+                        p, m, per, steps=announced, block_seconds=self.s.pool_ceiling_block_seconds))
                 floor = floor[: self.steps - past]
                 floor = np.concatenate([np.repeat(floor[:1], past), floor])
                 self.pool_bound[p] = pool_free(floor, int(self.pool_cap[p]))
@@ -429,11 +438,11 @@ class WindowFeed:
         self.pool_free[p] = pool_free(online, int(self.pool_cap[p]))
         self._pool_live[p] = live
 
-    def _pool_ceiling(self, p: int, m: int, per: int, *, steps: int) -> np.ndarray:
-        """Pool p's announced most online GPUs per forecast step from minute m on, for `steps` steps: the true total
-        per step (`pool_ceiling_block_seconds` 0), or each clock-aligned block's busiest minute over all of it (a step
-        that touches two blocks is capped by the higher)."""
-        block = int(self.s.pool_ceiling_block_seconds // 60)
+    def _pool_announced(self, p: int, m: int, per: int, *, steps: int, block_seconds: float) -> np.ndarray:
+        """Pool p's announced online GPUs per forecast step from minute m on, for `steps` steps: the true total per
+        step (`block_seconds` 0), or each clock-aligned block's busiest minute over all of it (a step that touches two
+        blocks takes the higher)."""
+        block = int(block_seconds // 60)
         if not block:
             return self._pool_future(p, m, per, steps=steps)
         assert self.pools is not None

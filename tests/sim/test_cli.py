@@ -94,6 +94,9 @@ def test_online_placement_is_a_flag_recorded_in_the_meta(tmp_path: Path, capsys)
                  "--report", str(tmp_path / "blocks.json")]) == 0
     feed = json.loads((tmp_path / "blocks.meta.json").read_text())["settings"]["feed"]
     assert feed["pool_announce_ceiling"] is True and feed["pool_ceiling_block_seconds"] == 3600.0
+    assert feed["pool_floor_block_seconds"] == 0.0
+    rc = main([*base, "--pool-windows", "--pool-floor-block-minutes", "60", "--report", str(tmp_path / "f.json")])
+    assert rc == 2 and "--pool-floor-block-minutes" in capsys.readouterr().err
     rc = main([*base, "--pool-windows", "--pool-announce-minutes", "35", "--pool-ceiling-block-minutes", "60",
                "--report", str(tmp_path / "b.json")])
     assert rc == 2 and "--pool-ceiling-block-minutes" in capsys.readouterr().err

@@ -261,6 +261,31 @@ def test_a_ceiling_stated_per_hour_caps_every_step_of_the_hour_at_its_busiest_mi
     assert np.array_equal(hourly[12:], exact[12:]) and np.array_equal(hourly[12:], floor[12:])  # past the lead
 
 
+def test_a_floor_stated_per_hour_holds_the_hours_peak_for_all_of_it() -> None:
+    """`pool_floor_block_seconds`: a replica plan per clock hour (floor and ceiling both the hour's busiest minute)
+    holds each hour at its peak: 03:30-04:00 at the 6 pods of 03:35, and the whole hour 04:00-05:00 closed by the
+    10-minute burst at its start, where a floor per step reopens the pool at 04:10."""
+    counts = np.full(3 * 1440 + 1, 4, dtype=np.int64)
+    burst = RUN + 1440 + 240
+    counts[burst : burst + 10] = 22
+    counts[RUN + 1440 + 215 : RUN + 1440 + 220] = 6
+    sc = pod_scenario(counts, [], nodes=3)
+    free = {}
+    for floor_block in (0.0, H):
+        feed = WindowFeed(sc, FeedSettings(pool_windows=True, pool_look_back_seconds=1800.0, pool_announce_seconds=H,
+                                           pool_announce_ceiling=True, pool_ceiling_block_seconds=H,
+                                           pool_floor_block_seconds=floor_block), sc.demand.copy())
+        feed.watch_offline(np.zeros(3, dtype=np.int64))
+        feed.maybe_refresh((RUN + 1440 + 210) * 60.0)
+        free[floor_block] = feed.pool_free[int(feed.pool_of[0])]
+        cap = int(feed.pool_cap[int(feed.pool_of[0])])
+    per_step, planned = free[0.0], free[H]
+    assert planned[:6].tolist() == [cap - 6] * 6  # the hour 03:00-04:00 held at its peak
+    assert planned[6:12].max() <= 2  # the hour of the burst, all of it
+    assert per_step[6:8].max() <= 2 and per_step[8:12].min() > 2  # per step: the burst's 10 minutes only
+    assert np.array_equal(planned[12:], per_step[12:])  # past the lead, as without
+
+
 def test_an_announcement_entering_the_lead_between_refreshes_is_seen_the_next_minute() -> None:
     """The extender's informer sees an OnlineDemand the moment it is made; the feed's announced lead moves on every
     minute, not only at a refresh or when the pool's demand changes."""
@@ -294,6 +319,11 @@ def test_announced_demand_is_refused_when_negative_with_the_exact_forecast_or_wi
         FeedSettings(pool_windows=True, **settings)
     with pytest.raises(ValueError, match="pool_announce_ceiling needs"):
         FeedSettings(pool_windows=True, pool_announce_ceiling=True)
+    for block in (-60.0, 90.0):  # negative, not whole minutes
+        with pytest.raises(ValueError, match="pool_floor_block_seconds"):
+            FeedSettings(pool_windows=True, pool_announce_seconds=600.0, pool_floor_block_seconds=block)
+    with pytest.raises(ValueError, match="pool_floor_block_seconds"):  # without announcements
+        FeedSettings(pool_windows=True, pool_floor_block_seconds=3600.0)
     for block in (-60.0, 90.0, 3600.0):  # negative, not whole minutes, without a ceiling
         with pytest.raises(ValueError, match="pool_ceiling_block_seconds"):
             FeedSettings(pool_windows=True, pool_announce_seconds=600.0, pool_ceiling_block_seconds=block,
