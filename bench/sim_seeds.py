@@ -39,6 +39,8 @@ TITLES = {"before": "before issue 18 (wide jobs folded onto one node, no gangs)"
                      "(--pool-announce-minutes 35 --pool-announce-ceiling --yield --save-on-stop 60)",
           "poolcaphour": "gangs + goodput, pool windows as poolcap, the ceiling stated once per clock hour as the "
                          "hour's busiest minute (--pool-ceiling-block-minutes 60)",
+          "poolplan": "gangs + goodput, pool windows as poolcaphour, the floor stated once per clock hour too, so each "
+                      "hour is announced at its busiest minute (a replica plan; --pool-floor-block-minutes 60)",
           "poolcaphour90": "gangs + goodput at --min-efficiency 0.9, pool windows as poolcaphour"}
 
 COLUMNS = (

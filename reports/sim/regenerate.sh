@@ -24,7 +24,9 @@
 # ceiling over the forecast within the 35 minutes, as a trusted OnlineDemand's poolGpusAtMost is in the extender
 # (--pool-announce-ceiling: reports/sim/poolcap-helios-s<seed>.json), and with that ceiling stated once per clock
 # hour as the hour's busiest minute, as a scaler's replica limit would be (--pool-ceiling-block-minutes 60:
-# reports/sim/poolcaphour-helios-s<seed>.json), and that with the goodput rule at --min-efficiency 0.9 (backfill and
+# reports/sim/poolcaphour-helios-s<seed>.json), and with the floor stated per clock hour too, so each hour is announced
+# at its busiest minute as a replica plan would (--pool-floor-block-minutes 60: reports/sim/poolplan-helios-s<seed>.json),
+# and poolcaphour with the goodput rule at --min-efficiency 0.9 (backfill and
 # offpeak only: reports/sim/poolcaphour90-helios-s<seed>.json), summarised with the others by bench/sim_seeds.py into
 # summary.md.
 # Usage: reports/sim/regenerate.sh   (from the repository root; OFFPEAK_SHARED_DATA overrides the data root)
@@ -71,6 +73,9 @@ if [ "${POOL:-0}" = 1 ]; then
     log "pool windows, the same with the ceiling stated once per clock hour, helios seed $s"
     on helios poolcaphour "${pool[@]}" --pool-announce-minutes 35 --pool-announce-ceiling --pool-ceiling-block-minutes 60 \
       --yield --save-on-stop 60
+    log "pool windows, a replica plan per clock hour (floor and ceiling the hour's busiest minute), helios seed $s"
+    on helios poolplan "${pool[@]}" --pool-announce-minutes 35 --pool-announce-ceiling --pool-ceiling-block-minutes 60 \
+      --pool-floor-block-minutes 60 --yield --save-on-stop 60
     log "pool windows, the same with the goodput rule at 0.9, helios seed $s"
     on helios poolcaphour90 --policies backfill,offpeak --pool-windows --pool-announce-minutes 35 --pool-announce-ceiling \
       --pool-ceiling-block-minutes 60 --yield --save-on-stop 60 --min-efficiency 0.9
