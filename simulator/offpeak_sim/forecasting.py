@@ -87,11 +87,11 @@ class FeedSettings:
     # announced demand does, `offpeak_core.announcements`); beyond it the rises are as without.
     pool_announce_seconds: float = 0.0
     # with announcements: they also cap the pool's forecast within them (an OnlineDemand's `poolGpusAtMost`: the pool's
-    # online side says it will hold no more), so within the lead the forecast is the announced total itself
+    # online side says it will hold no more), so with both per step the forecast within the lead is the true total
     pool_announce_ceiling: bool = False
     # with an announced ceiling: how coarse it is (0: per forecast step, the true total itself). The most is stated
     # once per clock-aligned span of this length, as a scaler's replica limit is: the span's busiest minute caps every
-    # step of it (the floor stays per step: scale-ups are announced for when they happen)
+    # step of it
     pool_ceiling_block_seconds: float = 0.0
     # with announcements: the floor stated once per clock-aligned span of this length too (0: per forecast step), as
     # the span's busiest minute: a replica plan that holds the span's peak for all of it, so a window closes at the
@@ -426,10 +426,10 @@ class WindowFeed:
                 floor = np.zeros(online.size)
                 floor[:announced] = self._pool_announced(p, m, per, steps=announced,
                                                          block_seconds=self.s.pool_floor_block_seconds)
-                online = np.maximum(online, floor)
-                if self.s.pool_announce_ceiling:  # announced as the most too: no more than that
+                if self.s.pool_announce_ceiling:  # announced as the most too: no more than that...
                     online[:announced] = np.minimum(online[:announced], self._pool_announced(
                         p, m, per, steps=announced, block_seconds=self.s.pool_ceiling_block_seconds))
+                online = np.maximum(online, floor)  # ...and never less than the floor (the extender's order too)
                 floor = floor[: self.steps - past]
                 floor = np.concatenate([np.repeat(floor[:1], past), floor])
                 self.pool_bound[p] = pool_free(floor, int(self.pool_cap[p]))
