@@ -49,10 +49,18 @@ def test_surge_evicts_a_lone_pod_before_a_gang_worker_that_risks_more_work(
                          timeout=e2e_cluster.cluster.settings.day_seconds + 30, interval=2)
     print(f"[e2e] windows left (s): {windows_left()}")
 
-    lone = trainingjob_manifest("lone", sim_seconds=400, gpu_types=["V100-SXM2-16GB"], torchvision=None,
+    # The lone job runs far longer than it says (it must still be running at the surge, however long the pair
+    # waits for its window below); it asks for a ~2 min window all the same.
+    lone = trainingjob_manifest("lone", sim_seconds=1800, gpu_types=["V100-SXM2-16GB"], torchvision=None,
                                 estimated_seconds=60, extra_spec={"gpusPerWorker": 4, "checkpointing": True})
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(lone))
     e2e_cluster.wait_phase(ns, "lone", ["Running"], timeout=120)
+    # The lone job's start took part of those windows (on a busy machine, most of one): wait again, so the pair's
+    # L4 worker does not find a window about to end, then a next one more than its timeout away.
+    e2e_cluster.wait_for(f"4-GPU windows of {WINDOW_NEEDED_S}s+ on {first} and {other}, with the lone job running",
+                         lambda: min(windows_left().values()) >= WINDOW_NEEDED_S,
+                         timeout=e2e_cluster.cluster.settings.day_seconds + 30, interval=2)
+    print(f"[e2e] windows left (s) with the lone job running: {windows_left()}")
     pair = trainingjob_manifest("pair", sim_seconds=400, gpu_types=["V100-SXM2-16GB", "L4"], torchvision=None,
                                 estimated_seconds=60, workers=2,
                                 extra_spec={"gpusPerWorker": 4, "checkpointing": True})
