@@ -177,6 +177,10 @@ class WindowFeed:
                 self.pool_of[nodes] = p
         self._pooled = np.flatnonzero(self.pool_of >= 0)
         n_pools = 0 if self.pools is None else len(self.pools.nodes)
+        # each pool's true online GPUs per minute of the trace (what the exact forecast, the lead and the announcements
+        # read), computed once: they are read for every pool at every re-forecast
+        self._pool_gpus = (np.zeros((0, 0), dtype=np.int64) if self.pools is None else
+                           self.pools.pods.astype(np.int64) * self.pools.pod_gpus.astype(np.int64)[:, None])
         self.pool_cap = np.bincount(self.pool_of[self._pooled], weights=scenario.fleet.gpus[self._pooled],
                                     minlength=n_pools).astype(np.int64)
         self.pool_free = np.zeros((n_pools, self.steps), dtype=np.int64)
@@ -445,20 +449,16 @@ class WindowFeed:
         block = int(block_seconds // 60)
         if not block:
             return self._pool_future(p, m, per, steps=steps)
-        assert self.pools is not None
-        gpus = self.pools.pods[p].astype(np.int64) * int(self.pools.pod_gpus[p])
         first = (m // block) * block
         blocks = -(-(m + steps * per - first) // block)
-        most = future_step_maxima(gpus[None, :], first, steps=blocks, per=block)[0]
+        most = future_step_maxima(self._pool_gpus[p : p + 1], first, steps=blocks, per=block)[0]
         minutes = np.repeat(most, block)[m - first : m - first + steps * per]
         return minutes.reshape(steps, per).max(axis=1).astype(float)
 
     def _pool_future(self, p: int, m: int, per: int, *, steps: int | None = None) -> np.ndarray:
         """Pool p's true online GPUs from minute m on, max per forecast step, for `steps` steps (all of the
         horizon's by default: `pool_forecast` "exact"); past the trace's end, its last minute repeats."""
-        assert self.pools is not None
-        gpus = self.pools.pods[p].astype(np.int64) * int(self.pools.pod_gpus[p])
-        return future_step_maxima(gpus[None, :], m, steps=steps or self.steps, per=per)[0].astype(float)
+        return future_step_maxima(self._pool_gpus[p : p + 1], m, steps=steps or self.steps, per=per)[0].astype(float)
 
     def _pooled_free(self, nodes: np.ndarray, now: float, *, offline: bool = True, bound: bool = False
                      ) -> np.ndarray:
