@@ -41,13 +41,16 @@ def test_surge_evicts_a_lone_pod_before_a_gang_worker_that_risks_more_work(
 
     # Both jobs need ~2 min windows (p90 x the margin); the replayed history makes some stretches of this cluster's
     # "day" busier, so start where both nodes' forecasts show a window for 4 GPUs well past the scenario's end.
-    def windows_left() -> dict[str, float]:
-        return {n: extender_window(e2e_cluster, n, gpus=4) for n in (first, other)}
+    def wait_for_windows(when: str) -> None:
+        def windows_left() -> dict[str, float]:
+            return {n: extender_window(e2e_cluster, n, gpus=4) for n in (first, other)}
 
-    e2e_cluster.wait_for(f"4-GPU windows of {WINDOW_NEEDED_S}s+ on {first} and {other}",
-                         lambda: min(windows_left().values()) >= WINDOW_NEEDED_S,
-                         timeout=e2e_cluster.cluster.settings.day_seconds + 30, interval=2)
-    print(f"[e2e] windows left (s): {windows_left()}")
+        e2e_cluster.wait_for(f"4-GPU windows of {WINDOW_NEEDED_S}s+ on {first} and {other}{when}",
+                             lambda: min(windows_left().values()) >= WINDOW_NEEDED_S,
+                             timeout=e2e_cluster.cluster.settings.day_seconds + 30, interval=2)
+        print(f"[e2e] windows left (s){when}: {windows_left()}")
+
+    wait_for_windows("")
 
     # The lone job runs far longer than it says (it must still be running at the surge, however long the pair
     # waits for its window below); it asks for a ~2 min window all the same.
@@ -57,10 +60,7 @@ def test_surge_evicts_a_lone_pod_before_a_gang_worker_that_risks_more_work(
     e2e_cluster.wait_phase(ns, "lone", ["Running"], timeout=120)
     # The lone job's start took part of those windows (on a busy machine, most of one): wait again, so the pair's
     # L4 worker does not find a window about to end, then a next one more than its timeout away.
-    e2e_cluster.wait_for(f"4-GPU windows of {WINDOW_NEEDED_S}s+ on {first} and {other}, with the lone job running",
-                         lambda: min(windows_left().values()) >= WINDOW_NEEDED_S,
-                         timeout=e2e_cluster.cluster.settings.day_seconds + 30, interval=2)
-    print(f"[e2e] windows left (s) with the lone job running: {windows_left()}")
+    wait_for_windows(" with the lone job running")
     pair = trainingjob_manifest("pair", sim_seconds=400, gpu_types=["V100-SXM2-16GB", "L4"], torchvision=None,
                                 estimated_seconds=60, workers=2,
                                 extra_spec={"gpusPerWorker": 4, "checkpointing": True})

@@ -204,6 +204,17 @@ def test_announced_demand_is_a_floor_within_its_lead_and_never_lowers_the_foreca
     assert 3 in noted["plain"] and 3 not in noted["announced"]
 
 
+def announced_pool_free(sc, now: float, **settings) -> tuple[np.ndarray, int]:
+    """With no offline pods and a fresh pool feed (`pool_look_back_seconds` 30 min, announcements 1 h ahead, and
+    `settings`) refreshed at `now`: node 0's pool's free GPUs per forecast step, and the pool's GPUs."""
+    feed = WindowFeed(sc, FeedSettings(pool_windows=True, pool_look_back_seconds=1800.0, pool_announce_seconds=H,
+                                       **settings), sc.demand.copy())
+    feed.watch_offline(np.zeros(sc.fleet.size, dtype=np.int64))
+    feed.maybe_refresh(now)
+    p = int(feed.pool_of[0])
+    return feed.pool_free[p], int(feed.pool_cap[p])
+
+
 def test_an_announced_ceiling_makes_the_forecast_the_announced_total_within_the_lead_and_no_further() -> None:
     """`pool_announce_ceiling`: the announcements also say the most the pool holds, so within the lead its forecast
     is the true total: the room the rises take (the pool went from 4 to 10 pods for 10 minutes every two hours)
@@ -214,15 +225,9 @@ def test_an_announced_ceiling_makes_the_forecast_the_announced_total_within_the_
     burst = RUN + 1440 + 240
     counts[burst : burst + 30] = 22
     sc = pod_scenario(counts, [], nodes=3)
-    free = {}
-    for ceiling in (False, True):
-        feed = WindowFeed(sc, FeedSettings(pool_windows=True, pool_look_back_seconds=1800.0, pool_announce_seconds=H,
-                                           pool_announce_ceiling=ceiling), sc.demand.copy())
-        feed.watch_offline(np.zeros(3, dtype=np.int64))
-        feed.maybe_refresh((RUN + 1440 + 210) * 60.0)  # 03:30, 30 min before the burst
-        free[ceiling] = feed.pool_free[int(feed.pool_of[0])]
-        cap = int(feed.pool_cap[int(feed.pool_of[0])])
-    floor, ceiling = free[False], free[True]
+    now = (RUN + 1440 + 210) * 60.0  # 03:30, 30 min before the burst
+    floor, cap = announced_pool_free(sc, now)
+    ceiling, _ = announced_pool_free(sc, now, pool_announce_ceiling=True)
     assert (ceiling >= floor).all() and floor[:6].min() < cap - 4  # the rises take room before the burst...
     assert ceiling[:6].tolist() == [cap - 4] * 6  # ...which the ceiling gives back: what the 4 pods leave
     assert ceiling[6:12].max() <= 2  # 04:00-04:30: the burst still closes the pool
@@ -240,16 +245,10 @@ def test_a_ceiling_stated_per_hour_caps_every_step_of_the_hour_at_its_busiest_mi
     counts[burst : burst + 10] = 22
     counts[RUN + 1440 + 215 : RUN + 1440 + 220] = 6  # 03:35-03:40: 6 pods, the hour 03:00-04:00's most
     sc = pod_scenario(counts, [], nodes=3)
-    free = {}
-    for name, ceiling, block in (("floor", False, 0.0), ("exact", True, 0.0), ("hourly", True, H)):
-        feed = WindowFeed(sc, FeedSettings(pool_windows=True, pool_look_back_seconds=1800.0, pool_announce_seconds=H,
-                                           pool_announce_ceiling=ceiling, pool_ceiling_block_seconds=block),
-                          sc.demand.copy())
-        feed.watch_offline(np.zeros(3, dtype=np.int64))
-        feed.maybe_refresh((RUN + 1440 + 210) * 60.0)  # 03:30, 30 min before the burst
-        free[name] = feed.pool_free[int(feed.pool_of[0])]
-        cap = int(feed.pool_cap[int(feed.pool_of[0])])
-    floor, exact, hourly = free["floor"], free["exact"], free["hourly"]
+    now = (RUN + 1440 + 210) * 60.0  # 03:30, 30 min before the burst
+    floor, cap = announced_pool_free(sc, now)
+    exact, _ = announced_pool_free(sc, now, pool_announce_ceiling=True)
+    hourly, _ = announced_pool_free(sc, now, pool_announce_ceiling=True, pool_ceiling_block_seconds=H)
     assert exact[:6].tolist() == [cap - 4, cap - 6, cap - 4, cap - 4, cap - 4, cap - 4]  # the true total per step
     assert floor[:6].min() < cap - 6  # the rises take more room than the hour's most...
     assert hourly[:6].min() == cap - 6 and (hourly[:6] >= cap - 6).all()  # ...which the hourly ceiling gives back...
@@ -270,16 +269,10 @@ def test_a_floor_stated_per_hour_holds_the_hours_peak_for_all_of_it() -> None:
     counts[burst : burst + 10] = 22
     counts[RUN + 1440 + 215 : RUN + 1440 + 220] = 6
     sc = pod_scenario(counts, [], nodes=3)
-    free = {}
-    for floor_block in (0.0, H):
-        feed = WindowFeed(sc, FeedSettings(pool_windows=True, pool_look_back_seconds=1800.0, pool_announce_seconds=H,
-                                           pool_announce_ceiling=True, pool_ceiling_block_seconds=H,
-                                           pool_floor_block_seconds=floor_block), sc.demand.copy())
-        feed.watch_offline(np.zeros(3, dtype=np.int64))
-        feed.maybe_refresh((RUN + 1440 + 210) * 60.0)
-        free[floor_block] = feed.pool_free[int(feed.pool_of[0])]
-        cap = int(feed.pool_cap[int(feed.pool_of[0])])
-    per_step, planned = free[0.0], free[H]
+    now = (RUN + 1440 + 210) * 60.0
+    per_step, cap = announced_pool_free(sc, now, pool_announce_ceiling=True, pool_ceiling_block_seconds=H)
+    planned, _ = announced_pool_free(sc, now, pool_announce_ceiling=True, pool_ceiling_block_seconds=H,
+                                     pool_floor_block_seconds=H)
     assert planned[:6].tolist() == [cap - 6] * 6  # the hour 03:00-04:00 held at its peak
     assert planned[6:12].max() <= 2  # the hour of the burst, all of it
     assert per_step[6:8].max() <= 2 and per_step[8:12].min() > 2  # per step: the burst's 10 minutes only
