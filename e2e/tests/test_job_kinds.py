@@ -1,8 +1,8 @@
-"""Scenario (#19): a labelled Kubeflow PyTorchJob, and a labelled batch/v1 Job, are predicted, placed only where
+"""Lane `kinds`: a labelled Kubeflow PyTorchJob, and a labelled batch/v1 Job, are predicted, placed only where
 offpeak allows, evicted when online work returns, and finish once their GPUs are free again.
 
-Its own cluster (`pytorch`): an A100 node and an H100 node, online load only as the test sets it. training-operator
-v1.8.1 runs as built from its Go module (`offpeak_e2e.kubeflow`), its PyTorchJob CRD installed from the module's
+The lane has an A100 node and an H100 node, online load only as the test sets it. training-operator v1.8.1 runs in the
+shared cluster as built from its Go module (`offpeak_e2e.kubeflow`), its PyTorchJob CRD installed from the module's
 published manifest, and offpeak's operator watches PyTorchJobs (`OFFPEAK_PYTORCH_JOBS`). The job (a Master and a
 Worker of 2 GPUs each, A100 only) is created suspended; offpeak predicts it, writes the prediction (and the gang of
 both replicas) into both replica templates and lifts the suspension; training-operator makes the pods and
@@ -23,41 +23,33 @@ from typing import Any
 import pytest
 
 from offpeak_e2e import kubeflow
-from offpeak_e2e.cluster import ClusterSettings
-from offpeak_e2e.controlplane import ControlPlaneSettings, StartError, install_built_crds
-from offpeak_e2e.harness import (
-    E2ECluster, offline_job_manifest, offline_template, own_cluster, session_cluster_name,
-)
+from offpeak_e2e.controlplane import StartError
+from offpeak_e2e.harness import E2ECluster, offline_job_manifest, offline_template
+from offpeak_e2e.lanes import A100, H100, KINDS
 
-TYPES = ("A100-SXM4-40GB", "H100-SXM5-80GB")
+pytestmark = pytest.mark.xdist_group("kinds")
+
+TYPES = (A100, H100)
 POD_LABEL = "training.kubeflow.org/job-name=ddp"
 
 
 @pytest.fixture(scope="module")
-def pytorch_cluster() -> Iterator[E2ECluster]:
-    settings = ClusterSettings(
-        control_plane=ControlPlaneSettings(name=session_cluster_name("pytest-pytorch"), nodes=2, gpu_types=TYPES,
-                                           build_missing=False),
-        online_load=False, extra_env={"OFFPEAK_PYTORCH_JOBS": "true"},
-    )  # fmt: skip
-    started = own_cluster(settings, "pytorch")
-    cluster = next(started)
+def pytorch_cluster(e2e_cluster: E2ECluster) -> Iterator[E2ECluster]:
+    """The shared cluster once its training-operator is ready (its certificates take up to a minute); the lane's
+    nodes without online work afterwards."""
     try:
-        try:
-            install_built_crds(cluster.kubeconfig, "training-operator")
-            cluster.start_service("operator")  # its watch on PyTorchJobs starts with the CRD in place
-            url = kubeflow.start(cluster.cluster.sup, kubeconfig=cluster.kubeconfig)
-        except StartError as e:
-            pytest.fail(f"training-operator did not start: {e}", pytrace=False)
-        print(f"[e2e] training-operator {kubeflow.build.TRAINING_OPERATOR_VERSION} ready ({url})", flush=True)
-        yield cluster
-    finally:
-        started.close()
+        kubeflow.wait_ready(e2e_cluster.cluster.sup, kubeconfig=e2e_cluster.kubeconfig,
+                            url=e2e_cluster.state.urls["training-operator"])
+    except StartError as e:
+        pytest.fail(f"training-operator did not start: {e}", pytrace=False)
+    yield e2e_cluster
+    for node in KINDS.nodes:
+        e2e_cluster.scale_online(node, 0)
 
 
 def _pytorch_job() -> dict[str, Any]:
     def replica(annotations: dict[str, str]) -> dict[str, Any]:
-        template = offline_template(gpus=2, container="pytorch", image="registry.local/offpeak-e2e/ddp:1",
+        template = offline_template(gpus=2, container="pytorch", image="registry.local/offpeak-e2e/ddp:1", lane=KINDS,
                                     restart_policy=None,  # the replica's restartPolicy, below
                                     annotations={"offpeak.io/sim-runtime": "40000ms", **annotations})
         return {"replicas": 1, "restartPolicy": "OnFailure", "template": template}
@@ -76,7 +68,7 @@ def _pytorch_job() -> dict[str, Any]:
 def test_a_labelled_pytorchjob_is_predicted_placed_evicted_and_finishes(pytorch_cluster: E2ECluster) -> None:
     c = pytorch_cluster
     ns = c.new_namespace("ddp")
-    a100, h100 = c.node_of_type(TYPES[0]), c.node_of_type(TYPES[1])
+    a100, h100 = KINDS.node_of_type(TYPES[0]), KINDS.node_of_type(TYPES[1])
     c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(_pytorch_job()))
 
     def job() -> dict[str, Any]:
@@ -136,7 +128,7 @@ def test_a_labelled_pytorchjob_is_predicted_placed_evicted_and_finishes(pytorch_
 
 
 def _batch_job() -> dict[str, Any]:
-    return offline_job_manifest("nightly", template=offline_template(gpus=4, annotations={
+    return offline_job_manifest("nightly", template=offline_template(gpus=4, lane=KINDS, annotations={
         "offpeak.io/batch-size": "32", "offpeak.io/steps": "100", "offpeak.io/estimated-seconds": "20",
         "offpeak.io/gpu-types": TYPES[0], "offpeak.io/sim-runtime": "40000ms"}))
 
@@ -146,7 +138,7 @@ def _batch_job() -> dict[str, Any]:
 def test_a_labelled_batch_job_is_evicted_replaced_and_finishes(pytorch_cluster: E2ECluster) -> None:
     c = pytorch_cluster
     ns = c.new_namespace("nightly")
-    a100 = c.node_of_type(TYPES[0])
+    a100 = KINDS.node_of_type(TYPES[0])
     c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(_batch_job()))
 
     def state() -> str:

@@ -1,4 +1,4 @@
-"""Scenarios: an elastic job (2 workers, `minWorkers: 1`) starts on the one node with room instead of waiting for
+"""Lane `elastic`: an elastic job (2 workers, `minWorkers: 1`) starts on the one node with room instead of waiting for
 both, its second worker joins when online work leaves the other node, and the job succeeds with both; and an elastic
 job that loses a worker to online work goes on with the other in the same attempt (issue 18: run on the GPUs that
 are idle now, resize at checkpoints)."""
@@ -11,12 +11,15 @@ from collections.abc import Iterator
 import pytest
 
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
+from offpeak_e2e.lanes import ELASTIC, L4, V100
+
+pytestmark = pytest.mark.xdist_group("elastic")
 
 
 @pytest.fixture
 def online_reset(e2e_cluster: E2ECluster) -> Iterator[None]:
     yield
-    for node in e2e_cluster.nodes:
+    for node in ELASTIC.nodes:
         e2e_cluster.scale_online(node, 0)
         e2e_cluster.kubectl("uncordon", node, check=False)
 
@@ -24,14 +27,13 @@ def online_reset(e2e_cluster: E2ECluster) -> Iterator[None]:
 def test_an_elastic_job_starts_narrow_and_its_waiting_worker_joins_when_a_window_opens(
         e2e_cluster: E2ECluster, e2e_namespace: str, online_reset: None) -> None:
     ns = e2e_namespace
-    first, other = e2e_cluster.node_of_type("V100-SXM2-16GB"), e2e_cluster.node_of_type("L4")
+    first, other = ELASTIC.node_of_type(V100), ELASTIC.node_of_type(L4)
     e2e_cluster.scale_online(other, 8)  # the L4 node is full of online work: room for one 8-GPU worker, not two
-    e2e_cluster.wait_for(f"8 online pods running on {other}", lambda: len([
-        p for p in e2e_cluster.pods("online", f"app=online-{other}") if p["status"].get("phase") == "Running"
-    ]) == 8, timeout=60)
+    e2e_cluster.wait_for(f"8 online pods running on {other}", lambda: e2e_cluster.running_online(other) == 8,
+                         timeout=60)
 
-    job = trainingjob_manifest("stretch", sim_seconds=90, gpu_types=["V100-SXM2-16GB", "L4"], torchvision=None,
-                               estimated_seconds=60, workers=2,
+    job = trainingjob_manifest("stretch", sim_seconds=90, gpu_types=[V100, L4], estimated_seconds=60,
+                               workers=2, lane=ELASTIC,
                                extra_spec={"gpusPerWorker": 8, "minWorkers": 1, "checkpointing": True})
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
     running = e2e_cluster.wait_phase(ns, "stretch", ["Running"], timeout=120)
@@ -66,13 +68,12 @@ def test_an_elastic_job_that_loses_a_worker_goes_on_narrower_in_the_same_attempt
     requeued: worker 0 goes on alone (torchrun restarts it narrower), worker 1's pod is made again and waits.
 
     Worker 1 is made to land on the L4 node (cordoned until worker 0 runs on the V100 node): the online work that
-    comes back leaves its node short-windowed in the extender's forecast for a while, and later scenarios rely on
-    the V100 node having carried none."""
+    comes back leaves its node short-windowed in the extender's forecast for a while."""
     ns = e2e_namespace
-    first, other = e2e_cluster.node_of_type("V100-SXM2-16GB"), e2e_cluster.node_of_type("L4")
+    first, other = ELASTIC.node_of_type(V100), ELASTIC.node_of_type(L4)
     e2e_cluster.kubectl("cordon", other)
-    job = trainingjob_manifest("shrink", sim_seconds=150, gpu_types=["V100-SXM2-16GB", "L4"], torchvision=None,
-                               estimated_seconds=60, workers=2,
+    job = trainingjob_manifest("shrink", sim_seconds=150, gpu_types=[V100, L4], estimated_seconds=60,
+                               workers=2, lane=ELASTIC,
                                extra_spec={"gpusPerWorker": 8, "minWorkers": 1, "checkpointing": True})
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
     e2e_cluster.wait_phase(ns, "shrink", ["Running"], timeout=120)
@@ -99,9 +100,8 @@ def test_an_elastic_job_that_loses_a_worker_goes_on_narrower_in_the_same_attempt
     status = e2e_cluster.trainingjob(ns, "shrink")["status"]
     print(f"[e2e] narrowed after {took:.0f}s: {status['message']}")
     assert status["phase"] == "Running", status
-    e2e_cluster.wait_for(f"8 online pods running on {node}", lambda: len([
-        p for p in e2e_cluster.pods("online", f"app=online-{node}") if p["status"].get("phase") == "Running"
-    ]) == 8, timeout=90)
+    e2e_cluster.wait_for(f"8 online pods running on {node}", lambda: e2e_cluster.running_online(node) == 8,
+                         timeout=90)
     events = e2e_cluster.kubectl("-n", ns, "get", "events", "--field-selector", "reason=Narrowed", "-o",
                                  "json").stdout
     assert any("going on with 1 of 2 workers" in e["message"] for e in json.loads(events)["items"]), events

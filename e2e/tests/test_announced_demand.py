@@ -1,12 +1,12 @@
-"""Scenario (#18): announced online demand. An `OnlineDemand` object (crds/onlinedemands.offpeak.io.yaml) says the
+"""Lane `announce`: announced online demand. An `OnlineDemand` object (crds/onlinedemands.offpeak.io.yaml) says the
 online side will hold a pool's GPUs from a given time: the extender's pool forecast takes it as a floor at once, so
 a pooled node's window ends at the announced start, and the evictor (`--yield-at-checkpoints`, with the same pool
 label) stops a checkpointing job before it (the job saves as it stops), instead of the scale-up evicting it. The
 API server refuses an announcement that ends before it starts, or states a pool ceiling below what it announces (the
 CRD's validation rules).
 
-Its own cluster (`pytest-announce`): two A100 nodes without any online work (4 past days of zeros backfilled into
-Prometheus, a 240 s "day"), labelled into one pool at the start: by the pool's history alone every window reaches
+The lane's two A100 nodes have no online work (4 past days of zeros in Prometheus), and are labelled into one pool
+at the start: by the pool's history alone every window reaches
 past the horizon. A 4-GPU job of 130 one-second steps that checkpoints every 10 s starts; then the whole pool (16
 GPUs) is announced from 60 s later. The job is stopped before that (a planned stop: requeued as
 `Yielded`, the attempt not counted against maxAttempts 1); its next attempt waits while the announcement stands,
@@ -17,32 +17,24 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from datetime import datetime, timezone
 
 import pytest
 
-from offpeak_e2e.daywindows import attempt_pods, checkpoint_volume, checkpointed_job, day_cluster, extender_window
+from offpeak_e2e.daywindows import attempt_pods, checkpoint_volume, checkpointed_job, extender_window
 from offpeak_e2e.harness import SCHEDULING_SLACK_S, E2ECluster
-from offpeak_e2e.nodes import plan_nodes
+from offpeak_e2e.lanes import A100, ANNOUNCE, POOL_LABEL
 
-DAY = 240.0
-TYPES = ("A100-SXM4-40GB",)
-FIRST, SECOND = (spec.name for spec in plan_nodes(count=2, gpu_types=TYPES))
-WINDOWS = {FIRST: (0, 240), SECOND: (0, 240)}  # idle all day: no online work at all
-POOL_LABEL, POOL = "example.com/inference-pool", "chat"
-STEPS, STEP_SECONDS, GPUS, INTERVAL, MARGIN = 130, 1.0, 4, 10, 10
+pytestmark = pytest.mark.xdist_group("announce")
+
+TYPES = (A100,)
+FIRST, SECOND = ANNOUNCE.nodes  # idle all day: no online work at all
+POOL = "chat-announce"
+STEPS, STEP_SECONDS, GPUS, INTERVAL = 130, 1.0, 4, 10
 LEAD = 60.0  # the announcement's start, this long after it is made
 REPORT = {"offpeak_progress": 1, "steps": 40, "attempt_steps": 40, "step_seconds": STEP_SECONDS,
           "startup_seconds": 1.0, "checkpoint_steps": 40}
-RETRY_S = 50 + SCHEDULING_SLACK_S  # offpeak-scheduler's retry of a pod its extender turned down
-
-
-@pytest.fixture(scope="module")
-def announce_cluster() -> Iterator[E2ECluster]:
-    yield from day_cluster("announce", windows=WINDOWS, day=DAY, gpu_types=TYPES, extra_env={
-        "OFFPEAK_POOL_LABEL": POOL_LABEL, "OFFPEAK_GOODPUT_STARTUP_SECONDS": "3",
-        "OFFPEAK_YIELD_AT_CHECKPOINTS": "true", "OFFPEAK_YIELD_MARGIN_SECONDS": str(MARGIN)})
+RETRY_S = 35 + SCHEDULING_SLACK_S  # offpeak-scheduler's retry of a pod its extender turned down
 
 
 def iso(t: float) -> str:
@@ -56,9 +48,9 @@ def announcement(name: str, *, start: float, end: float) -> dict:
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_an_announced_scale_up_stops_a_pooled_job_at_a_checkpoint_before_it(announce_cluster: E2ECluster) -> None:
-    c = announce_cluster
-    ns = c.new_namespace("announce")
+def test_an_announced_scale_up_stops_a_pooled_job_at_a_checkpoint_before_it(e2e_cluster: E2ECluster,
+                                                                            e2e_namespace: str) -> None:
+    c, ns = e2e_cluster, e2e_namespace
     c.kubectl("label", "node", FIRST, SECOND, f"{POOL_LABEL}={POOL}")
     c.wait_for("the extender to fit the pool", lambda: extender_window(c, FIRST, gpus=GPUS) == float("inf"),
                timeout=60, interval=0.5)
@@ -75,7 +67,7 @@ def test_an_announced_scale_up_stops_a_pooled_job_at_a_checkpoint_before_it(anno
 
     pv = checkpoint_volume(c, ns)
     job = checkpointed_job("announced", pv=pv, steps=STEPS, step_seconds=STEP_SECONDS, gpus=GPUS,
-                           interval=INTERVAL, gpu_types=TYPES, report=REPORT, maxAttempts=1)
+                           interval=INTERVAL, gpu_types=TYPES, report=REPORT, lane=ANNOUNCE, maxAttempts=1)
     c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
     first = c.wait_phase(ns, "announced", ["Running", "Failed"], timeout=45)["status"]
     assert first["phase"] == "Running" and first["node"] in (FIRST, SECOND), first
@@ -114,5 +106,4 @@ def test_an_announced_scale_up_stops_a_pooled_job_at_a_checkpoint_before_it(anno
     done = c.wait_phase(ns, "announced", ["Succeeded", "Failed"], timeout=RETRY_S + STEPS + 30)["status"]
     assert done["phase"] == "Succeeded" and done["attempts"] == 2, done
     print(f"[e2e] finished after {time.time() - made:.0f}s from the announcement, 2 attempts, 1 not counted")
-    c.delete_namespace(ns)
     c.kubectl("delete", "pv", pv, "--wait=false", check=False)

@@ -1,4 +1,4 @@
-"""Every PromQL query of the Grafana dashboard, run against the local cluster's real Prometheus after real offpeak
+"""Lane `dash`: every PromQL query of the Grafana dashboard, run against the local cluster's real Prometheus after real offpeak
 processes did real work (a job finished, another was evicted by an online surge), returns data; and
 `offpeak plot-runtimes --prometheus-url` draws the finished job."""
 
@@ -16,13 +16,17 @@ from offpeak_dashboard.querycheck import QueryResult, run_queries
 from offpeak_dashboard.dashboard import NODE_OFFLINE_GPUS
 from offpeak_dashboard.plot import is_png
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
+from offpeak_e2e.lanes import A100, DASHBOARD, L4
+
+pytestmark = pytest.mark.xdist_group("dash")
 
 # Counters that first appear at 1 need a second scrape before increase() has two samples: allow a few scrapes.
 DATA_TIMEOUT_S = 60
 
 
 def _submit(cluster: E2ECluster, ns: str, name: str, seconds: float) -> None:
-    job = trainingjob_manifest(name, sim_seconds=seconds, gpu_types=["A100-SXM4-40GB", "L4"])
+    job = trainingjob_manifest(name, sim_seconds=seconds, gpu_types=[A100, L4], estimated_seconds=seconds,
+                               lane=DASHBOARD)
     cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
 
 

@@ -1,8 +1,7 @@
-"""Scenario (#18): pool windows (`offpeak extender --pool-label`) place a job that no node's own window fits, and a
+"""Lane `pools`: pool windows (`offpeak extender --pool-label`) place a job that no node's own window fits, and a
 pooled node's offline pod is still evicted when the pool's online demand fills it.
 
-Its own cluster (`pytest-pools`): two A100 nodes whose online load follows a 240 s "day" with 4 past days
-backfilled into Prometheus. Each node is full of online work (8 GPUs) for half the day, the first node in the
+The lane's two A100 nodes' online load follows a 240 s "day" with 4 past days backfilled into Prometheus. Each node is full of online work (8 GPUs) for half the day, the first node in the
 first half, the second node in the second, so each node's own forecast window is at most 120 s, while the pair's
 total online demand is a steady 8 of 16 GPUs. The extender runs with the pool label configured from the start;
 the nodes carry no such label at first, so they keep their own windows.
@@ -25,50 +24,44 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from offpeak_e2e.daywindows import attempt_pods, day_cluster, day_phase, extender_window
+from offpeak_e2e.daywindows import attempt_pods, extender_window
 from offpeak_e2e.harness import SCHEDULING_SLACK_S, E2ECluster, trainingjob_manifest
-from offpeak_e2e.nodes import plan_nodes
+from offpeak_e2e.lanes import A100, DAY, POOL_LABEL, POOLS
 
-DAY, HALF = 240, 120
-TYPES = ("A100-SXM4-40GB",)
-FIRST, SECOND = (spec.name for spec in plan_nodes(count=2, gpu_types=TYPES))
-WINDOWS = {FIRST: (HALF, DAY), SECOND: (0, HALF)}  # idle seconds of each day: the pool always has 8 GPUs free
-POOL_LABEL, POOL = "example.com/inference-pool", "chat"
+pytestmark = pytest.mark.xdist_group("pools")
+
+HALF = DAY / 2
+TYPES = (A100,)
+FIRST, SECOND = POOLS.nodes  # idle in the second and the first half of each day: the pool always has 8 GPUs free
+POOL = "chat-pools"
 GPUS, ESTIMATE, RUN, MARGIN = 4, 100.0, 40.0, 0.15  # p90 = 1.5 x the user's estimate: needs 172 s > HALF
 # Labelled at most this far into a half day: offpeak's scheduler retries a pod its extender turned down within
-# 20-50 s (--pod-max-in-unschedulable-pods-duration=20s, flushed every 30 s), so the second job's eviction still
-# comes in the idle half of the node the jobs land on (measured: labelled 24-28 s in, requeued at 62-63 s).
+# 5-35 s (--pod-max-in-unschedulable-pods-duration=5s here, flushed every 30 s), so the second job's eviction still
+# comes in the idle half of the node the jobs land on.
 LABEL_BY = 35.0
-RETRY_S = 50 + SCHEDULING_SLACK_S
-
-
-@pytest.fixture(scope="module")
-def pool_cluster() -> Iterator[E2ECluster]:
-    yield from day_cluster("pools", windows=WINDOWS, day=DAY, gpu_types=TYPES,
-                           extra_env={"OFFPEAK_POOL_LABEL": POOL_LABEL})
+RETRY_S = 35 + SCHEDULING_SLACK_S
 
 
 def idle_node(c: E2ECluster) -> str:
     """The node whose online work is away in this half of the day."""
-    return SECOND if day_phase(c, day=DAY) < HALF else FIRST
+    return SECOND if c.lane_phase(POOLS) < HALF else FIRST
 
 
 def job(name: str, *, run: float) -> dict[str, Any]:
     """A job of 4 GPUs without model graph: the operator predicts it from the user's estimate (p90 150 s)."""
-    return trainingjob_manifest(name, sim_seconds=run, gpu_types=TYPES, torchvision=None, estimated_seconds=ESTIMATE,
-                                extra_spec={"gpusPerWorker": GPUS})
+    return trainingjob_manifest(name, sim_seconds=run, gpu_types=TYPES, estimated_seconds=ESTIMATE,
+                                lane=POOLS, extra_spec={"gpusPerWorker": GPUS})
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_pool_windows_place_a_job_no_node_window_fits_and_a_full_pool_evicts(pool_cluster: E2ECluster) -> None:
-    c = pool_cluster
-    ns = c.new_namespace("pools")
+def test_pool_windows_place_a_job_no_node_window_fits_and_a_full_pool_evicts(e2e_cluster: E2ECluster,
+                                                                             e2e_namespace: str) -> None:
+    c, ns = e2e_cluster, e2e_namespace
     c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job("pooled", run=RUN)))
     t0 = time.time()
 
@@ -89,9 +82,9 @@ def test_pool_windows_place_a_job_no_node_window_fits_and_a_full_pool_evicts(poo
     assert need > HALF and all(w < need for w in own.values()), (need, own)
 
     # pooled: label both nodes early in a half day; the next refresh fits the pool and the job is placed
-    c.wait_for(f"a half day's first {LABEL_BY:.0f}s", lambda: 3 <= day_phase(c, day=DAY) % HALF <= LABEL_BY,
+    c.wait_for(f"a half day's first {LABEL_BY:.0f}s", lambda: 3 <= c.lane_phase(POOLS) % HALF <= LABEL_BY,
                timeout=HALF + 10, interval=0.5)
-    node, labelled_at = idle_node(c), day_phase(c, day=DAY)
+    node, labelled_at = idle_node(c), c.lane_phase(POOLS)
     c.kubectl("label", "node", FIRST, SECOND, f"{POOL_LABEL}={POOL}")
     t1 = time.time()
     fitted = c.wait_for("the extender to fit the pool",
@@ -117,7 +110,7 @@ def test_pool_windows_place_a_job_no_node_window_fits_and_a_full_pool_evicts(poo
         return status.get("phase") in ("Requeued", "Failed") or int(status.get("attempts") or 0) >= 2
 
     c.wait_for("the second job to be evicted and requeued", requeued, timeout=grace + 30, interval=0.5)
-    took, at = time.time() - surge, day_phase(c, day=DAY)
+    took, at = time.time() - surge, c.lane_phase(POOLS)
     print(f"[e2e] pool full -> requeued after {took:.1f}s (day {at:.0f}s)")
     assert idle_node(c) == node and at % HALF < HALF - 2, at  # in the node's idle half: the surge did it
     events = json.loads(c.kubectl("-n", ns, "get", "events", "-o", "json").stdout)["items"]
@@ -138,4 +131,3 @@ def test_pool_windows_place_a_job_no_node_window_fits_and_a_full_pool_evicts(poo
     again = c.wait_phase(ns, "surged", ["Running", "Failed"], timeout=RETRY_S)["status"]
     assert again["phase"] == "Running" and again["attempts"] == 2 and again["node"] in (FIRST, SECOND), again
     print(f"[e2e] first job done; the second's attempt 2 running on {again['node']}; {time.time() - t0:.0f}s in all")
-    c.delete_namespace(ns)

@@ -1,44 +1,32 @@
-"""Scenario 2: packing into forecast idle windows, against the default scheduler in the same run.
+"""Packing into forecast idle windows, against the default scheduler in the same run (a benchmark: it prints what
+each harvests; the end-to-end suite proves the window rule itself in its pool-window and Kueue lanes).
 
-Its own cluster (`pytest-packing`): online load ON, replaying the real serving trace with a 300 s "day" and 4 past
+Its own cluster (`bench-packing`): online load ON, replaying the real serving trace with a 300 s "day" and 4 past
 days backfilled into Prometheus, so the extender's forecaster sees the daily cycle. A batch of TrainingJobs of
 different lengths (offpeak-scheduler) and a twin batch of plain pods with the same GPUs, runtimes and annotations
 (default-scheduler) run side by side. Offpeak's placements must never sit in a window shorter than the job's p90
 (checked against the replay plan, which is exactly what the forecaster learnt); both batches' harvested and
-wasted GPU-seconds are printed and written to ``~/.cache/offpeak/results/``.
+wasted GPU-seconds are printed and written to ``~/.cache/offpeak/results/``; it exits 1 if an offpeak placement
+sat in a too-short window. Needs the control-plane binaries (built on first use: slow).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import time
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e import onlineload
 from offpeak_e2e.cluster import ClusterSettings
 from offpeak_e2e.controlplane import ControlPlaneSettings
-from offpeak_e2e.harness import E2ECluster, own_cluster, results_file, session_cluster_name, trainingjob_manifest
+from offpeak_e2e.harness import E2ECluster, results_file, trainingjob_manifest
 
 DAY = 300.0
 GPUS_PER_JOB = 2
 RUNTIMES = (15, 25, 35, 45, 60, 75, 20, 40)
-
-
-@pytest.fixture(scope="module")
-def packing_cluster() -> Iterator[E2ECluster]:
-    settings = ClusterSettings(
-        control_plane=ControlPlaneSettings(
-            name=session_cluster_name("pytest-packing"), nodes=4, build_missing=False,
-        ),
-        day_seconds=DAY, online_load=True,
-        online_start_minute=0, history_days=4,
-    )
-    yield from own_cluster(settings, "packing")
 
 
 def _twin_pod(name: str, *, seconds: float, predicted: str) -> dict[str, Any]:
@@ -97,10 +85,8 @@ def _pod_p90(pod: dict[str, Any], gpu_type: str) -> float:
     return float(predicted[gpu_type]["p90"])
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1500)
-def test_packing_fits_windows_and_compares_with_default_scheduler(packing_cluster: E2ECluster) -> None:
-    c = packing_cluster
+def run(c: E2ECluster) -> list[str]:
+    """Both batches on the cluster; the offpeak placements that sat in a too-short window."""
     ns = c.new_namespace("pack")
     node_type = {n: str(node_gpu_type(c.get("node", n)["metadata"]["labels"])) for n in c.nodes}
     gpu_types = sorted(set(node_type.values()))
@@ -169,6 +155,22 @@ def test_packing_fits_windows_and_compares_with_default_scheduler(packing_cluste
     timed = sum(p in bound for p in [*placements, *(t["name"] for t in placed_twins)])
     print(f"[e2e] window violations: offpeak {len(violations)}, default scheduler {len(twin_violations)} "
           f"({timed} of {len(placements) + len(placed_twins)} placements timed by their Scheduled event)")
-    assert violations == [], violations
-    assert all(j["status"]["phase"] == "Succeeded" for j in jobs), [j["status"] for j in jobs]
-    assert len(placements) >= len(RUNTIMES)
+    failed = [j["metadata"]["name"] for j in jobs if j["status"]["phase"] != "Succeeded"]
+    return violations + [f"{name} did not succeed" for name in failed]
+
+
+def main() -> int:
+    c = E2ECluster.start(ClusterSettings(
+        control_plane=ControlPlaneSettings(name="bench-packing", nodes=4), day_seconds=DAY, online_load=True,
+        online_start_minute=0, history_days=4))
+    try:
+        problems = run(c)
+    finally:
+        c.stop()
+    for line in problems:
+        print(f"PROBLEM: {line}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""Scenario 3: an online surge on a node evicts its offline pods within the grace period; the TrainingJob is
+"""Lane `surge`: an online surge on a node evicts its offline pods within the grace period; the TrainingJob is
 Requeued and later finishes on another node. When the node holds more offline work than the surge needs back, the
 pod that loses least goes, a gang worker counting the work of its whole gang (evicting it stops every worker)."""
 
@@ -14,6 +14,9 @@ from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e.daywindows import extender_window
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
 from offpeak_e2e.kube import KubeError
+from offpeak_e2e.lanes import L4, SURGE, V100
+
+pytestmark = pytest.mark.xdist_group("surge")
 
 
 WINDOW_NEEDED_S = 180  # each job's p90 x the margin (~2 min), and the scenario's own minute before the surge
@@ -22,14 +25,14 @@ WINDOW_NEEDED_S = 180  # each job's p90 x the margin (~2 min), and the scenario'
 @pytest.fixture
 def online_reset(e2e_cluster: E2ECluster) -> Iterator[None]:
     yield
-    for node in e2e_cluster.nodes:
+    for node in SURGE.nodes:
         e2e_cluster.scale_online(node, 0)
 
 
 def test_surge_evicts_a_lone_pod_before_a_gang_worker_that_risks_more_work(
         e2e_cluster: E2ECluster, e2e_namespace: str, online_reset: None) -> None:
     ns = e2e_namespace
-    first, other = e2e_cluster.node_of_type("V100-SXM2-16GB"), e2e_cluster.node_of_type("L4")
+    first, other = SURGE.node_of_type(V100), SURGE.node_of_type(L4)
     # 4 GPUs free there: room for one worker of the pair below, not both. A pod of no workload holds the other 4,
     # not online pods: online demand rising above the forecast closes the node's window (a surprise), and whether
     # it is one depends on what the earlier scenarios left in the node's history at this time of the "day".
@@ -54,16 +57,15 @@ def test_surge_evicts_a_lone_pod_before_a_gang_worker_that_risks_more_work(
 
     # The lone job runs far longer than it says (it must still be running at the surge, however long the pair
     # waits for its window below); it asks for a ~2 min window all the same.
-    lone = trainingjob_manifest("lone", sim_seconds=1800, gpu_types=["V100-SXM2-16GB"], torchvision=None,
-                                estimated_seconds=60, extra_spec={"gpusPerWorker": 4, "checkpointing": True})
+    lone = trainingjob_manifest("lone", sim_seconds=1800, gpu_types=[V100], estimated_seconds=60, lane=SURGE,
+                                extra_spec={"gpusPerWorker": 4, "checkpointing": True})
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(lone))
     e2e_cluster.wait_phase(ns, "lone", ["Running"], timeout=120)
     # The lone job's start took part of those windows (on a busy machine, most of one): wait again, so the pair's
     # L4 worker does not find a window about to end, then a next one more than its timeout away.
     wait_for_windows(" with the lone job running")
-    pair = trainingjob_manifest("pair", sim_seconds=400, gpu_types=["V100-SXM2-16GB", "L4"], torchvision=None,
-                                estimated_seconds=60, workers=2,
-                                extra_spec={"gpusPerWorker": 4, "checkpointing": True})
+    pair = trainingjob_manifest("pair", sim_seconds=400, gpu_types=[V100, L4], estimated_seconds=60, workers=2,
+                                lane=SURGE, extra_spec={"gpusPerWorker": 4, "checkpointing": True})
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(pair))
     e2e_cluster.wait_phase(ns, "pair", ["Running"], timeout=120)
 
@@ -106,14 +108,13 @@ def test_surge_evicts_a_lone_pod_before_a_gang_worker_that_risks_more_work(
 def test_online_surge_evicts_and_requeues(e2e_cluster: E2ECluster, e2e_namespace: str, online_reset: None) -> None:
     ns = e2e_namespace
     grace = e2e_cluster.cluster.settings.eviction_grace_s
-    first, other = e2e_cluster.node_of_type("V100-SXM2-16GB"), e2e_cluster.node_of_type("L4")
+    first, other = SURGE.node_of_type(V100), SURGE.node_of_type(L4)
     e2e_cluster.scale_online(other, 8)  # the L4 node is full of online work, so the job lands on the V100 node
-    e2e_cluster.wait_for(f"8 online pods running on {other}", lambda: len([
-        p for p in e2e_cluster.pods("online", f"app=online-{other}") if p["status"].get("phase") == "Running"
-    ]) == 8, timeout=60)
+    e2e_cluster.wait_for(f"8 online pods running on {other}", lambda: e2e_cluster.running_online(other) == 8,
+                         timeout=60)
 
-    job = trainingjob_manifest("surge", sim_seconds=60, gpu_types=["V100-SXM2-16GB", "L4"], torchvision=None,
-                               estimated_seconds=60, extra_spec={"gpusPerWorker": 4, "checkpointing": True})
+    job = trainingjob_manifest("surge", sim_seconds=60, gpu_types=[V100, L4], estimated_seconds=60, lane=SURGE,
+                               extra_spec={"gpusPerWorker": 4, "checkpointing": True})
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
     running = e2e_cluster.wait_phase(ns, "surge", ["Running"], timeout=120)
     assert running["status"]["node"] == first, running["status"]

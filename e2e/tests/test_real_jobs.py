@@ -1,6 +1,6 @@
-"""Scenario: TrainingJobs as real teams run them (#17), on the real control plane.
+"""Lane `jobs`: TrainingJobs as real teams run them, on the real control plane.
 
-`kubectl wait` returns for a succeeded and for a failed job; two workers get a torchrun rendezvous through their
+Two workers get a torchrun rendezvous through their
 headless Service and are placed together or not at all (gang); a job written as a pod template with a checkpoint
 claim is stopped on one node and resumes on another from the checkpoint it reported, mounting the same claim.
 """
@@ -18,9 +18,11 @@ from typing import Any
 import pytest
 
 from offpeak_core.gpuproducts import node_gpu_type
-from offpeak_core.humanize import duration
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e.harness import E2ECluster, offline_job_manifest, offline_template, trainingjob_manifest
+from offpeak_e2e.lanes import H100, JOBS, V100
+
+pytestmark = pytest.mark.xdist_group("jobs")
 
 
 def _conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -32,54 +34,24 @@ def _env(pod: dict[str, Any]) -> dict[str, str]:
 
 
 # Nodes are taken out with `kubectl cordon` rather than online load: the extender's forecast rightly keeps a
-# node that was just busy short-windowed for a while, which would blur what these tests look at. These two GPU
-# types carry no online load in any other scenario either.
-FIRST, SECOND = "V100-SXM2-16GB", "H100-SXM5-80GB"
+# node that was just busy short-windowed for a while, which would blur what these tests look at.
+FIRST, SECOND = V100, H100
 
 
 @pytest.fixture
 def uncordon_all(e2e_cluster: E2ECluster) -> Iterator[None]:
     yield
-    for node in e2e_cluster.nodes:
+    for node in JOBS.nodes:
         e2e_cluster.kubectl("uncordon", node, check=False)
-
-
-def test_kubectl_wait_returns_for_a_succeeded_and_a_failed_job(e2e_cluster: E2ECluster, e2e_namespace: str) -> None:
-    ns = e2e_namespace
-    types = ["A100-SXM4-40GB", "H100-SXM5-80GB"]
-    ok = trainingjob_manifest("waits-ok", sim_seconds=3, gpu_types=types, torchvision=None, estimated_seconds=30)
-    bad = trainingjob_manifest("waits-bad", sim_seconds=3, gpu_types=types, torchvision=None, estimated_seconds=30,
-                               extra_spec={"maxAttempts": 1, "podAnnotations": {
-                                   "offpeak.io/sim-runtime": "3000ms", "offpeak.io/sim-exit-code": "3"}})
-    for job in (ok, bad):
-        e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
-    t = time.monotonic()
-    e2e_cluster.kubectl("-n", ns, "wait", "--for=condition=Succeeded", "tj/waits-ok", "--timeout=240s", timeout=250)
-    e2e_cluster.kubectl("-n", ns, "wait", "--for=condition=Failed", "tj/waits-bad", "--timeout=240s", timeout=250)
-    print(f"[e2e] kubectl wait returned for both endings after {time.monotonic() - t:.1f}s")
-
-    done = e2e_cluster.trainingjob(ns, "waits-ok")
-    status = done["status"]
-    assert status["phase"] == "Succeeded" and status["reason"] == "Succeeded", status
-    assert _conditions(status)["Finished"]["status"] == "True" and "Failed" not in _conditions(status)
-    assert status["observedGeneration"] == done["metadata"]["generation"]
-    assert status["predicted"] == duration(status["predictedSeconds"]) and status["actual"].endswith("s")
-    failed = e2e_cluster.trainingjob(ns, "waits-bad")["status"]
-    assert failed["phase"] == "Failed" and failed["reason"] == "MaxAttemptsReached", failed
-    assert _conditions(failed)["Finished"] == {**_conditions(failed)["Finished"], "status": "True",
-                                                "reason": "MaxAttemptsReached"}
-    assert "Succeeded" not in _conditions(failed)
-    table = e2e_cluster.kubectl("-n", ns, "get", "tj").stdout
-    assert "REASON" in table.splitlines()[0] and "MaxAttemptsReached" in table and status["predicted"] in table, table
 
 
 def test_two_workers_rendezvous_and_are_placed_together_or_not_at_all(
         e2e_cluster: E2ECluster, e2e_namespace: str, uncordon_all: None) -> None:
     ns = e2e_namespace
-    first, second = e2e_cluster.node_of_type(FIRST), e2e_cluster.node_of_type(SECOND)
+    first, second = JOBS.node_of_type(FIRST), JOBS.node_of_type(SECOND)
     e2e_cluster.kubectl("cordon", second)  # only one node of the allowed types: room for one worker of two
-    job = trainingjob_manifest("gang", sim_seconds=20, gpu_types=[FIRST, SECOND], torchvision=None,
-                               estimated_seconds=40, workers=2, extra_spec={"gpusPerWorker": 8})
+    job = trainingjob_manifest("gang", sim_seconds=20, gpu_types=[FIRST, SECOND], estimated_seconds=40, workers=2,
+                               lane=JOBS, extra_spec={"gpusPerWorker": 8})
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
     selector = "offpeak.io/trainingjob=gang,offpeak.io/role=training"
     e2e_cluster.wait_for("both workers created", lambda: len(e2e_cluster.pods(ns, selector)) == 2, timeout=120)
@@ -135,7 +107,7 @@ def test_two_workers_rendezvous_and_are_placed_together_or_not_at_all(
 def test_a_template_job_resumes_on_another_node_from_its_reported_checkpoint_on_the_same_claim(
         e2e_cluster: E2ECluster, e2e_namespace: str, uncordon_all: None) -> None:
     ns = e2e_namespace
-    first, second = e2e_cluster.node_of_type(FIRST), e2e_cluster.node_of_type(SECOND)
+    first, second = JOBS.node_of_type(FIRST), JOBS.node_of_type(SECOND)
     pv = f"ckpt-{ns}"
     e2e_cluster.apply({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
                        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
@@ -151,6 +123,7 @@ def test_a_template_job_resumes_on_another_node_from_its_reported_checkpoint_on_
                      "annotations": {"offpeak.io/sim-runtime": "30000ms", "offpeak.io/sim-step-ms": "100",
                                      "offpeak.io/sim-progress": json.dumps(report)}},
         "spec": {
+            "nodeSelector": dict(JOBS.node_selector),
             "securityContext": {"runAsNonRoot": True, "runAsUser": 1000},
             "volumes": [{"name": "config", "configMap": {"name": "train-config"}}],
             "containers": [{"name": "trainer", "image": "registry.local/offpeak-e2e/train:1",
@@ -161,10 +134,10 @@ def test_a_template_job_resumes_on_another_node_from_its_reported_checkpoint_on_
     checkpoint = {"claimTemplate": {"spec": {"volumeName": pv, "storageClassName": "", "accessModes": ["ReadWriteOnce"],
                                              "resources": {"requests": {"storage": "1Gi"}}}},
                   "path": "/ckpt", "intervalSeconds": 30, "gracePeriodSeconds": 20}
-    job = trainingjob_manifest("resume", sim_seconds=30, gpu_types=[FIRST, SECOND], torchvision=None,
-                               estimated_seconds=60, steps=300)
+    job = trainingjob_manifest("resume", sim_seconds=30, gpu_types=[FIRST, SECOND], estimated_seconds=60, steps=300,
+                               lane=JOBS)
     spec = job["spec"]
-    for key in ("image", "command", "podAnnotations"):
+    for key in ("image", "command", "podAnnotations", "nodeSelector"):  # the template says them
         spec.pop(key)
     spec.update(template=template, checkpoint=checkpoint, gpusPerWorker=4)
     e2e_cluster.kubectl("cordon", second)  # the first attempt lands on the first node
@@ -217,7 +190,7 @@ def test_a_template_job_resumes_on_another_node_from_its_reported_checkpoint_on_
 def test_a_labelled_batch_job_is_predicted_unsuspended_placed_and_recorded(
         e2e_cluster: E2ECluster, e2e_namespace: str) -> None:
     ns = e2e_namespace
-    job = offline_job_manifest("nightly", template=offline_template(gpus=2, annotations={
+    job = offline_job_manifest("nightly", template=offline_template(gpus=2, lane=JOBS, annotations={
         "offpeak.io/batch-size": "32", "offpeak.io/steps": "100", "offpeak.io/estimated-seconds": "20",
         "offpeak.io/gpu-types": FIRST, "offpeak.io/sim-runtime": "3000ms"}))
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))

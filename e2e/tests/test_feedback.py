@@ -1,50 +1,32 @@
-"""Closing the loop on the real control plane: the same TrainingJob runs twice on a GPU type whose (simulated)
-runtime is 40 % longer than the first prediction. The operator measures the first run's step time and posts it
-with the shared token; the predictor learns it at once, so the second prediction's error is below a third of the
+"""Closing the loop on the real control plane (lane `dash`): the same TrainingJob runs twice on a GPU type whose
+(simulated) runtime is 40 % longer than the first prediction. The operator measures the first run's step time and
+posts it with the token it shares with the predictor (one Secret mounted into both, as the chart does); the predictor learns it at once, so the second prediction's error is below a third of the
 first, and both jobs' predicted and actual seconds reach Prometheus (the dashboard's predicted-vs-actual panel)."""
 
 from __future__ import annotations
 
-import base64
-import gzip
 import json
 import math
 import time
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from offpeak_e2e.harness import E2ECluster
-from offpeak_graph.schema import ModelGraph, Op
+from offpeak_e2e.harness import E2ECluster, graph_configmap, mlp_graph
+from offpeak_e2e.lanes import DASHBOARD
+
+pytestmark = pytest.mark.xdist_group("dash")
 
 GPU = "A100-SXM4-40GB"
 SLOWER = 1.4  # the node runs the job 40 % longer than first predicted
 TARGET_SECONDS = 20.0  # length of the first prediction (steps are chosen for it)
-TOKEN_ENV = "OFFPEAK_PREDICTOR_TOKEN_FILE"
 PANEL_EXPRS = {  # the dashboard's "Predicted vs actual runtime per job" queries
     "predicted": "max by (job_namespace, trainingjob, gpu_type, model_family) (offpeak_job_predicted_seconds)",
     "actual": "max by (job_namespace, trainingjob, gpu_type, model_family) (offpeak_job_actual_seconds)",
 }
-
-
-def mlp(width: int) -> ModelGraph:
-    """A plain MLP graph (no torch): a width nobody else uses gives a graph hash no other test has taught."""
-    batch, ops = 64, [Op(id=0, type="input", output_shapes=[[64, width]])]
-    for _ in range(6):
-        ops.append(Op(id=len(ops), type="linear", inputs=[len(ops) - 1], input_shapes=[[batch, width]],
-                      output_shapes=[[batch, width]], flops=2.0 * batch * width * width,
-                      bytes_read=4 * (batch * width + width * width), bytes_written=4 * batch * width,
-                      params=width * width + width))  # fmt: skip
-        ops.append(Op(id=len(ops), type="relu", inputs=[len(ops) - 1], input_shapes=[[batch, width]],
-                      output_shapes=[[batch, width]], flops=float(batch * width), bytes_read=4 * batch * width,
-                      bytes_written=4 * batch * width))  # fmt: skip
-    return ModelGraph(framework="synthetic", model_name="e2e-feedback-mlp", batch_size=batch, ops=ops,
-                      model_family="e2e-mlp")  # fmt: skip
 
 
 def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -65,30 +47,10 @@ def _job(ns: str, name: str, *, steps: int, sim_seconds: float) -> dict[str, Any
         "steps": steps, "gpuTypes": [GPU], "startupSeconds": 0, "precision": "fp32", "optimizer": "adam",
         "modelSource": {"graphConfigMap": {"name": "feedback-graph", "key": "graph.json.gz"}},
         "podAnnotations": {"offpeak.io/sim-runtime": f"{round(sim_seconds * 1000)}ms"},
+        "nodeSelector": DASHBOARD.node_selector,
     }  # fmt: skip
     return {"apiVersion": "offpeak.io/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name, "namespace": ns},
             "spec": spec}
-
-
-@pytest.fixture
-def with_token(e2e_cluster: E2ECluster, tmp_path: Path) -> Iterator[None]:
-    """Predictor and operator restarted sharing one token file (as the chart mounts one Secret into both)."""
-    token = tmp_path / "predictor-token"
-    token.write_text(uuid.uuid4().hex)
-    env = e2e_cluster.cluster.settings.extra_env
-    before = env.get(TOKEN_ENV)
-    env[TOKEN_ENV] = str(token)
-    try:
-        e2e_cluster.start_service("predictor")
-        e2e_cluster.start_service("operator")
-        yield
-    finally:
-        if before is None:
-            env.pop(TOKEN_ENV, None)
-        else:
-            env[TOKEN_ENV] = before
-        e2e_cluster.start_service("predictor")
-        e2e_cluster.start_service("operator")
 
 
 def _run(cluster: E2ECluster, ns: str, name: str, *, steps: int, sim_seconds: float) -> dict[str, Any]:
@@ -104,19 +66,17 @@ def _error(status: dict[str, Any]) -> float:
     return abs(gpu["jobSeconds"] - status["actualSeconds"]) / status["actualSeconds"]
 
 
-def test_a_second_run_is_predicted_from_the_first_runs_measurement(e2e_cluster: E2ECluster, e2e_namespace: str,
-                                                                   with_token: None) -> None:  # fmt: skip
+def test_a_second_run_is_predicted_from_the_first_runs_measurement(e2e_cluster: E2ECluster,
+                                                                   e2e_namespace: str) -> None:
     ns, predictor = e2e_namespace, e2e_cluster.state.urls["predictor"]
-    graph = mlp(width=1024 + 8 * (uuid.uuid4().int % 64))
+    graph = mlp_graph(width=1024 + 8 * (uuid.uuid4().int % 64))  # a graph no other test has taught
     step = _post(f"{predictor}/v1/predict", {"graph": graph.to_dict(), "gpus": [GPU], "steps": 1, "num_gpus": 1,
                                              "startup_seconds": 0})["predictions"][0]  # fmt: skip
     assert step["correction"]["samples"] == 0, step  # nothing learned about this graph yet
     steps = max(1, math.ceil(TARGET_SECONDS / step["step_seconds"]))
     first_prediction = steps * step["step_seconds"]
     slow = SLOWER * first_prediction
-    data = base64.b64encode(gzip.compress(json.dumps(graph.to_dict()).encode())).decode()
-    e2e_cluster.apply({"apiVersion": "v1", "kind": "ConfigMap",
-                       "metadata": {"name": "feedback-graph", "namespace": ns}, "binaryData": {"graph.json.gz": data}})
+    e2e_cluster.apply(graph_configmap("feedback-graph", ns, graph))
     t0 = time.monotonic()
 
     first = _run(e2e_cluster, ns, "feedback-first", steps=steps, sim_seconds=slow)
