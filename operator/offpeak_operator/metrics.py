@@ -108,8 +108,8 @@ class OperatorMetrics:
         jobs = self._jobs.get(namespace) or {}
         exported = self._waiting_series.setdefault(namespace, set())
         if not jobs:
-            for phase in Phase:
-                _remove(self.jobs, namespace, phase)
+            for each in Phase:
+                _remove(self.jobs, namespace, each)
             for reason in exported:
                 _remove(self.jobs_waiting, namespace, reason)
             self._jobs.pop(namespace, None)
