@@ -41,7 +41,7 @@ def register(subparsers: Any) -> None:
     )
     _prometheus_url_argument(render)
     render.add_argument("--out", type=Path, required=True, help="PNG file to write")
-    render.add_argument("--range-seconds", type=_positive_int, default=3600,
+    render.add_argument("--range-seconds", type=int, default=3600,
                         help="how far back to draw, ending now (default 3600)")
     render.add_argument("--end", type=float, help="end of the range, Unix seconds (default: now)")
     render.set_defaults(func=_render)
@@ -85,16 +85,6 @@ def _prometheus_url(args: argparse.Namespace) -> str:
     return str(url)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(f"expected a whole number of seconds, got {text!r}") from e
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
 def _check(args: argparse.Namespace) -> int:
     from offpeak_dashboard.querycheck import run_queries
 
@@ -116,6 +106,8 @@ def _render(args: argparse.Namespace) -> int:
 
     from offpeak_dashboard.render import Window, render_dashboard
 
+    if args.range_seconds <= 0:
+        raise UserError(f"--range-seconds must be positive, got {args.range_seconds}")
     window = Window.ending(args.end if args.end is not None else time.time(), seconds=args.range_seconds)
     panels = render_dashboard(_prometheus_url(args), args.out, window=window)
     for panel in panels:
