@@ -29,7 +29,6 @@ from grafana_foundation_sdk.models import xychart as xy_models
 DATASOURCE_VARIABLE = "datasource"
 DATASOURCE = models.DataSourceRef(type_val="prometheus", uid="${%s}" % DATASOURCE_VARIABLE)
 ALL = ".*"  # the value of a label variable set to "All": every query filters with `label=~"$name"`
-GRID_WIDTH = 24
 
 PanelBuilder = Builder[models.Panel]
 

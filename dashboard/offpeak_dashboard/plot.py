@@ -95,7 +95,7 @@ def _draw_panel(ax: Any, panel: PanelData) -> None:
         ax.axhline(panel.reference, color="black", linewidth=1, linestyle="--")
     if not drawn:
         ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="grey")
-    ax.set_title("\n".join((panel.title, *panel.notes)), fontsize=10)
+    ax.set_title(panel.title, fontsize=10)
     ax.grid(True, alpha=0.25)
 
 

@@ -4,8 +4,8 @@ results, and the panels `offpeak dashboard render` draws."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from offpeak_dashboard.grafana import legend_text
@@ -33,7 +33,6 @@ class PanelData:
     series: tuple[Series, ...] = ()
     runtimes: tuple[JobRuntime, ...] = ()
     reference: float | None = None  # a horizontal line (1 = a perfect prediction on an error-ratio panel)
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 def series_from_results(results: Iterable[Mapping[str, Any]], *, legend: str) -> list[Series]:
@@ -46,7 +45,3 @@ def series_from_results(results: Iterable[Mapping[str, Any]], *, legend: str) ->
         out.append(Series(name=name, times=tuple(t for t, _ in kept), values=tuple(v for _, v in kept)))
     return sorted(out, key=lambda s: s.name)
 
-
-def last_values(series: Sequence[Series]) -> dict[str, float]:
-    """{series name: its last value} (series without points left out), for bars of instant queries."""
-    return {s.name: s.values[-1] for s in series if s.values}
