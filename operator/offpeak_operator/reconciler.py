@@ -147,7 +147,8 @@ class Reconciler:
                 break
             self.ctx.kube.patch_job_status(namespace, name, patch)
             _apply(status, patch)
-        self.ctx.metrics.set_phase(key, status.get("phase") or sm.Phase.PENDING)
+        self.ctx.metrics.set_phase(key, status.get("phase") or sm.Phase.PENDING,
+                                   reason=str(status.get("reason") or ""))
         return status.get("phase")
 
     def _step(self, job: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any]:

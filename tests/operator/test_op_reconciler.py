@@ -179,7 +179,7 @@ def test_configmap_source_runs_the_whole_flow_and_reports_a_sample() -> None:
     m = rec.ctx.metrics.registry
     labels = {"trainingjob": "train-1", "job_namespace": "ns", "gpu_type": "A100-SXM4-40GB", "model_family": "mlp"}
     assert m.get_sample_value("offpeak_job_actual_seconds", labels) == 120
-    assert m.get_sample_value("offpeak_jobs", {"phase": "Succeeded"}) == 1
+    assert m.get_sample_value("offpeak_jobs", {"job_namespace": "ns", "phase": "Succeeded"}) == 1
 
 
 def test_startup_seconds_reach_the_predictor_request_only_when_set() -> None:
@@ -215,7 +215,7 @@ def test_predictor_down_falls_back_to_user_estimate_and_never_stalls() -> None:
     assert predicted["status"] == "False" and predicted["reason"] == "PredictorUnavailable"
     assert "unreachable" in predicted["message"]
     assert ("Warning", "PredictorUnavailable") in [e[:2] for e in kube.events]
-    assert rec.ctx.metrics.registry.get_sample_value("offpeak_jobs", {"phase": "Waiting"}) == 1
+    assert rec.ctx.metrics.registry.get_sample_value("offpeak_jobs", {"job_namespace": "ns", "phase": "Waiting"}) == 1
 
 
 def test_missing_graph_configmap_falls_back_to_default() -> None:
@@ -396,9 +396,11 @@ def test_a_corrected_prediction_is_recorded_with_its_sample_count() -> None:
 def test_deleted_job_is_forgotten() -> None:
     rec, kube, _, _ = make(job_body())
     rec.reconcile("ns", "train-1")
+    waiting = {"job_namespace": "ns", "phase": "Waiting"}
+    assert rec.ctx.metrics.registry.get_sample_value("offpeak_jobs", waiting) == 1
     kube.job = None
     assert rec.reconcile("ns", "train-1") is None
-    assert rec.ctx.metrics.registry.get_sample_value("offpeak_jobs", {"phase": "Waiting"}) == 0
+    assert rec.ctx.metrics.registry.get_sample_value("offpeak_jobs", waiting) is None  # the namespace's last job
 
 
 def test_busy_job_is_skipped_without_waiting() -> None:
