@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from offpeak.cliargs import env
 from offpeak.errors import UserError
 from offpeak_graph.schema import PRECISIONS, PRECISION_HELP
 from offpeak_predictor import cli_refit
@@ -58,7 +58,7 @@ def _register_predict(subparsers: argparse._SubParsersAction) -> None:  # type: 
     p.add_argument("--epochs", type=float, help="with --dataset-size: derive --steps")
     p.add_argument("--dataset-size", type=int, help="training samples per epoch (with --epochs)")
     p.add_argument("--startup-seconds", type=float, default=None, help="job start-up overhead (default 60)")
-    p.add_argument("--model", default=os.environ.get("OFFPEAK_PREDICTOR_MODEL"),
+    p.add_argument("--model", default=env("OFFPEAK_PREDICTOR_MODEL"),
                    help="model file (default: the one shipped in the package; env OFFPEAK_PREDICTOR_MODEL)")
     p.add_argument("--db", default=None,
                    help="benchmark DB whose rows from `offpeak collect` calibrate their GPU types (docs/collect.md)")
@@ -162,38 +162,38 @@ def _register_predictor(subparsers: argparse._SubParsersAction) -> None:  # type
     p = subparsers.add_parser("predictor", help="runtime predictor service and database")
     sub = p.add_subparsers(dest="predictor_command", metavar="SUBCOMMAND")
     s = sub.add_parser("serve", help="HTTP JSON API (/v1/predict, /v1/samples, /healthz, /metrics, ...)")
-    s.add_argument("--port", type=int, default=int(os.environ.get("OFFPEAK_PREDICTOR_PORT", "8080")))
-    s.add_argument("--host", default=os.environ.get("OFFPEAK_PREDICTOR_HOST", "0.0.0.0"))  # noqa: S104
+    s.add_argument("--port", type=int, default=env("OFFPEAK_PREDICTOR_PORT", 8080))
+    s.add_argument("--host", default=env("OFFPEAK_PREDICTOR_HOST", "0.0.0.0"))  # noqa: S104
     s.add_argument("--metrics-port", type=int,
-                   default=int(os.environ.get("OFFPEAK_PREDICTOR_METRICS_PORT") or 0) or None,
+                   default=env("OFFPEAK_PREDICTOR_METRICS_PORT"),
                    help="serve /metrics (with /healthz and /readyz, nothing else) on this port instead of --port, so "
                         "scrapers need no access to the API (env OFFPEAK_PREDICTOR_METRICS_PORT; default: /metrics "
                         "on --port)")
-    s.add_argument("--metrics-host", default=os.environ.get("OFFPEAK_PREDICTOR_METRICS_HOST", "0.0.0.0"),  # noqa: S104
+    s.add_argument("--metrics-host", default=env("OFFPEAK_PREDICTOR_METRICS_HOST", "0.0.0.0"),  # noqa: S104
                    help="address of --metrics-port (default 0.0.0.0: kubelet probes and Prometheus)")
-    s.add_argument("--db", default=os.environ.get("OFFPEAK_PREDICTOR_DB"), help="SQLite file for /v1/samples")
-    s.add_argument("--model", default=os.environ.get("OFFPEAK_PREDICTOR_MODEL"))
+    s.add_argument("--db", default=env("OFFPEAK_PREDICTOR_DB"), help="SQLite file for /v1/samples")
+    s.add_argument("--model", default=env("OFFPEAK_PREDICTOR_MODEL"))
     s.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
     s.add_argument("--cache-mib", type=float, default=256.0,
                    help="memory for cached graph summaries, hashes, memory estimates and per-op prices: LRUs "
                         "bounded by approximate MiB in all, filled by every distinct graph seen (default 256)")
-    s.add_argument("--model-store", default=os.environ.get("OFFPEAK_MODEL_STORE"),
+    s.add_argument("--model-store", default=env("OFFPEAK_MODEL_STORE"),
                    help="directory of re-fitted model versions: serves its current one, enables POST "
                         "/v1/model/refit and /v1/model/rollback (env OFFPEAK_MODEL_STORE)")
     s.add_argument("--model-keep", type=int, default=5, help="model versions the store keeps (default 5)")
     s.add_argument("--refit-min-samples", type=int, default=30,
                    help="usable accepted samples a re-fit needs (default 30)")
-    s.add_argument("--token-file", default=os.environ.get("OFFPEAK_PREDICTOR_TOKEN_FILE"),
+    s.add_argument("--token-file", default=env("OFFPEAK_PREDICTOR_TOKEN_FILE"),
                    help="shared secret POST /v1/samples must present as a bearer token; without it no sample is "
                         "accepted (env OFFPEAK_PREDICTOR_TOKEN_FILE)")
     s.add_argument("--network-gbits", type=float,
-                   default=float(os.environ.get("OFFPEAK_NETWORK_GBITS", str(DEFAULT_NETWORK_GBITS))),
+                   default=env("OFFPEAK_NETWORK_GBITS", DEFAULT_NETWORK_GBITS),
                    help="network per node between the nodes of a multi-node job, Gbit/s: the all-reduce a "
                         "multi-node prediction adds (env OFFPEAK_NETWORK_GBITS, default %(default)s)")
-    s.add_argument("--max-samples", type=int, default=int(os.environ.get("OFFPEAK_PREDICTOR_MAX_SAMPLES", "10000")),
+    s.add_argument("--max-samples", type=int, default=env("OFFPEAK_PREDICTOR_MAX_SAMPLES", 10000),
                    help="job samples kept in the DB; the oldest are dropped and unlearned (default 10000)")
     s.add_argument("--max-sample-mib", type=float,
-                   default=float(os.environ.get("OFFPEAK_PREDICTOR_MAX_SAMPLE_MIB", "512")),
+                   default=env("OFFPEAK_PREDICTOR_MAX_SAMPLE_MIB", 512.0),
                    help="model-graph JSON kept with the job samples, in MiB; the oldest samples are dropped and "
                         "unlearned beyond it too (default 512)")
     s.add_argument("--prior-strength", type=float, default=0.5,
@@ -332,7 +332,7 @@ def _register_collect(subparsers: argparse._SubParsersAction) -> None:  # type: 
     p.add_argument("--db", default=None, help="SQLite path (default ~/.cache/offpeak/benchmarks.sqlite)")
     p.add_argument("--predictor-url", default=None,
                    help="new-gpu: also POST the rows to this predictor (/v1/collected), which calibrates the GPU type")
-    p.add_argument("--token-file", default=os.environ.get("OFFPEAK_PREDICTOR_TOKEN_FILE"),
+    p.add_argument("--token-file", default=env("OFFPEAK_PREDICTOR_TOKEN_FILE"),
                    help="the predictor's shared secret, sent as a bearer token (env OFFPEAK_PREDICTOR_TOKEN_FILE)")
     p.add_argument("--post-attempts", type=int, default=6,
                    help="new-gpu: tries of the POST while the predictor is unreachable or answers 5xx, waiting 2 s "
