@@ -105,49 +105,74 @@ def _graph_from_args(args: argparse.Namespace) -> Any:
         raise UserError(f"cannot build the model graph: {e}") from e
 
 
+def _source(args: argparse.Namespace) -> str:
+    """What the graph is built from, for the progress line."""
+    return str(args.torchvision or args.hf_config or args.entrypoint)
+
+
 def _cmd_predict(args: argparse.Namespace) -> int:
+    from offpeak.terminal import steps
     from offpeak_predictor.gpus import resolve_gpu
     from offpeak_predictor.jobtime import DEFAULT_STARTUP_SECONDS, steps_for_epochs
-    from offpeak_predictor.predict import PredictOptions, Predictor
 
     for gpu in args.gpu:
         resolve_gpu(gpu)  # fail fast, before a slow graph extraction
     if (args.epochs is None) != (args.dataset_size is None):
         raise UserError("--epochs and --dataset-size go together")
-    graph = _graph_from_args(args)
-    steps = args.steps
-    if args.epochs is not None:
-        try:
-            steps = steps_for_epochs(epochs=args.epochs, dataset_size=args.dataset_size,
-                                     batch_size=graph.batch_size, num_gpus=args.num_gpus)  # fmt: skip
-        except ValueError as e:
-            raise UserError(str(e)) from e
-    predictor = Predictor(load_model(args.model), network_gbits=args.network_gbits)
-    if args.db:
-        from offpeak_predictor.collected import load_calibration
-        from offpeak_predictor.db import BenchmarkDB
+    first = (f"reading the model graph {args.graph}" if args.graph else
+             f"building the model graph of {_source(args)} (importing torch and tracing: 10-20 s unless cached)")
+    with steps(first) as step:
+        graph = _graph_from_args(args)
+        num_steps = args.steps
+        if args.epochs is not None:
+            try:
+                num_steps = steps_for_epochs(epochs=args.epochs, dataset_size=args.dataset_size,
+                                             batch_size=graph.batch_size, num_gpus=args.num_gpus)  # fmt: skip
+            except ValueError as e:
+                raise UserError(str(e)) from e
+        step("loading the runtime model")
+        from offpeak_predictor.predict import PredictOptions, Predictor
 
-        if not Path(args.db).is_file():
-            raise UserError(f"benchmark DB not found: {args.db}")
-        predictor.calibration = load_calibration(predictor=predictor, db=BenchmarkDB(args.db))
-    options = PredictOptions(
-        mode=args.mode, precision=args.precision, optimizer=args.optimizer, num_gpus=args.num_gpus, steps=steps,
-        gpus_per_node=args.gpus_per_node,
-        startup_seconds=DEFAULT_STARTUP_SECONDS if args.startup_seconds is None else args.startup_seconds,
-    )  # fmt: skip
-    for result in predictor.predict(graph, list(dict.fromkeys(args.gpu)), options):
-        result.update(model=graph.model_name, batch_size=graph.batch_size, graph_hash=graph.content_hash(),
-                      flops_forward=graph.total_flops_forward, params=graph.total_params)  # fmt: skip
+        predictor = Predictor(load_model(args.model), network_gbits=args.network_gbits)
+        if args.db:
+            from offpeak_predictor.collected import load_calibration
+            from offpeak_predictor.db import BenchmarkDB
+
+            if not Path(args.db).is_file():
+                raise UserError(f"benchmark DB not found: {args.db}")
+            step(f"calibrating from the collected rows in {args.db}")
+            predictor.calibration = load_calibration(predictor=predictor, db=BenchmarkDB(args.db))
+        startup = DEFAULT_STARTUP_SECONDS if args.startup_seconds is None else args.startup_seconds
+        options = PredictOptions(
+            mode=args.mode, precision=args.precision, optimizer=args.optimizer, num_gpus=args.num_gpus,
+            steps=num_steps, gpus_per_node=args.gpus_per_node, startup_seconds=startup,
+        )  # fmt: skip
+        step("predicting")
+        results = predictor.predict(graph, list(dict.fromkeys(args.gpu)), options)
+    for result in results:
+        result.update(model=graph.model_name, batch_size=graph.batch_size, seq_len=graph.seq_len,
+                      graph_hash=graph.content_hash(), flops_forward=graph.total_flops_forward,
+                      params=graph.total_params)  # fmt: skip
+        if "job_seconds" in result:
+            result["startup_seconds"] = startup
         print(json.dumps(result) if args.json else _predict_line(result))
     return 0
 
 
 def _predict_line(result: dict[str, Any]) -> str:
-    line = (f"{result['model']} bs={result['batch_size']} on {result['gpu_type']} ({result['mode']}, "
-            f"{result['precision']}): step {result['step_seconds'] * 1e3:.1f} ms "
-            f"(p90 {result['step_seconds_p90'] * 1e3:.1f} ms)")  # fmt: skip
+    """One answer in words, with what it assumed: the GPU type an alias stands for, the mode, precision,
+    optimizer, sequence length and start-up."""
+    asked = result.get("gpu", result["gpu_type"])
+    gpu = result["gpu_type"] if asked == result["gpu_type"] else f"{asked} = {result['gpu_type']}"
+    how = [result["mode"], result["precision"]]
+    if result["mode"] == "train":
+        how.append("no optimizer" if result["optimizer"] == "none" else f"{result['optimizer']} optimizer")
+    seq = f" seq_len={result['seq_len']}" if result.get("seq_len") else ""
+    line = (f"{result['model']} bs={result['batch_size']}{seq} on {gpu} ({', '.join(how)}): "
+            f"step {result['step_seconds'] * 1e3:.1f} ms (p90 {result['step_seconds_p90'] * 1e3:.1f} ms)")
     if "job_seconds" in result:
-        line += f"; job {result['job_seconds']:.0f} s (p90 {result['job_seconds_p90']:.0f} s)"
+        line += (f"; job of {result['steps']} steps {result['job_seconds']:.0f} s (p90 {result['job_seconds_p90']:.0f}"
+                 f" s, with {result['startup_seconds']:g} s start-up)")
     if "peak_memory_gib" in result:
         verdict = "fits" if result["fits_memory"] else "does NOT fit"
         line += (f"; needs ~{result['peak_memory_gib']:.1f} GiB of GPU memory: {verdict} "
