@@ -40,9 +40,14 @@ def _kubeconfig_namespace(kubeconfig: str | None, context: str | None) -> str:
     return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
 
 
-def _default_kubeconfig_exists() -> bool:
+def _kubeconfig_paths(given: str | None) -> str | None:
+    """The kubeconfig file(s) to read, as kubectl picks them: --kubeconfig, else $KUBECONFIG (a list, like PATH),
+    else ~/.kube/config when it exists; None when there is none. Read now: the client reads $KUBECONFIG once,
+    when it is imported."""
+    if given:
+        return given
     paths = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
-    return any(Path(p).expanduser().is_file() for p in paths.split(os.pathsep) if p)
+    return paths if any(Path(p).expanduser().is_file() for p in paths.split(os.pathsep) if p) else None
 
 
 def connect(*, kubeconfig: str | None = None, context: str | None = None) -> Cluster:
@@ -51,11 +56,12 @@ def connect(*, kubeconfig: str | None = None, context: str | None = None) -> Clu
     cfg = client.Configuration()
     if kubeconfig and not Path(kubeconfig).expanduser().is_file():
         raise ConfigError(f"kubeconfig {kubeconfig} does not exist (pass --kubeconfig FILE)")
-    if kubeconfig or context or _default_kubeconfig_exists():
-        where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    files = _kubeconfig_paths(kubeconfig)
+    if files or context:
+        where = files or "~/.kube/config"
         try:
-            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
-            namespace = _kubeconfig_namespace(kubeconfig, context)
+            config.load_kube_config(config_file=files, context=context, client_configuration=cfg)
+            namespace = _kubeconfig_namespace(files, context)
         except config.ConfigException as e:
             if context and f"name {context}" in str(e):
                 raise ConfigError(f"no context {context!r} in {where} (`kubectl config get-contexts` lists "

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from offpeak.cliargs import env
-from offpeak.errors import UserError
+from offpeak.errors import Unreachable, UserError
 from offpeak_graph.schema import PRECISIONS, PRECISION_HELP
 from offpeak_predictor import cli_refit
-from offpeak_predictor.cli_common import load_model
+from offpeak_predictor.cli_common import check_token_file, load_model
 from offpeak_predictor.interconnect import DEFAULT_NETWORK_GBITS
 
 
@@ -425,6 +425,7 @@ def _collect_new_gpu(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.predictor_url and not args.token_file:
         raise UserError("--predictor-url needs --token-file (the predictor's shared secret)")
+    check_token_file(args.token_file)
     if args.post_attempts < 1:
         raise UserError("--post-attempts must be >= 1")
     target, amp = make_target(device=args.device, gpu_type=args.gpu_type)
@@ -470,4 +471,4 @@ def _post_collected(args: argparse.Namespace, *, result: Any, gpu: str, software
     except PredictorRequestError as e:
         raise UserError(f"the predictor refused the collected rows ({e}); they are kept in the local DB") from e
     except PredictorUnavailable as e:
-        raise UserError(f"cannot post the collected rows: {e}; they are kept in the local DB") from e
+        raise Unreachable(f"cannot post the collected rows: {e}; they are kept in the local DB") from e

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from offpeak.cliargs import env
-from offpeak.errors import UserError
-from offpeak_predictor.cli_common import load_model
+from offpeak.errors import Unreachable, UserError
+from offpeak_predictor.cli_common import check_token_file, load_model
 
 STORE_ENV = "OFFPEAK_MODEL_STORE"
 
@@ -65,13 +65,14 @@ def _store(args: argparse.Namespace) -> Any:
 def _remote(args: argparse.Namespace, path: str, payload: dict[str, Any]) -> int:
     from offpeak_predictor.client import PredictorClient, PredictorRequestError, PredictorUnavailable
 
+    check_token_file(args.token_file)
     client = PredictorClient(args.url, timeout=args.timeout, token_file=args.token_file)
     try:
         answer = client._post(path, payload, authenticated=True)  # noqa: SLF001 - the client's one POST path
     except PredictorRequestError as e:
         raise UserError(f"the predictor refused {path}: {e}") from e
     except PredictorUnavailable as e:
-        raise UserError(str(e)) from e
+        raise Unreachable(f"{e} (is --url right, and the predictor up?)") from e
     print(json.dumps(answer, indent=1))
     return 0
 
