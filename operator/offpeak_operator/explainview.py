@@ -97,7 +97,8 @@ def explain_trainingjob(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]
     meta, spec, status = job.get("metadata") or {}, job.get("spec") or {}, job.get("status") or {}
     prediction = status.get("prediction") or {}
     gpus = tuple(GpuPrediction(
-        gpu_type=str(g.get("gpuType")), seconds=_number(g.get("jobSeconds")), p90_seconds=_number(g.get("jobSecondsP90")),
+        gpu_type=str(g.get("gpuType")), seconds=_number(g.get("jobSeconds")),
+        p90_seconds=_number(g.get("jobSecondsP90")),
         fits_memory=g.get("fitsMemory") if isinstance(g.get("fitsMemory"), bool) else None,
         peak_memory_gib=_number(g.get("peakMemoryGiB")), gpu_memory_gib=_number(g.get("gpuMemoryGiB")),
         correction_samples=int(g["correctionSamples"]) if _number(g.get("correctionSamples")) else None,

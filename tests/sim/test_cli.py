@@ -76,6 +76,7 @@ def test_online_placement_is_a_flag_recorded_in_the_meta(tmp_path: Path, capsys)
         meta = json.loads((tmp_path / f"{want}.meta.json").read_text())
         assert meta["scenario"]["online_placement"] == want
         assert meta["settings"]["scenario"]["online"]["placement"] == want
+    capsys.readouterr()  # the runs' warnings (so few jobs drawn that the load is not --load's)
     rc = main([*base, "--forecast", "exact", "--report", str(tmp_path / "x.json")])
     err = capsys.readouterr().err
     assert rc == 2 and "--online-placement pinned" in err and err.count("\n") == 1
