@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def check_site_catalogue() -> None:
     """A site GPU catalogue (`$OFFPEAK_GPU_CATALOGUE`) that does not parse, or that clashes with the built-in GPUs,
-    stops every command at its start with the reason, before a service runs on half of it."""
+    stops a command at its start with the reason, before a service runs on half of it. Commands that never read
+    GPU types (`jobs`, `explain`, `cluster down|status|build`) opt out with `set_defaults(gpu_catalogue=False)`."""
     from offpeak_core.gpuproducts import site_products
 
     site_products()
@@ -89,7 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if func is None:
             parser.print_help()
             return ExitCode.USAGE
-        check_site_catalogue()
+        if getattr(args, "gpu_catalogue", True):
+            check_site_catalogue()
         return int(func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

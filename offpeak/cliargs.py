@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -46,7 +46,7 @@ def _flag_value(raw: str) -> bool:
     raise ValueError(f"not one of {', '.join(sorted(TRUE_WORDS | FALSE_WORDS))}")
 
 
-_WANTED = {int: "an integer", float: "a number", _flag_value: "true or false"}
+_WANTED: dict[object, str] = {int: "an integer", float: "a number", _flag_value: "true or false"}
 
 
 def env_value(action: argparse.Action, default: EnvDefault, environ: Mapping[str, str]) -> Any:
@@ -57,12 +57,12 @@ def env_value(action: argparse.Action, default: EnvDefault, environ: Mapping[str
         return default.fallback
     flag = isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction,  # noqa: SLF001
                                argparse.BooleanOptionalAction))
-    convert = _flag_value if flag else (action.type or str)
+    convert: Callable[[str], Any] = _flag_value if flag else (action.type or str)  # type: ignore[assignment]
     where = f"${default.name}={raw!r} (the default of {action.option_strings[0]})"
     try:
-        value = convert(raw)  # type: ignore[operator]
+        value = convert(raw)
     except (ValueError, TypeError, argparse.ArgumentTypeError) as e:
-        wanted = _WANTED.get(convert)  # type: ignore[call-overload]
+        wanted = _WANTED.get(convert)
         raise UserError(f"{where} is not {wanted or f'valid: {e}'}; fix or unset {default.name}") from e
     if action.choices is not None and value not in action.choices:
         raise UserError(f"{where} is not one of {', '.join(map(str, action.choices))}; fix or unset {default.name}")

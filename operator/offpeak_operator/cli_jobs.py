@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
         description="Offline work in human units: phase and reason, GPUs, predicted (p50, p90) and actual time, "
                     "the idle window a waiting job needs and, when it cannot be placed, the scheduler's words.")
     _cluster_flags(jobs, all_help="every namespace")
-    jobs.set_defaults(func=run_jobs)
+    jobs.set_defaults(func=run_jobs, gpu_catalogue=False)  # what the objects say is shown as it is
 
     explain = subparsers.add_parser(
         "explain", help="why offline work is where it is: its prediction, the window it needs, per-pod reasons",
@@ -52,7 +52,7 @@ def register(subparsers: Any) -> None:
     explain.add_argument("job", metavar="[KIND/]NAME",
                          help="a TrainingJob's name, or job/NAME or pytorchjob/NAME as `offpeak jobs` lists them")
     _cluster_flags(explain, all_help="look for NAME in every namespace")
-    explain.set_defaults(func=run_explain)
+    explain.set_defaults(func=run_explain, gpu_catalogue=False)
 
 
 def print_data(data: Any, output: str) -> None:

@@ -292,3 +292,10 @@ def test_the_installed_command_prints_one_line_too(tmp_path: Path) -> None:
                           timeout=120)  # fmt: skip
     assert jobs.returncode == 3 and jobs.stdout == "" and len(jobs.stderr.splitlines()) == 1, jobs.stderr
     assert jobs.stderr.startswith("offpeak jobs: error: no Kubernetes configuration"), jobs.stderr
+
+
+def test_a_bad_gpu_catalogue_fails_the_commands_that_read_gpu_types_only(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:  # fmt: skip
+    monkeypatch.setenv("OFFPEAK_GPU_CATALOGUE", str(tmp_path / "gpus.yaml"))
+    assert "($OFFPEAK_GPU_CATALOGUE)" in failed(capsys, 2, "predict", "--graph", str(GPT2), "--gpu", "T4")
+    assert "no Kubernetes configuration" in failed(capsys, 3, "jobs")  # not the catalogue's error
