@@ -68,15 +68,16 @@ def print_data(data: Any, output: str) -> None:
 # ---------------------------------------------------------------------------------------------------- fetching
 
 
-def _list(cluster: Any, kind: JobKind | None, namespace: str | None, *, optional: bool = False,
+def _list(cluster: Any, kind: JobKind | None, namespace: str | None, *, tolerate: tuple[int, ...] = (),
           field_selector: str | None = None) -> list[dict[str, Any]]:  # fmt: skip
-    """TrainingJobs (kind None), batch Jobs or PyTorchJobs of one namespace (None: all). `optional`: a cluster
-    without the kind, or a user who may not list it, gives none."""
+    """TrainingJobs (kind None), batch Jobs or PyTorchJobs of one namespace (None: all). `tolerate`: answers that
+    mean none (404: a cluster without the kind; 403: a user who may not list it); a cluster without TrainingJobs
+    is otherwise not offpeak's."""
     from kubernetes import client  # noqa: PLC0415
 
     from offpeak_operator import clikube, names  # noqa: PLC0415
 
-    missing = (403, 404) if optional else (404,)
+    missing = tolerate or (404,)
     selector = {"field_selector": field_selector} if field_selector else {}
     if kind is BATCH_JOB:
         batch = client.BatchV1Api(cluster.api)
@@ -87,7 +88,7 @@ def _list(cluster: Any, kind: JobKind | None, namespace: str | None, *, optional
         group, version, plural = ((names.GROUP, names.VERSION, names.PLURAL) if kind is None
                                   else (kind.group, kind.version, kind.plural))
         listed = _custom(cluster, group, version, plural, namespace, missing=missing, **selector)
-    if listed is None and kind is None and not optional:
+    if listed is None and kind is None and 404 not in tolerate:
         raise ConfigError(f"the API server at {cluster.server} knows no TrainingJobs: install offpeak's chart (its "
                           "CRD), or pick the cluster that has it with --context")
     return clikube.items(listed)
@@ -142,7 +143,7 @@ def run_jobs(args: argparse.Namespace) -> int:
     cluster, ns = _connect(args)
     now = datetime.now(UTC)
     rows = [job_row(j, now=now) for j in _list(cluster, None, ns)]
-    opted = [(kind, j) for kind in (BATCH_JOB, PYTORCH_JOB) for j in _list(cluster, kind, ns, optional=True)
+    opted = [(kind, j) for kind in (BATCH_JOB, PYTORCH_JOB) for j in _list(cluster, kind, ns, tolerate=(403, 404))
              if workloads.opted_in(j, kind)]  # fmt: skip
     owners = _kueue_owners(cluster, ns) if opted else {}
     rows += [workload_row(j, now=now, kind=kind,
@@ -196,7 +197,8 @@ def parse_target(text: str) -> tuple[JobKind | None, str]:
 
 def _find(cluster: Any, kind: JobKind | None, name: str, namespace: str | None) -> dict[str, Any] | None:
     """The object of that kind and name in `namespace`, or the only one in any namespace (namespace None)."""
-    found = _list(cluster, kind, namespace, field_selector=f"metadata.name={name}", optional=kind is not None)
+    found = _list(cluster, kind, namespace, field_selector=f"metadata.name={name}",
+                  tolerate=() if kind is None else (404,))  # no PyTorchJob CRD: no such PyTorchJob
     if len(found) > 1:
         where = ", ".join(sorted(str(o["metadata"].get("namespace")) for o in found))
         raise UserError(f"{name} is in namespaces {where}: say which with -n NAMESPACE")

@@ -189,6 +189,10 @@ def test_refused_credentials_and_a_cluster_without_offpeak_are_exit_3(capsys: py
         assert "refused: 403 Forbidden" in line and "is forbidden" in line
     with fake_cluster({}, tmp_path / "kc") as kc:
         assert "knows no TrainingJobs: install offpeak's chart" in failed(capsys, 3, "jobs", "--kubeconfig", str(kc))
+    with fake_cluster({"offpeak.io/v1alpha1/trainingjobs": [], "batch/v1/jobs": []}, tmp_path / "kc",
+                      refuse=["batch/v1/jobs"]) as kc:
+        assert run(capsys, "jobs", "--kubeconfig", str(kc))[0] == 0  # the Jobs it may not list are left out ...
+        assert "refused: 403" in failed(capsys, 3, "explain", "job/nightly", "--kubeconfig", str(kc))  # ... not here
 
 
 def _trainingjob(name: str, namespace: str = "team") -> dict:
