@@ -12,7 +12,7 @@ import socket
 from typing import Any
 
 from offpeak.cliargs import env
-from offpeak.errors import UserError
+from offpeak.errors import ConfigError, UserError
 from offpeak_operator import cli_jobs
 
 
@@ -141,7 +141,7 @@ def run_operator(args: argparse.Namespace) -> int:
     try:
         operator = build_operator(settings, kubeconfig=args.kubeconfig)
     except (ConfigException, OSError) as e:
-        raise UserError(f"cannot load Kubernetes credentials: {e}") from e
+        raise ConfigError(f"cannot load Kubernetes credentials: {e} (pass --kubeconfig FILE, or run in a pod)") from e
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=operator.metrics.registry)
     kopf.run(
