@@ -4,12 +4,13 @@ import argparse
 
 import pytest
 
+from offpeak.cliargs import Parser
 from offpeak.errors import UserError
 from offpeak_operator import cli
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
+    parser = Parser()
     cli.register(parser.add_subparsers())
     return parser.parse_args(["operator", *argv])
 

@@ -113,7 +113,7 @@ def test_predict_cli_compares_every_gpu_it_is_given(tmp_path, capsys):
     assert rows[0]["step_seconds"] != rows[1]["step_seconds"]
     assert main(["predict", "--graph", str(path), "--gpu", "A100", "--gpu", "T4"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 and " on A100-SXM4-40GB " in lines[0] and " on T4 " in lines[1]
+    assert len(lines) == 2 and " on A100 = A100-SXM4-40GB " in lines[0] and " on T4 " in lines[1]  # the alias said
     assert main(["predict", "--graph", str(path), "--gpu", "A100", "--gpu", "Voodoo-5"]) == 2  # all checked first
 
 
