@@ -42,11 +42,9 @@ class ModelSource:
     config_json: str = ""  # hfConfigMap: the config text the operator read from the ConfigMap (never a path)
 
     @property
-    def needs_analysis_pod(self) -> bool:
-        return self.kind == "entrypoint"
-
-    @property
     def in_process(self) -> bool:
+        """A source offpeak's extractor builds without the user's code (torchvision/HF): in the operator's own
+        process, or in an analysis pod running the extract image (`statemachine.analysed_in_pod`)."""
         return self.kind in ("torchvision", "hfConfig", "hfConfigMap")
 
 

@@ -224,6 +224,13 @@ class Reconciler:
                 kube.emit_event(job, type=type_, reason=reason, message=message, now=now)
             case sm.CreateAnalysisPod():
                 assert spec is not None
+                source = spec.model_source.kind
+                if source == "hfConfigMap":  # checked here, as for in-process extraction; the pod mounts it
+                    try:
+                        self._hf_config_map(job, spec.model_source)
+                    except HfConfigError as e:
+                        return self._graph_done(status, now, source=source, ok=False, reason=e.reason,
+                                                message=str(e))
                 try:
                     kube.create_pod(podspecs.analysis_pod(job, spec, self.ctx.settings.analysis))
                 except ApiException as e:
@@ -231,12 +238,13 @@ class Reconciler:
                         raise  # transient (quota, API down): the next reconcile tries again
                     message = f"the API server rejected the analysis pod: {api_message(e)}"
                     kube.emit_event(job, type="Warning", reason="AnalysisPodRejected", message=message, now=now)
-                    return self._graph_done(status, now, source="entrypoint", ok=False,
+                    return self._graph_done(status, now, source=source, ok=False,
                                             reason="AnalysisPodRejected", message=message)
             case sm.DeleteAnalysisPod():
                 kube.delete_pod(ns, names.analysis_pod_name(name))
             case sm.CollectGraph():
-                return self._collect_graph(job, status, now)
+                assert spec is not None
+                return self._collect_graph(job, spec.model_source.kind, status, now)
             case sm.LoadUserGraph():
                 assert spec is not None
                 return self._load_user_graph(spec, ns, status, now)
@@ -286,17 +294,19 @@ class Reconciler:
                 "hash": encoded.graph_hash, "modelName": encoded.model_name, "modelFamily": encoded.model_family,
                 "ops": encoded.original_ops, "reduced": encoded.reduced}
 
-    def _collect_graph(self, job: Mapping[str, Any], status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    def _collect_graph(self, job: Mapping[str, Any], source: str, status: Mapping[str, Any],
+                       now: datetime) -> dict[str, Any]:
+        """Store the graph the finished analysis pod printed; `source` is the model source's kind."""
         meta = job["metadata"]
         try:
             encoded, _ = read_analysis_graph(self.ctx.kube, meta["namespace"], names.analysis_pod_name(meta["name"]))
         except (ApiException, GraphDecodeError) as e:
             message = f"could not read the graph from the analysis pod: {getattr(e, 'reason', None) or e}"
             self.ctx.kube.emit_event(job, type="Warning", reason="GraphUnreadable", message=message, now=now)
-            return self._graph_done(status, now, source="entrypoint", ok=False, reason="GraphUnreadable",
+            return self._graph_done(status, now, source=source, ok=False, reason="GraphUnreadable",
                                     message=message)
-        info = self._store_graph(job, encoded, source="entrypoint")
-        return self._graph_done(status, now, source="entrypoint", ok=True, reason="Extracted",
+        info = self._store_graph(job, encoded, source=source)
+        return self._graph_done(status, now, source=source, ok=True, reason="Extracted",
                                 message=f"model graph extracted ({info['ops']} ops)", graph=info)
 
     def _load_user_graph(self, spec: JobSpec, namespace: str, status: Mapping[str, Any],

@@ -9,9 +9,12 @@ from offpeak_operator.predictions import FallbackSettings
 
 @dataclass(frozen=True, slots=True)
 class AnalysisSettings:
-    """The analysis pod (graph extraction in the user's image) and in-process extraction."""
+    """The analysis pod (graph extraction in the user's image, or in the extract image) and in-process extraction."""
 
     image: str = "ghcr.io/offpeak/offpeak:0.1.0"  # offpeak image: holds the bundle and runs the emit step
+    # offpeak's extract image (torch, torchvision, transformers): torchvision/HF sources are extracted in an analysis
+    # pod running it; empty: in the operator's own process, which then needs the [extract] extra
+    extract_image: str = ""
     bundle_path: str = "/opt/offpeak/offpeak.pyz"  # the zipapp inside the offpeak image
     python: str = "python"  # interpreter in the user's image
     timeout_seconds: int = 600  # activeDeadlineSeconds of the pod; also the operator's wait before falling back

@@ -22,10 +22,10 @@ from offpeak_core.humanize import duration
 from offpeak_operator import conditions as cond
 from offpeak_operator import names
 from offpeak_operator.conditions import rfc3339
-from offpeak_operator.jobspec import JobSpec, Problem
+from offpeak_operator.jobspec import JobSpec, ModelSource, Problem
 from offpeak_operator.measure import Measurement, checkpointed_steps, measure_attempt, with_measurement
 from offpeak_operator.predictions import Prediction, remaining_seconds
-from offpeak_operator.settings import OperatorSettings
+from offpeak_operator.settings import AnalysisSettings, OperatorSettings
 
 # Reasons of a requeued attempt (offpeak_job_requeues_total{reason}): evicted, or failed any other way.
 REQUEUE_EVICTED = "Evicted"
@@ -206,6 +206,15 @@ def graph_failure_reason(*, exit_code: int | None, default: str) -> str:
     return INVALID_MODEL_SOURCE if exit_code == USER_ERROR_EXIT else default
 
 
+def analysed_in_pod(source: ModelSource, analysis: AnalysisSettings) -> bool:
+    """Whether a source's graph comes from an analysis pod: an entry point always (only the user's image can import
+    it); a torchvision/HF source when an extract image is set (the operator's own image has no torch), else the
+    operator extracts it in its own process."""
+    if source.kind == "entrypoint":
+        return True
+    return source.in_process and bool(analysis.extract_image)
+
+
 def expected_pods(job_name: str, *, attempt: int, workers: int) -> tuple[str, ...]:
     return tuple(names.training_pod_name(job_name, attempt=attempt, worker=w) for w in range(workers))
 
@@ -222,7 +231,7 @@ def decide(*, job_name: str, spec: JobSpec | None, problems: Sequence[Problem], 
     if spec is None or problems:
         return _invalid(status, problems, now)
     if phase == Phase.PENDING:
-        return _start(spec, status, now)
+        return _start(spec, status, now, settings)
     if phase == Phase.ANALYZING:
         return _analyzing(spec, status, observed, now, settings)
     if phase == Phase.PREDICTED:
@@ -249,7 +258,7 @@ def _invalid(status: Mapping[str, Any], problems: Sequence[Problem], now: dateti
     )
 
 
-def _start(spec: JobSpec, status: Mapping[str, Any], now: datetime) -> Decision:
+def _start(spec: JobSpec, status: Mapping[str, Any], now: datetime, settings: OperatorSettings) -> Decision:
     conds = cond.set_condition(_conditions(status), type=cond.VALID, ok=True, reason="Valid",
                                message="spec accepted", now=now)
     out: dict[str, Any] = {"phase": Phase.ANALYZING, "gpus": spec.total_gpus, "totalSteps": spec.total_steps,
@@ -259,6 +268,10 @@ def _start(spec: JobSpec, status: Mapping[str, Any], now: datetime) -> Decision:
     if source.kind == "entrypoint":
         actions = [CreateAnalysisPod()]
         out["message"] = f"extracting the model graph from {source.value} in an analysis pod"
+    elif analysed_in_pod(source, settings.analysis):
+        actions = [CreateAnalysisPod()]
+        out["message"] = (f"extracting the model graph of {source.kind} {source.value} in an analysis pod "
+                          f"({settings.analysis.extract_image})")
     elif source.kind == "graphConfigMap":
         actions = [LoadUserGraph()]
         out["message"] = f"reading the model graph from ConfigMap {source.value}"
@@ -285,7 +298,7 @@ def _analyzing(spec: JobSpec, status: Mapping[str, Any], observed: Observed, now
     source = spec.model_source
     if source.kind == "graphConfigMap":
         return Decision(actions=[LoadUserGraph()])
-    if source.in_process:
+    if source.in_process and not analysed_in_pod(source, settings.analysis):
         return Decision(actions=[ExtractInProcess()])
     started = parse_time(status.get("analysisStartTime")) or now
     judged = judge_analysis(observed.analysis_pod, started=started, now=now, settings=settings,

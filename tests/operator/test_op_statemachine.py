@@ -24,10 +24,10 @@ PREDICTION = Prediction(source="predictor", steps=1000, model_version="m1", gpus
 
 
 def decide(status: dict[str, Any], *, spec: dict[str, Any] | None = None, observed: sm.Observed | None = None,
-           now=NOW, problems=()) -> sm.Decision:
+           now=NOW, problems=(), settings: OperatorSettings = SETTINGS) -> sm.Decision:
     body = job_body(**(spec or {}))
     return sm.decide(job_name="train-1", spec=parse_spec(body["spec"]), problems=list(problems), status=status,
-                     observed=observed or sm.Observed(), now=now, settings=SETTINGS)
+                     observed=observed or sm.Observed(), now=now, settings=settings)
 
 
 def kinds(decision: sm.Decision) -> list[str]:
@@ -66,6 +66,32 @@ def test_entrypoint_source_starts_an_analysis_pod() -> None:
 def test_in_process_and_configmap_sources_need_no_pod() -> None:
     assert "ExtractInProcess" in kinds(decide({}, spec={"modelSource": {"torchvision": "resnet18"}}))
     assert "LoadUserGraph" in kinds(decide({}, spec={"modelSource": {"graphConfigMap": {"name": "g"}}}))
+
+
+# The chart's operator: torchvision/HF graphs come from an analysis pod running the extract image.
+EXTRACT_POD = OperatorSettings(analysis=AnalysisSettings(timeout_seconds=300, extract_image="offpeak:1-extract"))
+
+
+@pytest.mark.parametrize("source", [{"torchvision": "resnet50"}, {"hfConfig": "gpt2"},
+                                    {"hfConfigMap": {"name": "my-config"}}])
+def test_with_an_extract_image_builtin_sources_are_extracted_in_an_analysis_pod(source: dict) -> None:
+    d = decide({}, spec={"modelSource": source}, settings=EXTRACT_POD)
+    assert d.phase == "Analyzing" and kinds(d) == ["EmitEvent", "CreateAnalysisPod"]
+    assert "in an analysis pod (offpeak:1-extract)" in d.status["message"]
+    analyzing = {**ANALYZING, "analysisStartTime": d.status["analysisStartTime"]}
+    assert kinds(decide(analyzing, spec={"modelSource": source}, settings=EXTRACT_POD)) == ["CreateAnalysisPod"]
+    done = sm.Observed(analysis_pod=sm.PodView("a", phase="Succeeded"))
+    assert kinds(decide(analyzing, spec={"modelSource": source}, observed=done, settings=EXTRACT_POD)) == [
+        "CollectGraph"]
+    # without one, the operator extracts them itself, in every phase
+    assert kinds(decide(analyzing, spec={"modelSource": source})) == ["ExtractInProcess"]
+
+
+def test_an_extract_image_changes_nothing_for_entry_points_and_graph_configmaps() -> None:
+    assert "CreateAnalysisPod" in kinds(decide({}, spec=ENTRY, settings=EXTRACT_POD))
+    assert "LoadUserGraph" in kinds(decide({}, spec={"modelSource": {"graphConfigMap": {"name": "g"}}},
+                                           settings=EXTRACT_POD))
+    assert "Predict" in kinds(decide({}, settings=EXTRACT_POD))
 
 
 def test_no_model_source_goes_straight_to_prediction_and_says_why() -> None:
