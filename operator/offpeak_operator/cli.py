@@ -69,6 +69,10 @@ def register(subparsers: Any) -> None:
                    default=_env("OFFPEAK_PYTORCH_JOBS", "false").lower() == "true",
                    help="also predict and admit Kubeflow PyTorchJobs whose Master template has the label "
                         "offpeak.io/offline=true (needs training-operator's CRD; env OFFPEAK_PYTORCH_JOBS)")
+    p.add_argument("--kueue", action=argparse.BooleanOptionalAction,
+                   default=_env("OFFPEAK_KUEUE", "false").lower() == "true",
+                   help="TrainingJobs labelled kueue.x-k8s.io/queue-name run only while Kueue admits the Workload "
+                        "the operator makes for them (docs/trainingjob.md; env OFFPEAK_KUEUE)")
     p.add_argument("--verbose", "-v", action="store_true")
     p.set_defaults(func=run_operator)
 
@@ -239,6 +243,7 @@ def build_settings(args: argparse.Namespace) -> Any:
         resync_seconds=args.resync_seconds,
         watch_batch_jobs=bool(getattr(args, "batch_jobs", True)),
         watch_pytorch_jobs=bool(getattr(args, "pytorch_jobs", False)),
+        kueue=bool(getattr(args, "kueue", False)),
     )
 
 

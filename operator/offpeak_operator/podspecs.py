@@ -10,6 +10,7 @@ from typing import Any, NamedTuple
 
 from offpeak_core.gpuproducts import GFD_PRODUCT_LABEL, gfd_products
 from offpeak_operator import names, podtemplate
+from offpeak_operator.admission import Placement
 from offpeak_operator.graphstore import EncodedGraph
 from offpeak_operator.jobspec import JobSpec
 from offpeak_operator.settings import AnalysisSettings
@@ -211,10 +212,11 @@ def _elastic_env(job: Mapping[str, Any], spec: JobSpec, *, master: str, attempt:
 
 def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker: int,
                  gpu_types: tuple[str, ...], remaining: Mapping[str, Mapping[str, float]],
-                 completed_steps: int) -> dict[str, Any]:
+                 completed_steps: int, placement: Placement | None = None) -> dict[str, Any]:
     """One data-parallel worker: the user's pod template (or the short form's) with the operator's parts added,
     placed by offpeak-scheduler on a node of an allowed GPU type. `jobspec.validate` has refused templates that
-    set any of those parts (podtemplate.template_conflicts)."""
+    set any of those parts (podtemplate.template_conflicts). `placement`: the node labels and tolerations of the
+    ResourceFlavors Kueue admitted a queued job on (admission.py)."""
     job_name = job["metadata"]["name"]
     template = copy.deepcopy(spec.pod_template())
     user_meta = template.get("metadata") or {}
@@ -280,6 +282,10 @@ def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker:
                                                           gpu_type_terms(gpu_types))}
     pod_spec["tolerations"] = [{"key": names.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
                                *(pod_spec.get("tolerations") or [])]
+    if placement is not None:  # where Kueue's admission puts the pods, as Kueue does for the Jobs it admits
+        if placement.node_selector:
+            pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **placement.node_selector}
+        pod_spec["tolerations"] += [dict(t) for t in placement.tolerations if dict(t) not in pod_spec["tolerations"]]
     if spec.workers > 1:  # a stable name the rendezvous address points at, whatever the attempt
         pod_spec["hostname"] = names.worker_hostname(job_name, worker=worker)
         pod_spec["subdomain"] = names.worker_service_name(job_name)

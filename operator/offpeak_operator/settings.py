@@ -82,6 +82,9 @@ class OperatorSettings:
     # also predict and admit batch/v1 Jobs whose pod template carries offpeak.io/offline: "true" (needs RBAC on
     # jobs: list/watch/get/patch)
     watch_batch_jobs: bool = True
+    # TrainingJobs labelled kueue.x-k8s.io/queue-name start only while Kueue admits the Workload the operator makes
+    # for them (offpeak_operator.admission; RBAC on Kueue's workloads, workloads/status and resourceflavors)
+    kueue: bool = False
     # and Kubeflow PyTorchJobs opted in the same way (RBAC on pytorchjobs.kubeflow.org: list/watch/get/patch); off
     # where training-operator's CRD is not installed
     watch_pytorch_jobs: bool = False

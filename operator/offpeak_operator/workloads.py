@@ -34,6 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from offpeak_core.jobkinds import BATCH_JOB, JobKind, template_opted_in
+from offpeak_core.kueue import QUEUE_LABEL
 from offpeak_operator import names, podspecs, podtemplate
 from offpeak_operator.conditions import rfc3339
 from offpeak_operator.graphstore import EncodedGraph
@@ -66,7 +67,7 @@ AWAITING_PREDICTOR = "AwaitingPredictor"
 # The start-up the predictor adds when a job names none (offpeak_predictor.jobtime.DEFAULT_STARTUP_SECONDS; the
 # operator talks to the predictor over HTTP only, so the figure is repeated here).
 PREDICTOR_STARTUP_SECONDS = 60.0
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_QUEUE_LABEL = QUEUE_LABEL  # offpeak_core.kueue: the LocalQueue a job is queued in
 SOURCE_PREFIXES = {"torchvision": "torchvision", "hf": "hfConfig", "graph-configmap": "graphConfigMap",
                    "entrypoint": "entrypoint"}
 
