@@ -302,16 +302,21 @@ def test_analysis_pod_exit_2_fails_the_job_and_exit_137_falls_back() -> None:
             assert training == ["train-1-a1-w0"]
 
 
+def finish_analysis(kube: MemoryKube, graph: ModelGraph) -> None:
+    """The analysis pod succeeded, its `emit` log holding `graph`."""
+    enc = encode_graph(graph)
+    kube.logs["train-1-analysis"] = "\n".join(to_log_lines(enc.data, {"hash": enc.graph_hash, "reduced": "",
+                                                                          "original_ops": len(graph.ops)}))
+    kube.pods["train-1-analysis"]["status"] = {"phase": "Succeeded"}
+
+
 def test_analysis_pod_graph_is_collected_from_its_log() -> None:
     rec, kube, pred, _ = make(job_body(modelSource={"entrypoint": "pkg.m:build"}, inputShape=[64]))
     assert rec.reconcile("ns", "train-1") == "Analyzing"
     assert "train-1-analysis" in kube.pods
     assert rec.reconcile("ns", "train-1") == "Analyzing"  # still running: nothing new
     g = small_graph(name="user-model")
-    enc = encode_graph(g)
-    kube.logs["train-1-analysis"] = "\n".join(to_log_lines(enc.data, {"hash": enc.graph_hash, "reduced": "",
-                                                                          "original_ops": len(g.ops)}))
-    kube.pods["train-1-analysis"]["status"] = {"phase": "Succeeded"}
+    finish_analysis(kube, g)
     assert rec.reconcile("ns", "train-1") == "Waiting"
     assert kube.job["status"]["graph"]["hash"] == g.content_hash()
     assert "train-1-graph" in kube.configmaps
@@ -327,10 +332,7 @@ def test_with_an_extract_image_a_torchvision_graph_comes_from_an_analysis_pod_ne
     pod = kube.pods["train-1-analysis"]
     assert pod["spec"]["initContainers"][0]["image"] == "offpeak:1-extract"
     g = small_graph(name="resnet50")
-    enc = encode_graph(g)
-    kube.logs["train-1-analysis"] = "\n".join(to_log_lines(enc.data, {"hash": enc.graph_hash, "reduced": "",
-                                                                          "original_ops": len(g.ops)}))
-    kube.pods["train-1-analysis"]["status"] = {"phase": "Succeeded"}
+    finish_analysis(kube, g)
     assert rec.reconcile("ns", "train-1") == "Waiting"
     status = kube.job["status"]
     assert status["graph"]["source"] == "torchvision" and status["graph"]["hash"] == g.content_hash()
