@@ -147,20 +147,17 @@ def workload_name(job: Mapping[str, Any]) -> str:
     return f"{names.KIND.lower()}-{meta['name']}-{str(meta['uid']).replace('-', '')[:5]}"
 
 
-def workload_body(job: Mapping[str, Any], *, queue: str, workers: int, pod: Mapping[str, Any],
-                  min_workers: int | None = None) -> dict[str, Any]:
+def workload_body(job: Mapping[str, Any], *, queue: str, workers: int, pod: Mapping[str, Any]) -> dict[str, Any]:
     """The Workload of a queued TrainingJob: owned by it (its controller), one pod set of its workers whose
     template is a training pod's, the prediction included, and labelled offline work, so offpeak's own admission
-    check (offpeak_extender.kueuecheck) judges it against the forecast windows. `min_workers`: an elastic job may
-    be admitted on fewer (Kueue's partial admission)."""
+    check (offpeak_extender.kueuecheck) judges it against the forecast windows. No `minCount`: Kueue admits all
+    the workers or none (an elastic job's narrower start is offpeak's, within the quota of all of them)."""
     meta = job["metadata"]
     pod_meta = pod.get("metadata") or {}
     template = {"metadata": {"labels": {**(pod_meta.get("labels") or {}), OPT_IN_LABEL: "true"},
                              "annotations": dict(pod_meta.get("annotations") or {})},
                 "spec": pod["spec"]}
     pod_set: dict[str, Any] = {"name": POD_SET, "count": workers, "template": template}
-    if min_workers is not None and min_workers < workers:
-        pod_set["minCount"] = min_workers
     return {
         "apiVersion": f"{GROUP}/{VERSION}", "kind": "Workload",
         "metadata": {"name": workload_name(job), "namespace": meta["namespace"],

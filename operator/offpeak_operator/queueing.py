@@ -35,9 +35,8 @@ class KueueLink:
                 flavors[flavor] = found
         return admission.workload_view(workload, name=name, resource_flavors=flavors)
 
-    def create(self, job: Mapping[str, Any], *, queue: str, workers: int, pod: Mapping[str, Any],
-               min_workers: int | None) -> None:
-        body = admission.workload_body(job, queue=queue, workers=workers, pod=pod, min_workers=min_workers)
+    def create(self, job: Mapping[str, Any], *, queue: str, workers: int, pod: Mapping[str, Any]) -> None:
+        body = admission.workload_body(job, queue=queue, workers=workers, pod=pod)
         if self.kube.create_kueue_workload(body):
             log.info("%s/%s: created Kueue workload %s in LocalQueue %s", job["metadata"]["namespace"],
                      job["metadata"]["name"], body["metadata"]["name"], queue)

@@ -298,8 +298,7 @@ class Reconciler:
                 attempt = int(status.get("attempts") or 0) + 1
                 first = self._training_pod(job, spec, status, attempt=attempt, worker=0,
                                            completed=int(status.get("completedSteps") or 0))
-                self.kueue.create(job, queue=queue, workers=spec.workers, pod=first,
-                                  min_workers=spec.min_workers if spec.elastic else None)
+                self.kueue.create(job, queue=queue, workers=spec.workers, pod=first)
             case sm.ReleaseWorkload():
                 self.kueue.release(job)
             case sm.ReportSample():

@@ -92,7 +92,7 @@ def test_the_workload_is_the_jobs_own_with_its_training_pod_as_the_pod_set() -> 
     spec = parse_spec(body_job["spec"])
     pod = training_pod(body_job, spec, attempt=1, worker=0, gpu_types=("A100-SXM4-40GB",),
                        remaining={"A100-SXM4-40GB": {"p50": 600.0, "p90": 900.0}}, completed_steps=0)
-    wl = admission.workload_body(body_job, queue=QUEUE, workers=2, pod=pod, min_workers=None)
+    wl = admission.workload_body(body_job, queue=QUEUE, workers=2, pod=pod)
     assert wl["apiVersion"] == "kueue.x-k8s.io/v1beta1" and wl["kind"] == "Workload"
     assert wl["metadata"]["name"] == admission.workload_name(body_job) == "trainingjob-train-1-uid12"
     (owner,) = wl["metadata"]["ownerReferences"]
@@ -100,7 +100,7 @@ def test_the_workload_is_the_jobs_own_with_its_training_pod_as_the_pod_set() -> 
                      "uid": "uid-123", "controller": True, "blockOwnerDeletion": True}
     assert wl["spec"]["queueName"] == QUEUE
     (pod_set,) = wl["spec"]["podSets"]
-    assert pod_set["name"] == "workers" and pod_set["count"] == 2 and "minCount" not in pod_set
+    assert pod_set["name"] == "workers" and pod_set["count"] == 2 and "minCount" not in pod_set  # all or none
     template = pod_set["template"]
     # what offpeak's admission check judges: offline work, with its prediction and its gang
     assert template["metadata"]["labels"]["offpeak.io/offline"] == "true"
@@ -109,8 +109,6 @@ def test_the_workload_is_the_jobs_own_with_its_training_pod_as_the_pod_set() -> 
     assert template["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"  # Kueue's quota
     kubernetes_validate.validate({"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"},
                                   "template": template}, "1.32", strict=True)
-    elastic = admission.workload_body(body_job, queue=QUEUE, workers=4, pod=pod, min_workers=2)
-    assert elastic["spec"]["podSets"][0]["minCount"] == 2
     again = job_body(workers=2)
     again["metadata"]["uid"] = "uid-999"  # the same name again, after the first was deleted
     assert admission.workload_name(again) != admission.workload_name(body_job)
@@ -162,7 +160,7 @@ def test_offpeaks_admission_check_judges_the_workloads_pod_set_as_the_pods_will_
     pod = training_pod(body_job, spec, attempt=1, worker=0, gpu_types=("A100-SXM4-40GB", "T4"),
                        remaining={"A100-SXM4-40GB": {"p50": 600.0, "p90": 900.0},
                                   "T4": {"p50": 1800.0, "p90": 2700.0}}, completed_steps=0)
-    wl = admission.workload_body(body_job, queue=QUEUE, workers=2, pod=pod, min_workers=None)
+    wl = admission.workload_body(body_job, queue=QUEUE, workers=2, pod=pod)
     wl["status"] = {"conditions": [{"type": "QuotaReserved", "status": "True"}],
                     "admissionChecks": [{"name": "offpeak-window", "state": "Pending"}]}
     (pending,) = kueuecheck.pending_checks(wl, ["offpeak-window"])
