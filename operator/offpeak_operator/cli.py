@@ -36,6 +36,10 @@ def register(subparsers: Any) -> None:
                    help="kopf liveness /healthz port, 0 to disable")
     p.add_argument("--image", default=env("OFFPEAK_IMAGE", "ghcr.io/offpeak/offpeak:0.1.0"),
                    help="offpeak image for the analysis pod's bundle and emit steps (env OFFPEAK_IMAGE)")
+    p.add_argument("--extract-image", default=_env("OFFPEAK_EXTRACT_IMAGE", ""),
+                   help="offpeak's extract image: torchvision/HF graphs are extracted in an analysis pod running it "
+                        "(default: in the operator's process, which needs the [extract] extra; env "
+                        "OFFPEAK_EXTRACT_IMAGE)")
     peer = p.add_mutually_exclusive_group()
     peer.add_argument("--standalone", action="store_true", help="no peering (single operator, tests)")
     peer.add_argument("--peering", action="store_true",
@@ -62,6 +66,10 @@ def register(subparsers: Any) -> None:
                    default=env("OFFPEAK_PYTORCH_JOBS", False),
                    help="also predict and admit Kubeflow PyTorchJobs whose Master template has the label "
                         "offpeak.io/offline=true (needs training-operator's CRD; env OFFPEAK_PYTORCH_JOBS)")
+    p.add_argument("--kueue", action=argparse.BooleanOptionalAction,
+                   default=_env("OFFPEAK_KUEUE", "false").lower() == "true",
+                   help="TrainingJobs labelled kueue.x-k8s.io/queue-name run only while Kueue admits the Workload "
+                        "the operator makes for them (docs/trainingjob.md; env OFFPEAK_KUEUE)")
     p.add_argument("--verbose", "-v", action="store_true")
     p.set_defaults(func=run_operator)
     cli_jobs.register(subparsers)
@@ -81,11 +89,13 @@ def build_settings(args: argparse.Namespace) -> Any:
         raise UserError(f"--predictor-token-file {token} does not exist (mount the shared secret there)")
     return OperatorSettings(
         predictor=PredictorSettings(url=args.predictor_url, token_file=token),
-        analysis=AnalysisSettings(image=args.image, timeout_seconds=args.analysis_timeout_seconds),
+        analysis=AnalysisSettings(image=args.image, extract_image=args.extract_image,
+                                  timeout_seconds=args.analysis_timeout_seconds),
         requeue=RequeueSettings(base_seconds=args.requeue_base_seconds),
         resync_seconds=args.resync_seconds,
         watch_batch_jobs=bool(getattr(args, "batch_jobs", True)),
         watch_pytorch_jobs=bool(getattr(args, "pytorch_jobs", False)),
+        kueue=bool(getattr(args, "kueue", False)),
     )
 
 

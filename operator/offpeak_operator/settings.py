@@ -9,9 +9,12 @@ from offpeak_operator.predictions import FallbackSettings
 
 @dataclass(frozen=True, slots=True)
 class AnalysisSettings:
-    """The analysis pod (graph extraction in the user's image) and in-process extraction."""
+    """The analysis pod (graph extraction in the user's image, or in the extract image) and in-process extraction."""
 
     image: str = "ghcr.io/offpeak/offpeak:0.1.0"  # offpeak image: holds the bundle and runs the emit step
+    # offpeak's extract image (torch, torchvision, transformers): torchvision/HF sources are extracted in an analysis
+    # pod running it; empty: in the operator's own process, which then needs the [extract] extra
+    extract_image: str = ""
     bundle_path: str = "/opt/offpeak/offpeak.pyz"  # the zipapp inside the offpeak image
     python: str = "python"  # interpreter in the user's image
     timeout_seconds: int = 600  # activeDeadlineSeconds of the pod; also the operator's wait before falling back
@@ -79,6 +82,9 @@ class OperatorSettings:
     # also predict and admit batch/v1 Jobs whose pod template carries offpeak.io/offline: "true" (needs RBAC on
     # jobs: list/watch/get/patch)
     watch_batch_jobs: bool = True
+    # TrainingJobs labelled kueue.x-k8s.io/queue-name start only while Kueue admits the Workload the operator makes
+    # for them (offpeak_operator.admission; RBAC on Kueue's workloads, workloads/status and resourceflavors)
+    kueue: bool = False
     # and Kubeflow PyTorchJobs opted in the same way (RBAC on pytorchjobs.kubeflow.org: list/watch/get/patch); off
     # where training-operator's CRD is not installed
     watch_pytorch_jobs: bool = False

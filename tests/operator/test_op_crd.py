@@ -144,3 +144,14 @@ def test_the_crd_precisions_are_the_graph_schemas() -> None:
 
     precision = VERSION["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["precision"]
     assert precision["enum"] == list(PRECISIONS) and "tf32" in precision["enum"]
+
+
+def test_suspend_is_a_boolean_the_operator_reads() -> None:
+    doc = yaml.safe_load(EXAMPLES[0].read_text())
+    doc["spec"]["suspend"] = True
+    jsonschema.validate(doc, SCHEMA)
+    assert parse_spec(doc["spec"]).suspend is True
+    assert parse_spec(yaml.safe_load(EXAMPLES[0].read_text())["spec"]).suspend is False
+    doc["spec"]["suspend"] = "yes"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, SCHEMA)

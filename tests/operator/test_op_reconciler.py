@@ -20,7 +20,7 @@ from offpeak_operator.graphstore import encode_graph, to_log_lines
 from offpeak_operator.metrics import OperatorMetrics
 from offpeak_operator.predictor_http import PredictorUnavailable
 from offpeak_operator.reconciler import Context, Reconciler
-from offpeak_operator.settings import OperatorSettings, RequeueSettings
+from offpeak_operator.settings import AnalysisSettings, OperatorSettings, RequeueSettings
 
 
 class MemoryKube:
@@ -132,11 +132,13 @@ class Clock:
         return self.now
 
 
-def make(job: dict[str, Any], *, predictor: FakePredictor | None = None, extract=None):
+def make(job: dict[str, Any], *, predictor: FakePredictor | None = None, extract=None, extract_image: str = ""):
     kube = MemoryKube(job)
     clock = Clock()
     pred = predictor or FakePredictor()
-    ctx = Context(settings=OperatorSettings(requeue=RequeueSettings(base_seconds=10)), kube=kube, predictor=pred,
+    settings = OperatorSettings(requeue=RequeueSettings(base_seconds=10),
+                                analysis=AnalysisSettings(extract_image=extract_image))
+    ctx = Context(settings=settings, kube=kube, predictor=pred,
                   metrics=OperatorMetrics(CollectorRegistry()), resolve_gpu=None, clock=clock)
     if extract is not None:
         ctx.extract = extract
@@ -300,19 +302,68 @@ def test_analysis_pod_exit_2_fails_the_job_and_exit_137_falls_back() -> None:
             assert training == ["train-1-a1-w0"]
 
 
+def finish_analysis(kube: MemoryKube, graph: ModelGraph) -> None:
+    """The analysis pod succeeded, its `emit` log holding `graph`."""
+    enc = encode_graph(graph)
+    kube.logs["train-1-analysis"] = "\n".join(to_log_lines(enc.data, {"hash": enc.graph_hash, "reduced": "",
+                                                                          "original_ops": len(graph.ops)}))
+    kube.pods["train-1-analysis"]["status"] = {"phase": "Succeeded"}
+
+
 def test_analysis_pod_graph_is_collected_from_its_log() -> None:
     rec, kube, pred, _ = make(job_body(modelSource={"entrypoint": "pkg.m:build"}, inputShape=[64]))
     assert rec.reconcile("ns", "train-1") == "Analyzing"
     assert "train-1-analysis" in kube.pods
     assert rec.reconcile("ns", "train-1") == "Analyzing"  # still running: nothing new
     g = small_graph(name="user-model")
-    enc = encode_graph(g)
-    kube.logs["train-1-analysis"] = "\n".join(to_log_lines(enc.data, {"hash": enc.graph_hash, "reduced": "",
-                                                                          "original_ops": len(g.ops)}))
-    kube.pods["train-1-analysis"]["status"] = {"phase": "Succeeded"}
+    finish_analysis(kube, g)
     assert rec.reconcile("ns", "train-1") == "Waiting"
     assert kube.job["status"]["graph"]["hash"] == g.content_hash()
     assert "train-1-graph" in kube.configmaps
+
+
+def test_with_an_extract_image_a_torchvision_graph_comes_from_an_analysis_pod_never_the_operator() -> None:
+    def extract(spec, timeout):
+        raise AssertionError("the operator's image has no torch: it must not extract")
+
+    rec, kube, pred, _ = make(job_body(modelSource={"torchvision": "resnet50"}), extract=extract,
+                              extract_image="offpeak:1-extract")
+    assert rec.reconcile("ns", "train-1") == "Analyzing"
+    pod = kube.pods["train-1-analysis"]
+    assert pod["spec"]["initContainers"][0]["image"] == "offpeak:1-extract"
+    g = small_graph(name="resnet50")
+    finish_analysis(kube, g)
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    status = kube.job["status"]
+    assert status["graph"]["source"] == "torchvision" and status["graph"]["hash"] == g.content_hash()
+    assert kube.configmaps["train-1-graph"]["metadata"]["annotations"]["offpeak.io/graph-source"] == "torchvision"
+    assert pred.requests[0]["graph"]["model_name"] == "resnet50"
+    assert rec.ctx.metrics.registry.get_sample_value("offpeak_analysis_duration_seconds_count",
+                                                     {"source": "torchvision", "outcome": "ok"}) == 1
+    assert "train-1-a1-w0" in kube.pods
+
+
+def test_with_an_extract_image_a_missing_hf_configmap_makes_no_pod_and_falls_back() -> None:
+    rec, kube, pred, _ = make(job_body(modelSource={"hfConfigMap": {"name": "my-llm"}}, seqLen=64),
+                              extract_image="offpeak:1-extract")
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    graph = next(c for c in kube.job["status"]["conditions"] if c["type"] == "GraphReady")
+    assert graph["reason"] == "HfConfigMapNotFound" and "my-llm" in graph["message"]
+    assert "train-1-analysis" not in kube.pods and kube.job["status"]["prediction"]["source"] == "default"
+
+
+def test_with_an_extract_image_an_hf_configmap_that_is_not_json_fails_the_job_without_a_pod() -> None:
+    rec, kube, pred, _ = make(job_body(modelSource={"hfConfigMap": {"name": "my-llm"}}, seqLen=64),
+                              extract_image="offpeak:1-extract")
+    kube.configmaps["my-llm"] = {"metadata": {"name": "my-llm"}, "data": {"config.json": "{not json"}}
+    assert rec.reconcile("ns", "train-1") == "Failed"
+    graph = next(c for c in kube.job["status"]["conditions"] if c["type"] == "GraphReady")
+    assert graph["reason"] == "InvalidModelSource" and kube.pods == {} and pred.requests == []
+    kube.configmaps["my-llm"]["data"]["config.json"] = '{"model_type": "gpt2"}'
+    rec2, kube2, _, _ = make(job_body(modelSource={"hfConfigMap": {"name": "my-llm"}}, seqLen=64),
+                             extract_image="offpeak:1-extract")
+    kube2.configmaps["my-llm"] = kube.configmaps["my-llm"]
+    assert rec2.reconcile("ns", "train-1") == "Analyzing" and "train-1-analysis" in kube2.pods
 
 
 def test_invalid_job_fails_creates_nothing_and_posts_an_event() -> None:
