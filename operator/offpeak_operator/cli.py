@@ -36,7 +36,7 @@ def register(subparsers: Any) -> None:
                    help="kopf liveness /healthz port, 0 to disable")
     p.add_argument("--image", default=env("OFFPEAK_IMAGE", "ghcr.io/offpeak/offpeak:0.1.0"),
                    help="offpeak image for the analysis pod's bundle and emit steps (env OFFPEAK_IMAGE)")
-    p.add_argument("--extract-image", default=_env("OFFPEAK_EXTRACT_IMAGE", ""),
+    p.add_argument("--extract-image", default=env("OFFPEAK_EXTRACT_IMAGE", ""),
                    help="offpeak's extract image: torchvision/HF graphs are extracted in an analysis pod running it "
                         "(default: in the operator's process, which needs the [extract] extra; env "
                         "OFFPEAK_EXTRACT_IMAGE)")
@@ -67,7 +67,7 @@ def register(subparsers: Any) -> None:
                    help="also predict and admit Kubeflow PyTorchJobs whose Master template has the label "
                         "offpeak.io/offline=true (needs training-operator's CRD; env OFFPEAK_PYTORCH_JOBS)")
     p.add_argument("--kueue", action=argparse.BooleanOptionalAction,
-                   default=_env("OFFPEAK_KUEUE", "false").lower() == "true",
+                   default=env("OFFPEAK_KUEUE", False),
                    help="TrainingJobs labelled kueue.x-k8s.io/queue-name run only while Kueue admits the Workload "
                         "the operator makes for them (docs/trainingjob.md; env OFFPEAK_KUEUE)")
     p.add_argument("--verbose", "-v", action="store_true")
