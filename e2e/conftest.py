@@ -1,8 +1,8 @@
 """Fixtures for the end-to-end scenarios (docs/e2e.md): one shared local cluster, cut into lanes, for every test
 process of the session.
 
-The scenarios run in parallel test processes (pytest-xdist, `--dist loadgroup`: one lane's tests in one process,
-in order). The first process that needs the cluster starts it and the others attach to it (`E2ECluster.shared`);
+The scenarios run in parallel test processes (pytest-xdist, `--dist loadfile`: each test file is one lane, its
+tests run in one process, in order). The first process that needs the cluster starts it and the others attach to it (`E2ECluster.shared`);
 the controlling pytest process stops it when the session ends. Without xdist the one process does all of it.
 
 The control-plane binaries are built (first run: 20-40 min on 2 cores) before any test starts, so a test's
@@ -64,14 +64,15 @@ def pytest_configure(config: pytest.Config) -> None:
 _STARTED = pytest.StashKey[tuple[float, float]]()
 
 
-# Lanes that take longest first, so parallel test processes start them at once and the short ones fill in after.
-LANE_ORDER = ("yield", "kinds", "pools", "announce", "kueue", "surge", "demo", "elastic", "dash", "jobs", "faults",
-              "basic", "helm", "load", "ownop")
+# Lane files that take longest first, so parallel test processes start them at once and the short ones fill in
+# after (a file's tests stay together and in order: the sort is stable).
+LANE_ORDER = ("test_planned_stops", "test_demo", "test_kueue", "test_job_kinds", "test_announced_demand",
+              "test_faults", "test_surge", "test_pool_windows", "test_elastic", "test_lifecycle", "test_dashboard",
+              "test_real_jobs", "test_feedback", "test_helm_install", "test_load_smoke", "test_operator_peering")
 
 
 def _lane(item: pytest.Item) -> str:
-    marker = item.get_closest_marker("xdist_group")
-    return str(marker.args[0]) if marker and marker.args else ""
+    return Path(str(item.fspath)).stem
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

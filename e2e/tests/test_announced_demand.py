@@ -25,7 +25,6 @@ from offpeak_e2e.daywindows import attempt_pods, checkpoint_volume, checkpointed
 from offpeak_e2e.harness import SCHEDULING_SLACK_S, E2ECluster
 from offpeak_e2e.lanes import A100, ANNOUNCE, POOL_LABEL
 
-pytestmark = pytest.mark.xdist_group("announce")
 
 TYPES = (A100,)
 FIRST, SECOND = ANNOUNCE.nodes  # idle all day: no online work at all

@@ -1,10 +1,12 @@
-"""Lane `dash`: every PromQL query of the Grafana dashboard, run against the local cluster's real Prometheus after real offpeak
-processes did real work (a job finished, another was evicted by an online surge), returns data; and
-`offpeak plot-runtimes --prometheus-url` draws the finished job."""
+"""Lane `dash`: every PromQL query of the Grafana dashboard, and every label its variables read, run against the
+local cluster's real Prometheus after real offpeak processes did real work (a job finished, another was evicted by
+an online surge), returns data; `offpeak dashboard render` and `offpeak plot-runtimes --prometheus-url` draw from it
+(OFFPEAK_DASHBOARD_PNG keeps the rendered dashboard, e.g. for docs/img/dashboard.png)."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,14 +20,14 @@ from offpeak_dashboard.plot import is_png
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
 from offpeak_e2e.lanes import A100, DASHBOARD, L4
 
-pytestmark = pytest.mark.xdist_group("dash")
 
 # Counters that first appear at 1 need a second scrape before increase() has two samples: allow a few scrapes.
 DATA_TIMEOUT_S = 60
 
 
 def _submit(cluster: E2ECluster, ns: str, name: str, seconds: float) -> None:
-    job = trainingjob_manifest(name, sim_seconds=seconds, gpu_types=[A100, L4], estimated_seconds=seconds,
+    """A job that says it takes 5 s (any idle window fits it) and runs `seconds`."""
+    job = trainingjob_manifest(name, sim_seconds=seconds, gpu_types=[A100, L4], estimated_seconds=5,
                                lane=DASHBOARD)
     cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
 
@@ -95,3 +97,12 @@ def test_plot_runtimes_from_prometheus(e2e_cluster: E2ECluster, dashboard_result
     assert main(["plot-runtimes", "--prometheus-url", e2e_cluster.state.urls["prometheus"], "--out", str(out)]) == 0
     assert is_png(out)
     assert "(0 jobs)" not in capsys.readouterr().out
+
+
+def test_render_the_dashboard_from_prometheus(e2e_cluster: E2ECluster, dashboard_results: list[QueryResult],
+                                              tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = Path(os.environ.get("OFFPEAK_DASHBOARD_PNG") or tmp_path / "dashboard.png")
+    assert main(["dashboard", "render", "--prometheus-url", e2e_cluster.state.urls["prometheus"], "--out", str(out),
+                 "--range-seconds", "900"]) == 0
+    assert is_png(out)
+    assert "   0 jobs" not in capsys.readouterr().out

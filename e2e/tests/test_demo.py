@@ -15,7 +15,6 @@ from offpeak_e2e.cluster import offpeak_argv, status
 from offpeak_e2e.controlplane import ControlPlane, ControlPlaneSettings, run_dir_for
 from offpeak_e2e.harness import session_cluster_name
 
-pytestmark = pytest.mark.xdist_group("demo")
 
 
 @pytest.mark.slow

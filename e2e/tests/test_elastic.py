@@ -13,7 +13,6 @@ import pytest
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
 from offpeak_e2e.lanes import ELASTIC, L4, V100
 
-pytestmark = pytest.mark.xdist_group("elastic")
 
 
 @pytest.fixture

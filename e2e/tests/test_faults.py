@@ -19,7 +19,6 @@ from offpeak_e2e.harness import (
 )
 from offpeak_e2e.lanes import A100, H100, L4
 
-pytestmark = pytest.mark.xdist_group("faults")
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Closing the loop on the real control plane (lane `dash`): the same TrainingJob runs twice on a GPU type whose
+"""Closing the loop on the real control plane (lane `feedback`): the same TrainingJob runs twice on a GPU type whose
 (simulated) runtime is 40 % longer than the first prediction. The operator measures the first run's step time and
 posts it with the token it shares with the predictor (one Secret mounted into both, as the chart does); the predictor learns it at once, so the second prediction's error is below a third of the
 first, and both jobs' predicted and actual seconds reach Prometheus (the dashboard's predicted-vs-actual panel)."""
@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 
 from offpeak_e2e.harness import E2ECluster, graph_configmap, mlp_graph
-from offpeak_e2e.lanes import DASHBOARD
+from offpeak_e2e.lanes import FEEDBACK
 
-pytestmark = pytest.mark.xdist_group("dash")
 
 GPU = "A100-SXM4-40GB"
 SLOWER = 1.4  # the node runs the job 40 % longer than first predicted
@@ -47,7 +46,7 @@ def _job(ns: str, name: str, *, steps: int, sim_seconds: float) -> dict[str, Any
         "steps": steps, "gpuTypes": [GPU], "startupSeconds": 0, "precision": "fp32", "optimizer": "adam",
         "modelSource": {"graphConfigMap": {"name": "feedback-graph", "key": "graph.json.gz"}},
         "podAnnotations": {"offpeak.io/sim-runtime": f"{round(sim_seconds * 1000)}ms"},
-        "nodeSelector": DASHBOARD.node_selector,
+        "nodeSelector": FEEDBACK.node_selector,
     }  # fmt: skip
     return {"apiVersion": "offpeak.io/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name, "namespace": ns},
             "spec": spec}

@@ -20,7 +20,6 @@ from support import REPO
 from support.tools import ToolMissing, find_helm
 from offpeak_e2e.harness import E2ECluster
 
-pytestmark = pytest.mark.xdist_group("helm")
 
 CHART = chart_dir(REPO)
 

@@ -27,7 +27,6 @@ from offpeak_e2e.controlplane import StartError
 from offpeak_e2e.harness import E2ECluster, offline_job_manifest, offline_template
 from offpeak_e2e.lanes import A100, H100, KINDS
 
-pytestmark = pytest.mark.xdist_group("kinds")
 
 TYPES = (A100, H100)
 POD_LABEL = "training.kubeflow.org/job-name=ddp"

@@ -27,7 +27,6 @@ from offpeak_e2e.cluster import offpeak_argv
 from offpeak_e2e.harness import E2ECluster, offline_job_manifest, offline_template
 from offpeak_e2e.lanes import A100, DAY, H100, KUEUE
 
-pytestmark = pytest.mark.xdist_group("kueue")
 
 assert KUEUE.idle is not None
 BUSY_UNTIL = KUEUE.idle[0][0]  # seconds into each day when online work leaves the GPUs
@@ -81,7 +80,7 @@ def test_a_kueue_queued_job_is_admitted_only_once_a_forecast_window_fits(e2e_clu
         for cond in (c.get("admissionchecks.kueue.x-k8s.io", CHECK).get("status") or {}).get("conditions") or ()),
         timeout=30)
     # submit early in the busy part of the day, when every GPU is online work's
-    c.wait_for("the busy part of the day", lambda: 5.0 <= c.lane_phase(KUEUE) < 20.0, timeout=DAY + 10, interval=0.5)
+    c.wait_lane_phase(KUEUE, 5, 40, what="the busy part of the day")
     submitted = time.time()
     c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(_job("nightly")))
 

@@ -18,7 +18,6 @@ from offpeak_core.humanize import duration
 from offpeak_e2e.harness import E2ECluster, offline_job_manifest, offline_template, trainingjob_manifest
 from offpeak_e2e.lanes import A100, ANALYSIS_TIMEOUT_S, BASIC, H100, L4
 
-pytestmark = pytest.mark.xdist_group("basic")
 
 SIM_SECONDS = 20
 

@@ -12,7 +12,6 @@ import pytest
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
 from offpeak_e2e.lanes import LOAD
 
-pytestmark = pytest.mark.xdist_group("load")
 
 JOBS = 40  # 4 nodes x 8 GPUs hold 32 of them at once
 

@@ -17,7 +17,6 @@ from offpeak_e2e.lanes import OWN_OPERATOR, OWN_OPERATOR_PREFIX
 from offpeak_operator.settings import OperatorSettings, PredictorSettings, RequeueSettings
 from offpeak_operator.wiring import Operator, build_operator
 
-pytestmark = pytest.mark.xdist_group("ownop")
 
 PEERING_CRDS = Path(__file__).resolve().parents[2] / "crds" / "kopf-peering.yaml"
 

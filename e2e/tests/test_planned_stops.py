@@ -25,7 +25,6 @@ from offpeak_e2e.daywindows import attempt_pods, checkpoint_volume, checkpointed
 from offpeak_e2e.harness import SCHEDULING_SLACK_S, E2ECluster
 from offpeak_e2e.lanes import A100, H100, SHARED_ENV, YIELD
 
-pytestmark = pytest.mark.xdist_group("yield")
 
 LANE = YIELD
 TYPES = (A100, H100)
@@ -43,7 +42,7 @@ def test_a_checkpointing_job_stops_before_its_window_ends_and_finishes_in_a_seco
     c, ns = e2e_cluster, e2e_namespace
     wait_for_evidence(c, windows=int(SHARED_ENV["OFFPEAK_GOODPUT_MIN_SAMPLES"]))
     # early in the first node's window, once the forecast has seen it open (its steps lag the plan's edge)
-    c.wait_lane_phase(LANE, 10, 14, what="the first node's window open")
+    c.wait_lane_phase(LANE, 8, 25, what="the first node's window open")
     t0 = time.time()
 
     pv = checkpoint_volume(c, ns)
@@ -85,20 +84,24 @@ def test_a_checkpointing_job_stops_before_its_window_ends_and_finishes_in_a_seco
     print(f"[e2e] online pods' wait for a GPU after the planned stop: max {waits[-1]:.0f}s")
     assert waits[-1] <= SCHEDULING_SLACK_S, waits
 
-    # maxAttempts is 1: only an attempt that does not count lets the job go on, from the checkpoint it reported
+    # maxAttempts is 1: only attempts that do not count (planned stops) let the job go on, from the checkpoint it
+    # reported. (Right at the second window's edge the evictor's forecast may stop an attempt again before the
+    # extender's has seen the window open: another planned stop, not counted either.)
     c.wait_for("the job to resume on the second node", lambda: int(
         (c.trainingjob(ns, "yielding").get("status") or {}).get("attempts") or 0) >= 2, timeout=120)
     second = c.wait_phase(ns, "yielding", ["Running", "Succeeded", "Failed"], timeout=120)["status"]
     assert second["node"] == SECOND and second["completedSteps"] == REPORT["checkpoint_steps"], second
     done = c.wait_phase(ns, "yielding", ["Succeeded", "Failed"], timeout=c.cluster.settings.day_seconds)["status"]
     assert done["phase"] == "Succeeded", done
-    assert done["attempts"] == 2 and done["node"] == SECOND, done
-    last = attempt_pods(c, ns, "yielding")[2]  # (the stopped first attempt's pod is gone once it reported)
+    assert done["node"] == SECOND and done["attempts"] == done["plannedStops"] + 1, done
+    pods = attempt_pods(c, ns, "yielding")
+    last = pods[max(pods)]  # (the stopped attempts' pods are gone once they reported)
     ran = last["status"]["containerStatuses"][0]["state"]["terminated"]
     seconds = parse_timestamp(ran["finishedAt"]) - parse_timestamp(ran["startedAt"])
     left = (STEPS - REPORT["checkpoint_steps"]) * STEP_SECONDS
     assert left - 2 <= seconds <= left + 8, (seconds, ran)  # only the steps it had left
     total = time.time() - t0
-    print(f"[e2e] finished on {SECOND} after {total:.0f}s, 2 attempts, 1 not counted (attempt 2 ran {seconds:.0f}s)")
+    print(f"[e2e] finished on {SECOND} after {total:.0f}s, {done['attempts']} attempts, {done['plannedStops']} not "
+          f"counted (the last ran {seconds:.0f}s)")
     assert total < c.cluster.settings.day_seconds  # both windows of one day, not a window of a later day
     c.kubectl("delete", "pv", pv, "--wait=false", check=False)

@@ -32,7 +32,6 @@ from offpeak_e2e.daywindows import attempt_pods, extender_window
 from offpeak_e2e.harness import SCHEDULING_SLACK_S, E2ECluster, trainingjob_manifest
 from offpeak_e2e.lanes import A100, DAY, POOL_LABEL, POOLS
 
-pytestmark = pytest.mark.xdist_group("pools")
 
 HALF = DAY / 2
 TYPES = (A100,)

@@ -22,7 +22,6 @@ from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e.harness import E2ECluster, offline_job_manifest, offline_template, trainingjob_manifest
 from offpeak_e2e.lanes import H100, JOBS, V100
 
-pytestmark = pytest.mark.xdist_group("jobs")
 
 
 def _conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -16,7 +16,6 @@ from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
 from offpeak_e2e.kube import KubeError
 from offpeak_e2e.lanes import L4, SURGE, V100
 
-pytestmark = pytest.mark.xdist_group("surge")
 
 
 WINDOW_NEEDED_S = 180  # each job's p90 x the margin (~2 min), and the scenario's own minute before the surge

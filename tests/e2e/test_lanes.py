@@ -33,8 +33,9 @@ def test_a_lanes_nodes_carry_its_label_and_pods_are_confined_to_them() -> None:
 
 
 def test_a_planned_lane_is_idle_only_in_its_stretch_and_a_manual_one_never_busy() -> None:
-    plan = lanes.YIELD.plan(day=240)
-    first, second = lanes.YIELD.nodes
+    lane = lanes.Lane("y", (lanes.A100, lanes.H100), idle=((0, 120), (110, 235)))
+    plan = lane.plan(day=240)
+    first, second = lane.nodes
     assert plan[first][0] == 0 and plan[first][119] == 0 and plan[first][120] == lanes.ONLINE_GPUS
     assert plan[second][109] == lanes.ONLINE_GPUS and plan[second][110] == 0 and plan[second][235] == 8
     assert all(series == [0] for series in lanes.SURGE.plan().values())
