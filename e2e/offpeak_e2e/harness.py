@@ -22,7 +22,7 @@ from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_graph.schema import ModelGraph, Op
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e import kube
-from offpeak_e2e.cluster import ClusterSettings, LocalCluster, with_services
+from offpeak_e2e.cluster import ClusterSettings, LocalCluster
 from offpeak_e2e.controlplane import ClusterState, ControlPlaneSettings, StartError, run_dir_for
 from offpeak_e2e.lanes import Lane
 
@@ -63,18 +63,6 @@ def results_file(cluster_name: str, scenario: str) -> Path:
     d = cache_dir() / "results"
     d.mkdir(parents=True, exist_ok=True)
     return d / f"{scenario}-{time.strftime('%Y%m%dT%H%M%S')}-{cluster_name}.json"
-
-
-def e2e_settings(*, name: str = "pytest", nodes: int | None = None) -> ClusterSettings:
-    """Settings for the test cluster: few nodes, manual online load (tests drive surges), a short "day"."""
-    n = nodes or int(os.environ.get("OFFPEAK_E2E_NODES", "4"))
-    settings = ClusterSettings(
-        control_plane=ControlPlaneSettings(name=name, nodes=n, build_missing=False),  # conftest builds first
-        day_seconds=float(os.environ.get("OFFPEAK_E2E_DAY_SECONDS", "600")),
-        online_load=False,
-    )
-    without = [s for s in os.environ.get("OFFPEAK_E2E_WITHOUT", "").split(",") if s]
-    return with_services(settings, without=without)
 
 
 @dataclass

@@ -85,9 +85,9 @@ class Lane:
         return (now - reference - self.offset) % day
 
 
-# The lanes of the shared cluster (docs/e2e.md says which scenario runs where). A lane whose scenario starts at a
-# given time of its day has its day shifted (`offset`) so that time comes soon after the cluster is up (about 20-60 s
-# after the day began, with the scenarios starting at once in parallel), instead of up to a day later.
+# The lanes of the shared cluster (docs/e2e.md says which scenario runs where). The cluster's day begins once
+# offpeak's services are up, and the scenarios start about 10-40 s later, in parallel. A lane whose scenario needs a
+# given time of its day has its day shifted (`offset`) so that time comes then, instead of up to a day later.
 BASIC = Lane("basic", (A100, H100, L4, V100))
 SURGE = Lane("surge", (V100, L4))
 ELASTIC = Lane("elastic", (V100, L4))
@@ -96,12 +96,12 @@ DASHBOARD = Lane("dash", (A100, L4))
 FEEDBACK = Lane("feedback", (A100,))
 OWN_OPERATOR = Lane("ownop", (A100, H100, L4))
 # planned stops: the first node idle for the first half of the day, the second for the second
-YIELD = Lane("yield", (A100, H100), idle=((0, 120), (110, 235)), offset=45)
+YIELD = Lane("yield", (A100, H100), idle=((0, 120), (110, 235)), offset=25)
 # pool windows: each node full for half the day, the pair's total a steady 8 of 16 GPUs
-POOLS = Lane("pools", (A100, A100), idle=((120, 240), (0, 120)), offset=30)
+POOLS = Lane("pools", (A100, A100), idle=((120, 240), (0, 120)), offset=18)
 ANNOUNCE = Lane("announce", (A100, A100), idle=((0, 240), (0, 240)))
 # Kueue: every GPU busy for the first 70 s of each day, idle for the rest
-KUEUE = Lane("kueue", (A100, H100), idle=((70, 240), (70, 240)), offset=15)
+KUEUE = Lane("kueue", (A100, H100), idle=((70, 240), (70, 240)), offset=5)
 KINDS = Lane("kinds", (A100, H100))
 LOAD = Lane("load", (A100, H100, L4, V100))
 LIVE = Lane("live", (A100, H100))
