@@ -301,8 +301,8 @@ class WorkloadReconciler:
             answer = self.ctx.predictor.report_sample(SampleReport(
                 gpu=gpu_type, step_seconds=step, job_seconds=end.seconds, steps=spec.total_steps,
                 startup_seconds=end.seconds - step * spec.total_steps, job=f"{meta['namespace']}/{meta['name']}",
-                graph=graph.to_dict(), graph_hash=graph.content_hash(), mode="train", precision=spec.precision,
-                optimizer=spec.optimizer, num_gpus=spec.total_gpus))  # type: ignore[arg-type]
+                graph=graph.to_dict(), graph_hash=graph.content_hash(), mode="train", num_gpus=spec.total_gpus,
+                precision=spec.precision, optimizer=spec.optimizer))  # type: ignore[arg-type]
         except PredictorUnavailable as e:  # unreachable, 5xx, or refused (a quarantined sample too)
             return f"not learned: {e}"
         outcome = str(answer.get("status") or "stored")
