@@ -13,13 +13,14 @@ demo: venv cluster-binaries
 # The Kubernetes binaries first (built from Go modules into ${OFFPEAK_CACHE:-~/.cache/offpeak} on the first run;
 # the chart tests of the unit stage need helm and kube-scheduler), then the unit tests, then the end-to-end
 # scenarios on the real control plane. Each stage prints how long it took and its slowest tests. The unit tests run
-# on every core (pytest-xdist; they share no state). The end-to-end lanes run in E2E_WORKERS test processes that
-# share one cluster (docs/e2e.md): they mostly wait on compressed clocks, so more processes than cores pay off.
+# on every core (pytest-xdist; they share no state). The end-to-end lanes (one test file each) run in E2E_WORKERS
+# test processes that share one cluster (docs/e2e.md): they mostly wait on compressed clocks, so more processes
+# than cores pay off.
 E2E_WORKERS ?= 6
 test: venv cluster-binaries
 	@t=$$(date +%s); $(PY) -m pytest -p no:cacheprovider -n auto --dist worksteal --durations=15 tests; rc=$$?; \
 	  echo "[stage] unit tests: $$(( $$(date +%s) - t ))s"; exit $$rc
-	@t=$$(date +%s); $(PY) -m pytest -p no:cacheprovider -n $(E2E_WORKERS) --dist loadgroup e2e; rc=$$?; \
+	@t=$$(date +%s); $(PY) -m pytest -p no:cacheprovider -n $(E2E_WORKERS) --dist loadfile e2e; rc=$$?; \
 	  echo "[stage] end-to-end: $$(( $$(date +%s) - t ))s"; exit $$rc
 
 unit: venv
@@ -30,7 +31,7 @@ cluster-binaries: venv
 	  echo "[stage] cluster binaries: $$(( $$(date +%s) - t ))s"; exit $$rc
 
 e2e: venv
-	$(PY) -m pytest -n $(E2E_WORKERS) --dist loadgroup e2e
+	$(PY) -m pytest -n $(E2E_WORKERS) --dist loadfile e2e
 
 venv: $(STAMP)
 

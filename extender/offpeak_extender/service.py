@@ -204,7 +204,9 @@ class ExtenderService:
             result = self.gangs.filter_worker(pod=args.pod, gang=args.gang, views=views, now=now,
                                               margin=self.settings.margin)
         else:
-            if args.node_objects is None and not unknown and arrays is not None and arrays.distinct:
+            # (an unreadable prediction takes the dict path: `filter_result` adds it to the nodes' reasons)
+            if args.node_objects is None and not unknown and arrays is not None and arrays.distinct and \
+                    not args.prediction_error:
                 columns = self.gangs.filter_other_columns(pod=args.pod, arrays=arrays, now=now,
                                                           margin=self.settings.margin, goodput=self._admission())
                 if columns is not None:

@@ -31,7 +31,7 @@ from offpeak_operator.metrics import OperatorMetrics
 from offpeak_operator.observe import observe
 from offpeak_operator.predictions import Prediction, PredictorResponseError, fallback, from_predictor
 from offpeak_operator.predictions import measured_step_seconds, remaining_seconds
-from offpeak_operator.predictor_http import PredictorHTTP, PredictorUnavailable
+from offpeak_operator.predictor_http import PredictorHTTP, PredictorUnavailable, SampleReport
 from offpeak_operator.queueing import KueueLink
 from offpeak_operator.settings import OperatorSettings
 
@@ -541,11 +541,12 @@ class Reconciler:
             log.info("no sample for %s/%s: it had no model graph to learn from", meta["namespace"], meta["name"])
             return {"sampleReported": False, "sampleStatus": "not sent: the job has no model graph"}
         try:
-            answer = self.ctx.predictor.report_sample(
+            # ignore: precision and optimizer are the spec's strings; the client checks them as the predictor will
+            answer = self.ctx.predictor.report_sample(SampleReport(
                 gpu=action.gpu_type, step_seconds=action.step_seconds, job_seconds=action.job_seconds,
                 steps=action.steps, startup_seconds=action.startup_seconds, job=f"{meta['namespace']}/{meta['name']}",
-                graph=graph.to_dict() if graph is not None else None, graph_hash=graph_hash or "",
-                precision=spec.precision, optimizer=spec.optimizer, num_gpus=spec.total_gpus)  # fmt: skip
+                graph=graph.to_dict() if graph is not None else None, graph_hash=graph_hash or None, mode="train",
+                precision=spec.precision, optimizer=spec.optimizer, num_gpus=spec.total_gpus))  # type: ignore[arg-type]
         except PredictorUnavailable as e:
             log.warning("sample for %s/%s not learned: %s", meta["namespace"], meta["name"], e)
             return {"sampleReported": False, "sampleStatus": f"not learned: {e}"[:500]}

@@ -23,7 +23,7 @@ from offpeak_operator.jobspec import JobSpec
 from offpeak_operator.observe import pod_view
 from offpeak_operator.podspecs import predicted_annotation
 from offpeak_operator.predictions import fallback, remaining_seconds
-from offpeak_operator.predictor_http import PredictorUnavailable
+from offpeak_operator.predictor_http import PredictorUnavailable, SampleReport
 from offpeak_operator.reconciler import RECORDED_API_ERRORS, Reconciler, api_message, read_analysis_graph
 from offpeak_operator.statemachine import INVALID_MODEL_SOURCE, analysed_in_pod, judge_analysis, parse_time
 
@@ -300,11 +300,12 @@ class WorkloadReconciler:
         if graph is None:
             return "not sent: the Job has no model graph (offpeak.io/model-source)"
         try:
-            answer = self.ctx.predictor.report_sample(
+            # ignore: precision and optimizer are the spec's strings; the client checks them as the predictor will
+            answer = self.ctx.predictor.report_sample(SampleReport(
                 gpu=gpu_type, step_seconds=step, job_seconds=end.seconds, steps=spec.total_steps,
                 startup_seconds=end.seconds - step * spec.total_steps, job=f"{meta['namespace']}/{meta['name']}",
-                graph=graph.to_dict(), graph_hash=graph.content_hash(), precision=spec.precision,
-                optimizer=spec.optimizer, num_gpus=spec.total_gpus)  # fmt: skip
+                graph=graph.to_dict(), graph_hash=graph.content_hash(), mode="train", num_gpus=spec.total_gpus,
+                precision=spec.precision, optimizer=spec.optimizer))  # type: ignore[arg-type]
         except PredictorUnavailable as e:  # unreachable, 5xx, or refused (a quarantined sample too)
             return f"not learned: {e}"
         outcome = str(answer.get("status") or "stored")

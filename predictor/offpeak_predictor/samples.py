@@ -17,11 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from offpeak_graph.schema import ModelGraph, validate_graph
+from offpeak.errors import UserError
+from offpeak_graph.schema import GraphError, ModelGraph, parse_graph
 from offpeak_predictor.correction import (
     Correction, CorrectionKey, CorrectionSettings, CorrectionTable, implausible, keys_for, log_ratio,
 )  # fmt: skip
-from offpeak_predictor.db import BenchmarkDB
+from offpeak_predictor.db import BenchmarkDB, RowTooLarge
 from offpeak_predictor.predict import PredictOptions, Predictor
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,13 @@ Status = Literal["accepted", "quarantined", "unverified"]
 class FeedbackSettings:
     correction: CorrectionSettings = field(default_factory=CorrectionSettings)
     max_samples: int = 10_000  # job_samples rows kept; the oldest are dropped (and unlearned) beyond this
-    max_graph_bytes: int = 512 * 2**20  # and beyond this much stored graph JSON (a graph is up to the body limit)
+    # ... and beyond this many stored bytes: every byte of the rows, their graph JSON and every text field (a graph
+    # is up to the body limit); one sample larger than all of it is refused (`--max-sample-mib`)
+    max_graph_bytes: int = 512 * 2**20
+
+
+class SampleTooLarge(UserError):
+    """A sample whose row alone is over the samples' byte budget (a 413)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,18 +152,22 @@ class Feedback:
         return None if answer is None else answer[0]
 
     def ingest(self, sample: Sample, graph: ModelGraph | None, graph_dict: dict[str, Any] | None) -> Outcome:
-        """Judge, store, learn (when accepted), then apply retention."""
+        """Judge, store, learn (when accepted), then apply retention. SampleTooLarge, with nothing stored, when the
+        sample's row alone is over the samples' byte budget."""
         model = self._model_answer(sample, graph)
         judgement = judge(measured=sample.step_seconds, predicted=None if model is None else model[0],
                           settings=self.settings.correction)  # fmt: skip
-        sample_id = self.db.add_job_sample(
-            job=sample.job, gpu=sample.gpu_type, graph_hash=sample.graph_hash, step_seconds=sample.step_seconds,
-            job_seconds=sample.job_seconds, steps=sample.steps, graph=graph_dict, client=sample.client,
-            family=sample.family, precision=sample.precision, mode=sample.mode, optimizer=sample.optimizer,
-            num_gpus=sample.num_gpus, batch_size=sample.batch_size, model_version=self.predictor.version,
-            predicted_step_seconds=judgement.predicted_step_seconds, status=judgement.status,
-            reason=judgement.reason,
-        )  # fmt: skip
+        try:
+            sample_id = self.db.add_job_sample(
+                job=sample.job, gpu=sample.gpu_type, graph_hash=sample.graph_hash, step_seconds=sample.step_seconds,
+                job_seconds=sample.job_seconds, steps=sample.steps, graph=graph_dict, client=sample.client,
+                family=sample.family, precision=sample.precision, mode=sample.mode, optimizer=sample.optimizer,
+                num_gpus=sample.num_gpus, batch_size=sample.batch_size, model_version=self.predictor.version,
+                predicted_step_seconds=judgement.predicted_step_seconds, status=judgement.status,
+                reason=judgement.reason, max_bytes=self.settings.max_graph_bytes,
+            )  # fmt: skip
+        except RowTooLarge as e:
+            raise SampleTooLarge(f"{e} (--max-sample-mib); send a smaller graph, or none (graph_hash)") from e
         correction = None
         if judgement.log_ratio is not None:
             self.table.add(sample.keys(), judgement.log_ratio)
@@ -219,6 +230,6 @@ def _graph_or_none(raw: dict[str, Any] | None) -> ModelGraph | None:
     if raw is None:
         return None
     try:
-        return validate_graph(ModelGraph.from_dict(raw))
-    except (ValueError, KeyError, TypeError, OverflowError):  # GraphError is a ValueError
+        return parse_graph(raw)
+    except GraphError:  # stored before a rule it breaks: the row is re-judged without its graph
         return None

@@ -11,6 +11,8 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgspec
+
 from offpeak_graph.schema import ModelGraph
 from optestkit import NOW, job_body, small_graph
 from prometheus_client import CollectorRegistry
@@ -18,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from offpeak_operator.extraction import ExtractionFailed
 from offpeak_operator.graphstore import encode_graph, to_log_lines
 from offpeak_operator.metrics import OperatorMetrics
-from offpeak_operator.predictor_http import PredictorUnavailable
+from offpeak_operator.predictor_http import PredictorUnavailable, SampleReport
 from offpeak_operator.reconciler import Context, Reconciler
 from offpeak_operator.settings import AnalysisSettings, OperatorSettings, RequeueSettings
 
@@ -117,10 +119,10 @@ class FakePredictor:
             {"gpu": g, "gpu_type": g, "step_seconds": 0.1, "step_seconds_p90": 0.2, "job_seconds": 100.0,
              "job_seconds_p90": 200.0, "model_version": "m1"} for g in body["gpus"]]}
 
-    def report_sample(self, **body: Any) -> dict[str, Any]:
+    def report_sample(self, sample: SampleReport) -> dict[str, Any]:
         if self.fail:
             raise PredictorUnavailable("down")
-        self.samples.append(body)
+        self.samples.append(msgspec.structs.asdict(sample))  # every field, defaults included
         return {"id": len(self.samples), "status": "accepted"}
 
 
@@ -177,7 +179,7 @@ def test_configmap_source_runs_the_whole_flow_and_reports_a_sample() -> None:
     assert sample["step_seconds"] == 0.12 and sample["num_gpus"] == 2 and sample["precision"] == "fp32"
     assert kube.job["status"]["sampleReported"] is True and kube.job["status"]["sampleStatus"] == "accepted"
     assert sample["graph_hash"] == small_graph().content_hash() and sample["graph"]["model_name"] == "tiny"
-    assert sample["job"] == "ns/train-1"
+    assert sample["job"] == "ns/train-1" and sample["mode"] == "train"
     m = rec.ctx.metrics.registry
     labels = {"trainingjob": "train-1", "job_namespace": "ns", "gpu_type": "A100-SXM4-40GB", "model_family": "mlp"}
     assert m.get_sample_value("offpeak_job_actual_seconds", labels) == 120
@@ -405,8 +407,8 @@ def test_reporting_failure_does_not_block_success() -> None:
 
 def test_a_sample_the_predictor_refuses_is_said_in_the_status_and_never_blocks() -> None:
     class Refusing(FakePredictor):
-        def report_sample(self, **body: Any) -> dict[str, Any]:
-            self.samples.append(body)
+        def report_sample(self, sample: SampleReport) -> dict[str, Any]:
+            self.samples.append(msgspec.structs.asdict(sample))
             raise PredictorUnavailable("predictor /v1/samples: HTTP 422: measured step time is 9x the model's")
 
     rec, kube, pred, _ = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}), predictor=Refusing())

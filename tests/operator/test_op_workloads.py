@@ -7,6 +7,8 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import msgspec
+
 import kubernetes_validate
 from kubernetes.client.exceptions import ApiException
 from optestkit import NOW, small_graph
@@ -19,7 +21,7 @@ from offpeak_graph.schema import ModelGraph
 from offpeak_operator import workloads
 from offpeak_operator.graphstore import encode_graph, to_log_lines
 from offpeak_operator.metrics import OperatorMetrics
-from offpeak_operator.predictor_http import PredictorUnavailable
+from offpeak_operator.predictor_http import PredictorUnavailable, SampleReport
 from offpeak_operator.reconciler import Context, Reconciler
 from offpeak_operator.resync import Resyncer
 from offpeak_operator.settings import AnalysisSettings, OperatorSettings
@@ -196,10 +198,10 @@ class SamplePredictor:
     def __init__(self, fail: bool = False) -> None:
         self.fail, self.samples = fail, []
 
-    def report_sample(self, **kw: Any) -> dict[str, Any]:
+    def report_sample(self, sample: SampleReport) -> dict[str, Any]:
         if self.fail:
             raise PredictorUnavailable("predictor /v1/samples: unreachable")
-        self.samples.append(kw)
+        self.samples.append(msgspec.structs.asdict(sample))  # every field, defaults included
         return {"status": "accepted"}
 
 
