@@ -105,9 +105,10 @@ KUEUE = Lane("kueue", (A100, H100), idle=((70, 240), (70, 240)), offset=5)
 KINDS = Lane("kinds", (A100, H100))
 LOAD = Lane("load", (A100, H100, L4, V100))
 LIVE = Lane("live", (A100, H100))
+CHART = Lane("chart", (A100, H100))
 
 SHARED_LANES: tuple[Lane, ...] = (BASIC, SURGE, ELASTIC, JOBS, DASHBOARD, FEEDBACK, OWN_OPERATOR, YIELD, POOLS,
-                                  ANNOUNCE, KUEUE, KINDS, LOAD, LIVE)
+                                  ANNOUNCE, KUEUE, KINDS, LOAD, LIVE, CHART)
 
 # Every feature a lane opts in to, on for the whole cluster (each acts only where a scenario asks for it).
 SHARED_ENV: Mapping[str, str] = {
