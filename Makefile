@@ -20,7 +20,7 @@ E2E_WORKERS ?= 6
 E2E_BESIDE_UNIT ?= 1
 E2E_LOG = $(or $(OFFPEAK_CACHE),$(HOME)/.cache/offpeak)/e2e-last.log
 UNIT_TESTS = $(PY) -m pytest -p no:cacheprovider -n 2 --dist worksteal --durations=15 tests
-E2E_TESTS = $(PY) -m pytest -p no:cacheprovider -n $(E2E_WORKERS) --dist loadfile e2e
+E2E_TESTS = $(PY) -m pytest -p no:cacheprovider -n $(E2E_WORKERS) --dist loadfile --no-loadscope-reorder e2e
 test: venv cluster-binaries
 	@mkdir -p "$(dir $(E2E_LOG))"; t=$$(date +%s); \
 	if [ "$(E2E_BESIDE_UNIT)" = 1 ]; then \
