@@ -49,9 +49,12 @@ class PredictorHTTP:
     def report_sample(self, *, gpu: str, step_seconds: float, job_seconds: float, steps: int, job: str,
                       graph_hash: str, graph: dict[str, Any] | None, startup_seconds: float = 0.0,
                       precision: str | None = None, optimizer: str | None = None, num_gpus: int | None = None,
-                      batch_size: int | None = None, model_family: str | None = None) -> dict[str, Any]:  # fmt: skip
-        """POST the measured step time of one attempt (with the token); the predictor's answer (id, status)."""
+                      batch_size: int | None = None, model_family: str | None = None,
+                      replaces: int | None = None) -> dict[str, Any]:  # fmt: skip
+        """POST the measured step time of one attempt (with the token); the predictor's answer (id, status).
+        `replaces`: the id of the job's live sample this one takes the place of."""
         return self._call("/v1/samples", lambda: self.client.add_sample(
             gpu=gpu, step_seconds=step_seconds, job_seconds=job_seconds, steps=steps, job=job, graph=graph,
             graph_hash=graph_hash or None, startup_seconds=startup_seconds, mode="train", precision=precision,
-            optimizer=optimizer, num_gpus=num_gpus, batch_size=batch_size, model_family=model_family))
+            optimizer=optimizer, num_gpus=num_gpus, batch_size=batch_size, model_family=model_family,
+            replaces=replaces))

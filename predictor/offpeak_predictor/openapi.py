@@ -93,7 +93,10 @@ def openapi_document(gpus: list[str]) -> dict[str, Any]:
                                    "num_gpus": {"type": "integer", "minimum": 1},
                                    "batch_size": {"type": "integer", "minimum": 0},
                                    "model_family": {"type": "string"},
-                                   "job": {"type": "string", "description": "namespace/name"}},
+                                   "job": {"type": "string", "description": "namespace/name"},
+                                   "replaces": {"type": "integer", "minimum": 1,
+                                                "description": "id of an earlier sample of the same job (measured "
+                                                               "while it ran) that this one replaces"}},
                     "required": ["gpu"],
                 }}}},
                 "responses": {

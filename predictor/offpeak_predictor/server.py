@@ -210,7 +210,7 @@ def _sample(body: dict[str, Any], graph: ModelGraph | None, *, graph_hash: str, 
         batch_size=_int(body, "batch_size", default=graph.batch_size if graph else 0, minimum=0) or 0,
         step_seconds=measured_step_seconds(step_seconds=step, job_seconds=job_seconds, steps=steps,
                                            startup_seconds=startup),
-        job_seconds=job_seconds, steps=steps,
+        job_seconds=job_seconds, steps=steps, replaces=_int(body, "replaces", default=None, minimum=1, maximum=2**62),
     )  # fmt: skip
 
 
