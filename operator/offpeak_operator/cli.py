@@ -195,12 +195,14 @@ def run_operator(args: argparse.Namespace) -> int:
         raise ConfigError(f"cannot load Kubernetes credentials: {e} (pass --kubeconfig FILE, or run in a pod)") from e
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=operator.metrics.registry)
-    if operator.status_server is not None:
-        try:
-            operator.status_server.start()
+    if operator.status_server is not None and settings.status is not None:
+        server = operator.status_server
+        try:  # an operator beside a local cluster (no --status-url) takes a free port when its own is taken
+            port = server.start(any_port_if_taken=not settings.status.url)
         except OSError as e:
-            raise ConfigError(f"cannot serve live progress on port {operator.status_server.port}: {e} (choose another "
-                              "with --status-port, or 0 for none)") from e
+            raise ConfigError(f"cannot serve live progress on port {server.port}: {e} (choose another with "
+                              "--status-port, or 0 for none)") from e
+        server.channel.base_url = settings.status.url_for(port)
     kopf.run(
         registry=operator.registry, settings=operator.kopf_settings, **kopf_kwargs,
         clusterwide=not watched, namespaces=watched,

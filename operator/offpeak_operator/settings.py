@@ -89,7 +89,11 @@ class StatusServerSettings:
 
     @property
     def base_url(self) -> str:
-        return (self.url or f"https://127.0.0.1:{self.port}").rstrip("/")
+        return self.url_for(self.port)
+
+    def url_for(self, port: int) -> str:
+        """The base URL pods get when the server listens on `port` (`url` when given, whatever the port)."""
+        return (self.url or f"https://127.0.0.1:{port}").rstrip("/")
 
 
 @dataclass(frozen=True, slots=True)

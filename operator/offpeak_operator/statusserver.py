@@ -197,14 +197,21 @@ class StatusServer:
         self._runner: web.AppRunner | None = None
         self._thread: threading.Thread | None = None
 
-    def start(self) -> int:
-        """Bind (an error here, e.g. the port is taken, is raised at once) and serve; returns the bound port."""
+    def start(self, *, any_port_if_taken: bool = False) -> int:
+        """Bind and serve; returns the bound port. A bind error (the port is taken) is raised at once, or, with
+        `any_port_if_taken`, a free port is taken instead (a local operator whose pods are told the URL)."""
         loop = asyncio.new_event_loop()
         runner = web.AppRunner(self.app, access_log=None)
         loop.run_until_complete(runner.setup())
-        site = web.TCPSite(runner, self.host, self.port, ssl_context=self.channel.tls.server_context())
+        context = self.channel.tls.server_context()
         try:
-            loop.run_until_complete(site.start())
+            try:
+                loop.run_until_complete(web.TCPSite(runner, self.host, self.port, ssl_context=context).start())
+            except OSError as e:
+                if not any_port_if_taken:
+                    raise
+                log.warning("status port %d is taken (%s): serving live progress on a free port", self.port, e)
+                loop.run_until_complete(web.TCPSite(runner, self.host, 0, ssl_context=context).start())
         except OSError:
             loop.run_until_complete(runner.cleanup())
             loop.close()

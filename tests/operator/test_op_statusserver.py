@@ -208,3 +208,17 @@ def test_an_attempt_reporting_too_often_is_throttled(jobs: Jobs) -> None:
         assert code == 429 and "one report per 60s" in answer["message"] and len(jobs.patches) == 1
     finally:
         served.server.stop()
+
+
+def test_a_taken_port_fails_at_start_or_falls_back_to_a_free_one(served: Served, jobs: Jobs) -> None:
+    taken = int(served.channel.base_url.rsplit(":", 1)[1])
+    def app() -> Any:
+        return build_app(channel=served.channel, store=jobs, metrics=served.metrics, throttle=Throttle(0))
+
+    with pytest.raises(OSError):
+        StatusServer(app(), host="127.0.0.1", port=taken, channel=served.channel).start()
+    second = StatusServer(app(), host="127.0.0.1", port=taken, channel=served.channel)
+    try:
+        assert second.start(any_port_if_taken=True) not in (taken, 0)
+    finally:
+        second.stop()
