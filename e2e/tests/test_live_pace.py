@@ -70,7 +70,7 @@ def test_a_running_jobs_pace_corrects_its_eta_and_the_next_prediction(e2e_cluste
         def reported_and_seen() -> bool:
             done = min(steps - 1, int((time.monotonic() - started) / pace))
             live.submit(Progress(steps=done, attempt_steps=done, step_seconds=pace, total_steps=steps))
-            assert live.drain(timeout=10) and live.failed == 0, "the status server refused a report (see its log)"
+            live.drain(timeout=10)  # a failed report is dropped, as in a pod (stderr says why); the next one goes
             return check(status())
 
         c.wait_for(what, reported_and_seen, timeout=60, interval=5)

@@ -77,11 +77,13 @@ def register(subparsers: Any) -> None:
                    help="base URL pods reach that port at, e.g. https://offpeak-operator-status.offpeak.svc:8443 "
                         "(default https://127.0.0.1:PORT, an operator beside a local cluster; env OFFPEAK_STATUS_URL)")
     p.add_argument("--status-tls-dir", default=env("OFFPEAK_STATUS_TLS_DIR"),
-                   help="folder with tls.crt, tls.key and ca.crt for that port (default: a CA and certificate made "
-                        "at start-up, this process's own; env OFFPEAK_STATUS_TLS_DIR)")
+                   help="folder with tls.crt, tls.key and ca.crt for that port, made there on the first start when it "
+                        "has none (default: made at start-up and kept in memory, so a restarted operator's pods "
+                        "distrust it; env OFFPEAK_STATUS_TLS_DIR)")
     p.add_argument("--status-key-file", default=env("OFFPEAK_STATUS_KEY_FILE"),
-                   help="key the pods' report tokens are derived with (default: a random one per process, so a "
-                        "restart voids the tokens of running pods; env OFFPEAK_STATUS_KEY_FILE)")
+                   help="key the pods' report tokens are derived with, made there on the first start when absent "
+                        "(default: a random one per process, so a restart voids the tokens of running pods; env "
+                        "OFFPEAK_STATUS_KEY_FILE)")
     p.add_argument("--live-sample-steps", type=int, default=env("OFFPEAK_LIVE_SAMPLE_STEPS", 50),
                    help="steady steps of a running job before its measured pace goes to the predictor as a sample "
                         "(the final one replaces it; env OFFPEAK_LIVE_SAMPLE_STEPS)")
@@ -102,10 +104,10 @@ def status_settings(args: argparse.Namespace) -> Any:
     url = str(getattr(args, "status_url", "") or "")
     if url and not url.startswith("https://"):
         raise UserError(f"--status-url must be an https:// URL (pods check the server's certificate), got {url!r}")
-    for flag, path, isdir in (("--status-tls-dir", args.status_tls_dir, True),
-                              ("--status-key-file", args.status_key_file, False)):
-        if path and not (os.path.isdir(path) if isdir else os.path.isfile(path)):
-            raise UserError(f"{flag} {path} does not exist (mount the Secret there)")
+    for flag, path in (("--status-tls-dir", args.status_tls_dir), ("--status-key-file", args.status_key_file)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise UserError(f"{flag} {path}: its folder does not exist (mount the Secret there, or name a folder "
+                            "where the operator keeps what it makes)")
     return StatusServerSettings(port=port, url=url, tls_dir=args.status_tls_dir or None,
                                 key_file=args.status_key_file or None)
 

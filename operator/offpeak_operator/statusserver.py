@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 import threading
 import time
@@ -21,6 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
@@ -47,27 +49,36 @@ class StatusChannel:
 
     @classmethod
     def from_settings(cls, settings: StatusServerSettings) -> StatusChannel:
-        """Key and TLS from the mounted files, else made now (this process's own: see `StatusServerSettings`)."""
+        """Key and TLS from their files (made there first when absent), else made now and kept in memory (this
+        process's own: see `StatusServerSettings`)."""
+        base = settings.base_url
+        hosts = [urlsplit(base).hostname or "127.0.0.1", "localhost", "127.0.0.1"]
+        if settings.tls_dir:
+            tls = statustls.load_or_make(settings.tls_dir, hosts=hosts)
+        else:
+            tls = statustls.generate(hosts=hosts)
         if settings.key_file:
-            with open(settings.key_file, "rb") as f:
-                key = f.read().strip()
-            if len(key) < 16:
-                raise ValueError(f"{settings.key_file}: a status key needs at least 16 bytes")
+            key = load_or_make_key(settings.key_file)
         else:
             key = secrets.token_bytes(KEY_BYTES)
-            log.warning("no status key mounted: tokens are this process's own (a restarted operator cannot check "
-                        "the tokens of pods started before)")
-        base = settings.base_url
-        if settings.tls_dir:
-            tls = statustls.load(settings.tls_dir)
-        else:
-            host = urlsplit(base).hostname or "127.0.0.1"
-            tls = statustls.generate(hosts=[host, "localhost", "127.0.0.1"])
+            log.warning("no status key file: report tokens are this process's own (a restarted operator refuses the "
+                        "reports of pods started before it)")
         return cls(key=key, tls=tls, base_url=base)
 
     def pod_parts(self, claim: Claim) -> PodParts:
         """What one attempt's training pods get: the URL, their token and the CA."""
         return pod_parts(url=self.base_url + claim.path, token=mint(self.key, claim), ca_pem=self.tls.ca_pem)
+
+
+def load_or_make_key(path: str) -> bytes:
+    """The token key in `path` (16 bytes or more); a random one written there first when there is no file."""
+    if not os.path.exists(path):
+        statustls.write_private(Path(path), secrets.token_hex(KEY_BYTES).encode())
+    with open(path, "rb") as f:
+        key = f.read().strip()
+    if len(key) < 16:
+        raise ValueError(f"{path}: a status key needs at least 16 bytes")
+    return key
 
 
 class JobStore(Protocol):

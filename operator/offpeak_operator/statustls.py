@@ -1,8 +1,9 @@
-"""TLS material of the status server: mounted (the chart's Secret: tls.crt, tls.key, ca.crt), or made at start-up.
+"""TLS material of the status server: mounted (the chart's Secret: tls.crt, tls.key, ca.crt), kept in a folder of a
+local operator's (made there on its first start), or made at start-up and kept in memory.
 
-A made CA lives only in this process: pods created by it trust it, pods of another operator process do not. One
-operator without a chart (a laptop, the end-to-end cluster) needs nothing more; HA replicas and restarts need the
-mounted Secret so every replica serves a certificate the pods trust.
+Pods trust the CA they were given when they were created. Material made in memory lives as long as the process:
+enough for one operator beside a local cluster, not for restarts or HA replicas, which need the same material
+every time (the chart's Secret, or a folder that survives the restart).
 """
 
 from __future__ import annotations
@@ -43,15 +44,13 @@ class TlsMaterial:
         with tempfile.TemporaryDirectory(prefix="offpeak-status-") as folder:
             cert, key = Path(folder) / CERT_FILE, Path(folder) / KEY_FILE
             cert.write_bytes(self.cert_pem)
-            fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as out:
-                out.write(self.key_pem)
+            write_private(key, self.key_pem)
             context.load_cert_chain(cert, key)
         return context
 
 
 def load(folder: str) -> TlsMaterial:
-    """tls.crt, tls.key and ca.crt from `folder` (a mounted kubernetes.io/tls Secret with its CA)."""
+    """tls.crt, tls.key and ca.crt from `folder` (a mounted Secret with the certificate and its CA)."""
     files = {}
     for name in (CERT_FILE, KEY_FILE, CA_FILE):
         path = Path(folder) / name
@@ -61,6 +60,31 @@ def load(folder: str) -> TlsMaterial:
             raise TlsError(f"cannot read {path}: {e.strerror or e} (mount a Secret with {CERT_FILE}, {KEY_FILE} and "
                            f"{CA_FILE})") from e
     return TlsMaterial(cert_pem=files[CERT_FILE], key_pem=files[KEY_FILE], ca_pem=files[CA_FILE].decode())
+
+
+def load_or_make(folder: str, *, hosts: Sequence[str]) -> TlsMaterial:
+    """The material in `folder`; made for `hosts` and written there first when the folder has none of it (a local
+    operator's first start), so a restarted operator serves what its pods trust."""
+    present = [n for n in (CERT_FILE, KEY_FILE, CA_FILE) if (Path(folder) / n).exists()]
+    if present:
+        return load(folder)
+    made = generate(hosts=hosts)
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        write_private(Path(folder) / KEY_FILE, made.key_pem)
+        (Path(folder) / CERT_FILE).write_bytes(made.cert_pem)
+        (Path(folder) / CA_FILE).write_text(made.ca_pem)
+    except OSError as e:
+        raise TlsError(f"{folder} holds no {CERT_FILE}, {KEY_FILE}, {CA_FILE} and they cannot be written there: "
+                       f"{e.strerror or e}") from e
+    return made
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write a file only its owner may read (a private key, a token key)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
 
 
 def _name(common_name: str) -> x509.Name:

@@ -70,8 +70,8 @@ def test_the_status_server_is_on_by_default_and_off_with_port_0(monkeypatch: pyt
     (["-A", "--analysis-timeout-seconds", "1"], "at least 10"),
     (["-A", "--status-port", "70000"], "--status-port"),
     (["-A", "--status-url", "http://op:8443"], "https://"),
-    (["-A", "--status-tls-dir", "/nonexistent"], "--status-tls-dir /nonexistent does not exist"),
-    (["-A", "--status-key-file", "/nonexistent"], "--status-key-file /nonexistent does not exist"),
+    (["-A", "--status-tls-dir", "/nonexistent/tls"], "--status-tls-dir /nonexistent/tls: its folder does not exist"),
+    (["-A", "--status-key-file", "/nonexistent/key"], "--status-key-file /nonexistent/key: its folder does not exist"),
     (["-A", "--live-sample-steps", "0"], "at least 1"),
 ])
 def test_bad_flags_are_user_errors(argv: list[str], match: str) -> None:

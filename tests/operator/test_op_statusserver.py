@@ -21,6 +21,7 @@ from offpeak.progress import LiveReporter, Tracker
 from offpeak_operator import statustls
 from offpeak_operator.livereports import STATUS_DIR, Claim, mint
 from offpeak_operator.metrics import OperatorMetrics
+from offpeak_operator.settings import StatusServerSettings
 from offpeak_operator.statusserver import StatusChannel, StatusServer, Throttle, build_app
 
 TLS = statustls.generate(hosts=["127.0.0.1", "localhost"])
@@ -222,3 +223,14 @@ def test_a_taken_port_fails_at_start_or_falls_back_to_a_free_one(served: Served,
         assert second.start(any_port_if_taken=True) not in (taken, 0)
     finally:
         second.stop()
+
+
+def test_a_local_operator_keeps_what_it_made_so_its_pods_still_trust_it_after_a_restart(tmp_path: Path) -> None:
+    settings = StatusServerSettings(tls_dir=str(tmp_path / "tls"), key_file=str(tmp_path / "tls" / "key"))
+    first = StatusChannel.from_settings(settings)
+    again = StatusChannel.from_settings(settings)
+    assert (again.key, again.tls) == (first.key, first.tls) and len(first.key) >= 16
+    assert oct((tmp_path / "tls" / "tls.key").stat().st_mode & 0o777) == "0o600"
+    (tmp_path / "short").write_text("too short")
+    with pytest.raises(ValueError, match="at least 16 bytes"):
+        StatusChannel.from_settings(StatusServerSettings(key_file=str(tmp_path / "short")))
