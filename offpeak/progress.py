@@ -52,6 +52,10 @@ MAX_BYTES = 4096  # Kubernetes keeps at most 4 KiB of a termination message
 STATUS_ENV_PREFIXES = ("KUBEFLOW_TRAINER_SERVER", "KUBEFLOW_TRAINER_STATUS")
 WORKER_ENV = "OFFPEAK_WORKER_INDEX"  # only worker 0 reports live (its pace is the job's)
 SEND_TIMEOUT_SECONDS = 5.0
+# the trainerStatus metrics a live report carries: the HF callback's names for the step, then offpeak's own
+METRIC_STEPS, METRIC_TOTAL = "current_step", "total_steps"
+METRIC_STEP_SECONDS, METRIC_ATTEMPT_STEPS = "step_seconds", "attempt_steps"
+METRIC_CHECKPOINT, METRIC_STARTUP = "checkpoint_step", "startup_seconds"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +81,9 @@ class Progress:
         """The live report in Kubeflow Trainer's shape (`{"trainerStatus": ...}`): progress and ETA where the
         total is known, and the fields above as metrics (`current_step`, `total_steps` as the HF callback names
         them; `step_seconds`, `attempt_steps`, `checkpoint_step`, `startup_seconds`)."""
-        metrics = {"current_step": self.steps, "total_steps": self.total_steps, "step_seconds": self.step_seconds,
-                   "attempt_steps": self.attempt_steps, "checkpoint_step": self.checkpoint_steps,
-                   "startup_seconds": self.startup_seconds}
+        metrics = {METRIC_STEPS: self.steps, METRIC_TOTAL: self.total_steps, METRIC_STEP_SECONDS: self.step_seconds,
+                   METRIC_ATTEMPT_STEPS: self.attempt_steps, METRIC_CHECKPOINT: self.checkpoint_steps,
+                   METRIC_STARTUP: self.startup_seconds}
         status: dict[str, Any] = {"lastUpdatedTime": (now or datetime.now(UTC)).isoformat(),
                                   "metrics": [{"name": k, "value": f"{v:.9g}" if isinstance(v, float) else str(v)}
                                               for k, v in metrics.items() if v is not None]}
@@ -187,7 +191,7 @@ class LiveReporter:
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._pending is not None)
-                body, self._pending, self._busy = self._pending, None, True
+                body, self._pending, self._busy = self._pending or b"", None, True
             try:
                 self._send(body)
                 self.sent += 1

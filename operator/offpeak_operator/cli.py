@@ -125,7 +125,8 @@ def build_settings(args: argparse.Namespace) -> Any:
     token = args.predictor_token_file
     if token and not os.path.isfile(token):
         raise UserError(f"--predictor-token-file {token} does not exist (mount the shared secret there)")
-    sample_steps = int(getattr(args, "live_sample_steps", LiveSettings.sample_steps))
+    raw = getattr(args, "live_sample_steps", None)
+    sample_steps = LiveSettings().sample_steps if raw is None else int(raw)
     if sample_steps < 1:
         raise UserError("--live-sample-steps must be at least 1")
     return OperatorSettings(

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from offpeak.progress import (METRIC_ATTEMPT_STEPS, METRIC_CHECKPOINT, METRIC_STARTUP, METRIC_STEP_SECONDS,
+                              METRIC_STEPS, METRIC_TOTAL, STATUS_ENV_PREFIXES)
 from offpeak_core.livepace import Report
 
 from offpeak_operator.names import ANN_STATUS_CA, ANN_STATUS_TOKEN
@@ -43,14 +45,11 @@ MAX_METRIC_VALUE = 256
 STATUS_VOLUME = "offpeak-status"
 STATUS_DIR = "/var/run/secrets/offpeak.io/status"
 TOKEN_FILE, CA_FILE = "token", "ca.crt"
-# Kubeflow Trainer's names (merged: SERVER; KEP-2779 and earlier SDKs: STATUS); offpeak.progress reads both
-ENV_PREFIXES = ("KUBEFLOW_TRAINER_SERVER", "KUBEFLOW_TRAINER_STATUS")
-STATUS_ENV = tuple(f"{p}_{s}" for p in ENV_PREFIXES for s in ("URL", "TOKEN", "CA_CERT"))
+# Kubeflow Trainer's names (merged: SERVER; KEP-2779 and earlier SDKs: STATUS), as offpeak.progress reads them
+STATUS_ENV = tuple(f"{p}_{s}" for p in STATUS_ENV_PREFIXES for s in ("URL", "TOKEN", "CA_CERT"))
 
-# trainerStatus.metrics the operator reads: the HF callback's `current_step` / `total_steps`, and offpeak.progress's
-METRIC_STEPS, METRIC_TOTAL = "current_step", "total_steps"
-METRIC_STEP_SECONDS, METRIC_ATTEMPT_STEPS = "step_seconds", "attempt_steps"
-METRIC_CHECKPOINT, METRIC_STARTUP = "checkpoint_step", "startup_seconds"
+# trainerStatus.metrics the operator reads (offpeak.progress names them): the HF callback's step and total, and
+# offpeak.progress's own
 COUNT_METRICS = (METRIC_STEPS, METRIC_TOTAL, METRIC_ATTEMPT_STEPS, METRIC_CHECKPOINT)
 SECONDS_METRICS = (METRIC_STEP_SECONDS, METRIC_STARTUP)
 
@@ -150,7 +149,8 @@ class Channel(Protocol):
 def pod_parts(*, url: str, token: str, ca_pem: str) -> PodParts:
     """Annotations, environment, volume and mount that let a pod report to `url` (and nothing else)."""
     files = {"URL": url, "TOKEN": f"{STATUS_DIR}/{TOKEN_FILE}", "CA_CERT": f"{STATUS_DIR}/{CA_FILE}"}
-    env = [{"name": f"{prefix}_{suffix}", "value": value} for prefix in ENV_PREFIXES for suffix, value in files.items()]
+    env = [{"name": f"{prefix}_{suffix}", "value": value} for prefix in STATUS_ENV_PREFIXES
+           for suffix, value in files.items()]
     items = [{"path": TOKEN_FILE, "fieldRef": {"fieldPath": f"metadata.annotations['{ANN_STATUS_TOKEN}']"}},
              {"path": CA_FILE, "fieldRef": {"fieldPath": f"metadata.annotations['{ANN_STATUS_CA}']"}}]
     return PodParts(annotations={ANN_STATUS_TOKEN: token, ANN_STATUS_CA: ca_pem}, env=env,
