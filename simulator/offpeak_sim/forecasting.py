@@ -45,10 +45,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from offpeak_core.forecast import (
-    ForecastSettings, SeasonalModel, fit_seasonal, forecast_demand, forecast_now, level_since,
+    DemandForecast, ForecastSettings, SeasonalModel, fit_seasonal, forecast_demand, forecast_now, level_since,
 )
 from offpeak_core.goodput import DEFAULT_CLASS_EDGES, WindowSurvival, add_observations
-from offpeak_core.idleruns import IdleRuns, run_ages
+from offpeak_core.idleruns import IdleRuns, OpenRunAges
 from offpeak_core.model import IdleWindow
 from offpeak_core.poolrise import PoolRise, fit_pool_rise, pool_free, pool_judged_online, pooled_free, step_maxima
 from offpeak_core.windows import FreeProfile, free_profile, idle_windows
@@ -146,7 +146,10 @@ class WindowFeed:
         self.refreshed_at = -np.inf
         self.refresh_index = -1
         self._fitted_at = -np.inf
+        # each node's fitted forecast on the last refresh's grid (`forecast_demand` of its model, from the refresh):
+        # a live update between refreshes only brings its idle runs' ages to the minute
         self._models: list[SeasonalModel] = []
+        self._fitted: list[DemandForecast] = []
         self.free = np.zeros((scenario.fleet.size, self.steps), dtype=np.int64)
         self.times = np.zeros(self.steps)
         self.stale = np.zeros(scenario.fleet.size, dtype=bool)
@@ -164,6 +167,8 @@ class WindowFeed:
         self.survival: WindowSurvival | None = None
         self.survival_version = 0
         self._live = np.full(scenario.fleet.size, -1, dtype=np.int64)  # online GPUs each node was forecast with
+        # the ages of the nodes' open idle runs, counted as the clock goes (the fits' ages are as of the fit)
+        self._run_ages = OpenRunAges(self.demand, thresholds=int(scenario.fleet.gpus.max()) + 1)
         self.updates = 0  # node forecasts brought up to date between refreshes (live_updates)
         pools = scenario.online_pods.pools if scenario.online_pods is not None else None
         # pool windows: the pools, the policy's offline GPUs per node (the engine's array, `watch_offline`), each
@@ -209,7 +214,7 @@ class WindowFeed:
 
         The forecast stays on the refresh's step grid (`times`), so bounds and windows keep one clock; steps already
         past repeat the current one."""
-        if self.s.mode != "seasonal" or not self.s.live_updates or not self._models:
+        if self.s.mode != "seasonal" or not self.s.live_updates or not self._fitted:
             return np.zeros(0, dtype=np.int64)
         changed = np.flatnonzero(self.demand[:, int(now // 60)] != self._live)
         for n in changed:
@@ -390,7 +395,8 @@ class WindowFeed:
             ]
             if self.pools is not None:
                 self._fit_pools(now)
-        for n in range(len(self._models)):
+        self._fitted = [forecast_demand(model=model, start=now) for model in self._models]
+        for n in range(len(self._fitted)):
             self._forecast_node(n, now)
         for p in range(len(self._pool_rises)):
             self._forecast_pool(p, now)
@@ -483,10 +489,9 @@ class WindowFeed:
         fs = self.s.forecast
         live = int(self.demand[n, int(now // 60)])
         cap = int(self.sc.fleet.gpus[n])
-        model = self._models[n]
-        if model.runs is not None:
-            model = replace(model, runs=self._aged(n, model.runs, now))
-        fitted = forecast_demand(model=model, start=self.refreshed_at)
+        fitted = self._fitted[n]
+        if fitted.runs is not None:
+            fitted = replace(fitted, runs=self._aged(n, fitted.runs, now))
         fc = forecast_now(fitted=fitted, capacity=cap, now=now, settings=fs, live_online=float(live),
                           live_rose_at=self._rose_at(n, now) if self.s.hold_from_rise else None)
         assert fc is not None  # a fitted forecast always gives one
@@ -512,18 +517,10 @@ class WindowFeed:
 
     def _aged(self, n: int, runs: IdleRuns, now: float) -> IdleRuns:
         """The node's idle runs as fitted (daily), with the ages of its open runs brought to `now`: what a fit at
-        `now` would give, but for runs completed since the fit (the extender refits every minute anyway).
-
-        Ages are looked for in the last day of samples first, in the whole history only when a run reaches back
-        further (same answer, much less work)."""
+        `now` would give, but for runs completed since the fit (the extender refits every minute anyway)."""
         m = int(now // 60)
         lo = max(0, int((now - self.s.forecast.history_seconds) // 60))
-        k = len(runs.age)
-        for first in (max(lo, m - 1440), lo):
-            levels = self.demand[n, first:m].astype(np.int64)
-            age = run_ages(times=self._minute_times[first:m], levels=levels, thresholds=k)
-            if first == lo or not np.any(age >= (m - 1 - first) * 60.0):
-                break
+        age = self._run_ages.ages(n, m=m, lo=lo, thresholds=len(runs.age))
         return IdleRuns(at=float(self._minute_times[m - 1]) if m > 0 else now, lengths=runs.lengths, age=age)
 
     def base_windows(self, node: int) -> tuple[IdleWindow, ...]:
