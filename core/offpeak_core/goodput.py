@@ -22,6 +22,10 @@ DEFAULT_CLASS_EDGES: tuple[float, ...] = tuple(
 )
 
 
+DEFAULT_STARTUP_SECONDS = 60.0  # from a pod's start to its first step (image, restore), where no site says otherwise
+DEFAULT_MIN_EFFICIENCY = 0.8  # the least share of GPU time held that expected useful work must reach
+
+
 @dataclass(frozen=True)
 class GoodputSettings:
     """When a checkpointing job may take a window shorter than its whole run.
@@ -32,8 +36,8 @@ class GoodputSettings:
     `min_samples`: a forecast class is trusted only after this many observed windows (else it admits nothing).
     """
 
-    min_efficiency: float = 0.8
-    startup_seconds: float = 60.0
+    min_efficiency: float = DEFAULT_MIN_EFFICIENCY
+    startup_seconds: float = DEFAULT_STARTUP_SECONDS
     min_samples: int = 30
 
     def __post_init__(self) -> None:
