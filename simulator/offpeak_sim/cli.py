@@ -71,7 +71,7 @@ def register(subparsers: Any) -> None:
                    help="use a log-normal predictor error with this sigma instead of the predictor's report")
     p.add_argument("--min-efficiency", type=float, default=None,
                    help="goodput admission: expected useful work / GPU time held a short window must reach "
-                   "(default: GoodputSettings' 0.8)")
+                   "(default: GoodputSettings' 0.9, as the chart's)")
     p.add_argument("--no-gangs", action="store_true",
                    help="do not run jobs across nodes; with --fold-wide-jobs, the pre-issue-18 model")
     p.add_argument("--fold-wide-jobs", action="store_true",
