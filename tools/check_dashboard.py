@@ -1,5 +1,6 @@
 """Source-tree checks of the Grafana dashboard (a development tool, also run by the unit tests): the committed
-JSON is what the generator gives, and every metric a panel uses is defined by some offpeak component.
+JSON is what the generator gives, grafana-foundation-sdk's typed Grafana models accept all of it, and every metric
+a panel uses is defined by some offpeak component.
 
     python tools/check_dashboard.py [--repo .]
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from offpeak_dashboard.dashboard import build_dashboard, render
-from offpeak_dashboard.grafana import iter_queries
+from offpeak_dashboard.grafana import iter_queries, library_problems
 from offpeak_dashboard.metricnames import definitions_in_tree, exported_series, undefined_names
 
 # Folders whose code exports offpeak metrics (docs/contracts.md); e2e holds the stand-in node exporter.
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     if diff:
         shown = "".join(diff.splitlines(keepends=True)[:40])
         problems.append(f"{path} is out of date; run: offpeak dashboard generate --out {path}\n{shown}")
+    for problem in library_problems(build_dashboard()):
+        problems.append(f"the Grafana models do not accept the dashboard's {problem}")
     for panel, names in sorted(undefined_metrics(args.repo).items()):
         problems.append(f"panel {panel!r} uses metrics no offpeak component defines: {', '.join(sorted(names))}")
     for problem in problems:

@@ -109,7 +109,18 @@ def _status(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     from offpeak_e2e import build  # noqa: PLC0415
 
+    known = {target.name for target in build.TARGETS}
+    unknown = [name for name in args.only.split(",") if name and name not in known]
+    if unknown:
+        raise UserError(f"unknown --only target(s) {', '.join(unknown)}: use {_target_names()}")
     return build.main(["--only", args.only] if args.only else [])
+
+
+def _target_names() -> str:
+    """The targets `cluster build` makes, from build.py's own list."""
+    from offpeak_e2e.build import TARGETS  # noqa: PLC0415
+
+    return ",".join(t.name for t in TARGETS)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -129,13 +140,13 @@ def register(subparsers: Any) -> None:
     up.set_defaults(func=_up)
     down = sub.add_parser("down", help="stop everything `cluster up` started")
     down.add_argument("--name", default="default")
-    down.set_defaults(func=_down)
+    down.set_defaults(func=_down, gpu_catalogue=False)
     st = sub.add_parser("status", help="show the cluster's processes and URLs (exit 1 unless all run)")
     st.add_argument("--name", default="default")
-    st.set_defaults(func=_status)
+    st.set_defaults(func=_status, gpu_catalogue=False)
     b = sub.add_parser("build", help="build the control-plane binaries from Go modules into the cache")
-    b.add_argument("--only", default="", help="comma-separated: helm,kwok,etcd,kubernetes")
-    b.set_defaults(func=_build)
+    b.add_argument("--only", default="", help=f"comma-separated targets (default: all of {_target_names()})")
+    b.set_defaults(func=_build, gpu_catalogue=False)
 
     demo = subparsers.add_parser("demo", help="start the local cluster, submit example jobs, show a live table")
     _add_cluster_options(demo)

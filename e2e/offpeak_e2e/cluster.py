@@ -41,6 +41,9 @@ class ClusterSettings:
     service_timeout_s: float = 90.0
     extra_env: dict[str, str] = field(default_factory=dict)
     online_plan: dict[str, list[int]] | None = None  # per node, online GPUs per slot of the day (None: the trace)
+    addons: tuple[str, ...] = ()  # other controllers beside offpeak, with their CRDs: "kueue", "training-operator"
+    operator_namespaces: tuple[str, ...] = ()  # kopf namespace patterns for the operator (none: every namespace)
+    analysis_timeout_s: int = 120  # the operator's deadline for an analysis pod (kwok never runs one to its end)
 
 
 def offpeak_argv() -> list[str]:
@@ -73,8 +76,23 @@ class LocalCluster:
         start = time.monotonic()
         try:
             self.state = self.cp.start()
-            for name in self.settings.services:
-                self._timed(name, lambda n=name: self.start_service(n))
+            kubeconfig = Path(self.state.kubeconfig)
+            for addon in self.settings.addons:  # their CRDs first: offpeak's services watch them from the start
+                self._timed(f"{addon} CRDs", lambda a=addon: controlplane.install_built_crds(kubeconfig, a))
+            # offpeak's services first, together (each spends seconds importing its libraries; they read Prometheus
+            # every refresh and tolerate its absence); then the compressed day begins: its past days backfilled into
+            # Prometheus and the online load replaying it from now, so a scenario that needs a time of day finds it
+            # a known few seconds after the cluster is up
+            day = [n for n in self.settings.services if n in ("prometheus", "online")]
+            offpeak = [n for n in self.settings.services if n not in day]
+            if "prometheus" in day:
+                self.state.urls["prometheus"] = f"http://127.0.0.1:{self._port('prometheus')}"
+            if offpeak:
+                self._timed("+".join(offpeak), lambda: self._start_together(offpeak))
+            if day:
+                self._timed("+".join(day), lambda: self._start_together(day))
+            for addon in self.settings.addons:
+                self._timed(addon, lambda a=addon: self._start_addon(a))
         except BaseException:
             self.echo("[cluster] start failed; stopping what was started")
             self.down()
@@ -131,6 +149,10 @@ class LocalCluster:
 
     def start_service(self, name: str) -> None:
         """Start (or restart) one service by name and wait until it is healthy."""
+        self._wait_http(name, self._launch(name))
+
+    def _launch(self, name: str) -> str:
+        """Start (or restart) one service by name without waiting; its health URL."""
         assert self.state is not None
         starters = {
             "prometheus": self._prometheus, "online": self._online, "predictor": self._predictor,
@@ -139,7 +161,29 @@ class LocalCluster:
         if name not in starters:
             raise StartError(f"unknown service {name!r}; choose from {', '.join(SERVICES)}")
         self.sup.stop(name)
-        starters[name]()
+        return starters[name]()
+
+    def _start_together(self, names: Sequence[str]) -> None:
+        """Start services that need nothing of each other at once (each spends seconds importing its libraries),
+        then wait until every one is healthy."""
+        urls = {name: self._launch(name) for name in names}
+        for name, url in urls.items():
+            self._wait_http(name, url)
+
+    def _start_addon(self, name: str) -> None:
+        """Start another controller the scenarios use (Kueue: ready when this returns; training-operator: started,
+        `kubeflow.wait_ready` before use, since its certificates take up to a minute)."""
+        from offpeak_e2e import kubeflow, kueue  # noqa: PLC0415
+
+        assert self.state is not None
+        kubeconfig = Path(self.state.kubeconfig)
+        if name == "kueue":
+            self.state.urls["kueue"] = kueue.start(self.sup, run_dir=self.cp.run_dir, kubeconfig=kubeconfig)
+        elif name == "training-operator":
+            self.state.urls["training-operator"] = kubeflow.launch(self.sup, kubeconfig=kubeconfig,
+                                                                   run_dir=self.cp.run_dir)
+        else:
+            raise StartError(f"unknown addon {name!r}; choose from kueue, training-operator")
 
     def stop_service(self, name: str) -> None:
         """Stop one service (fault-injection in tests)."""
@@ -155,7 +199,7 @@ class LocalCluster:
                 f"(offpeak cluster up --without {command.split()[0]})"
             )
 
-    def _prometheus(self) -> None:
+    def _prometheus(self) -> str:
         assert self.state is not None
         binary = prom.prometheus_binary()
         port = self._port("prometheus")
@@ -173,7 +217,7 @@ class LocalCluster:
             self._backfill(binary, data, instance=targets["offpeak-node-agent"])
         self.sup.start("prometheus", prom.argv(binary=binary, config_file=cfg, data_dir=data, port=port))
         self.state.urls["prometheus"] = f"http://127.0.0.1:{port}"
-        self._wait_http("prometheus", f"http://127.0.0.1:{port}/-/ready")
+        return f"http://127.0.0.1:{port}/-/ready"
 
     def _load_settings(self) -> onlineload.LoadSettings:
         assert self.state is not None
@@ -219,7 +263,7 @@ class LocalCluster:
             raise StartError(f"promtool backfill failed: {proc.stderr.strip()[-800:]}")
         self.echo(f"[cluster] backfilled {self.settings.history_days:g} replayed days of online load")
 
-    def _online(self) -> None:
+    def _online(self) -> str:
         assert self.state is not None
         kubeconfig = Path(self.state.kubeconfig)
         kube.apply(kubeconfig, onlineload.base_objects())
@@ -237,9 +281,9 @@ class LocalCluster:
             argv.append("--manual")
         self.sup.start("online", argv, env={"PYTHONPATH": _pythonpath()})
         self.state.urls["node-metrics"] = f"http://127.0.0.1:{port}/metrics"
-        self._wait_http("online", f"http://127.0.0.1:{port}/metrics")
+        return f"http://127.0.0.1:{port}/metrics"
 
-    def _predictor(self) -> None:
+    def _predictor(self) -> str:
         assert self.state is not None
         self._require("predictor")
         port = self._port("predictor")
@@ -247,9 +291,9 @@ class LocalCluster:
         self.sup.start("predictor", [*offpeak_argv(), "predictor", "serve", "--host", "127.0.0.1", "--port",
                                      str(port), "--db", str(db)], env=self.env())
         self.state.urls["predictor"] = f"http://127.0.0.1:{port}"
-        self._wait_http("predictor", f"http://127.0.0.1:{port}/healthz")
+        return f"http://127.0.0.1:{port}/healthz"
 
-    def _extender(self) -> None:
+    def _extender(self) -> str:
         assert self.state is not None
         self._require("extender")
         port = self.state.ports["extender"]  # fixed at control-plane start: the scheduler config names it
@@ -261,7 +305,7 @@ class LocalCluster:
             argv += ["--prometheus-url", self.state.urls["prometheus"]]
         self.sup.start("extender", argv, env=self.env())
         self.state.urls["extender"] = f"http://127.0.0.1:{port}"
-        self._wait_http("extender", f"http://127.0.0.1:{port}/healthz")
+        return f"http://127.0.0.1:{port}/healthz"
 
     def _forecast_argv(self) -> list[str]:
         """The forecaster's options for this cluster's compressed day: the extender's, and the evictor's for
@@ -269,7 +313,7 @@ class LocalCluster:
         day = self.settings.day_seconds
         return ["--season-seconds", f"{day:g}", "--step-seconds", f"{max(1.0, day / 96):g}", "--refresh-seconds", "2"]
 
-    def _evictor(self) -> None:
+    def _evictor(self) -> str:
         assert self.state is not None
         self._require("evictor")
         port = self._port("evictor-metrics")
@@ -282,21 +326,24 @@ class LocalCluster:
             argv += ["--prometheus-url", self.state.urls["prometheus"]]
         self.sup.start("evictor", argv, env=self.env())
         self.state.urls["evictor"] = f"http://127.0.0.1:{port}"
-        self._wait_http("evictor", f"http://127.0.0.1:{port}/healthz")
+        return f"http://127.0.0.1:{port}/healthz"
 
-    def _operator(self) -> None:
+    def _operator(self) -> str:
         assert self.state is not None
         self._require("operator")
         port = self._port("operator-metrics")
         live = self._port("operator-liveness")
         predictor = self.state.urls.get("predictor", "http://127.0.0.1:9")  # unreachable: fallback predictions
+        scope = ([arg for ns in self.settings.operator_namespaces for arg in ("--namespace", ns)]
+                 or ["--all-namespaces"])
         self.sup.start("operator", [
-            *offpeak_argv(), "operator", "--all-namespaces", "--standalone", "--kubeconfig", self.state.kubeconfig,
+            *offpeak_argv(), "operator", *scope, "--standalone", "--kubeconfig", self.state.kubeconfig,
             "--predictor-url", predictor, "--metrics-port", str(port), "--liveness-port", str(live),
-            "--resync-seconds", "2", "--requeue-base-seconds", "3", "--analysis-timeout-seconds", "120",
+            "--resync-seconds", "2", "--requeue-base-seconds", "3",
+            "--analysis-timeout-seconds", str(self.settings.analysis_timeout_s),
         ], env=self.env())
         self.state.urls["operator"] = f"http://127.0.0.1:{port}"
-        self._wait_http("operator", f"http://127.0.0.1:{port}/metrics")
+        return f"http://127.0.0.1:{port}/metrics"
 
 
 def _pythonpath() -> str:

@@ -34,6 +34,10 @@ class ControlPlaneSettings:
     nodes: int = 4
     gpus_per_node: int = 8
     gpu_types: tuple[str, ...] = fakenodes.DEFAULT_GPU_TYPES
+    node_specs: tuple[fakenodes.NodeSpec, ...] = ()  # these nodes exactly, instead of `nodes` x `gpu_types`
+    # offpeak-scheduler retries a pod its extender refused after this long without waiting for a cluster event (the
+    # chart's scheduler.retryUnschedulableSeconds; kube-scheduler moves such pods every 30 s)
+    retry_unschedulable_s: int = 20
     extender_port: int = 0  # the offpeak-scheduler calls http://127.0.0.1:<extender_port>
     build_missing: bool = True  # build binaries that are not cached yet (slow the first time)
     start_timeout_s: float = 120.0
@@ -199,9 +203,10 @@ class ControlPlane:
         )
         for name, config in (("kube-scheduler", default_cfg), ("offpeak-scheduler", offpeak_cfg)):
             port = ports["scheduler" if name == "kube-scheduler" else "offpeak-scheduler"]
-            # offpeak's scheduler retries pods its extender refused within ~20-50 s without waiting for a cluster
-            # event, as the chart's does (scheduler.retryUnschedulableSeconds); the default scheduler stays stock
-            retry = ["--pod-max-in-unschedulable-pods-duration=20s"] if name == "offpeak-scheduler" else []
+            # offpeak's scheduler retries pods its extender refused without waiting for a cluster event, as the
+            # chart's does (scheduler.retryUnschedulableSeconds); the default scheduler stays stock
+            retry = ([f"--pod-max-in-unschedulable-pods-duration={self.settings.retry_unschedulable_s}s"]
+                     if name == "offpeak-scheduler" else [])
             self.sup.start(name, [
                 str(bins["kube-scheduler"]), f"--config={config}", *auth, "--bind-address=127.0.0.1",
                 f"--secure-port={port}", "--v=1", *retry,
@@ -221,8 +226,7 @@ class ControlPlane:
         self._wait("kwok", "kwok /healthz", lambda: kube.http_ok(f"http://127.0.0.1:{ports['kwok']}/healthz"))
 
     def _nodes(self, kubeconfig: Path) -> None:
-        s = self.settings
-        specs = fakenodes.plan_nodes(count=s.nodes, gpu_types=s.gpu_types, gpus=s.gpus_per_node)
+        specs = node_specs(self.settings)
         kube.apply(kubeconfig, [fakenodes.node_manifest(n) for n in specs], server_side=False)
         assert self.state is not None
         self.state.nodes = [n.name for n in specs]
@@ -253,6 +257,13 @@ class ControlPlane:
         """Stop every process recorded in the run dir (offpeak's services first, etcd last)."""
         self.sup.stop_all(order=STOP_ORDER)
         shutil.rmtree(self.run_dir / "etcd-data", ignore_errors=True)
+
+
+def node_specs(settings: ControlPlaneSettings) -> list[fakenodes.NodeSpec]:
+    """The fake GPU nodes a control plane gets."""
+    if settings.node_specs:
+        return list(settings.node_specs)
+    return fakenodes.plan_nodes(count=settings.nodes, gpu_types=settings.gpu_types, gpus=settings.gpus_per_node)
 
 
 def wait_started(sup: procs.Supervisor, name: str, what: str, predicate: Callable[[], bool], *,

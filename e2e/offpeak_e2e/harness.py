@@ -5,6 +5,9 @@ Used by e2e/conftest.py's session fixture `e2e_cluster` and by the demo.
 
 from __future__ import annotations
 
+import base64
+import fcntl
+import gzip
 import json
 import os
 import shutil
@@ -16,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from offpeak_core.gpuproducts import node_gpu_type
+from offpeak_graph.schema import ModelGraph, Op
 from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e import kube
-from offpeak_e2e.cluster import ClusterSettings, LocalCluster, with_services
-from offpeak_e2e.controlplane import ClusterState, ControlPlaneSettings, StartError
+from offpeak_e2e.cluster import ClusterSettings, LocalCluster
+from offpeak_e2e.controlplane import ClusterState, ControlPlaneSettings, StartError, run_dir_for
+from offpeak_e2e.lanes import Lane
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 TJ = "trainingjobs.offpeak.io"
@@ -60,18 +65,6 @@ def results_file(cluster_name: str, scenario: str) -> Path:
     return d / f"{scenario}-{time.strftime('%Y%m%dT%H%M%S')}-{cluster_name}.json"
 
 
-def e2e_settings(*, name: str = "pytest", nodes: int | None = None) -> ClusterSettings:
-    """Settings for the test cluster: few nodes, manual online load (tests drive surges), a short "day"."""
-    n = nodes or int(os.environ.get("OFFPEAK_E2E_NODES", "4"))
-    settings = ClusterSettings(
-        control_plane=ControlPlaneSettings(name=name, nodes=n, build_missing=False),  # conftest builds first
-        day_seconds=float(os.environ.get("OFFPEAK_E2E_DAY_SECONDS", "600")),
-        online_load=False,
-    )
-    without = [s for s in os.environ.get("OFFPEAK_E2E_WITHOUT", "").split(",") if s]
-    return with_services(settings, without=without)
-
-
 @dataclass
 class E2ECluster:
     """A started LocalCluster plus helpers; `stop()` tears everything down."""
@@ -84,6 +77,38 @@ class E2ECluster:
         cluster = LocalCluster(settings, echo=echo)
         state = cluster.up()
         return cls(cluster=cluster, state=state)
+
+    @classmethod
+    def attach(cls, settings: ClusterSettings, *, echo: Callable[[str], None] = print) -> E2ECluster | None:
+        """The cluster of these settings that another process started and finished starting (None if there is
+        none): test workers share one cluster."""
+        state = ClusterState.load(run_dir_for(settings.control_plane.name))
+        if state is None or "total" not in state.timings:
+            return None
+        cluster = LocalCluster(settings, echo=echo)
+        cluster.state = cluster.cp.state = state
+        return cls(cluster=cluster, state=state)
+
+    @classmethod
+    def shared(cls, settings: ClusterSettings, *, echo: Callable[[str], None] = print) -> E2ECluster:
+        """Attach to the cluster of these settings, or start it when no process has yet. Test processes call this
+        at the same time: a lock file beside the run dir makes one start it while the others wait; a start that
+        failed is remembered, so every process fails at once with its reason."""
+        run_dir = run_dir_for(settings.control_plane.name)
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        failed = run_dir.with_name(f"{run_dir.name}.failed")
+        with run_dir.with_name(f"{run_dir.name}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if failed.exists():
+                raise StartError(failed.read_text())
+            attached = cls.attach(settings, echo=echo)
+            if attached is not None:
+                return attached
+            try:
+                return cls.start(settings, echo=echo)
+            except StartError as e:
+                failed.write_text(str(e))
+                raise
 
     def stop(self, *, keep_logs: bool | None = None) -> None:
         """Tear down; drop the run dir too (set OFFPEAK_E2E_KEEP_LOGS=1 to keep logs for debugging)."""
@@ -185,6 +210,22 @@ class E2ECluster:
                 waits.append(started - created)
         return waits
 
+    def lane_phase(self, lane: Lane) -> float:
+        """Seconds into the lane's current day of online load."""
+        return lane.phase(reference=float(self.state.urls["reference"]), now=time.time(),
+                          day=self.cluster.settings.day_seconds)
+
+    def wait_lane_phase(self, lane: Lane, low: float, high: float, *, what: str = "") -> float:
+        """Wait until the lane's day is between `low` and `high` seconds (at most a day); return the phase."""
+        self.wait_for(f"{what or 'the lane'}: day phase {low:g}-{high:g}s",
+                      lambda: low <= self.lane_phase(lane) < high,
+                      timeout=self.cluster.settings.day_seconds + 10, interval=0.5)
+        return self.lane_phase(lane)
+
+    def running_online(self, node: str) -> int:
+        """Online pods running on `node`."""
+        return len([p for p in self.pods("online", f"app=online-{node}") if p["status"].get("phase") == "Running"])
+
     def scale_online(self, node: str, replicas: int) -> None:
         """Pin a node's online Deployment to `replicas` (marks it manual so the load driver leaves it alone)."""
         from offpeak_e2e.onlineload import MANUAL_ANNOTATION, NAMESPACE, deployment_name  # noqa: PLC0415
@@ -233,10 +274,13 @@ def with_nodes(settings: ClusterSettings, nodes: int) -> ClusterSettings:
 
 def trainingjob_manifest(
     name: str, *, sim_seconds: float, gpu_types: Iterable[str] = ("A100-SXM4-40GB", "H100-SXM5-80GB"),
-    torchvision: str | None = "resnet18", steps: int = 200, batch_size: int = 32,
+    torchvision: str | None = None, steps: int = 200, batch_size: int = 32,
     estimated_seconds: float | None = None, workers: int = 1, extra_spec: dict[str, Any] | None = None,
+    lane: Lane | None = None,
 ) -> dict[str, Any]:
-    """A TrainingJob whose fake training pod (kwok) finishes `sim_seconds` after it starts running."""
+    """A TrainingJob whose fake training pod (kwok) finishes `sim_seconds` after it starts running, on the nodes of
+    `lane` when given. Without a `torchvision` model (extracting one costs a torch import) the operator predicts
+    from `estimated_seconds`."""
     spec: dict[str, Any] = {
         "image": "registry.local/offpeak-e2e/train:1",
         "command": ["python", "train.py"],
@@ -251,12 +295,14 @@ def trainingjob_manifest(
     if estimated_seconds is not None:
         spec["estimatedSeconds"] = estimated_seconds
     spec.update(extra_spec or {})
+    if lane is not None:
+        spec["nodeSelector"] = {**(spec.get("nodeSelector") or {}), **lane.node_selector}
     return {"apiVersion": "offpeak.io/v1alpha1", "kind": "TrainingJob", "metadata": {"name": name}, "spec": spec}
 
 
 def offline_template(*, gpus: int, annotations: dict[str, str], container: str = "train",
                      image: str = "registry.local/offpeak-e2e/train:1", requests: dict[str, str] | None = None,
-                     restart_policy: str | None = "Never") -> dict[str, Any]:
+                     restart_policy: str | None = "Never", lane: Lane | None = None) -> dict[str, Any]:
     """A pod template that opts in to offpeak (label `offpeak.io/offline`, offpeak's scheduler) with one container of
     `gpus` GPUs; `annotations` say what it trains and how long kwok runs it (`offpeak.io/sim-runtime`)."""
     resources: dict[str, Any] = {"limits": {"nvidia.com/gpu": str(gpus)}}
@@ -266,6 +312,8 @@ def offline_template(*, gpus: int, annotations: dict[str, str], container: str =
                             "containers": [{"name": container, "image": image, "resources": resources}]}
     if restart_policy is not None:
         spec["restartPolicy"] = restart_policy
+    if lane is not None:
+        spec["nodeSelector"] = dict(lane.node_selector)
     return {"metadata": {"labels": {"offpeak.io/offline": "true"}, "annotations": dict(annotations)}, "spec": spec}
 
 
@@ -277,3 +325,25 @@ def offline_job_manifest(name: str, *, template: dict[str, Any], labels: dict[st
         metadata["labels"] = dict(labels)
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata,
             "spec": {"suspend": True, "backoffLimit": backoff_limit, "template": template}}
+
+
+def mlp_graph(*, width: int, batch: int = 64, family: str = "e2e-mlp") -> ModelGraph:
+    """A plain MLP model graph built without torch (a width no other test uses gives a graph hash of its own)."""
+    ops = [Op(id=0, type="input", output_shapes=[[batch, width]])]
+    for _ in range(6):
+        ops.append(Op(id=len(ops), type="linear", inputs=[len(ops) - 1], input_shapes=[[batch, width]],
+                      output_shapes=[[batch, width]], flops=2.0 * batch * width * width,
+                      bytes_read=4 * (batch * width + width * width), bytes_written=4 * batch * width,
+                      params=width * width + width))
+        ops.append(Op(id=len(ops), type="relu", inputs=[len(ops) - 1], input_shapes=[[batch, width]],
+                      output_shapes=[[batch, width]], flops=float(batch * width), bytes_read=4 * batch * width,
+                      bytes_written=4 * batch * width))
+    return ModelGraph(framework="synthetic", model_name=f"{family}-{width}", batch_size=batch, ops=ops,
+                      model_family=family)
+
+
+def graph_configmap(name: str, namespace: str, graph: ModelGraph) -> dict[str, Any]:
+    """The ConfigMap a TrainingJob's `modelSource.graphConfigMap` names (key graph.json.gz)."""
+    data = base64.b64encode(gzip.compress(json.dumps(graph.to_dict()).encode())).decode()
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace},
+            "binaryData": {"graph.json.gz": data}}

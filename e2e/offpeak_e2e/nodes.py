@@ -15,15 +15,17 @@ DEFAULT_GPU_TYPES: tuple[str, ...] = ("A100-SXM4-40GB", "H100-SXM5-80GB", "L4", 
 
 @dataclass(frozen=True)
 class NodeSpec:
-    """One fake GPU node."""
+    """One fake GPU node; `labels` are extra node labels (e.g. the e2e lane that owns the node)."""
 
     name: str
     gpu_type: str
     gpus: int = 8
+    labels: tuple[tuple[str, str], ...] = ()
 
 
-def plan_nodes(*, count: int, gpu_types: tuple[str, ...] = DEFAULT_GPU_TYPES, gpus: int = 8) -> list[NodeSpec]:
-    """`count` nodes spread round-robin over `gpu_types`, named ``gpu-<type>-<n>`` (lower-case, DNS-safe)."""
+def plan_nodes(*, count: int, gpu_types: tuple[str, ...] = DEFAULT_GPU_TYPES, gpus: int = 8, prefix: str = "gpu",
+               labels: tuple[tuple[str, str], ...] = ()) -> list[NodeSpec]:
+    """`count` nodes spread round-robin over `gpu_types`, named ``<prefix>-<type>-<n>`` (lower-case, DNS-safe)."""
     if count < 1:
         raise ValueError("need at least one node")
     if not gpu_types:
@@ -31,7 +33,8 @@ def plan_nodes(*, count: int, gpu_types: tuple[str, ...] = DEFAULT_GPU_TYPES, gp
     specs = []
     for i in range(count):
         gpu_type = gpu_types[i % len(gpu_types)]
-        specs.append(NodeSpec(name=f"gpu-{gpu_type.lower()}-{i // len(gpu_types)}", gpu_type=gpu_type, gpus=gpus))
+        specs.append(NodeSpec(name=f"{prefix}-{gpu_type.lower()}-{i // len(gpu_types)}", gpu_type=gpu_type,
+                              gpus=gpus, labels=labels))
     return specs
 
 
@@ -63,6 +66,7 @@ def node_manifest(spec: NodeSpec) -> dict[str, Any]:
                 "type": "kwok",
                 **gpu_labels(spec.gpu_type),
                 "nvidia.com/gpu.present": "true",
+                **dict(spec.labels),
             },
         },
         "spec": {},

@@ -32,6 +32,32 @@ class Proc:
 _EPHEMERAL_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 _LOWEST_PORT = 10_000  # above the well-known and most registered service ports
 _handed_out: set[int] = set()
+# "LOW:HIGH": the ports this process hands out (parallel test processes each get their own band, so two of them
+# never pick the same free port before either binds it)
+PORT_BAND_ENV = "OFFPEAK_PORT_BAND"
+_BAND_WIDTH = 2_000
+
+
+def port_band(index: int, *, ephemeral: tuple[int, int] | None = None) -> str:
+    """The `PORT_BAND_ENV` value of parallel test process `index` (0, 1, ...): disjoint bands below the
+    kernel's ephemeral range, wrapping around when there are more processes than bands."""
+    low, _ = ephemeral or ephemeral_range()
+    bands = max(1, (low - _LOWEST_PORT) // _BAND_WIDTH)
+    start = _LOWEST_PORT + (index % bands) * _BAND_WIDTH
+    return f"{start}:{start + _BAND_WIDTH}"
+
+
+def _band(ephemeral: tuple[int, int]) -> tuple[int, int]:
+    """Where to draw ports from: this process's band when it has one, else everything below the ephemeral range."""
+    low, high = _LOWEST_PORT, ephemeral[0]
+    given = os.environ.get(PORT_BAND_ENV, "")
+    if given:
+        try:
+            a, b = (int(x) for x in given.split(":"))
+            low, high = max(low, a), min(high, b)
+        except ValueError:
+            pass
+    return low, high
 
 
 def ephemeral_range(path: Path = _EPHEMERAL_FILE) -> tuple[int, int]:
@@ -60,11 +86,11 @@ def free_port(*, ephemeral: tuple[int, int] | None = None, rng: random.Random | 
     later then fails with "address already in use". So the port is drawn below that range, where the kernel never
     hands ports out by itself, and no port is given twice in this process.
     """
-    low, _ = ephemeral or ephemeral_range()
+    low, high = _band(ephemeral or ephemeral_range())
     rng = rng or random.SystemRandom()
-    if low - _LOWEST_PORT >= 1000:
+    if high - low >= 100:
         for _ in range(200):
-            port = rng.randrange(_LOWEST_PORT, low)
+            port = rng.randrange(low, high)
             if port not in _handed_out and _bindable(port):
                 _handed_out.add(port)
                 return port
@@ -111,14 +137,17 @@ class Supervisor:
         self._children: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(
-        self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None
+        self, name: str, argv: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
+        wrapper: Sequence[str] = (),
     ) -> Proc:
-        """Start `argv` in its own process group, logging to ``logs/<name>.log``."""
+        """Start `argv` in its own process group, logging to ``logs/<name>.log``. A `wrapper` (a command that
+        ends by exec-ing the arguments after it) runs first; `argv` is what gets recorded, so the process is
+        still recognised once the wrapper has become it."""
         log = self.log_dir / f"{name}.log"
         self.pid_dir.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             popen = subprocess.Popen(
-                list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [*wrapper, *argv], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True,
             )
         self._children[name] = popen

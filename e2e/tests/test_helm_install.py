@@ -20,6 +20,7 @@ from support import REPO
 from support.tools import ToolMissing, find_helm
 from offpeak_e2e.harness import E2ECluster
 
+
 CHART = chart_dir(REPO)
 
 

@@ -19,10 +19,9 @@ from typing import Any
 
 from offpeak_core.gpuproducts import GPU_TYPE_LABEL
 from offpeak_core.jobkinds import PYTORCH_JOB
+from offpeak_core.kueue import GROUP, VERSION, assigned_flavors, condition
 from offpeak_core.model import FilterResult, NodeView, PodRequest
 
-GROUP = "kueue.x-k8s.io"
-VERSION = "v1beta1"
 CONTROLLER_NAME = "offpeak.io/window-fit"
 FIELD_MANAGER = "offpeak-window-fit"
 JOB_STATE_ANNOTATION = "offpeak.io/state"  # what offpeak's operator decided about an opted-in Job
@@ -59,17 +58,10 @@ def our_checks(admission_checks: Iterable[Mapping[str, Any]], controller_name: s
             if (ac.get("spec") or {}).get("controllerName") == controller_name]
 
 
-def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
-    for c in (obj.get("status") or {}).get("conditions") or ():
-        if c.get("type") == kind:
-            return dict(c)
-    return None
-
-
 def active_patch(check: Mapping[str, Any], *, now: str) -> dict[str, Any] | None:
     """Status merge patch that marks an AdmissionCheck Active (Kueue keeps ClusterQueues that use an inactive check
     from admitting anything); None when it already is."""
-    current = _condition(check, "Active")
+    current = condition(check, "Active")
     if current is not None and current.get("status") == "True":
         return None
     others = [c for c in (check.get("status") or {}).get("conditions") or () if c.get("type") != "Active"]
@@ -80,7 +72,7 @@ def active_patch(check: Mapping[str, Any], *, now: str) -> dict[str, Any] | None
 
 
 def quota_reserved(workload: Mapping[str, Any]) -> bool:
-    c = _condition(workload, "QuotaReserved")
+    c = condition(workload, "QuotaReserved")
     return c is not None and c.get("status") == "True"
 
 
@@ -115,24 +107,6 @@ def pending_checks(workload: Mapping[str, Any], ours: Sequence[str]) -> list[Pen
         for s in (workload.get("status") or {}).get("admissionChecks") or ()
         if s.get("name") in ours and s.get("state") == PENDING
     ]
-
-
-def assigned_flavors(workload: Mapping[str, Any]) -> tuple[str, ...]:
-    """The ResourceFlavors Kueue assigned to the workload's first pod set when it reserved quota (one per resource,
-    `status.admission.podSetAssignments[0].flavors`), distinct and sorted."""
-    assignments = ((workload.get("status") or {}).get("admission") or {}).get("podSetAssignments") or ()
-    flavors = (assignments[0].get("flavors") or {}) if assignments else {}
-    return tuple(sorted({str(f) for f in flavors.values() if f}))
-
-
-def flavor_node_labels(flavors: Sequence[str], resource_flavors: Mapping[str, Mapping[str, Any]]
-                       ) -> dict[str, str]:
-    """The node labels the assigned flavors put on the workload's pods (Kueue adds each flavor's `spec.nodeLabels`
-    to their node selector on admission): the nodes the check must judge, not every GPU node."""
-    labels: dict[str, str] = {}
-    for name in flavors:
-        labels.update(((resource_flavors.get(name) or {}).get("spec") or {}).get("nodeLabels") or {})
-    return labels
 
 
 def job_pod_set(job: Mapping[str, Any], pod_sets: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

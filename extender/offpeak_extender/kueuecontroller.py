@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from offpeak_core.jobkinds import OPT_IN_LABEL, template_opted_in
+from offpeak_core.kueue import flavor_node_labels
 from offpeak_extender import kueuecheck
 from offpeak_extender.service import ExtenderService
 from offpeak_extender.wire import WireError, parse_pod
@@ -163,7 +164,7 @@ class KueueAdmissionCheck:
         if error:
             log.warning("workload %s/%s: %s; judged runtime-blind", pending.namespace, pending.workload, error)
         result, views = self.service.judge(pod)
-        labels = kueuecheck.flavor_node_labels(pending.flavors, resource_flavors)
+        labels = flavor_node_labels(pending.flavors, resource_flavors)
         return kueuecheck.decide(pod=pod, managed=managed, count=int(pod_set.get("count", 1) or 1), result=result,
                                  views=views, allowed=kueuecheck.allowed_gpu_types(template),
                                  flavor_nodes=self.service.store.nodes_labelled(labels) if labels else None,

@@ -205,7 +205,9 @@ class ExtenderService:
                                               margin=self.settings.margin,
                                               goodput=None if self.goodput is None else self.goodput.admission)
         else:
-            if args.node_objects is None and not unknown and arrays is not None and arrays.distinct:
+            # (an unreadable prediction takes the dict path: `filter_result` adds it to the nodes' reasons)
+            if args.node_objects is None and not unknown and arrays is not None and arrays.distinct and \
+                    not args.prediction_error:
                 columns = self.gangs.filter_other_columns(pod=args.pod, arrays=arrays, now=now,
                                                           margin=self.settings.margin, goodput=self._admission())
                 if columns is not None:

@@ -215,7 +215,8 @@ def loads(text: str | bytes) -> Any:
 
     msgspec decodes first: twice as fast as `json` on thousands of node names, to the same values (integers of any
     size, floats rounded alike). What it refuses goes to `json`, whose answer or error it was before: malformed
-    input, and what only `json` takes (NaN, Infinity, numbers past a float, lone surrogates, UTF-16 or a BOM).
+    input, and what only `json` takes (NaN, Infinity, numbers past a float, lone surrogates, UTF-16 or a BOM). An
+    integer of more digits than Python converts (4,300) is refused by both: a WireError too, never a crash.
     """
     try:
         return _decode(text)
@@ -227,6 +228,8 @@ def loads(text: str | bytes) -> Any:
         raise NotJSON(f"not JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
     except (UnicodeDecodeError, RecursionError) as e:
         raise NotJSON(f"not JSON: {type(e).__name__}") from e
+    except ValueError as e:  # an integer past Python's digit limit for int(str)
+        raise NotJSON(f"not JSON: {str(e).split(';')[0][:100]}") from e
 
 
 def _seconds(value: Any) -> float:
@@ -405,7 +408,11 @@ def extender_args(pod: Callable[[], PodPart], nodes: Any, names: Callable[[], Na
 def filter_result(
     *, args: ExtenderArgs, passed: Sequence[str], failed: Mapping[str, str], error: str = ""
 ) -> ExtenderFilterResult:
-    """Build an ExtenderFilterResult in the same shape as the request (names or full Node objects)."""
+    """Build an ExtenderFilterResult in the same shape as the request (names or full Node objects). A pod judged
+    runtime-blind for an unreadable prediction says so in every node's reason (the pod's events show them)."""
+    if args.prediction_error:
+        note = f" (judged runtime-blind: {args.prediction_error[:200]})"
+        failed = {node: reason + note for node, reason in failed.items()}
     result: ExtenderFilterResult = {"FailedNodes": dict(failed), "FailedAndUnresolvableNodes": {}, "Error": error}
     if args.node_objects is None:
         result["NodeNames"] = list(passed)

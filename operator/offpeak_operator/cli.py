@@ -1,22 +1,19 @@
-"""`offpeak operator`: run the TrainingJob operator (kopf). Parses flags, builds settings, wires, runs."""
+"""`offpeak operator`: run the TrainingJob operator (kopf). Parses flags, builds settings, wires, runs.
+(`offpeak jobs` and `offpeak explain`, the user's side, are in `cli_jobs`.)"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import random
 import socket
 from typing import Any
 
-from offpeak.errors import UserError
-
-
-def _env(name: str, default: str) -> str:
-    """An OFFPEAK_* fallback as a string default: argparse converts it (and reports a bad value) on use."""
-    return os.environ.get(name) or default
+from offpeak.cliargs import env
+from offpeak.errors import ConfigError, UserError
+from offpeak_operator import cli_jobs
 
 
 def register(subparsers: Any) -> None:
@@ -28,195 +25,96 @@ def register(subparsers: Any) -> None:
     scope.add_argument("--namespace", "-n", action="append", default=None,
                        help="namespace to watch (repeatable; env OFFPEAK_NAMESPACE, comma-separated)")
     scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
-    p.add_argument("--predictor-url", default=_env("OFFPEAK_PREDICTOR_URL", "http://offpeak-predictor:8080"),
+    p.add_argument("--predictor-url", default=env("OFFPEAK_PREDICTOR_URL", "http://offpeak-predictor:8080"),
                    help="predictor service base URL (env OFFPEAK_PREDICTOR_URL)")
-    p.add_argument("--predictor-token-file", default=os.environ.get("OFFPEAK_PREDICTOR_TOKEN_FILE") or None,
+    p.add_argument("--predictor-token-file", default=env("OFFPEAK_PREDICTOR_TOKEN_FILE"),
                    help="shared secret sent as a bearer token with job samples; the predictor refuses samples "
                         "without it (env OFFPEAK_PREDICTOR_TOKEN_FILE)")
-    p.add_argument("--metrics-port", type=int, default=_env("OFFPEAK_METRICS_PORT", "9090"),
+    p.add_argument("--metrics-port", type=int, default=env("OFFPEAK_METRICS_PORT", 9090),
                    help="Prometheus /metrics port, 0 to disable (env OFFPEAK_METRICS_PORT)")
-    p.add_argument("--liveness-port", type=int, default=_env("OFFPEAK_LIVENESS_PORT", "8081"),
+    p.add_argument("--liveness-port", type=int, default=env("OFFPEAK_LIVENESS_PORT", 8081),
                    help="kopf liveness /healthz port, 0 to disable")
-    p.add_argument("--image", default=_env("OFFPEAK_IMAGE", "ghcr.io/offpeak/offpeak:0.1.0"),
+    p.add_argument("--image", default=env("OFFPEAK_IMAGE", "ghcr.io/offpeak/offpeak:0.1.0"),
                    help="offpeak image for the analysis pod's bundle and emit steps (env OFFPEAK_IMAGE)")
+    p.add_argument("--extract-image", default=env("OFFPEAK_EXTRACT_IMAGE", ""),
+                   help="offpeak's extract image: torchvision/HF graphs are extracted in an analysis pod running it "
+                        "(default: in the operator's process, which needs the [extract] extra; env "
+                        "OFFPEAK_EXTRACT_IMAGE)")
     peer = p.add_mutually_exclusive_group()
     peer.add_argument("--standalone", action="store_true", help="no peering (single operator, tests)")
     peer.add_argument("--peering", action="store_true",
                       help="HA: require kopf peering (object `offpeak-operator`); wait, paused, until it shows this "
                            "operator is the highest-priority live one (without either flag kopf uses peering only if "
                            "its CRDs exist)")
-    p.add_argument("--priority", type=int, default=os.environ.get("OFFPEAK_PEERING_PRIORITY") or None,
+    p.add_argument("--priority", type=int, default=env("OFFPEAK_PEERING_PRIORITY"),
                    help="peering priority; the highest live operator works (default with --peering: random, since "
                         "kopf pauses every operator when two share a priority; env OFFPEAK_PEERING_PRIORITY)")
     p.add_argument("--analysis-timeout-seconds", type=int,
-                   default=_env("OFFPEAK_ANALYSIS_TIMEOUT_SECONDS", "600"),
+                   default=env("OFFPEAK_ANALYSIS_TIMEOUT_SECONDS", 600),
                    help="deadline of the analysis pod before falling back to a prediction without graph")
-    p.add_argument("--resync-seconds", type=float, default=_env("OFFPEAK_RESYNC_SECONDS", "5"),
+    p.add_argument("--resync-seconds", type=float, default=env("OFFPEAK_RESYNC_SECONDS", 5.0),
                    help="re-check every TrainingJob this often")
-    p.add_argument("--requeue-base-seconds", type=float, default=_env("OFFPEAK_REQUEUE_BASE_SECONDS", "10"),
+    p.add_argument("--requeue-base-seconds", type=float, default=env("OFFPEAK_REQUEUE_BASE_SECONDS", 10.0),
                    help="backoff before the 2nd attempt; doubles per attempt")
-    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None,
+    p.add_argument("--kubeconfig", default=env("KUBECONFIG"),
                    help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
     p.add_argument("--batch-jobs", action=argparse.BooleanOptionalAction,
-                   default=_env("OFFPEAK_BATCH_JOBS", "true").lower() == "true",
+                   default=env("OFFPEAK_BATCH_JOBS", True),
                    help="also predict and admit batch/v1 Jobs whose pod template has the label "
                         "offpeak.io/offline=true (docs/trainingjob.md; env OFFPEAK_BATCH_JOBS)")
     p.add_argument("--pytorch-jobs", action=argparse.BooleanOptionalAction,
-                   default=_env("OFFPEAK_PYTORCH_JOBS", "false").lower() == "true",
+                   default=env("OFFPEAK_PYTORCH_JOBS", False),
                    help="also predict and admit Kubeflow PyTorchJobs whose Master template has the label "
                         "offpeak.io/offline=true (needs training-operator's CRD; env OFFPEAK_PYTORCH_JOBS)")
+    p.add_argument("--kueue", action=argparse.BooleanOptionalAction,
+                   default=env("OFFPEAK_KUEUE", False),
+                   help="TrainingJobs labelled kueue.x-k8s.io/queue-name run only while Kueue admits the Workload "
+                        "the operator makes for them (docs/trainingjob.md; env OFFPEAK_KUEUE)")
+    p.add_argument("--status-port", type=int, default=env("OFFPEAK_STATUS_PORT", 8443),
+                   help="HTTPS port training pods report their live progress to (Kubeflow Trainer's protocol); 0: "
+                        "no live progress, pods report only when they end (env OFFPEAK_STATUS_PORT)")
+    p.add_argument("--status-url", default=env("OFFPEAK_STATUS_URL", ""),
+                   help="base URL pods reach that port at, e.g. https://offpeak-operator-status.offpeak.svc:8443 "
+                        "(default https://127.0.0.1:PORT, an operator beside a local cluster; env OFFPEAK_STATUS_URL)")
+    p.add_argument("--status-tls-dir", default=env("OFFPEAK_STATUS_TLS_DIR"),
+                   help="folder with tls.crt, tls.key and ca.crt for that port, made there on the first start when it "
+                        "has none (default: made at start-up and kept in memory, so a restarted operator's pods "
+                        "distrust it; env OFFPEAK_STATUS_TLS_DIR)")
+    p.add_argument("--status-key-file", default=env("OFFPEAK_STATUS_KEY_FILE"),
+                   help="key the pods' report tokens are derived with, made there on the first start when absent "
+                        "(default: a random one per process, so a restart voids the tokens of running pods; env "
+                        "OFFPEAK_STATUS_KEY_FILE)")
+    p.add_argument("--live-sample-steps", type=int, default=env("OFFPEAK_LIVE_SAMPLE_STEPS", 50),
+                   help="steady steps of a running job before its measured pace goes to the predictor as a sample "
+                        "(the final one replaces it; env OFFPEAK_LIVE_SAMPLE_STEPS)")
     p.add_argument("--verbose", "-v", action="store_true")
     p.set_defaults(func=run_operator)
-
-    jobs = subparsers.add_parser(
-        "jobs", help="list offline work (TrainingJobs, opted-in Jobs): predicted and actual runtime, the window each "
-                     "waits for and why",
-        description="Offline work in human units: phase and reason, GPUs, predicted (p50, p90) and actual time, "
-                    "the idle window a waiting job needs and, when it cannot be placed, the scheduler's words.")
-    jobs_scope = jobs.add_mutually_exclusive_group()
-    jobs_scope.add_argument("--namespace", "-n", help="one namespace (default: the kubeconfig's)")
-    jobs_scope.add_argument("--all-namespaces", "-A", action="store_true")
-    jobs.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
-    jobs.set_defaults(func=run_jobs)
-
-    explain = subparsers.add_parser(
-        "explain", help="why a TrainingJob is where it is: its prediction, the window it needs, per-pod reasons",
-        description="Explain one TrainingJob: its phase and message, the prediction per GPU type (with memory "
-                    "fit and corrections), the idle window it needs, its measured step times, and for each pod the "
-                    "scheduler's reasons (which carry the extender's per-node verdicts, grouped).")
-    explain.add_argument("job", help="TrainingJob name")
-    explain.add_argument("--namespace", "-n", help="namespace (default: the kubeconfig's)")
-    explain.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG") or None)
-    explain.set_defaults(func=run_explain)
+    cli_jobs.register(subparsers)
 
 
-def _namespace(kubeconfig: str | None, given: str | None) -> str:
-    """The namespace asked for, else the kubeconfig context's, else `default`."""
-    if given:
-        return given
-    from kubernetes import config  # noqa: PLC0415
+def status_settings(args: argparse.Namespace) -> Any:
+    """The status server's settings from the flags; None with --status-port 0."""
+    from offpeak_operator.settings import StatusServerSettings
 
-    try:
-        _, context = config.list_kube_config_contexts(config_file=kubeconfig)
-        return str((context or {}).get("context", {}).get("namespace") or "default")
-    except (config.ConfigException, OSError):
-        return "default"
-
-
-def run_jobs(args: argparse.Namespace) -> int:
-    """`offpeak jobs`: one row per TrainingJob."""
-    from datetime import UTC, datetime  # noqa: PLC0415
-
-    from kubernetes import client  # noqa: PLC0415
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-
-    from offpeak_operator import names  # noqa: PLC0415
-    from offpeak_operator.kube import load_api_client  # noqa: PLC0415
-    from offpeak_operator.userview import job_row  # noqa: PLC0415
-
-    api = load_api_client(args.kubeconfig)
-    custom = client.CustomObjectsApi(api)
-    ns = None if args.all_namespaces else _namespace(args.kubeconfig, args.namespace)
-    try:
-        listed: Any
-        if ns is None:
-            listed = custom.list_cluster_custom_object(names.GROUP, names.VERSION, names.PLURAL)
-        else:
-            listed = custom.list_namespaced_custom_object(names.GROUP, names.VERSION, ns, names.PLURAL)
-        items: list[dict[str, Any]] = listed["items"]
-    except client.ApiException as e:
-        raise UserError(f"cannot list TrainingJobs: {e.status} {e.reason}") from e
-    now = datetime.now(UTC)
-    rows = sorted([*(job_row(j, now=now) for j in items), *_workload_rows(api, ns, now)],
-                  key=lambda r: (r.namespace, r.name))
-    table = Table(box=None, pad_edge=False)
-    columns = (["NAMESPACE"] if args.all_namespaces else []) + [
-        "NAME", "PHASE", "REASON", "GPUS", "PREDICTED", "ACTUAL", "ERROR", "NEEDS WINDOW", "AGE"]
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    for r in rows:
-        table.add_row(*([r.namespace] if args.all_namespaces else []), r.name, r.phase, r.reason, r.gpus,
-                      r.predicted, r.actual, r.error, r.needs, r.age)
-    console = Console()
-    if not rows:
-        console.print("no offline work (TrainingJobs, opted-in Jobs or PyTorchJobs)" + (
-            "" if args.all_namespaces else f" in namespace {ns}"))
-        return 0
-    console.print(table)
-    for r in rows:
-        if r.why:
-            console.print(f"[bold]{r.name}[/bold] waits: {r.why}", highlight=False)
-    return 0
-
-
-def _workload_rows(api: Any, namespace: str | None, now: Any) -> list[Any]:
-    """Rows for the opted-in batch/v1 Jobs and PyTorchJobs (with the Kueue Workload of each queued one); a cluster
-    without Kueue or training-operator, or a user who may not list them, just shows fewer rows."""
-    from kubernetes import client  # noqa: PLC0415
-
-    from offpeak_core.jobkinds import BATCH_JOB, PYTORCH_JOB  # noqa: PLC0415
-    from offpeak_operator import workloads  # noqa: PLC0415
-    from offpeak_operator.userview import workload_row  # noqa: PLC0415
-
-    def listed(call: Any, *a: Any) -> list[dict[str, Any]]:
-        try:
-            response = call(*a, _preload_content=False)
-        except client.ApiException as e:
-            if e.status in (403, 404):
-                return []
-            raise UserError(f"cannot list offline work: {e.status} {e.reason}") from e
-        items: list[dict[str, Any]] = json.loads(response.data)["items"]
-        return items
-
-    def custom_objects(group: str, version: str, plural: str) -> list[dict[str, Any]]:
-        if namespace is None:
-            return listed(custom.list_cluster_custom_object, group, version, plural)
-        return listed(custom.list_namespaced_custom_object, group, version, namespace, plural)
-
-    batch, custom = client.BatchV1Api(api), client.CustomObjectsApi(api)
-    jobs = (listed(batch.list_job_for_all_namespaces) if namespace is None
-            else listed(batch.list_namespaced_job, namespace))
-    pytorch_jobs = custom_objects(PYTORCH_JOB.group, PYTORCH_JOB.version, PYTORCH_JOB.plural)
-    queued = custom_objects("kueue.x-k8s.io", "v1beta1", "workloads")
-    owners = {(w["metadata"].get("namespace"), ref.get("kind"), ref["name"]): w for w in queued
-              for ref in w["metadata"].get("ownerReferences") or ()}
-    return [workload_row(j, now=now, kind=kind,
-                         workload=owners.get((j["metadata"].get("namespace"), kind.kind, j["metadata"]["name"])))
-            for kind, items in ((BATCH_JOB, jobs), (PYTORCH_JOB, pytorch_jobs))
-            for j in items if workloads.opted_in(j, kind)]
-
-
-def run_explain(args: argparse.Namespace) -> int:
-    """`offpeak explain JOB`."""
-    from datetime import UTC, datetime  # noqa: PLC0415
-
-    from kubernetes import client  # noqa: PLC0415
-
-    from offpeak_operator import names  # noqa: PLC0415
-    from offpeak_operator.kube import load_api_client  # noqa: PLC0415
-    from offpeak_operator.userview import explain_lines  # noqa: PLC0415
-
-    api = load_api_client(args.kubeconfig)
-    ns = _namespace(args.kubeconfig, args.namespace)
-    try:
-        job: Any = client.CustomObjectsApi(api).get_namespaced_custom_object(names.GROUP, names.VERSION, ns,
-                                                                             names.PLURAL, args.job)
-        response: Any = client.CoreV1Api(api).list_namespaced_pod(
-            ns, label_selector=f"{names.LABEL_JOB}={args.job},{names.LABEL_ROLE}=training", _preload_content=False)
-        pods = json.loads(response.data)["items"]  # the API's own JSON, as the pure view reads it
-    except client.ApiException as e:
-        if e.status == 404:
-            raise UserError(f"TrainingJob {ns}/{args.job} not found") from e
-        raise UserError(f"cannot read TrainingJob {ns}/{args.job}: {e.status} {e.reason}") from e
-    attempt = str((job.get("status") or {}).get("attempts") or "")
-    current = [p for p in pods if (p.get("metadata") or {}).get("labels", {}).get(names.LABEL_ATTEMPT) == attempt]
-    print("\n".join(explain_lines(job, current, now=datetime.now(UTC))))
-    return 0
+    port = int(getattr(args, "status_port", 0) or 0)
+    if port == 0:
+        return None
+    if not 0 < port < 65536:
+        raise UserError(f"--status-port must be a TCP port (1-65535) or 0, got {port}")
+    url = str(getattr(args, "status_url", "") or "")
+    if url and not url.startswith("https://"):
+        raise UserError(f"--status-url must be an https:// URL (pods check the server's certificate), got {url!r}")
+    for flag, path in (("--status-tls-dir", args.status_tls_dir), ("--status-key-file", args.status_key_file)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise UserError(f"{flag} {path}: its folder does not exist (mount the Secret there, or name a folder "
+                            "where the operator keeps what it makes)")
+    return StatusServerSettings(port=port, url=url, tls_dir=args.status_tls_dir or None,
+                                key_file=args.status_key_file or None)
 
 
 def build_settings(args: argparse.Namespace) -> Any:
-    from offpeak_operator.settings import AnalysisSettings, OperatorSettings, PredictorSettings, RequeueSettings
+    from offpeak_operator.settings import (AnalysisSettings, LiveSettings, OperatorSettings, PredictorSettings,
+                                           RequeueSettings)
 
     if args.analysis_timeout_seconds < 10:
         raise UserError("--analysis-timeout-seconds must be at least 10")
@@ -227,13 +125,21 @@ def build_settings(args: argparse.Namespace) -> Any:
     token = args.predictor_token_file
     if token and not os.path.isfile(token):
         raise UserError(f"--predictor-token-file {token} does not exist (mount the shared secret there)")
+    raw = getattr(args, "live_sample_steps", None)
+    sample_steps = LiveSettings().sample_steps if raw is None else int(raw)
+    if sample_steps < 1:
+        raise UserError("--live-sample-steps must be at least 1")
     return OperatorSettings(
         predictor=PredictorSettings(url=args.predictor_url, token_file=token),
-        analysis=AnalysisSettings(image=args.image, timeout_seconds=args.analysis_timeout_seconds),
+        live=LiveSettings(sample_steps=sample_steps),
+        status=status_settings(args) if hasattr(args, "status_port") else None,
+        analysis=AnalysisSettings(image=args.image, extract_image=args.extract_image,
+                                  timeout_seconds=args.analysis_timeout_seconds),
         requeue=RequeueSettings(base_seconds=args.requeue_base_seconds),
         resync_seconds=args.resync_seconds,
         watch_batch_jobs=bool(getattr(args, "batch_jobs", True)),
         watch_pytorch_jobs=bool(getattr(args, "pytorch_jobs", False)),
+        kueue=bool(getattr(args, "kueue", False)),
     )
 
 
@@ -289,9 +195,17 @@ def run_operator(args: argparse.Namespace) -> int:
     try:
         operator = build_operator(settings, kubeconfig=args.kubeconfig)
     except (ConfigException, OSError) as e:
-        raise UserError(f"cannot load Kubernetes credentials: {e}") from e
+        raise ConfigError(f"cannot load Kubernetes credentials: {e} (pass --kubeconfig FILE, or run in a pod)") from e
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=operator.metrics.registry)
+    if operator.status_server is not None and settings.status is not None:
+        server = operator.status_server
+        try:  # an operator beside a local cluster (no --status-url) takes a free port when its own is taken
+            port = server.start(any_port_if_taken=not settings.status.url)
+        except OSError as e:
+            raise ConfigError(f"cannot serve live progress on port {server.port}: {e} (choose another with "
+                              "--status-port, or 0 for none)") from e
+        server.channel.base_url = settings.status.url_for(port)
     kopf.run(
         registry=operator.registry, settings=operator.kopf_settings, **kopf_kwargs,
         clusterwide=not watched, namespaces=watched,

@@ -14,6 +14,7 @@ FINISHED = "Finished"  # True once the job has ended either way; its reason says
 SUCCEEDED = "Succeeded"  # True when the job succeeded: `kubectl wait --for=condition=Succeeded`
 FAILED = "Failed"  # True when the job failed for good: `kubectl wait --for=condition=Failed`
 API_ACCEPTED = "ApiAccepted"  # False while the API server refuses what the operator asks (quota, conflict)
+SUSPENDED = "Suspended"  # True while the next attempt is held: spec.suspend, or Kueue has not admitted its Workload
 
 
 def rfc3339(t: datetime) -> str:

@@ -94,9 +94,10 @@ def build_registry(reconciler: Reconciler, settings: OperatorSettings,
         phase = status.get("phase")
         deleted = type == "DELETED"
         resyncer.track(namespace, name, phase=phase, deleted=deleted)
-        # every job counts in offpeak_jobs{phase}, also finished ones seen after a restart; a deleted job's pods
+        # every job counts in offpeak_jobs, also finished ones seen after a restart; a deleted job's pods
         # and ConfigMaps go with it (owner references), so only the metric needs forgetting
-        metrics.set_phase(f"{namespace}/{name}", None if deleted else (phase or "Pending"))
+        metrics.set_phase(f"{namespace}/{name}", None if deleted else (phase or "Pending"),
+                          reason=str(status.get("reason") or ""))
 
     @kopf.on.event("", "v1", "pods", labels={names.LABEL_JOB: kopf.PRESENT}, registry=registry)
     def pod_changed(*, labels: Mapping[str, str], namespace: str | None, **_: Any) -> None:

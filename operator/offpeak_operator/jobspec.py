@@ -42,11 +42,9 @@ class ModelSource:
     config_json: str = ""  # hfConfigMap: the config text the operator read from the ConfigMap (never a path)
 
     @property
-    def needs_analysis_pod(self) -> bool:
-        return self.kind == "entrypoint"
-
-    @property
     def in_process(self) -> bool:
+        """A source offpeak's extractor builds without the user's code (torchvision/HF): in the operator's own
+        process, or in an analysis pod running the extract image (`statemachine.analysed_in_pod`)."""
         return self.kind in ("torchvision", "hfConfig", "hfConfigMap")
 
 
@@ -101,6 +99,7 @@ class JobSpec:
     template_conflicts: tuple[str, ...] = ()  # where the template sets what the operator owns
     image_pull_secrets: tuple[dict[str, Any], ...] = ()  # from the template: the analysis pod pulls the image too
     checkpoint: CheckpointSpec | None = None
+    suspend: bool = False  # no training pod runs while true (a running attempt is stopped, not counted)
 
     def pod_template(self) -> dict[str, Any]:
         """The user's PodTemplateSpec: spec.template, or the one the short form means (one container `train`)."""
@@ -322,6 +321,7 @@ def parse_spec(raw: Mapping[str, Any]) -> JobSpec:
         pod_annotations=_str_map(raw, "podAnnotations"),
         pod_labels=_str_map(raw, "podLabels"),
         checkpoint=checkpoint,
+        suspend=_bool(raw, "suspend", False),
     )
     parts = _template_parts(raw, checkpoint)
     return replace(spec, **parts) if parts else spec

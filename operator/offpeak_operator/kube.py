@@ -19,6 +19,8 @@ from kubernetes.client.exceptions import ApiException
 
 from offpeak_core.gpuproducts import node_gpu_type
 from offpeak_core.jobkinds import JobKind
+from offpeak_core.kueue import GROUP as KUEUE_GROUP
+from offpeak_core.kueue import VERSION as KUEUE_VERSION
 from offpeak_operator import names
 
 log = logging.getLogger(__name__)
@@ -181,6 +183,26 @@ class KubeIO:
         except ApiException as e:
             if e.status != 404:
                 raise
+
+    # -- Kueue (offpeak_operator.admission): a queued TrainingJob's Workload, the ResourceFlavors of its admission
+    def get_kueue_workload(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return _read_if_present(lambda: self.custom.get_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", name, _preload_content=False))
+
+    def create_kueue_workload(self, body: Mapping[str, Any]) -> bool:
+        """Create; False when a Workload of that name already exists."""
+        return _create_if_absent(lambda namespace, obj, **kw: self.custom.create_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", obj, **kw), body)
+
+    def patch_kueue_workload_status(self, namespace: str, name: str, patch: Mapping[str, Any]) -> None:
+        """JSON merge patch of a Workload's status; a 409 (the resourceVersion in `patch` is stale) is raised."""
+        self.custom.patch_namespaced_custom_object_status(
+            KUEUE_GROUP, KUEUE_VERSION, namespace, "workloads", name, dict(patch),
+            _content_type="application/merge-patch+json", _preload_content=False)
+
+    def get_resource_flavor(self, name: str) -> dict[str, Any] | None:
+        return _read_if_present(lambda: self.custom.get_cluster_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, "resourceflavors", name, _preload_content=False))
 
     # -- what a job owns besides pods: its rendezvous Service, its checkpoint claim
     def create_service(self, body: Mapping[str, Any]) -> bool:

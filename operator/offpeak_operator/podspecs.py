@@ -6,12 +6,14 @@ import base64
 import copy
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from offpeak_core.gpuproducts import GFD_PRODUCT_LABEL, gfd_products
 from offpeak_operator import names, podtemplate
+from offpeak_operator.admission import Placement
 from offpeak_operator.graphstore import EncodedGraph
 from offpeak_operator.jobspec import JobSpec
+from offpeak_operator.livereports import PodParts
 from offpeak_operator.settings import AnalysisSettings
 
 GRAPH_OUT = "/graph/graph.json.gz"
@@ -57,21 +59,18 @@ def extract_args(spec: JobSpec, *, out: str, hf_config_file: str = "") -> list[s
 
 def analysis_pod(job: Mapping[str, Any], spec: JobSpec, settings: AnalysisSettings, *,
                  metadata: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """CPU-only pod: copy the offpeak bundle, extract the graph in the user's image, print it to the log.
+    """CPU-only pod that extracts the job's model graph and prints it to its log, for the operator to store in the
+    `<job>-graph` ConfigMap.
 
-    Init 1 (offpeak image) copies the zipapp into an emptyDir; init 2 (user's image) runs the extractor from
-    the zipapp against the user's entrypoint (exit status 2: the model source is invalid, see the state
-    machine); the main container (offpeak image) reduces the graph to fit a
-    ConfigMap and prints it between markers, and the operator stores it in the `<job>-graph` ConfigMap.
+    An entry point is extracted in the user's image: init 1 (offpeak image) copies the zipapp into an emptyDir,
+    init 2 (user's image) runs the extractor from it. A torchvision/HF source is extracted by init `extract` in
+    offpeak's extract image (`settings.extract_image`), an hfConfigMap's config mounted from the job's ConfigMap.
+    Either way the `extract` container's exit status 2 means the model source is invalid (see the state machine),
+    and the main container `emit` reduces the graph to fit a ConfigMap and prints it between markers.
     `metadata` names and owns the pod for another owner than a TrainingJob (an opted-in workload).
     """
     job_name = job["metadata"]["name"]
-    resources = {"requests": {"cpu": settings.cpu_request, "memory": settings.memory_request},
-                 "limits": {"cpu": settings.cpu_limit, "memory": settings.memory_limit}}
-    small = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}
-    bundle = f"{BUNDLE_DIR}/offpeak.pyz"
-    mounts = [{"name": "offpeak", "mountPath": BUNDLE_DIR}, {"name": "graph", "mountPath": "/graph"}]
-    cpu_only_env = [{"name": "CUDA_VISIBLE_DEVICES", "value": ""}, {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}]
+    steps = (_user_image_steps if spec.model_source.kind == "entrypoint" else _extract_image_steps)(spec, settings)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -82,26 +81,84 @@ def analysis_pod(job: Mapping[str, Any], spec: JobSpec, settings: AnalysisSettin
             "activeDeadlineSeconds": settings.timeout_seconds,
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
-            "initContainers": [
-                {"name": "bundle", "image": settings.image, "command": ["cp", settings.bundle_path, bundle],
-                 "volumeMounts": mounts[:1], "resources": small},
-                {"name": names.EXTRACT_CONTAINER, "image": spec.image, "imagePullPolicy": spec.image_pull_policy,
-                 "command": [settings.python, bundle, *extract_args(spec, out=GRAPH_OUT)],
-                 # the extractor's one-line error (stderr) becomes the termination message the operator reads
-                 "terminationMessagePolicy": "FallbackToLogsOnError",
-                 "env": [*spec.env, *cpu_only_env], "volumeMounts": mounts, "resources": resources,
-                 **({"workingDir": spec.working_dir} if spec.working_dir else {})},
-            ],
+            "initContainers": steps.init,
             "containers": [
-                {"name": "emit", "image": settings.image,
+                {"name": "emit", "image": steps.emit_image,
                  "command": ["python", "-m", "offpeak_operator.emit", GRAPH_OUT,
                              "--limit-bytes", str(settings.configmap_limit_bytes)],
-                 "volumeMounts": mounts[1:], "resources": small},
+                 "volumeMounts": [_GRAPH_MOUNT], "resources": _SMALL, **steps.container_fields},
             ],
-            "volumes": [{"name": "offpeak", "emptyDir": {}}, {"name": "graph", "emptyDir": {}}],
-            **({"imagePullSecrets": [dict(s) for s in spec.image_pull_secrets]} if spec.image_pull_secrets else {}),
+            "volumes": [{"name": "graph", "emptyDir": {}}, *steps.volumes],
+            **steps.pod_fields,
         },
     }
+
+
+_SMALL = {"requests": {"cpu": "50m", "memory": "128Mi"}, "limits": {"cpu": "500m", "memory": "512Mi"}}
+_GRAPH_MOUNT = {"name": "graph", "mountPath": "/graph"}
+_CPU_ONLY_ENV = [{"name": "CUDA_VISIBLE_DEVICES", "value": ""}, {"name": "PYTHONDONTWRITEBYTECODE", "value": "1"}]
+# offpeak's own images run as a non-root user (UID 10001): their containers pass PodSecurity "restricted"
+_RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+HF_CONFIG_DIR = "/hf"
+
+
+class _Steps(NamedTuple):
+    """What differs between the two kinds of analysis pod."""
+
+    init: list[dict[str, Any]]  # init containers, the last one `extract`
+    emit_image: str
+    volumes: list[dict[str, Any]]  # besides `graph`
+    pod_fields: dict[str, Any]  # extra pod spec fields
+    container_fields: dict[str, Any]  # extra fields of every container (the `emit` one included)
+
+
+def _extract_resources(settings: AnalysisSettings) -> dict[str, Any]:
+    return {"requests": {"cpu": settings.cpu_request, "memory": settings.memory_request},
+            "limits": {"cpu": settings.cpu_limit, "memory": settings.memory_limit}}
+
+
+def _user_image_steps(spec: JobSpec, settings: AnalysisSettings) -> _Steps:
+    """Copy the offpeak bundle, then run the extractor from it in the user's image, against the entry point."""
+    bundle = f"{BUNDLE_DIR}/offpeak.pyz"
+    mounts = [{"name": "offpeak", "mountPath": BUNDLE_DIR}, _GRAPH_MOUNT]
+    init = [
+        {"name": "bundle", "image": settings.image, "command": ["cp", settings.bundle_path, bundle],
+         "volumeMounts": mounts[:1], "resources": _SMALL},
+        {"name": names.EXTRACT_CONTAINER, "image": spec.image, "imagePullPolicy": spec.image_pull_policy,
+         "command": [settings.python, bundle, *extract_args(spec, out=GRAPH_OUT)],
+         # the extractor's one-line error (stderr) becomes the termination message the operator reads
+         "terminationMessagePolicy": "FallbackToLogsOnError",
+         "env": [*spec.env, *_CPU_ONLY_ENV], "volumeMounts": mounts, "resources": _extract_resources(settings),
+         **({"workingDir": spec.working_dir} if spec.working_dir else {})},
+    ]
+    extra = {"imagePullSecrets": [dict(s) for s in spec.image_pull_secrets]} if spec.image_pull_secrets else {}
+    return _Steps(init, settings.image, [{"name": "offpeak", "emptyDir": {}}], extra, {})
+
+
+def _extract_image_steps(spec: JobSpec, settings: AnalysisSettings) -> _Steps:
+    """Run `offpeak extract` in the extract image: nothing of the user's runs, so the pod is PodSecurity
+    "restricted" (a tenant namespace may enforce it); an hfConfigMap's config is mounted, read-only."""
+    source = spec.model_source
+    mounts: list[dict[str, Any]] = [_GRAPH_MOUNT, {"name": "tmp", "mountPath": "/tmp"}]
+    volumes: list[dict[str, Any]] = [{"name": "tmp", "emptyDir": {}}]
+    hf_file = source.value if source.kind == "hfConfig" else ""  # a built-in preset, by name
+    if source.kind == "hfConfigMap":
+        # the folder names the model, as the operator's own config.json does (extraction.py)
+        hf_file = f"{HF_CONFIG_DIR}/{source.value}/config.json"
+        mounts.append({"name": "hf-config", "mountPath": HF_CONFIG_DIR, "readOnly": True})
+        volumes.append({"name": "hf-config", "configMap": {
+            "name": source.value, "items": [{"key": source.key, "path": f"{source.value}/config.json"}]}})
+    init = [
+        {"name": names.EXTRACT_CONTAINER, "image": settings.extract_image,
+         "command": ["offpeak", *extract_args(spec, out=GRAPH_OUT, hf_config_file=hf_file)],
+         "workingDir": "/tmp",  # an empty folder: a preset's name never resolves to a file
+         "terminationMessagePolicy": "FallbackToLogsOnError",
+         "env": [{"name": "HOME", "value": "/tmp"}, *_CPU_ONLY_ENV], "volumeMounts": mounts,
+         "resources": _extract_resources(settings), "securityContext": _RESTRICTED},
+    ]
+    pod_security = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    return _Steps(init, settings.extract_image, volumes, {"securityContext": pod_security},
+                  {"securityContext": _RESTRICTED})
 
 
 def predicted_annotation(remaining: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
@@ -156,10 +213,17 @@ def _elastic_env(job: Mapping[str, Any], spec: JobSpec, *, master: str, attempt:
 
 def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker: int,
                  gpu_types: tuple[str, ...], remaining: Mapping[str, Mapping[str, float]],
-                 completed_steps: int) -> dict[str, Any]:
+                 completed_steps: int, placement: Placement | None = None,
+                 status: PodParts | None = None) -> dict[str, Any]:
     """One data-parallel worker: the user's pod template (or the short form's) with the operator's parts added,
     placed by offpeak-scheduler on a node of an allowed GPU type. `jobspec.validate` has refused templates that
-    set any of those parts (podtemplate.template_conflicts)."""
+    set any of those parts (podtemplate.template_conflicts). `placement`: the node labels and tolerations of the
+    ResourceFlavors Kueue admitted a queued job on (admission.py). `status`: the live progress channel's URL, token
+    and CA (livereports.py; None: the pod reports only in its termination message).
+
+    The pod gets no API credentials unless it asks for them: no service-account token is mounted when neither the
+    template sets `automountServiceAccountToken` nor the pod names its own service account (progress goes to the
+    status server with the attempt's token instead)."""
     job_name = job["metadata"]["name"]
     template = copy.deepcopy(spec.pod_template())
     user_meta = template.get("metadata") or {}
@@ -211,6 +275,13 @@ def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker:
             "persistentVolumeClaim": {"claimName": spec.checkpoint.claim(job_name)}}]
         pod_spec["terminationGracePeriodSeconds"] = max(int(pod_spec.get("terminationGracePeriodSeconds") or 0),
                                                         spec.checkpoint.grace_period_seconds)
+    if status is not None:
+        annotations.update(status.annotations)
+        env += status.env
+        container["volumeMounts"] = [*(container.get("volumeMounts") or []), status.mount]
+        pod_spec["volumes"] = [*(pod_spec.get("volumes") or []), status.volume]
+    if "automountServiceAccountToken" not in pod_spec and not pod_spec.get("serviceAccountName"):
+        pod_spec["automountServiceAccountToken"] = False
     container["env"] = [*(container.get("env") or []), *env]
     # offpeak.progress writes its report here; the operator reads it back from state.terminated.message
     container["terminationMessagePath"] = names.TERMINATION_LOG
@@ -225,6 +296,10 @@ def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker:
                                                           gpu_type_terms(gpu_types))}
     pod_spec["tolerations"] = [{"key": names.GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
                                *(pod_spec.get("tolerations") or [])]
+    if placement is not None:  # where Kueue's admission puts the pods, as Kueue does for the Jobs it admits
+        if placement.node_selector:
+            pod_spec["nodeSelector"] = {**(pod_spec.get("nodeSelector") or {}), **placement.node_selector}
+        pod_spec["tolerations"] += [dict(t) for t in placement.tolerations if dict(t) not in pod_spec["tolerations"]]
     if spec.workers > 1:  # a stable name the rendezvous address points at, whatever the attempt
         pod_spec["hostname"] = names.worker_hostname(job_name, worker=worker)
         pod_spec["subdomain"] = names.worker_service_name(job_name)

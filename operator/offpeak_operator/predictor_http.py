@@ -12,8 +12,11 @@ from typing import Any, TypeVar
 
 from offpeak_predictor.client import PredictorClient, PredictorRequestError
 from offpeak_predictor.client import PredictorUnavailable as ClientUnavailable
+from offpeak_predictor.wire import SampleReport
 
 from offpeak_operator.metrics import OperatorMetrics
+
+__all__ = ["PredictorHTTP", "PredictorUnavailable", "SampleReport"]  # SampleReport: the one sample callers build
 
 T = TypeVar("T")
 
@@ -46,12 +49,7 @@ class PredictorHTTP:
             graph, gpus, mode="train", precision=precision, optimizer=optimizer, steps=steps, num_gpus=num_gpus,
             startup_seconds=startup_seconds, gpus_per_node=gpus_per_node))
 
-    def report_sample(self, *, gpu: str, step_seconds: float, job_seconds: float, steps: int, job: str,
-                      graph_hash: str, graph: dict[str, Any] | None, startup_seconds: float = 0.0,
-                      precision: str | None = None, optimizer: str | None = None, num_gpus: int | None = None,
-                      batch_size: int | None = None, model_family: str | None = None) -> dict[str, Any]:  # fmt: skip
-        """POST the measured step time of one attempt (with the token); the predictor's answer (id, status)."""
-        return self._call("/v1/samples", lambda: self.client.add_sample(
-            gpu=gpu, step_seconds=step_seconds, job_seconds=job_seconds, steps=steps, job=job, graph=graph,
-            graph_hash=graph_hash or None, startup_seconds=startup_seconds, mode="train", precision=precision,
-            optimizer=optimizer, num_gpus=num_gpus, batch_size=batch_size, model_family=model_family))
+    def report_sample(self, sample: SampleReport) -> dict[str, Any]:
+        """POST the measured step time of one attempt (with the token); the predictor's answer (id, status). A
+        sample the predictor would refuse for its fields is refused here, before it is sent."""
+        return self._call("/v1/samples", lambda: self.client.add_sample(sample))

@@ -20,18 +20,20 @@ from kubernetes.client.exceptions import ApiException
 from offpeak_graph.schema import ModelGraph
 
 from offpeak_operator import conditions as cond
-from offpeak_operator import names, podspecs
+from offpeak_operator import admission, names, podspecs
 from offpeak_operator import statemachine as sm
 from offpeak_operator.extraction import ExtractionFailed, extract_in_process
 from offpeak_operator.graphstore import (EncodedGraph, GraphDecodeError, GraphTooLarge, HfConfigError, decode_bytes,
                                          encode_graph, from_log, graph_from_configmap, hf_config_from_configmap)
 from offpeak_operator.jobspec import GpuResolver, JobSpec, ModelSource, Problem, SpecError, parse_spec, validate
 from offpeak_operator.kube import KubeIO
+from offpeak_operator.livereports import Channel, Claim
 from offpeak_operator.metrics import OperatorMetrics
 from offpeak_operator.observe import observe
 from offpeak_operator.predictions import Prediction, PredictorResponseError, fallback, from_predictor
 from offpeak_operator.predictions import measured_step_seconds, remaining_seconds
-from offpeak_operator.predictor_http import PredictorHTTP, PredictorUnavailable
+from offpeak_operator.predictor_http import PredictorHTTP, PredictorUnavailable, SampleReport
+from offpeak_operator.queueing import KueueLink
 from offpeak_operator.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -66,6 +68,7 @@ class Context:
     resolve_gpu: GpuResolver | None = None
     clock: Callable[[], datetime] = utcnow
     extract: Extractor = field(default=_default_extractor)
+    status_channel: Channel | None = None  # the live progress channel training pods report through (None: none)
 
 
 def api_message(e: ApiException) -> str:
@@ -107,6 +110,7 @@ def _apply(status: dict[str, Any], patch: Mapping[str, Any]) -> None:
 class Reconciler:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.kueue = KueueLink(ctx.kube, lambda: self.ctx.clock())
         self._locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self._locks_guard = threading.Lock()
 
@@ -147,14 +151,19 @@ class Reconciler:
                 break
             self.ctx.kube.patch_job_status(namespace, name, patch)
             _apply(status, patch)
-        self.ctx.metrics.set_phase(key, status.get("phase") or sm.Phase.PENDING)
+        self.ctx.metrics.set_phase(key, status.get("phase") or sm.Phase.PENDING,
+                                   reason=str(status.get("reason") or ""))
         return status.get("phase")
 
     def _step(self, job: Mapping[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         """One decision and its actions; the status patch to write (empty: nothing to do)."""
         meta = job["metadata"]
         phase = status.get("phase") or sm.Phase.PENDING
+        labelled = admission.queue_name(job)
+        queue = labelled if self.ctx.settings.kueue else None
         if phase in sm.TERMINAL:
+            if queue is not None:  # an ended job's Workload gives its quota back
+                self._finish_workload(job, status, queue)
             return {}
         now = self.ctx.clock()
         spec: JobSpec | None
@@ -165,13 +174,17 @@ class Reconciler:
             spec, problems = None, [Problem("InvalidSpec", str(e))]
         if spec is not None and phase == sm.Phase.PENDING:
             problems = validate(spec, job_name=meta["name"], resolve_gpu=self.ctx.resolve_gpu)
+            problems += [Problem("KueueNotEnabled", m)
+                         for m in admission.queue_problems(queue=labelled, kueue_enabled=self.ctx.settings.kueue)]
         observed = sm.Observed()
         if spec is not None and phase in (sm.Phase.ANALYZING, sm.Phase.WAITING, sm.Phase.RUNNING, sm.Phase.REQUEUED):
             pods = self.ctx.kube.list_job_pods(meta["namespace"], meta["name"])
             nodes = {p.get("spec", {}).get("nodeName") for p in pods} - {None, ""}
             observed = observe(pods, node_gpu_types={n: self.ctx.kube.node_gpu_type(n) for n in nodes})
+        if queue is not None and spec is not None and phase in sm.QUEUED_PHASES:
+            observed = replace(observed, workload=self.kueue.observe(job))
         decision = sm.decide(job_name=meta["name"], spec=spec, problems=problems, status=status,
-                             observed=observed, now=now, settings=self.ctx.settings)
+                             observed=observed, now=now, settings=self.ctx.settings, queue=queue)
         patch = dict(decision.status)
         if patch and any(isinstance(a, SLOW_ACTIONS) for a in decision.actions):
             # say "Analyzing" before a long extraction; safe because the next decision repeats the action
@@ -196,6 +209,15 @@ class Reconciler:
         if isinstance(generation, int) and status.get("observedGeneration") != generation:
             patch["observedGeneration"] = generation  # this spec has been read and acted on
         return patch
+
+    def _finish_workload(self, job: Mapping[str, Any], status: Mapping[str, Any], queue: str) -> None:
+        """An ended queued job: mark its Workload Finished (once), so Kueue releases its quota."""
+        observed = sm.Observed(workload=self.kueue.observe(job))
+        decision = sm.decide(job_name=job["metadata"]["name"], spec=None, problems=[], status=status,
+                             observed=observed, now=self.ctx.clock(), settings=self.ctx.settings, queue=queue)
+        for action in decision.actions:
+            if isinstance(action, sm.FinishWorkload):
+                self.kueue.finish(job, succeeded=action.succeeded, message=action.message)
 
     def _record_api_error(self, job: Mapping[str, Any], status: dict[str, Any], action: sm.Action,
                           e: ApiException, now: datetime) -> None:
@@ -224,6 +246,13 @@ class Reconciler:
                 kube.emit_event(job, type=type_, reason=reason, message=message, now=now)
             case sm.CreateAnalysisPod():
                 assert spec is not None
+                source = spec.model_source.kind
+                if source == "hfConfigMap":  # checked here, as for in-process extraction; the pod mounts it
+                    try:
+                        self._hf_config_map(job, spec.model_source)
+                    except HfConfigError as e:
+                        return self._graph_done(status, now, source=source, ok=False, reason=e.reason,
+                                                message=str(e))
                 try:
                     kube.create_pod(podspecs.analysis_pod(job, spec, self.ctx.settings.analysis))
                 except ApiException as e:
@@ -231,12 +260,13 @@ class Reconciler:
                         raise  # transient (quota, API down): the next reconcile tries again
                     message = f"the API server rejected the analysis pod: {api_message(e)}"
                     kube.emit_event(job, type="Warning", reason="AnalysisPodRejected", message=message, now=now)
-                    return self._graph_done(status, now, source="entrypoint", ok=False,
+                    return self._graph_done(status, now, source=source, ok=False,
                                             reason="AnalysisPodRejected", message=message)
             case sm.DeleteAnalysisPod():
                 kube.delete_pod(ns, names.analysis_pod_name(name))
             case sm.CollectGraph():
-                return self._collect_graph(job, status, now)
+                assert spec is not None
+                return self._collect_graph(job, spec.model_source.kind, status, now)
             case sm.LoadUserGraph():
                 assert spec is not None
                 return self._load_user_graph(spec, ns, status, now)
@@ -249,10 +279,11 @@ class Reconciler:
             case sm.Repredict():
                 assert spec is not None
                 return self._repredict(job, spec, status, now)
-            case sm.CreateTrainingPods(attempt=attempt, completed_steps=completed):
+            case sm.CreateTrainingPods(attempt=attempt, completed_steps=completed, placement=placement):
                 assert spec is not None
                 try:
-                    self._create_training_pods(job, spec, status, attempt=attempt, completed=completed)
+                    self._create_training_pods(job, spec, status, attempt=attempt, completed=completed,
+                                               placement=placement)
                 except _Rejected as e:
                     message = f"the API server rejected the {e.what}: {api_message(e.error)}"
                     kube.emit_event(job, type="Warning", reason="PodRejected", message=message, now=now)
@@ -260,6 +291,19 @@ class Reconciler:
             case sm.DeletePods(pod_names=pod_names):
                 for pod in pod_names:
                     kube.delete_pod(ns, pod)
+            case sm.StopPods(pod_names=pod_names, reason=reason):
+                for pod in pod_names:
+                    kube.patch_pod_annotations(ns, pod, {names.ANN_EVICTION_REASON: reason})
+            case sm.CreateWorkload():
+                assert spec is not None
+                queue = admission.queue_name(job)
+                assert queue is not None, "only a queued job's decision creates a Workload"
+                attempt = int(status.get("attempts") or 0) + 1
+                first = self._training_pod(job, spec, status, attempt=attempt, worker=0,
+                                           completed=int(status.get("completedSteps") or 0), reports=False)
+                self.kueue.create(job, queue=queue, workers=spec.workers, pod=first)
+            case sm.ReleaseWorkload():
+                self.kueue.release(job)
             case sm.ReportSample():
                 assert spec is not None
                 return self._report_sample(job, spec, status, action)
@@ -286,17 +330,19 @@ class Reconciler:
                 "hash": encoded.graph_hash, "modelName": encoded.model_name, "modelFamily": encoded.model_family,
                 "ops": encoded.original_ops, "reduced": encoded.reduced}
 
-    def _collect_graph(self, job: Mapping[str, Any], status: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    def _collect_graph(self, job: Mapping[str, Any], source: str, status: Mapping[str, Any],
+                       now: datetime) -> dict[str, Any]:
+        """Store the graph the finished analysis pod printed; `source` is the model source's kind."""
         meta = job["metadata"]
         try:
             encoded, _ = read_analysis_graph(self.ctx.kube, meta["namespace"], names.analysis_pod_name(meta["name"]))
         except (ApiException, GraphDecodeError) as e:
             message = f"could not read the graph from the analysis pod: {getattr(e, 'reason', None) or e}"
             self.ctx.kube.emit_event(job, type="Warning", reason="GraphUnreadable", message=message, now=now)
-            return self._graph_done(status, now, source="entrypoint", ok=False, reason="GraphUnreadable",
+            return self._graph_done(status, now, source=source, ok=False, reason="GraphUnreadable",
                                     message=message)
-        info = self._store_graph(job, encoded, source="entrypoint")
-        return self._graph_done(status, now, source="entrypoint", ok=True, reason="Extracted",
+        info = self._store_graph(job, encoded, source=source)
+        return self._graph_done(status, now, source=source, ok=True, reason="Extracted",
                                 message=f"model graph extracted ({info['ops']} ops)", graph=info)
 
     def _load_user_graph(self, spec: JobSpec, namespace: str, status: Mapping[str, Any],
@@ -454,8 +500,11 @@ class Reconciler:
             return False
         return True
 
-    def _create_training_pods(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any], *,
-                              attempt: int, completed: int) -> None:
+    def _training_pod(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any], *, attempt: int,
+                      worker: int, completed: int, placement: admission.Placement | None = None,
+                      reports: bool = True) -> dict[str, Any]:
+        """One worker's pod of an attempt, annotated with the prediction of the work left; with `reports`, given
+        the attempt's part of the live progress channel (not in a Kueue Workload's copy of it)."""
         prediction = Prediction.from_status(status.get("prediction"))
         _, canonical = self.gpu_names(spec)
         if prediction is None:  # cannot happen through Predicted, but never launch without an annotation
@@ -464,13 +513,24 @@ class Reconciler:
                                   settings=self.ctx.settings.fallback)
         remaining = remaining_seconds(prediction, completed_steps=completed,
                                       measured_step_seconds=measured_step_seconds(status.get("measurements")))
+        channel = self.ctx.status_channel
+        meta = job["metadata"]
+        claim = Claim(plural=names.PLURAL, namespace=meta["namespace"], name=meta["name"],
+                      uid=str(meta.get("uid") or ""), attempt=attempt)
+        parts = channel.pod_parts(claim) if channel is not None and reports else None
+        return podspecs.training_pod(job, spec, attempt=attempt, worker=worker, gpu_types=tuple(canonical),
+                                     remaining=remaining, completed_steps=completed, placement=placement,
+                                     status=parts)
+
+    def _create_training_pods(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any], *,
+                              attempt: int, completed: int, placement: admission.Placement | None = None) -> None:
         claim = podspecs.checkpoint_claim(job, spec)
         owned = [("checkpoint claim", self.ctx.kube.create_pvc, claim)] if claim is not None else []
         if spec.workers > 1:
             owned.append(("rendezvous Service", self.ctx.kube.create_service, podspecs.worker_service(job)))
         owned += [("training pod", self.ctx.kube.create_pod,
-                   podspecs.training_pod(job, spec, attempt=attempt, worker=worker, gpu_types=tuple(canonical),
-                                         remaining=remaining, completed_steps=completed))
+                   self._training_pod(job, spec, status, attempt=attempt, worker=worker, completed=completed,
+                                      placement=placement))
                   for worker in range(spec.workers)]
         for what, create, body in owned:  # each create is idempotent by name (a 409 is "made before")
             try:
@@ -483,23 +543,34 @@ class Reconciler:
     def _report_sample(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any],
                        action: sm.ReportSample) -> dict[str, Any]:
         """Post the measured step time with the graph the job was predicted with (so the sample joins the
-        prediction's correction key); the outcome goes into status.sampleStatus."""
+        prediction's correction key); the outcome goes into status.sampleStatus. A live sample's id is kept in
+        status.livePace, and the attempt's final sample replaces it (`replaces`), so the run counts once."""
         meta = job["metadata"]
+        live = status.get("livePace") or {}
+        replaces = live.get("sampleId") if not action.live and live.get("attempt") == status.get("attempts") else None
+        replaced: dict[str, Any] = {"replaces": replaces} if isinstance(replaces, int) else {}
         graph = self._read_graph(meta["namespace"], status)
         graph_hash = graph.content_hash() if graph is not None else (status.get("prediction") or {}).get("graphHash")
         if graph is None and not graph_hash:
             log.info("no sample for %s/%s: it had no model graph to learn from", meta["namespace"], meta["name"])
             return {"sampleReported": False, "sampleStatus": "not sent: the job has no model graph"}
         try:
-            answer = self.ctx.predictor.report_sample(
+            # ignore: precision and optimizer are the spec's strings; the client checks them as the predictor will
+            answer = self.ctx.predictor.report_sample(SampleReport(
                 gpu=action.gpu_type, step_seconds=action.step_seconds, job_seconds=action.job_seconds,
                 steps=action.steps, startup_seconds=action.startup_seconds, job=f"{meta['namespace']}/{meta['name']}",
-                graph=graph.to_dict() if graph is not None else None, graph_hash=graph_hash or "",
-                precision=spec.precision, optimizer=spec.optimizer, num_gpus=spec.total_gpus)  # fmt: skip
+                graph=graph.to_dict() if graph is not None else None, graph_hash=graph_hash or None, mode="train",
+                precision=spec.precision, optimizer=spec.optimizer, num_gpus=spec.total_gpus,
+                **replaced))  # type: ignore[arg-type]
         except PredictorUnavailable as e:
             log.warning("sample for %s/%s not learned: %s", meta["namespace"], meta["name"], e)
             return {"sampleReported": False, "sampleStatus": f"not learned: {e}"[:500]}
         outcome = str(answer.get("status") or "stored")
         if answer.get("reason"):
             outcome += f": {answer['reason']}"
-        return {"sampleReported": True, "sampleStatus": outcome[:500]}
+        out: dict[str, Any] = {"sampleReported": True}
+        if action.live:
+            outcome = f"{outcome} (live, after {action.steps} steps; the final sample replaces it)"
+            if isinstance(answer.get("id"), int):
+                out["livePace"] = {**live, "sampleId": answer["id"]}
+        return {**out, "sampleStatus": outcome[:500]}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Literal
@@ -19,19 +19,25 @@ from offpeak.progress import Progress
 from offpeak_core.gangs import width_scale
 from offpeak_core.humanize import duration
 
+from offpeak_operator import admission
 from offpeak_operator import conditions as cond
 from offpeak_operator import names
 from offpeak_operator.conditions import rfc3339
-from offpeak_operator.jobspec import JobSpec, Problem
+from offpeak_operator.jobspec import JobSpec, ModelSource, Problem
+from offpeak_operator.liveprogress import live_update
 from offpeak_operator.measure import Measurement, checkpointed_steps, measure_attempt, with_measurement
 from offpeak_operator.predictions import Prediction, remaining_seconds
-from offpeak_operator.settings import OperatorSettings
+from offpeak_operator.settings import AnalysisSettings, OperatorSettings
 
 # Reasons of a requeued attempt (offpeak_job_requeues_total{reason}): evicted, or failed any other way.
 REQUEUE_EVICTED = "Evicted"
 REQUEUE_POD_FAILED = "PodFailed"
 REQUEUE_YIELDED = "Yielded"  # stopped (saving, or at a checkpoint) before its window ended (the evictor's planned stop)
-REQUEUE_REASONS = (REQUEUE_EVICTED, REQUEUE_POD_FAILED, REQUEUE_YIELDED)
+# stopped because the job was suspended or Kueue took its admission back (admission.py): not counted either, and
+# tried again as soon as it may run
+REQUEUE_SUSPENDED = "Suspended"
+REQUEUE_REASONS = (REQUEUE_EVICTED, REQUEUE_POD_FAILED, REQUEUE_YIELDED, REQUEUE_SUSPENDED)
+NOT_COUNTED = frozenset({REQUEUE_YIELDED, REQUEUE_SUSPENDED})  # requeues that are not attempts against maxAttempts
 # The extractor's exit status for a UserError (offpeak.cli): the model source itself cannot be built (entry point
 # not importable or raising, not an nn.Module, unknown torchvision name, bad HF config, impossible input shape).
 # Classified by exit status, never by message text; every other failure is not the user's and falls back.
@@ -53,6 +59,9 @@ class Phase(StrEnum):
 
 
 TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+# phases whose decision reads a queued job's Kueue Workload: from the prediction on (the Workload's pod set carries
+# it), and after the end (the Workload is marked Finished)
+QUEUED_PHASES = frozenset({Phase.PREDICTED, Phase.WAITING, Phase.RUNNING, Phase.REQUEUED, *TERMINAL})
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,7 @@ class PodView:
 class Observed:
     training_pods: Mapping[str, PodView] = field(default_factory=dict)
     analysis_pod: PodView | None = None
+    workload: admission.WorkloadView | None = None  # a queued job's Kueue Workload (None: not queued, or not read)
 
 
 # ---- actions: what the reconciler must do (I/O), in order ------------------------------------------------
@@ -133,6 +143,7 @@ class Repredict:
 class CreateTrainingPods:
     attempt: int
     completed_steps: int
+    placement: admission.Placement = admission.Placement()  # where Kueue's admission puts them
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,19 +152,48 @@ class DeletePods:
 
 
 @dataclass(frozen=True, slots=True)
+class StopPods:
+    """Mark pods stopped for `reason` (their eviction-reason annotation): the attempt is requeued without counting,
+    a checkpointing pod saving as it goes (admission.py: a suspension, or Kueue's eviction)."""
+
+    pod_names: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class CreateWorkload:
+    """Create the Kueue Workload of a queued job (its pod set: the next attempt's training pods)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseWorkload:
+    """Give an evicted Workload's quota back now that its pods are gone (it queues again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FinishWorkload:
+    """Mark an ended job's Workload Finished, which releases its quota."""
+
+    succeeded: bool
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
 class ReportSample:
-    """Post an attempt's measured step time to the predictor (it corrects the next prediction)."""
+    """Post an attempt's measured step time to the predictor (it corrects the next prediction). `live`: measured
+    while the attempt runs (its steady pace so far); the predictor replaces it with the job's next sample."""
 
     gpu_type: str
     step_seconds: float
-    job_seconds: float  # the attempt's wall time
-    steps: int  # steps the attempt did
+    job_seconds: float  # the attempt's wall time (so far, when live)
+    steps: int  # steps the attempt did (at the measured pace, when live)
     startup_seconds: float
+    live: bool = False
 
     @classmethod
-    def of(cls, m: Measurement) -> ReportSample:
+    def of(cls, m: Measurement, *, live: bool = False) -> ReportSample:
         return cls(gpu_type=m.gpu_type, step_seconds=m.step_seconds, job_seconds=m.wall_seconds, steps=m.steps,
-                   startup_seconds=m.startup_seconds)
+                   startup_seconds=m.startup_seconds, live=live)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +218,8 @@ class EmitEvent:
 
 
 Action = (CreateAnalysisPod | DeleteAnalysisPod | CollectGraph | LoadUserGraph | ExtractInProcess | Predict
-          | Repredict | CreateTrainingPods | DeletePods | ReportSample | RecordOutcome | RecordRequeue | EmitEvent)
+          | Repredict | CreateTrainingPods | DeletePods | StopPods | CreateWorkload | ReleaseWorkload | FinishWorkload
+          | ReportSample | RecordOutcome | RecordRequeue | EmitEvent)
 
 
 @dataclass(slots=True)
@@ -206,6 +247,15 @@ def graph_failure_reason(*, exit_code: int | None, default: str) -> str:
     return INVALID_MODEL_SOURCE if exit_code == USER_ERROR_EXIT else default
 
 
+def analysed_in_pod(source: ModelSource, analysis: AnalysisSettings) -> bool:
+    """Whether a source's graph comes from an analysis pod: an entry point always (only the user's image can import
+    it); a torchvision/HF source when an extract image is set (the operator's own image has no torch), else the
+    operator extracts it in its own process."""
+    if source.kind == "entrypoint":
+        return True
+    return source.in_process and bool(analysis.extract_image)
+
+
 def expected_pods(job_name: str, *, attempt: int, workers: int) -> tuple[str, ...]:
     return tuple(names.training_pod_name(job_name, attempt=attempt, worker=w) for w in range(workers))
 
@@ -214,25 +264,62 @@ def expected_pods(job_name: str, *, attempt: int, workers: int) -> tuple[str, ..
 
 
 def decide(*, job_name: str, spec: JobSpec | None, problems: Sequence[Problem], status: Mapping[str, Any],
-           observed: Observed, now: datetime, settings: OperatorSettings) -> Decision:
-    """The next status change and actions for one TrainingJob."""
+           observed: Observed, now: datetime, settings: OperatorSettings, queue: str | None = None) -> Decision:
+    """The next status change and actions for one TrainingJob; `queue`: the Kueue LocalQueue it is queued in."""
     phase = Phase(status.get("phase") or Phase.PENDING)
     if phase in TERMINAL:
+        if admission.needs_finish(queue=queue, workload=observed.workload):
+            return Decision(actions=[FinishWorkload(succeeded=phase == Phase.SUCCEEDED,
+                                                    message=str(status.get("message") or phase))])
         return Decision()
     if spec is None or problems:
         return _invalid(status, problems, now)
     if phase == Phase.PENDING:
-        return _start(spec, status, now)
+        return _start(spec, status, now, settings)
     if phase == Phase.ANALYZING:
         return _analyzing(spec, status, observed, now, settings)
-    if phase == Phase.PREDICTED:
-        return _launch(job_name, spec, status, now)
     if phase == Phase.REQUEUED:
         next_at = parse_time(status.get("nextAttemptTime"))
         if next_at is not None and now < next_at:
             return Decision()
-        return _launch(job_name, spec, status, now)
-    return _track(job_name, spec, status, observed, now, settings)
+    if phase in (Phase.PREDICTED, Phase.REQUEUED):
+        gate = admission.launch_gate(suspend=spec.suspend, queue=queue, workload=observed.workload)
+        decision = _held(status, gate, now) if gate is not None else _launch(job_name, spec, status, now)
+    else:
+        decision = _stop(spec, observed, queue) or _track(job_name, spec, status, observed, now, settings)
+    where = admission.placement(observed.workload if queue is not None else None)
+    decision.actions = [replace(a, placement=where) if isinstance(a, CreateTrainingPods) else a
+                        for a in decision.actions]
+    if decision.phase not in (None, Phase.RUNNING) and status.get("etaSeconds") is not None:
+        decision.status["etaSeconds"] = None  # the ETA of a running attempt: gone once it stops
+    return decision
+
+
+def _held(status: Mapping[str, Any], gate: admission.Gate, now: datetime) -> Decision:
+    """The next attempt may not start yet (suspended, or Kueue has not admitted its Workload): say why, once, and
+    do what the gate asks (create the Workload, give an evicted one's quota back)."""
+    actions: list[Action] = []
+    if gate.create_workload:
+        actions.append(CreateWorkload())
+    if gate.release_quota:
+        actions.append(ReleaseWorkload())
+    if status.get("message") == gate.message and status.get("reason") == gate.reason:
+        return Decision(actions=actions)
+    conds = cond.set_condition(_conditions(status), type=cond.SUSPENDED, ok=True, reason=gate.reason,
+                               message=gate.message, now=now)
+    return Decision(status={"message": gate.message, "reason": gate.reason, "conditions": conds},
+                    actions=[*actions, EmitEvent("Normal", gate.reason, gate.message)])
+
+
+def _stop(spec: JobSpec, observed: Observed, queue: str | None) -> Decision | None:
+    """The attempt's live pods, when they must stop (the job was suspended, or Kueue took its admission back): mark
+    them, and `_track` requeues the attempt without counting it once they are evicted."""
+    reason = admission.stop_reason(suspend=spec.suspend, queue=queue, workload=observed.workload)
+    if reason is None:
+        return None
+    live = tuple(v.name for v in observed.training_pods.values()
+                 if v.phase in ("Pending", "Running") and not v.deleting and not v.eviction_reason)
+    return Decision(actions=[StopPods(live, reason)]) if live else None
 
 
 def _invalid(status: Mapping[str, Any], problems: Sequence[Problem], now: datetime) -> Decision:
@@ -249,7 +336,7 @@ def _invalid(status: Mapping[str, Any], problems: Sequence[Problem], now: dateti
     )
 
 
-def _start(spec: JobSpec, status: Mapping[str, Any], now: datetime) -> Decision:
+def _start(spec: JobSpec, status: Mapping[str, Any], now: datetime, settings: OperatorSettings) -> Decision:
     conds = cond.set_condition(_conditions(status), type=cond.VALID, ok=True, reason="Valid",
                                message="spec accepted", now=now)
     out: dict[str, Any] = {"phase": Phase.ANALYZING, "gpus": spec.total_gpus, "totalSteps": spec.total_steps,
@@ -259,6 +346,10 @@ def _start(spec: JobSpec, status: Mapping[str, Any], now: datetime) -> Decision:
     if source.kind == "entrypoint":
         actions = [CreateAnalysisPod()]
         out["message"] = f"extracting the model graph from {source.value} in an analysis pod"
+    elif analysed_in_pod(source, settings.analysis):
+        actions = [CreateAnalysisPod()]
+        out["message"] = (f"extracting the model graph of {source.kind} {source.value} in an analysis pod "
+                          f"({settings.analysis.extract_image})")
     elif source.kind == "graphConfigMap":
         actions = [LoadUserGraph()]
         out["message"] = f"reading the model graph from ConfigMap {source.value}"
@@ -285,7 +376,7 @@ def _analyzing(spec: JobSpec, status: Mapping[str, Any], observed: Observed, now
     source = spec.model_source
     if source.kind == "graphConfigMap":
         return Decision(actions=[LoadUserGraph()])
-    if source.in_process:
+    if source.in_process and not analysed_in_pod(source, settings.analysis):
         return Decision(actions=[ExtractInProcess()])
     started = parse_time(status.get("analysisStartTime")) or now
     judged = judge_analysis(observed.analysis_pod, started=started, now=now, settings=settings,
@@ -375,6 +466,8 @@ def _launch(job_name: str, spec: JobSpec, status: Mapping[str, Any], now: dateti
                f"window{elastic}{resumed}")
     conds = cond.set_condition(_conditions(status), type=cond.SCHEDULED, ok=False, reason="WaitingForWindow",
                                message=message, now=now)
+    if cond.is_true(conds, cond.SUSPENDED):  # resumed, or admitted by Kueue
+        conds = cond.set_condition(conds, type=cond.SUSPENDED, ok=False, reason="Resumed", message=message, now=now)
     return Decision(
         status={"phase": Phase.WAITING, "attempts": attempt, "pods": list(pods), "message": message,
                 "conditions": conds, "nextAttemptTime": None, "node": None, "gpuType": None,
@@ -404,6 +497,9 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
         if going_on is not None:
             return going_on
     if gone or evicted:
+        if evicted and all(v.eviction_reason in admission.GATE_REASONS for v in evicted):
+            what = f"pod {evicted[0].name} stopped: {evicted[0].eviction_reason}"
+            return _requeue(spec, status, present, prediction, REQUEUE_SUSPENDED, what, now, settings)
         if evicted and not gone and spec.checkpointing and all(v.planned_stop for v in evicted):
             what = f"pod {evicted[0].name} stopped before its window ended ({evicted[0].eviction_reason})"
             return _requeue(spec, status, present, prediction, REQUEUE_YIELDED, what, now, settings)
@@ -416,12 +512,13 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
         what = f"pod {failed[0].name} failed: {failed[0].reason or 'see its logs'} {failed[0].message}".strip()
         return _requeue(spec, status, present, prediction, REQUEUE_POD_FAILED, what, now, settings)
     if spec.elastic:
-        return _track_elastic(spec, status, present, prediction, now)
+        return _track_elastic(spec, status, present, prediction, now, settings)
     if all(v.phase == "Succeeded" for v in present):
         return _succeeded(spec, status, present, prediction, now)
     running = [v for v in present if v.phase in ("Running", "Succeeded")]
     if running and len(running) == len(present):
-        return _running(spec, status, present, prediction, now)
+        return _with_live(_running(spec, status, present, prediction, now), spec, status, present, prediction, now,
+                          settings)
     if all(v.phase == "Pending" for v in present):
         if wants_reprediction(status, now=now):
             return Decision(actions=[Repredict()])
@@ -435,7 +532,7 @@ NARROWED = "Narrowed"  # status.reason and event: an elastic attempt lost worker
 
 
 def _track_elastic(spec: JobSpec, status: Mapping[str, Any], present: Sequence[PodView],
-                   prediction: Prediction | None, now: datetime) -> Decision:
+                   prediction: Prediction | None, now: datetime, settings: OperatorSettings) -> Decision:
     """An elastic attempt (no worker failed or evicted): it runs once at least `minWorkers` workers run and the
     others still wait, and it succeeds when the workers that ran together succeeded; workers that never started
     (or started only after the others finished) are deleted then, so none waits for a rendezvous that is over."""
@@ -453,7 +550,8 @@ def _track_elastic(spec: JobSpec, status: Mapping[str, Any], present: Sequence[P
                         else decision.actions)
     running = [v for v in started if v.phase == "Running"]
     if len(running) >= (spec.min_workers or spec.workers) and len(running) == len(started):
-        return _running(spec, status, running, prediction, now)
+        return _with_live(_running(spec, status, running, prediction, now), spec, status, running, prediction, now,
+                          settings)
     if not started:
         if wants_reprediction(status, now=now):
             return Decision(actions=[Repredict()])
@@ -542,7 +640,7 @@ def display_fields(status: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[
     makes them stale; empty when they agree already."""
     out: dict[str, Any] = {}
     merged = {**status, **patch}
-    for seconds, text in (("predictedSeconds", "predicted"), ("actualSeconds", "actual")):
+    for seconds, text in (("predictedSeconds", "predicted"), ("actualSeconds", "actual"), ("etaSeconds", "eta")):
         value = merged.get(seconds)
         want = duration(float(value)) if isinstance(value, int | float) and not isinstance(value, bool) else None
         if merged.get(text) != want:
@@ -624,6 +722,25 @@ def _running(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     if predicted is not None:
         out["predictedSeconds"] = predicted
     return Decision(status=out, actions=[EmitEvent("Normal", "Running", message)])
+
+
+def _with_live(decision: Decision, spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView],
+               prediction: Prediction | None, now: datetime, settings: OperatorSettings) -> Decision:
+    """A running attempt's decision with what its latest live report says (liveprogress.py): the measured pace
+    and ETA in the status, an Event when the pace is beyond the p90 margin, an early sample once it is steady."""
+    merged = {**status, **decision.status}
+    update = live_update(status=merged, attempt=int(merged.get("attempts") or 1),
+                         gpu_type=pods[0].gpu_type or str(merged.get("gpuType") or ""), prediction=prediction,
+                         total_steps=spec.total_steps, attempt_start=_attempt_start(status, pods, now),
+                         narrowed=narrowed(spec, status, pods), settings=settings.live)
+    if update is None:
+        return decision
+    decision.status.update(update.status)
+    if update.event is not None:
+        decision.actions.append(EmitEvent(*update.event))
+    if update.sample is not None:
+        decision.actions.append(ReportSample.of(update.sample, live=True))
+    return decision
 
 
 def _measure(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], prediction: Prediction | None,
@@ -723,7 +840,7 @@ def credited_steps(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodV
 def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], prediction: Prediction | None,
              reason: str, what: str, now: datetime, settings: OperatorSettings) -> Decision:
     attempt = int(status.get("attempts") or 1)
-    stops = int(status.get("plannedStops") or 0) + (reason == REQUEUE_YIELDED)  # attempts that do not count
+    stops = int(status.get("plannedStops") or 0) + (reason in NOT_COUNTED)  # attempts that do not count
     completed = credited_steps(spec, status, pods, prediction, now=now)
     ends = [p.finished_at for p in pods if p.finished_at is not None]
     wall = ((max(ends) if ends else now) - _attempt_start(status, pods, now)).total_seconds()
@@ -739,7 +856,7 @@ def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
                     "completedSteps": completed, "reason": "MaxAttemptsReached"},
             actions=[DeletePods(alive), EmitEvent("Warning", "MaxAttemptsReached", message)],
         )
-    delay = settings.requeue.backoff(attempt)
+    delay = 0.0 if reason == REQUEUE_SUSPENDED else settings.requeue.backoff(attempt)  # held until it may run
     next_at = now + timedelta(seconds=delay)
     resume = f", will resume after step {completed}" if spec.checkpointing else ", will restart from the beginning"
     message = f"{what}; attempt {attempt + 1 - stops}/{spec.max_attempts} in {delay:.0f}s{resume}"
@@ -748,7 +865,7 @@ def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     conds = cond.set_condition(conds, type=cond.SCHEDULED, ok=False, reason=reason, message=message, now=now)
     out = {"phase": Phase.REQUEUED, "nextAttemptTime": rfc3339(next_at), "message": message, "conditions": conds,
            "completedSteps": completed, "reason": reason, "plannedStops": stops}
-    kind = "Normal" if reason == REQUEUE_YIELDED else "Warning"
+    kind = "Normal" if reason in NOT_COUNTED else "Warning"
     actions: list[Action] = [DeletePods(alive), RecordRequeue(reason), EmitEvent(kind, reason, message)]
     if measured is not None:  # the interrupted attempt reported its step time: learn from it too
         out["measurements"] = with_measurement(status.get("measurements"), measured)

@@ -1,15 +1,13 @@
-"""What `offpeak jobs` and `offpeak explain` show a user, from TrainingJob and pod objects. Pure.
+"""What `offpeak jobs` shows a user, from TrainingJob and opted-in workload objects. Pure.
 
 A user asks two questions: how long will my job take and when does it run (the table), and why is it not running
-(the explanation: the prediction per GPU type, the window it needs, and the scheduler's and extender's reasons
-node by node). Everything here turns plain dicts into rows and lines; the CLI fetches and prints them.
+(the explanation, `explainview`). Everything here turns plain dicts into rows; the CLI fetches and prints them.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -38,6 +36,22 @@ class JobRow:
     needs: str  # the window it waits for: "a 1h45m window of 8 GPUs"
     age: str
     why: str  # why it waits (the scheduler's words), else ""
+    # the same facts as numbers, for `-o json|yaml` (None where the text is empty)
+    kind: str = "TrainingJob"
+    predicted_seconds: float | None = None
+    predicted_p90_seconds: float | None = None
+    actual_seconds: float | None = None
+    error_ratio: float | None = None  # actual / predicted - 1
+    needs_seconds: float | None = None
+    created: str | None = None  # metadata.creationTimestamp
+
+    def record(self) -> dict[str, Any]:
+        """The row as `offpeak jobs -o json|yaml` prints it: every key always present, in this order."""
+        return {"kind": self.kind, "namespace": self.namespace, "name": self.name, "phase": self.phase,
+                "reason": self.reason, "gpus": self.gpus, "predictedSeconds": self.predicted_seconds,
+                "predictedP90Seconds": self.predicted_p90_seconds, "actualSeconds": self.actual_seconds,
+                "error": self.error_ratio, "needsWindowSeconds": self.needs_seconds, "created": self.created,
+                "why": self.why}  # fmt: skip
 
 
 def _seconds(value: Any) -> float | None:
@@ -83,36 +97,44 @@ def job_row(job: Mapping[str, Any], *, now: datetime) -> JobRow:
     gpu = _remaining_gpu(status)
     p90 = _seconds(gpu.get("jobSecondsP90")) if gpu else None
     predicted = duration(predicted_s) if predicted_s is not None else ""
-    if predicted and p90 is not None and status.get("phase") not in ("Succeeded", "Failed"):
+    if not predicted or status.get("phase") in ("Succeeded", "Failed"):
+        p90 = None  # no p90 once it is over
+    if p90 is not None:
         predicted += f" (p90 {duration(p90)})"
-    error = ""
-    if predicted_s and actual_s is not None:
-        error = f"{actual_s / predicted_s - 1:+.0%}"
+    ratio = actual_s / predicted_s - 1 if predicted_s and actual_s is not None else None
+    needs_s = None
     needs = ""
     phase = str(status.get("phase") or "Pending")
     if phase in ("Predicted", "Waiting", "Requeued"):
-        seconds = window_needed(status)
+        needs_s = window_needed(status)
         per = int(spec.get("gpusPerWorker") or 1)
         workers = int(spec.get("workers") or 1)
-        if seconds is not None:
-            needs = f"{duration(seconds)} x {per} GPU(s)" + (f" on {workers} node(s)" if workers > 1 else "")
+        if needs_s is not None:
+            needs = f"{duration(needs_s)} x {per} GPU(s)" + (f" on {workers} node(s)" if workers > 1 else "")
     created = parse_time(meta.get("creationTimestamp"))
     why = str(status.get("message") or "") if status.get("reason") == "Unschedulable" else ""
     return JobRow(
         namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""), phase=phase,
         reason=str(status.get("reason") or ""), gpus=_gpu_summary(spec), predicted=predicted,
-        actual=duration(actual_s) if actual_s is not None else "", error=error, needs=needs,
-        age=duration((now - created).total_seconds()) if created else "", why=why,
+        actual=duration(actual_s) if actual_s is not None else "", error=f"{ratio:+.0%}" if ratio is not None else "",
+        needs=needs, age=duration((now - created).total_seconds()) if created else "", why=why,
+        predicted_seconds=predicted_s, predicted_p90_seconds=p90, actual_seconds=actual_s, error_ratio=ratio,
+        needs_seconds=needs_s, created=meta.get("creationTimestamp"),
     )  # fmt: skip
 
 
-def _fastest(prediction: str) -> tuple[float, float] | None:
-    """(p50, p90) seconds on the fastest GPU type of a Job's `offpeak.io/prediction` annotation."""
+def annotated_predictions(prediction: str) -> dict[str, tuple[float, float]]:
+    """(p50, p90) seconds per GPU type of a workload's `offpeak.io/prediction` annotation ({} when unreadable)."""
     try:
         summary = json.loads(prediction) if prediction else {}
-        pairs = [(float(v["p50"]), float(v["p90"])) for k, v in summary.items() if k != "source"]
+        return {str(k): (float(v["p50"]), float(v["p90"])) for k, v in summary.items() if k != "source"}
     except (ValueError, TypeError, KeyError, AttributeError):
-        return None
+        return {}
+
+
+def _fastest(prediction: str) -> tuple[float, float] | None:
+    """(p50, p90) seconds on the fastest GPU type of a workload's `offpeak.io/prediction` annotation."""
+    pairs = annotated_predictions(prediction).values()
     return min(pairs) if pairs else None
 
 
@@ -152,79 +174,28 @@ def workload_row(job: Mapping[str, Any], *, now: datetime, kind: JobKind = BATCH
         phase = "Running" if _active_pods(status, kind) else "Waiting"
     fastest = _fastest(str(ann.get(workloads.ANN_PREDICTION, "")))
     predicted = duration(fastest[0]) if fastest else ""
-    if fastest and end is None:
-        predicted += f" (p90 {duration(fastest[1])})"
+    p90 = fastest[1] if fastest and end is None else None
+    if p90 is not None:
+        predicted += f" (p90 {duration(p90)})"
     actual_s = end.seconds if end is not None else None
-    error = f"{actual_s / fastest[0] - 1:+.0%}" if fastest and fastest[0] and actual_s is not None else ""
+    ratio = actual_s / fastest[0] - 1 if fastest and fastest[0] and actual_s is not None else None
     # a Job's parallel pods, a PyTorchJob's replicas (all of its templates' GPUs counted as the Master's)
     pods = int((job.get("spec") or {}).get("parallelism") or 1) if kind.replica_specs is None else kind.replicas(job)
     per = workloads.pod_gpus(kind.primary_template(job).get("spec") or {})
     types = str(workloads.template_annotations(job, kind).get(workloads.ANN_GPU_TYPES, ""))
     gpus = (f"{pods}x{per}" if pods > 1 else str(per)) + (f" on {types}" if types else "")
     needs = ""
-    if fastest and phase in ("Queued", "Predicted", "Waiting"):
-        needs = f"{duration(fastest[1] * (1 + margin))} x {per} GPU(s)" + (f" for {pods} pods" if pods > 1 else "")
+    needs_s = fastest[1] * (1 + margin) if fastest and phase in ("Queued", "Predicted", "Waiting") else None
+    if needs_s is not None:
+        needs = f"{duration(needs_s)} x {per} GPU(s)" + (f" for {pods} pods" if pods > 1 else "")
     created = parse_time(meta.get("creationTimestamp"))
     why = check if phase == "Queued" else (message if phase in ("Invalid", "Analyzing") else "")
     return JobRow(
         namespace=str(meta.get("namespace") or ""), name=f"{kind.kind.lower()}/{meta.get('name') or ''}",
         phase=phase, reason=f"Kueue {queued}" if queued and phase == "Queued" else word, gpus=gpus,
-        predicted=predicted, actual=duration(actual_s) if actual_s is not None else "", error=error, needs=needs,
-        age=duration((now - created).total_seconds()) if created else "", why=why,
+        predicted=predicted, actual=duration(actual_s) if actual_s is not None else "",
+        error=f"{ratio:+.0%}" if ratio is not None else "", needs=needs,
+        age=duration((now - created).total_seconds()) if created else "", why=why, kind=kind.kind,
+        predicted_seconds=fastest[0] if fastest else None, predicted_p90_seconds=p90, actual_seconds=actual_s,
+        error_ratio=ratio, needs_seconds=needs_s, created=meta.get("creationTimestamp"),
     )  # fmt: skip
-
-
-# "0/4 nodes are available: 1 gang of 2 ..., 2 node(s) didn't match Pod's node affinity/selector. preemption: ..."
-_AVAILABLE = re.compile(r"^\s*(\d+/\d+ nodes are available):\s*(.*)$", re.S)
-
-
-def scheduler_reasons(message: str) -> list[str]:
-    """The scheduler's one-line summary split into its reasons (each `<count> <reason>`), preemption left out."""
-    text = message.split(" preemption:", 1)[0].strip().rstrip(".")
-    match = _AVAILABLE.match(text)
-    if not match:
-        return [text] if text else []
-    head, rest = match.groups()
-    parts = re.split(r",\s+(?=\d+\s)", rest)  # reasons start with their node count
-    return [head, *(p.strip() for p in parts if p.strip())]
-
-
-def explain_lines(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, now: datetime) -> list[str]:
-    """A readable account of one job: where it stands, what it was predicted to need, and why it waits."""
-    meta, spec, status = job.get("metadata") or {}, job.get("spec") or {}, job.get("status") or {}
-    row = job_row(job, now=now)
-    lines = [f"TrainingJob {row.namespace}/{row.name}: {row.phase}" + (f" ({row.reason})" if row.reason else ""),
-             f"  {status.get('message') or 'no message yet'}",
-             f"  GPUs: {row.gpus}; attempts {status.get('attempts') or 0}/{spec.get('maxAttempts') or 3}; "
-             f"steps {status.get('completedSteps') or 0}/{status.get('totalSteps') or '?'} done before this attempt"]
-    prediction = status.get("prediction") or {}
-    if prediction:
-        lines.append(f"Prediction ({prediction.get('source') or '?'}, model {prediction.get('modelVersion') or '-'}):")
-        for g in prediction.get("gpus") or []:
-            job_s, p90 = _seconds(g.get("jobSeconds")), _seconds(g.get("jobSecondsP90"))
-            text = f"  {g.get('gpuType')}: {duration(job_s) if job_s is not None else '?'}"
-            text += f" (p90 {duration(p90)})" if p90 is not None else ""
-            if g.get("fitsMemory") is False:
-                text += f"; needs ~{g.get('peakMemoryGiB')} GiB: does not fit ({g.get('gpuMemoryGiB')} GiB)"
-            if g.get("correctionSamples"):
-                text += f"; corrected by {g['correctionSamples']} measured run(s) (x{g.get('correctionFactor')})"
-            lines.append(text)
-    needed = window_needed(status)
-    if needed is not None and row.phase in ("Predicted", "Waiting", "Requeued"):
-        lines.append(f"Needs an idle window of {duration(needed)} (p90 of the work left + {DEFAULT_MARGIN:.0%} "
-                     "margin) on an allowed GPU type" + ("; a checkpointing job may use shorter ones"
-                                                         if spec.get("checkpoint") or spec.get("checkpointing")
-                                                         else ""))
-    for m in (status.get("measurements") or [])[-3:]:
-        lines.append(f"Measured (attempt {m.get('attempt')}, {m.get('gpuType')}): {m.get('stepSeconds')} s/step "
-                     f"({m.get('source')})" + (f", {m['error']:+.0%} against the prediction"
-                                               if isinstance(m.get("error"), int | float) else ""))
-    for pod in pods:
-        pmeta, pstatus = pod.get("metadata") or {}, pod.get("status") or {}
-        node = (pod.get("spec") or {}).get("nodeName")
-        lines.append(f"Pod {pmeta.get('name')}: {pstatus.get('phase') or 'Pending'}"
-                     + (f" on {node}" if node else ""))
-        for c in pstatus.get("conditions") or []:
-            if c.get("type") == "PodScheduled" and c.get("status") == "False":
-                lines += [f"  {r}" for r in scheduler_reasons(str(c.get("message") or ""))]
-    return lines

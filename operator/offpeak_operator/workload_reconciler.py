@@ -23,9 +23,9 @@ from offpeak_operator.jobspec import JobSpec
 from offpeak_operator.observe import pod_view
 from offpeak_operator.podspecs import predicted_annotation
 from offpeak_operator.predictions import fallback, remaining_seconds
-from offpeak_operator.predictor_http import PredictorUnavailable
+from offpeak_operator.predictor_http import PredictorUnavailable, SampleReport
 from offpeak_operator.reconciler import RECORDED_API_ERRORS, Reconciler, api_message, read_analysis_graph
-from offpeak_operator.statemachine import INVALID_MODEL_SOURCE, judge_analysis, parse_time
+from offpeak_operator.statemachine import INVALID_MODEL_SOURCE, analysed_in_pod, judge_analysis, parse_time
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class WorkloadReconciler:
             if job["metadata"].get("annotations", {}).get(workloads.ANN_STATE) != f"Invalid: {message}"[:1000]:
                 self._say(job, "Invalid", message, warning=True, reason=problems[0].reason)
             return "Invalid"  # stays suspended: nothing runs that offpeak cannot place
-        if spec.model_source.kind != "entrypoint":
+        if not analysed_in_pod(spec.model_source, self.ctx.settings.analysis):
             return self._admit(job, spec, self._graph(job, spec), "no graph")
         word, graph, why = self._analyse(job, spec)
         if word == "Invalid":
@@ -81,14 +81,15 @@ class WorkloadReconciler:
         return word if word == "Analyzing" else self._admit(job, spec, graph, why or "no graph")
 
     def _analyse(self, job: Mapping[str, Any], spec: JobSpec) -> tuple[str, ModelGraph | None, str]:
-        """Run the entry point in the workload's own image (a TrainingJob's analysis pod) and keep its graph.
+        """Extract the graph in an analysis pod (a TrainingJob's: an entry point in the workload's own image, a
+        torchvision/HF source in the extract image) and keep it.
 
         Returns ("Analyzing", None, "") while the pod runs, ("Invalid", None, why) when the source cannot be built
         (the training would fail the same way), ("Ready", graph, "") once extracted, or ("Ready", None, why) when
         the analysis failed and the prediction goes on without the graph. Each outcome is written on the Job, so
         it holds across restarts and the pod is made once per source."""
         meta = job["metadata"]
-        namespace, source = meta["namespace"], spec.model_source.value
+        namespace, source = meta["namespace"], workloads.analysis_key(spec.model_source)
         kube = self.ctx.kube
         record = workloads.analysis_record(job, source)
         if record is not None and record.get("outcome") == "extracted":
@@ -101,7 +102,7 @@ class WorkloadReconciler:
         pod_name = workloads.owned_name(job, self.kind, "analysis")
         pod = kube.get_pod(namespace, pod_name)
         if pod is not None and workloads.analysed_source(pod) != source:
-            kube.delete_pod(namespace, pod_name)  # it runs an entry point the workload no longer names
+            kube.delete_pod(namespace, pod_name)  # it analyses a source the workload no longer names
             return "Analyzing", None, ""  # its deletion triggers the next reconcile, which makes the new one
         now = self.ctx.clock()
         started = (parse_time(pod["metadata"].get("creationTimestamp")) if pod else None) or now
@@ -119,8 +120,10 @@ class WorkloadReconciler:
                     return self._analysed(job, source, "failed",
                                           f"the API server rejected the analysis pod: {api_message(e)}")
                 if workloads.state(job) != "Analyzing":
+                    where = (f"the {self.kind.kind}'s own image" if spec.model_source.kind == "entrypoint"
+                             else self.ctx.settings.analysis.extract_image)
                     self._say(job, "Analyzing", f"extracting the model graph from {source} in analysis pod "
-                                                f"{pod_name}, in the {self.kind.kind}'s own image")
+                                                f"{pod_name}, in {where}")
                 return "Analyzing", None, ""
             case "collect":
                 try:
@@ -129,27 +132,27 @@ class WorkloadReconciler:
                     kube.delete_pod(namespace, pod_name)
                     return self._analysed(job, source, "failed", "could not read the graph from the analysis pod: "
                                                                  f"{getattr(e, 'reason', None) or e}")
-                body = workloads.graph_configmap(job, encoded, self.kind, entrypoint=source)
+                body = workloads.graph_configmap(job, encoded, self.kind, source=spec.model_source)
                 if not kube.create_configmap(body):  # an earlier entry point's graph: this one replaces it
                     kube.replace_configmap(body)
                 kube.delete_pod(namespace, pod_name)
                 kube.patch_workload(self.kind, namespace, meta["name"], workloads.analysis_patch(
                     source, "extracted", f"model graph extracted ({encoded.original_ops} ops)"))
-                self._observe_analysis((now - started).total_seconds(), ok=True)
+                self._observe_analysis(spec, (now - started).total_seconds(), ok=True)
                 return "Ready", graph, ""
             case "invalid":
                 kube.delete_pod(namespace, pod_name)
-                self._observe_analysis((now - started).total_seconds(), ok=False)
+                self._observe_analysis(spec, (now - started).total_seconds(), ok=False)
                 return self._analysed(job, source, "invalid", f"invalid model source: {judged.message}")
         kube.delete_pod(namespace, pod_name)  # failed: what is left of it goes
-        self._observe_analysis((now - started).total_seconds(), ok=False)
+        self._observe_analysis(spec, (now - started).total_seconds(), ok=False)
         return self._analysed(job, source, "failed", judged.message)
 
-    def _observe_analysis(self, seconds: float, *, ok: bool) -> None:
+    def _observe_analysis(self, spec: JobSpec, seconds: float, *, ok: bool) -> None:
         """An analysis pod's run, from its creation to its outcome, in the histogram TrainingJobs' analyses feed
-        (source `entrypoint`)."""
-        self.ctx.metrics.analysis_duration_seconds.labels(source="entrypoint", outcome="ok" if ok else "failed"
-                                                          ).observe(max(0.0, seconds))  # fmt: skip
+        (label `source`: the model source's kind)."""
+        self.ctx.metrics.analysis_duration_seconds.labels(source=spec.model_source.kind, outcome="ok" if ok else
+                                                          "failed").observe(max(0.0, seconds))  # fmt: skip
 
     def _analysed(self, job: Mapping[str, Any], source: str, outcome: str, message: str) -> tuple[str, None, str]:
         """Record an analysis that gave no graph; the reconcile goes on as the outcome says."""
@@ -162,10 +165,10 @@ class WorkloadReconciler:
     def _graph(self, job: Mapping[str, Any], spec: JobSpec) -> ModelGraph | None:
         source = spec.model_source
         try:
-            if source.kind == "entrypoint":  # extracted by the analysis pod into the workload's graph ConfigMap
+            if analysed_in_pod(source, self.ctx.settings.analysis):  # into the workload's graph ConfigMap
                 cm = self.ctx.kube.get_configmap(job["metadata"]["namespace"],
                                                  workloads.owned_name(job, self.kind, "graph"))
-                if cm is None or not workloads.graph_is_of(cm, source.value):
+                if cm is None or not workloads.graph_is_of(cm, source):
                     return None  # none yet, or another entry point's
                 return graph_from_configmap(cm, key=names.GRAPH_KEY)
             if source.in_process:
@@ -297,11 +300,12 @@ class WorkloadReconciler:
         if graph is None:
             return "not sent: the Job has no model graph (offpeak.io/model-source)"
         try:
-            answer = self.ctx.predictor.report_sample(
+            # ignore: precision and optimizer are the spec's strings; the client checks them as the predictor will
+            answer = self.ctx.predictor.report_sample(SampleReport(
                 gpu=gpu_type, step_seconds=step, job_seconds=end.seconds, steps=spec.total_steps,
                 startup_seconds=end.seconds - step * spec.total_steps, job=f"{meta['namespace']}/{meta['name']}",
-                graph=graph.to_dict(), graph_hash=graph.content_hash(), precision=spec.precision,
-                optimizer=spec.optimizer, num_gpus=spec.total_gpus)  # fmt: skip
+                graph=graph.to_dict(), graph_hash=graph.content_hash(), mode="train", num_gpus=spec.total_gpus,
+                precision=spec.precision, optimizer=spec.optimizer))  # type: ignore[arg-type]
         except PredictorUnavailable as e:  # unreachable, 5xx, or refused (a quarantined sample too)
             return f"not learned: {e}"
         outcome = str(answer.get("status") or "stored")

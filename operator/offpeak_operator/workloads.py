@@ -34,10 +34,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from offpeak_core.jobkinds import BATCH_JOB, JobKind, template_opted_in
+from offpeak_core.kueue import QUEUE_LABEL
 from offpeak_operator import names, podspecs, podtemplate
 from offpeak_operator.conditions import rfc3339
 from offpeak_operator.graphstore import EncodedGraph
-from offpeak_operator.jobspec import GpuResolver, JobSpec, Problem, SpecError, parse_spec, validate
+from offpeak_operator.jobspec import GpuResolver, JobSpec, ModelSource, Problem, SpecError, parse_spec, validate
 from offpeak_operator.podspecs import gpu_type_terms, predicted_annotation
 from offpeak_operator.settings import AnalysisSettings
 from offpeak_operator.statemachine import parse_time
@@ -66,7 +67,7 @@ AWAITING_PREDICTOR = "AwaitingPredictor"
 # The start-up the predictor adds when a job names none (offpeak_predictor.jobtime.DEFAULT_STARTUP_SECONDS; the
 # operator talks to the predictor over HTTP only, so the figure is repeated here).
 PREDICTOR_STARTUP_SECONDS = 60.0
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_QUEUE_LABEL = QUEUE_LABEL  # offpeak_core.kueue: the LocalQueue a job is queued in
 SOURCE_PREFIXES = {"torchvision": "torchvision", "hf": "hfConfig", "graph-configmap": "graphConfigMap",
                    "entrypoint": "entrypoint"}
 
@@ -361,33 +362,39 @@ def owned_metadata(job: Mapping[str, Any], kind: JobKind, *, suffix: str, role: 
     }
 
 
+def analysis_key(source: ModelSource) -> str:
+    """What names an analysed source on the objects that record it (pod, graph ConfigMap, the Job's record): an
+    entry point by itself, another source by kind and name."""
+    return source.value if source.kind == "entrypoint" else f"{source.kind}:{source.value}"
+
+
 def analysis_pod(job: Mapping[str, Any], spec: JobSpec, settings: AnalysisSettings,
                  kind: JobKind = BATCH_JOB) -> dict[str, Any]:
     """The TrainingJob's analysis pod (offpeak_operator.podspecs), named and owned for the workload, annotated with
-    the entry point it runs (the user may name another before it ends)."""
+    the source it analyses (the user may name another before it ends)."""
     metadata = owned_metadata(job, kind, suffix="analysis", role="analysis")
-    metadata["annotations"][ANN_MODEL_SOURCE] = spec.model_source.value
+    metadata["annotations"][ANN_MODEL_SOURCE] = analysis_key(spec.model_source)
     return podspecs.analysis_pod(job, spec, settings, metadata=metadata)
 
 
 def analysed_source(pod: Mapping[str, Any]) -> str:
-    """The entry point an analysis pod runs (`analysis_pod`), or whose graph a graph ConfigMap holds."""
+    """The source (`analysis_key`) an analysis pod analyses, or whose graph a graph ConfigMap holds."""
     return str(((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_MODEL_SOURCE, ""))
 
 
 def graph_configmap(job: Mapping[str, Any], encoded: EncodedGraph, kind: JobKind = BATCH_JOB, *,
-                    entrypoint: str = "") -> dict[str, Any]:
-    """The workload's `<kind>-<name>-graph` ConfigMap, as a TrainingJob's `<name>-graph`; it names the entry point
-    whose graph it holds (`ANN_MODEL_SOURCE`), so a graph of an entry point the workload no longer names is never
-    taken for the current one's (`graph_is_of`)."""
+                    source: ModelSource) -> dict[str, Any]:
+    """The workload's `<kind>-<name>-graph` ConfigMap, as a TrainingJob's `<name>-graph`; it names the source
+    whose graph it holds (`ANN_MODEL_SOURCE`, `analysis_key`), so a graph of a source the workload no longer names
+    is never taken for the current one's (`graph_is_of`)."""
     metadata = owned_metadata(job, kind, suffix="graph", role="graph")
-    metadata["annotations"] = {ANN_MODEL_SOURCE: entrypoint}
-    return podspecs.graph_configmap(job, encoded, source="entrypoint", metadata=metadata)
+    metadata["annotations"] = {ANN_MODEL_SOURCE: analysis_key(source)}
+    return podspecs.graph_configmap(job, encoded, source=source.kind, metadata=metadata)
 
 
-def graph_is_of(configmap: Mapping[str, Any], entrypoint: str) -> bool:
-    """Whether a workload's graph ConfigMap holds the graph of this entry point."""
-    return analysed_source(configmap) == entrypoint
+def graph_is_of(configmap: Mapping[str, Any], source: ModelSource) -> bool:
+    """Whether a workload's graph ConfigMap holds the graph of this source."""
+    return analysed_source(configmap) == analysis_key(source)
 
 
 def analysis_record(job: Mapping[str, Any], source: str) -> Mapping[str, str] | None:

@@ -22,7 +22,7 @@ class AuthDecision:
 
     ok: bool
     status: int = 200
-    reason: str = ""  # missing_token | bad_token | not_configured | secret_unreadable
+    reason: str = ""  # missing_token | malformed_header | bad_token | not_configured | secret_unreadable
     message: str = ""
 
 
@@ -43,6 +43,9 @@ def check(*, header: str | None, secret: str | None) -> AuthDecision:
     if not secret:
         return AuthDecision(False, 403, "not_configured",
                             "this predictor accepts no samples: it was started without --token-file")  # fmt: skip
+    if header is not None and not _utf8(header):
+        return AuthDecision(False, 401, "malformed_header",
+                            "the Authorization header is not UTF-8 text; send 'Authorization: Bearer <token>'")
     token = bearer_token(header)
     if token is None:
         return AuthDecision(False, 401, "missing_token", "send 'Authorization: Bearer <token>' (the shared secret)")
@@ -51,12 +54,24 @@ def check(*, header: str | None, secret: str | None) -> AuthDecision:
     return ALLOWED
 
 
+def _utf8(text: str) -> bool:
+    """Whether a header, as the server decoded its bytes, was UTF-8 (aiohttp keeps other bytes as lone
+    surrogates, which cannot be encoded back)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def read_token(path: str | Path) -> str:
     """The token in a secret file (surrounding whitespace removed); UserError if missing or empty."""
     try:
-        token = Path(path).read_text().strip()
+        token = Path(path).read_text(encoding="utf-8").strip()
     except OSError as e:
         raise UserError(f"cannot read the token file {path}: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise UserError(f"the token file {path} is not UTF-8 text") from e
     if not token:
         raise UserError(f"the token file {path} is empty")
     return token

@@ -8,6 +8,10 @@ a factor of `max_factor` either way (a broken collection cannot make the predict
 
     log factor c = clip(n / (n + k) * median(x), -log(max_factor), +log(max_factor))
 
+A row further than `implausible_ratio` (5x, the quarantine of a job sample) from the model's own answer is not
+used: it says more about the measurement (a wrong graph, a unit slip, a forged post) than about the GPU, and one
+such row alone would otherwise pull the factor to its bound. It is counted (`implausible_rows`) and logged.
+
 The rows must also agree with each other: each row in turn is left out, the factor of the others predicts it, and
 the calibration is used only when those held-out predictions are closer than the model's own (mean |x - c_-i| <
 mean |x|). Rows that disagree more than they share a bias (on a real H200, the new-gpu plan's 8 small steps ranged
@@ -26,6 +30,8 @@ import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from offpeak_predictor.correction import QUARANTINE_RATIO
+
 
 @dataclass(frozen=True, slots=True)
 class CalibrationSettings:
@@ -33,6 +39,7 @@ class CalibrationSettings:
 
     prior_rows: float = 2.0  # rows that weigh as much as the model's own answer (8 rows: 80 % of their median)
     max_factor: float = 4.0  # the calibration multiplies a prediction by at most this, or divides by it
+    implausible_ratio: float = QUARANTINE_RATIO  # a row further than this from the model's answer is not used
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +51,7 @@ class GpuCalibration:
     rows: int
     median_log_ratio: float  # before shrinking and bounds (what the rows alone say)
     held_out_gain: float | None = None  # mean |x| - mean |x - c_-i| (left-out rows); <= 0: not used; None: one row
+    implausible_rows: int = 0  # rows left out, further than `implausible_ratio` from the model's answer
 
     @property
     def factor(self) -> float:
@@ -52,17 +60,20 @@ class GpuCalibration:
 
 def calibrate(log_ratios: Mapping[str, Iterable[float]], *,
               settings: CalibrationSettings = CalibrationSettings()) -> dict[str, GpuCalibration]:  # fmt: skip
-    """A calibration per GPU type with at least one finite log ratio (measured / predicted) in `log_ratios`."""
+    """A calibration per GPU type with at least one finite log ratio (measured / predicted) in `log_ratios`; a GPU
+    type whose rows are all implausible gets factor 1 (and says how many it left out)."""
     out: dict[str, GpuCalibration] = {}
+    bound = math.log(settings.implausible_ratio)
     for gpu_type, values in log_ratios.items():
-        xs = [float(x) for x in values if math.isfinite(x)]
-        if not xs:
+        finite = [float(x) for x in values if math.isfinite(x)]
+        xs = [x for x in finite if abs(x) <= bound]
+        if not finite:
             continue
-        median = statistics.median(xs)
+        median = statistics.median(xs) if xs else 0.0
         gain = _held_out_gain(xs, settings)
-        log_factor = _factor(median, rows=len(xs), settings=settings) if gain is None or gain > 0 else 0.0
+        log_factor = _factor(median, rows=len(xs), settings=settings) if xs and (gain is None or gain > 0) else 0.0
         out[gpu_type] = GpuCalibration(gpu_type=gpu_type, log_factor=log_factor, rows=len(xs), median_log_ratio=median,
-                                       held_out_gain=gain)  # fmt: skip
+                                       held_out_gain=gain, implausible_rows=len(finite) - len(xs))  # fmt: skip
     return out
 
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from offpeak.errors import UserError
+from offpeak.cliargs import env
+from offpeak.errors import Unreachable, UserError
 from offpeak_graph.schema import PRECISIONS, PRECISION_HELP
 from offpeak_predictor import cli_refit
-from offpeak_predictor.cli_common import load_model
+from offpeak_predictor.cli_common import check_token_file, load_model
 from offpeak_predictor.interconnect import DEFAULT_NETWORK_GBITS
 
 
@@ -58,7 +58,7 @@ def _register_predict(subparsers: argparse._SubParsersAction) -> None:  # type: 
     p.add_argument("--epochs", type=float, help="with --dataset-size: derive --steps")
     p.add_argument("--dataset-size", type=int, help="training samples per epoch (with --epochs)")
     p.add_argument("--startup-seconds", type=float, default=None, help="job start-up overhead (default 60)")
-    p.add_argument("--model", default=os.environ.get("OFFPEAK_PREDICTOR_MODEL"),
+    p.add_argument("--model", default=env("OFFPEAK_PREDICTOR_MODEL"),
                    help="model file (default: the one shipped in the package; env OFFPEAK_PREDICTOR_MODEL)")
     p.add_argument("--db", default=None,
                    help="benchmark DB whose rows from `offpeak collect` calibrate their GPU types (docs/collect.md)")
@@ -105,49 +105,74 @@ def _graph_from_args(args: argparse.Namespace) -> Any:
         raise UserError(f"cannot build the model graph: {e}") from e
 
 
+def _source(args: argparse.Namespace) -> str:
+    """What the graph is built from, for the progress line."""
+    return str(args.torchvision or args.hf_config or args.entrypoint)
+
+
 def _cmd_predict(args: argparse.Namespace) -> int:
+    from offpeak.terminal import steps
     from offpeak_predictor.gpus import resolve_gpu
     from offpeak_predictor.jobtime import DEFAULT_STARTUP_SECONDS, steps_for_epochs
-    from offpeak_predictor.predict import PredictOptions, Predictor
 
     for gpu in args.gpu:
         resolve_gpu(gpu)  # fail fast, before a slow graph extraction
     if (args.epochs is None) != (args.dataset_size is None):
         raise UserError("--epochs and --dataset-size go together")
-    graph = _graph_from_args(args)
-    steps = args.steps
-    if args.epochs is not None:
-        try:
-            steps = steps_for_epochs(epochs=args.epochs, dataset_size=args.dataset_size,
-                                     batch_size=graph.batch_size, num_gpus=args.num_gpus)  # fmt: skip
-        except ValueError as e:
-            raise UserError(str(e)) from e
-    predictor = Predictor(load_model(args.model), network_gbits=args.network_gbits)
-    if args.db:
-        from offpeak_predictor.collected import load_calibration
-        from offpeak_predictor.db import BenchmarkDB
+    first = (f"reading the model graph {args.graph}" if args.graph else
+             f"building the model graph of {_source(args)} (importing torch and tracing: 10-20 s unless cached)")
+    with steps(first) as step:
+        graph = _graph_from_args(args)
+        num_steps = args.steps
+        if args.epochs is not None:
+            try:
+                num_steps = steps_for_epochs(epochs=args.epochs, dataset_size=args.dataset_size,
+                                             batch_size=graph.batch_size, num_gpus=args.num_gpus)  # fmt: skip
+            except ValueError as e:
+                raise UserError(str(e)) from e
+        step("loading the runtime model")
+        from offpeak_predictor.predict import PredictOptions, Predictor
 
-        if not Path(args.db).is_file():
-            raise UserError(f"benchmark DB not found: {args.db}")
-        predictor.calibration = load_calibration(predictor=predictor, db=BenchmarkDB(args.db))
-    options = PredictOptions(
-        mode=args.mode, precision=args.precision, optimizer=args.optimizer, num_gpus=args.num_gpus, steps=steps,
-        gpus_per_node=args.gpus_per_node,
-        startup_seconds=DEFAULT_STARTUP_SECONDS if args.startup_seconds is None else args.startup_seconds,
-    )  # fmt: skip
-    for result in predictor.predict(graph, list(dict.fromkeys(args.gpu)), options):
-        result.update(model=graph.model_name, batch_size=graph.batch_size, graph_hash=graph.content_hash(),
-                      flops_forward=graph.total_flops_forward, params=graph.total_params)  # fmt: skip
+        predictor = Predictor(load_model(args.model), network_gbits=args.network_gbits)
+        if args.db:
+            from offpeak_predictor.collected import load_calibration
+            from offpeak_predictor.db import BenchmarkDB
+
+            if not Path(args.db).is_file():
+                raise UserError(f"benchmark DB not found: {args.db}")
+            step(f"calibrating from the collected rows in {args.db}")
+            predictor.calibration = load_calibration(predictor=predictor, db=BenchmarkDB(args.db))
+        startup = DEFAULT_STARTUP_SECONDS if args.startup_seconds is None else args.startup_seconds
+        options = PredictOptions(
+            mode=args.mode, precision=args.precision, optimizer=args.optimizer, num_gpus=args.num_gpus,
+            steps=num_steps, gpus_per_node=args.gpus_per_node, startup_seconds=startup,
+        )  # fmt: skip
+        step("predicting")
+        results = predictor.predict(graph, list(dict.fromkeys(args.gpu)), options)
+    for result in results:
+        result.update(model=graph.model_name, batch_size=graph.batch_size, seq_len=graph.seq_len,
+                      graph_hash=graph.content_hash(), flops_forward=graph.total_flops_forward,
+                      params=graph.total_params)  # fmt: skip
+        if "job_seconds" in result:
+            result["startup_seconds"] = startup
         print(json.dumps(result) if args.json else _predict_line(result))
     return 0
 
 
 def _predict_line(result: dict[str, Any]) -> str:
-    line = (f"{result['model']} bs={result['batch_size']} on {result['gpu_type']} ({result['mode']}, "
-            f"{result['precision']}): step {result['step_seconds'] * 1e3:.1f} ms "
-            f"(p90 {result['step_seconds_p90'] * 1e3:.1f} ms)")  # fmt: skip
+    """One answer in words, with what it assumed: the GPU type an alias stands for, the mode, precision,
+    optimizer, sequence length and start-up."""
+    asked = result.get("gpu", result["gpu_type"])
+    gpu = result["gpu_type"] if asked == result["gpu_type"] else f"{asked} = {result['gpu_type']}"
+    how = [result["mode"], result["precision"]]
+    if result["mode"] == "train":
+        how.append("no optimizer" if result["optimizer"] == "none" else f"{result['optimizer']} optimizer")
+    seq = f" seq_len={result['seq_len']}" if result.get("seq_len") else ""
+    line = (f"{result['model']} bs={result['batch_size']}{seq} on {gpu} ({', '.join(how)}): "
+            f"step {result['step_seconds'] * 1e3:.1f} ms (p90 {result['step_seconds_p90'] * 1e3:.1f} ms)")
     if "job_seconds" in result:
-        line += f"; job {result['job_seconds']:.0f} s (p90 {result['job_seconds_p90']:.0f} s)"
+        line += (f"; job of {result['steps']} steps {result['job_seconds']:.0f} s (p90 {result['job_seconds_p90']:.0f}"
+                 f" s, with {result['startup_seconds']:g} s start-up)")
     if "peak_memory_gib" in result:
         verdict = "fits" if result["fits_memory"] else "does NOT fit"
         line += (f"; needs ~{result['peak_memory_gib']:.1f} GiB of GPU memory: {verdict} "
@@ -162,38 +187,38 @@ def _register_predictor(subparsers: argparse._SubParsersAction) -> None:  # type
     p = subparsers.add_parser("predictor", help="runtime predictor service and database")
     sub = p.add_subparsers(dest="predictor_command", metavar="SUBCOMMAND")
     s = sub.add_parser("serve", help="HTTP JSON API (/v1/predict, /v1/samples, /healthz, /metrics, ...)")
-    s.add_argument("--port", type=int, default=int(os.environ.get("OFFPEAK_PREDICTOR_PORT", "8080")))
-    s.add_argument("--host", default=os.environ.get("OFFPEAK_PREDICTOR_HOST", "0.0.0.0"))  # noqa: S104
+    s.add_argument("--port", type=int, default=env("OFFPEAK_PREDICTOR_PORT", 8080))
+    s.add_argument("--host", default=env("OFFPEAK_PREDICTOR_HOST", "0.0.0.0"))  # noqa: S104
     s.add_argument("--metrics-port", type=int,
-                   default=int(os.environ.get("OFFPEAK_PREDICTOR_METRICS_PORT") or 0) or None,
+                   default=env("OFFPEAK_PREDICTOR_METRICS_PORT"),
                    help="serve /metrics (with /healthz and /readyz, nothing else) on this port instead of --port, so "
                         "scrapers need no access to the API (env OFFPEAK_PREDICTOR_METRICS_PORT; default: /metrics "
                         "on --port)")
-    s.add_argument("--metrics-host", default=os.environ.get("OFFPEAK_PREDICTOR_METRICS_HOST", "0.0.0.0"),  # noqa: S104
+    s.add_argument("--metrics-host", default=env("OFFPEAK_PREDICTOR_METRICS_HOST", "0.0.0.0"),  # noqa: S104
                    help="address of --metrics-port (default 0.0.0.0: kubelet probes and Prometheus)")
-    s.add_argument("--db", default=os.environ.get("OFFPEAK_PREDICTOR_DB"), help="SQLite file for /v1/samples")
-    s.add_argument("--model", default=os.environ.get("OFFPEAK_PREDICTOR_MODEL"))
+    s.add_argument("--db", default=env("OFFPEAK_PREDICTOR_DB"), help="SQLite file for /v1/samples")
+    s.add_argument("--model", default=env("OFFPEAK_PREDICTOR_MODEL"))
     s.add_argument("--max-body-bytes", type=int, default=8 * 1024 * 1024)
     s.add_argument("--cache-mib", type=float, default=256.0,
                    help="memory for cached graph summaries, hashes, memory estimates and per-op prices: LRUs "
                         "bounded by approximate MiB in all, filled by every distinct graph seen (default 256)")
-    s.add_argument("--model-store", default=os.environ.get("OFFPEAK_MODEL_STORE"),
+    s.add_argument("--model-store", default=env("OFFPEAK_MODEL_STORE"),
                    help="directory of re-fitted model versions: serves its current one, enables POST "
                         "/v1/model/refit and /v1/model/rollback (env OFFPEAK_MODEL_STORE)")
     s.add_argument("--model-keep", type=int, default=5, help="model versions the store keeps (default 5)")
     s.add_argument("--refit-min-samples", type=int, default=30,
                    help="usable accepted samples a re-fit needs (default 30)")
-    s.add_argument("--token-file", default=os.environ.get("OFFPEAK_PREDICTOR_TOKEN_FILE"),
+    s.add_argument("--token-file", default=env("OFFPEAK_PREDICTOR_TOKEN_FILE"),
                    help="shared secret POST /v1/samples must present as a bearer token; without it no sample is "
                         "accepted (env OFFPEAK_PREDICTOR_TOKEN_FILE)")
     s.add_argument("--network-gbits", type=float,
-                   default=float(os.environ.get("OFFPEAK_NETWORK_GBITS", str(DEFAULT_NETWORK_GBITS))),
+                   default=env("OFFPEAK_NETWORK_GBITS", DEFAULT_NETWORK_GBITS),
                    help="network per node between the nodes of a multi-node job, Gbit/s: the all-reduce a "
                         "multi-node prediction adds (env OFFPEAK_NETWORK_GBITS, default %(default)s)")
-    s.add_argument("--max-samples", type=int, default=int(os.environ.get("OFFPEAK_PREDICTOR_MAX_SAMPLES", "10000")),
+    s.add_argument("--max-samples", type=int, default=env("OFFPEAK_PREDICTOR_MAX_SAMPLES", 10000),
                    help="job samples kept in the DB; the oldest are dropped and unlearned (default 10000)")
     s.add_argument("--max-sample-mib", type=float,
-                   default=float(os.environ.get("OFFPEAK_PREDICTOR_MAX_SAMPLE_MIB", "512")),
+                   default=env("OFFPEAK_PREDICTOR_MAX_SAMPLE_MIB", 512.0),
                    help="model-graph JSON kept with the job samples, in MiB; the oldest samples are dropped and "
                         "unlearned beyond it too (default 512)")
     s.add_argument("--prior-strength", type=float, default=0.5,
@@ -332,7 +357,7 @@ def _register_collect(subparsers: argparse._SubParsersAction) -> None:  # type: 
     p.add_argument("--db", default=None, help="SQLite path (default ~/.cache/offpeak/benchmarks.sqlite)")
     p.add_argument("--predictor-url", default=None,
                    help="new-gpu: also POST the rows to this predictor (/v1/collected), which calibrates the GPU type")
-    p.add_argument("--token-file", default=os.environ.get("OFFPEAK_PREDICTOR_TOKEN_FILE"),
+    p.add_argument("--token-file", default=env("OFFPEAK_PREDICTOR_TOKEN_FILE"),
                    help="the predictor's shared secret, sent as a bearer token (env OFFPEAK_PREDICTOR_TOKEN_FILE)")
     p.add_argument("--post-attempts", type=int, default=6,
                    help="new-gpu: tries of the POST while the predictor is unreachable or answers 5xx, waiting 2 s "
@@ -400,6 +425,7 @@ def _collect_new_gpu(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.predictor_url and not args.token_file:
         raise UserError("--predictor-url needs --token-file (the predictor's shared secret)")
+    check_token_file(args.token_file)
     if args.post_attempts < 1:
         raise UserError("--post-attempts must be >= 1")
     target, amp = make_target(device=args.device, gpu_type=args.gpu_type)
@@ -445,4 +471,4 @@ def _post_collected(args: argparse.Namespace, *, result: Any, gpu: str, software
     except PredictorRequestError as e:
         raise UserError(f"the predictor refused the collected rows ({e}); they are kept in the local DB") from e
     except PredictorUnavailable as e:
-        raise UserError(f"cannot post the collected rows: {e}; they are kept in the local DB") from e
+        raise Unreachable(f"cannot post the collected rows: {e}; they are kept in the local DB") from e

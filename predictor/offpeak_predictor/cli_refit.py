@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from offpeak.errors import UserError
-from offpeak_predictor.cli_common import load_model
+from offpeak.cliargs import env
+from offpeak.errors import Unreachable, UserError
+from offpeak_predictor.cli_common import check_token_file, load_model
 
 STORE_ENV = "OFFPEAK_MODEL_STORE"
 
@@ -23,9 +23,9 @@ STORE_ENV = "OFFPEAK_MODEL_STORE"
 def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     r = sub.add_parser("refit", help="re-fit the model from job samples, shadow-evaluate, promote if not worse")
     _target_args(r)
-    r.add_argument("--db", default=os.environ.get("OFFPEAK_PREDICTOR_DB"),
+    r.add_argument("--db", default=env("OFFPEAK_PREDICTOR_DB"),
                    help="sample DB (default ~/.cache/offpeak/benchmarks.sqlite; env OFFPEAK_PREDICTOR_DB)")
-    r.add_argument("--model", default=os.environ.get("OFFPEAK_PREDICTOR_MODEL"),
+    r.add_argument("--model", default=env("OFFPEAK_PREDICTOR_MODEL"),
                    help="base model (default: the shipped one; env OFFPEAK_PREDICTOR_MODEL); the store's current "
                         "version is re-fitted when it was re-fitted from this base")
     r.add_argument("--min-samples", type=int, default=30, help="usable accepted samples needed (default 30)")
@@ -42,12 +42,12 @@ def register(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--store", default=os.environ.get(STORE_ENV),
+    p.add_argument("--store", default=env(STORE_ENV),
                    help=f"model store directory (env {STORE_ENV})")
     p.add_argument("--keep", type=int, default=5, help="model versions the store keeps (default 5)")
     p.add_argument("--url", default=None,
                    help="ask the predictor at this URL instead (POST /v1/model/refit or /v1/model/rollback)")
-    p.add_argument("--token-file", default=os.environ.get("OFFPEAK_PREDICTOR_TOKEN_FILE"),
+    p.add_argument("--token-file", default=env("OFFPEAK_PREDICTOR_TOKEN_FILE"),
                    help="with --url: the shared bearer token (env OFFPEAK_PREDICTOR_TOKEN_FILE)")
     p.add_argument("--timeout", type=float, default=900.0, help="with --url: seconds to wait (default 900)")
 
@@ -65,13 +65,14 @@ def _store(args: argparse.Namespace) -> Any:
 def _remote(args: argparse.Namespace, path: str, payload: dict[str, Any]) -> int:
     from offpeak_predictor.client import PredictorClient, PredictorRequestError, PredictorUnavailable
 
+    check_token_file(args.token_file)
     client = PredictorClient(args.url, timeout=args.timeout, token_file=args.token_file)
     try:
         answer = client._post(path, payload, authenticated=True)  # noqa: SLF001 - the client's one POST path
     except PredictorRequestError as e:
         raise UserError(f"the predictor refused {path}: {e}") from e
     except PredictorUnavailable as e:
-        raise UserError(str(e)) from e
+        raise Unreachable(f"{e} (is --url right, and the predictor up?)") from e
     print(json.dumps(answer, indent=1))
     return 0
 

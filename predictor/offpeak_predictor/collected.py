@@ -1,5 +1,6 @@
 """Rows `offpeak collect` wrote into a benchmark DB, read back as per-GPU-type calibrations (`calibration.py`),
-and the batches of such rows `POST /v1/collected` receives (`parse_batch`, pure; `store_batch`).
+and the batches of such rows `POST /v1/collected` receives (`parse_batch`, pure; `check_predictable`;
+`store_batch`, all or nothing).
 
 Adapter between the DB, the graph files of the rows and the predictor; the decision is `calibration.calibrate`.
 Computed once when a predictor loads (`offpeak predict --db`, `predictor serve --db`) and again when collected rows
@@ -19,18 +20,15 @@ from typing import Any
 import pandas as pd
 
 from offpeak.errors import UserError
-from offpeak_graph.schema import MODES, PRECISIONS, GraphError, ModelGraph, load_graph, validate_graph
+from offpeak_graph.schema import GraphError, ModelGraph, load_graph, parse_graph, validate_graph
+from offpeak_predictor import wire
 from offpeak_predictor.calibration import CalibrationSettings, GpuCalibration, calibrate
 from offpeak_predictor.db import BenchmarkDB
 from offpeak_predictor.gpus import find_gpu
-from offpeak_predictor.features import OP_CLASSES
-from offpeak_predictor.predict import OPTIMIZERS, PredictOptions, Predictor
+from offpeak_predictor.predict import PredictOptions, Predictor
 
 log = logging.getLogger(__name__)
 COLLECT_SOURCE = "collect"  # the `source` of every row `offpeak collect` writes
-MAX_MODEL_ROWS = 200  # per POST: the new-gpu plan sends 8
-MAX_OP_ROWS = 5000  # per POST: the new-gpu plan sends 38
-OP_MODES = ("fwd", "train")  # forward only; forward + backward
 
 
 def collected_log_ratios(*, predictor: Predictor, rows: pd.DataFrame) -> dict[str, list[float]]:
@@ -69,7 +67,7 @@ def _text(row: dict[str, Any], key: str) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class CollectedBatch:
+class CheckedBatch:
     """A checked POST /v1/collected body: rows in the DB's columns (source and GPU type filled in), and the
     graph of each model row (same order)."""
 
@@ -79,70 +77,46 @@ class CollectedBatch:
     op_rows: list[dict[str, Any]]
 
 
-def _positive(row: dict[str, Any], key: str, where: str, *, zero: bool = False) -> float:
-    value = row.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
-            value < 0 or (value == 0 and not zero):
-        raise UserError(f"{where}.{key} must be a {'non-negative' if zero else 'positive'} finite number")
-    return float(value)
-
-
-def _choice(row: dict[str, Any], key: str, where: str, allowed: tuple[str, ...], default: str | None = None) -> str:
-    value = row.get(key, default)
-    if value not in allowed:
-        raise UserError(f"{where}.{key} must be one of {', '.join(allowed)} (got {value!r})")
-    return str(value)
-
-
-def _rows(body: dict[str, Any], key: str, limit: int) -> list[dict[str, Any]]:
-    rows = body.get(key, [])
-    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
-        raise UserError(f"{key!r} must be a list of objects")
-    if len(rows) > limit:
-        raise UserError(f"at most {limit} {key} per request (got {len(rows)}); send them in several requests")
-    return rows
-
-
-def parse_batch(body: dict[str, Any], *, gpu_type: str) -> CollectedBatch:
-    """Check a POST /v1/collected body (the GPU type already resolved); UserError naming the first bad field."""
-    software = body.get("software", "")
-    if not isinstance(software, str) or len(software) > 200:
-        raise UserError("'software' must be a string of at most 200 characters")
-    model_in, op_in = _rows(body, "model_rows", MAX_MODEL_ROWS), _rows(body, "op_rows", MAX_OP_ROWS)
-    if not model_in and not op_in:
+def parse_batch(body: wire.CollectedBatch, *, gpu_type: str) -> CheckedBatch:
+    """A POST /v1/collected body (its fields already typed and bounded by `wire.CollectedBatch`; the GPU type
+    resolved) as DB rows; UserError naming the first bad field by its JSON path (`$.model_rows[1].graph.ops...`)."""
+    if not body.model_rows and not body.op_rows:
         raise UserError("give 'model_rows' and/or 'op_rows' (rows written by `offpeak collect`)")
     models, graphs = [], []
-    for i, row in enumerate(model_in):
-        where = f"model_rows[{i}]"
+    for i, row in enumerate(body.model_rows):
         try:
-            graph = validate_graph(ModelGraph.from_dict(row["graph"]))
-        except KeyError as e:
-            raise UserError(f"{where}.graph (the model graph of the row) is required") from e
-        except (GraphError, ValueError, TypeError, AttributeError, OverflowError) as e:
-            raise UserError(f"{where}.graph is not a valid model graph: {e}") from e
-        mode = _choice(row, "mode", where, MODES, graph.mode)
+            graph = parse_graph(row.graph)
+        except GraphError as e:
+            raise wire.graph_error(e, f"$.model_rows[{i}].graph") from e
+        mode = row.mode or graph.mode
         models.append({
-            "source": COLLECT_SOURCE, "gpu": gpu_type, "mode": mode,
-            "precision": _choice(row, "precision", where, PRECISIONS, graph.precision),
-            "optimizer": _choice(row, "optimizer", where, OPTIMIZERS, graph.optimizer if mode == "train" else "none"),
+            "source": COLLECT_SOURCE, "gpu": gpu_type, "mode": mode, "precision": row.precision or graph.precision,
+            "optimizer": row.optimizer or (graph.optimizer if mode == "train" else "none"),
             "model_name": graph.model_name, "family": graph.model_family, "graph_kind": "graph_file",
             "batch_size": graph.batch_size, "seq_len": graph.seq_len,
             "input_shape": json.dumps(list(graph.input_shape)) if graph.input_shape else None,
-            "num_gpus": 1, "time_s": _positive(row, "time_s", where),
-            "time_std": _positive(row, "time_std", where, zero=True) if row.get("time_std") is not None else None,
-            "software": software,
+            "num_gpus": 1, "time_s": row.time_s, "time_std": row.time_std, "software": body.software,
         })  # fmt: skip
-        graphs.append((graph, row["graph"]))
-    ops = []
-    for i, row in enumerate(op_in):
-        where = f"op_rows[{i}]"
-        ops.append({"source": COLLECT_SOURCE, "gpu": gpu_type, "software": software,
-                    "precision": _choice(row, "precision", where, PRECISIONS),
-                    "mode": _choice(row, "mode", where, OP_MODES),
-                    "op_class": _choice(row, "op_class", where, OP_CLASSES),
-                    **{k: _positive(row, k, where) for k in ("flops", "bytes", "out_numel", "lead_dim", "dtype_bytes",
-                                                              "time_s")}})  # fmt: skip
-    return CollectedBatch(gpu_type=gpu_type, model_rows=models, graphs=graphs, op_rows=ops)
+        graphs.append((graph, row.graph))
+    ops = [{"source": COLLECT_SOURCE, "gpu": gpu_type, "software": body.software, "precision": row.precision,
+            "mode": row.mode, "op_class": row.op_class, "flops": row.flops, "bytes": row.bytes,
+            "out_numel": row.out_numel, "lead_dim": row.lead_dim, "dtype_bytes": row.dtype_bytes, "time_s": row.time_s}
+           for row in body.op_rows]  # fmt: skip
+    return CheckedBatch(gpu_type=gpu_type, model_rows=models, graphs=graphs, op_rows=ops)
+
+
+def check_predictable(predictor: Predictor, batch: CheckedBatch) -> None:
+    """Predict each model row as the calibration will (before anything is stored): a row the model cannot price
+    is a 400 naming it, never a stored row that fails every later calibration."""
+    for i, (row, (graph, _)) in enumerate(zip(batch.model_rows, batch.graphs, strict=True)):
+        options = PredictOptions(mode=row["mode"], precision=row["precision"], optimizer=row["optimizer"])
+        try:
+            step = float(predictor.predict(graph, [batch.gpu_type], options, corrected=False)[0]["step_seconds"])
+        except (UserError, ValueError, ArithmeticError) as e:
+            raise UserError(f"$.model_rows[{i}]: the model cannot predict this row's graph: {e}") from e
+        if not (math.isfinite(step) and step > 0):
+            raise UserError(f"$.model_rows[{i}]: the model's prediction for this row's graph is not a positive "
+                            "finite number; check its FLOPs and bytes")
 
 
 MODEL_ROW_KEY = ("gpu", "model_name", "precision", "mode", "optimizer", "batch_size", "graph_ref", "time_s", "software")
@@ -171,30 +145,40 @@ MAX_COLLECTED_MODEL_ROWS = 5_000
 MAX_COLLECTED_OP_ROWS = 50_000
 
 
-def store_batch(db: BenchmarkDB, batch: CollectedBatch) -> tuple[int, int, int]:
-    """Append a checked batch to the DB; each model row's graph is saved beside the DB (`collected_graphs/`,
-    named by content hash) and referenced by its row, as `offpeak collect` does locally. Rows already stored (the
-    same batch posted again) are skipped; past `MAX_COLLECTED_*_ROWS` for the GPU type the oldest are deleted.
-    (model rows, op rows, rows skipped)."""
+def store_batch(db: BenchmarkDB, batch: CheckedBatch) -> tuple[int, int, int]:
+    """Append a checked batch to the DB, all or nothing: each model row's graph is saved beside the DB
+    (`collected_graphs/`, named by content hash) and referenced by its row, as `offpeak collect` does locally; the
+    rows, and the pruning past `MAX_COLLECTED_*_ROWS` for the GPU type (oldest first), are one transaction. Should
+    it fail, the graph files this call created are removed again. Rows already stored (the same batch posted
+    again) are skipped. (model rows, op rows, rows skipped)."""
     graph_dir = db.path.parent / "collected_graphs"
     graph_dir.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for row, (graph, raw) in zip(batch.model_rows, batch.graphs, strict=True):
-        path = graph_dir / f"{graph.content_hash().split(':')[1][:24]}.json.gz"
-        if not path.exists():
-            path.write_bytes(gzip.compress(json.dumps(raw).encode()))
-        rows.append({**row, "graph_ref": str(path)})
-    mine = {"source": COLLECT_SOURCE, "gpu": batch.gpu_type}
-    new_models = _new_rows(db.read("model_samples", **mine), rows, MODEL_ROW_KEY)
-    new_ops = _new_rows(db.read("op_samples", **mine), batch.op_rows, OP_ROW_KEY)
-    models = db.append("model_samples", pd.DataFrame(new_models)) if new_models else 0
-    ops = db.append("op_samples", pd.DataFrame(new_ops)) if new_ops else 0
-    db.keep_newest("op_samples", max_rows=MAX_COLLECTED_OP_ROWS, **mine)
-    if db.keep_newest("model_samples", max_rows=MAX_COLLECTED_MODEL_ROWS, **mine):
+    rows, created = [], []
+    try:
+        for row, (graph, raw) in zip(batch.model_rows, batch.graphs, strict=True):
+            path = graph_dir / f"{graph.content_hash().split(':')[1][:24]}.json.gz"
+            if not path.exists():
+                tmp = path.with_suffix(".tmp")
+                tmp.write_bytes(gzip.compress(json.dumps(raw).encode()))
+                tmp.replace(path)  # whole or absent, never a half-written graph a row refers to
+                created.append(path)
+            rows.append({**row, "graph_ref": str(path)})
+        mine = {"source": COLLECT_SOURCE, "gpu": batch.gpu_type}
+        new_models = _new_rows(db.read("model_samples", **mine), rows, MODEL_ROW_KEY)
+        new_ops = _new_rows(db.read("op_samples", **mine), batch.op_rows, OP_ROW_KEY)
+        pruned = db.append_all({"model_samples": new_models, "op_samples": new_ops},
+                               keep_newest={"model_samples": MAX_COLLECTED_MODEL_ROWS,
+                                            "op_samples": MAX_COLLECTED_OP_ROWS}, where=mine)  # fmt: skip
+    except BaseException:
+        for path in created:
+            path.unlink(missing_ok=True)
+        raise
+    if pruned.get("model_samples"):
         referenced = {Path(str(ref)).name for ref in db.read("model_samples", source=COLLECT_SOURCE)["graph_ref"]}
         for path in graph_dir.glob("*.json.gz"):
             if path.name not in referenced:
                 path.unlink(missing_ok=True)
+    models, ops = len(new_models), len(new_ops)
     return models, ops, len(rows) + len(batch.op_rows) - models - ops
 
 

@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 Z90 = 1.2815515655446004  # standard normal 90th percentile
+# A measurement further than this factor from the model's own prediction is not learned from: a job sample is
+# quarantined, a collected row left out of its GPU type's calibration.
+QUARANTINE_RATIO = 5.0
 Level = Literal["model", "gpu", "family", "graph"]  # gpu: a calibration from collected rows (calibration.py)
 
 
@@ -36,7 +39,7 @@ class CorrectionSettings:
     prior_strength: float = 0.5
     noise_log_sd: float = 0.10  # assumed run-to-run spread of one key's step time before its samples say
     noise_prior_weight: float = 3.0  # pseudo-samples behind noise_log_sd
-    quarantine_ratio: float = 5.0  # a sample further than this factor from the model's prediction is not learned
+    quarantine_ratio: float = QUARANTINE_RATIO  # a sample further than this from the model's prediction is not learned
 
 
 @dataclass(frozen=True, slots=True)

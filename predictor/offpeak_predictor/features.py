@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from offpeak_predictor.gpus import GPU_FEATURES, GpuSpec
+from offpeak_predictor.wire import OpClass
 
-# Operator classes the op-level models distinguish. "free" ops (views, inputs) cost nothing.
-OP_CLASSES: tuple[str, ...] = ("gemm", "conv", "norm", "softmax", "elementwise", "memory")
+# Operator classes the op-level models distinguish (named by the wire, where collected op rows carry them). "free"
+# ops (views, inputs) cost nothing.
+OP_CLASSES: tuple[str, ...] = get_args(OpClass)
 FREE = "free"
 
 _CLASS_OF_TYPE: dict[str, str] = {

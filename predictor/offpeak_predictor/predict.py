@@ -22,13 +22,11 @@ from offpeak_predictor.jobtime import DEFAULT_STARTUP_SECONDS, job_estimate
 from offpeak_predictor.lru import SizedLRU, approx_bytes
 from offpeak_predictor.memory import MemoryEstimate, fits_gpu, peak_memory_bytes
 from offpeak_predictor.model import RuntimeModel
-
-MAX_STEPS = 10**12
-MAX_STARTUP_SECONDS = 1e7
-GRAPH_BYTES_PER_OP = 700  # an Op object with its small lists, for the graph-object cache's budget
 # Overrides a request may ask for: the graph's own modes and precisions (one home: the schema), and the optimizers
-# the runtime model was trained to price (narrower than the schema's, which also lists what the memory model knows).
-OPTIMIZERS = ("sgd", "adam", "adamw", "none")
+# the runtime model was trained to price (the wire's, narrower than the schema's)
+from offpeak_predictor.wire import MAX_STARTUP_SECONDS, MAX_STEPS, OPTIMIZERS
+
+GRAPH_BYTES_PER_OP = 700  # an Op object with its small lists, for the graph-object cache's budget
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,9 @@
 The service knows nothing of HTTP. Each sample is judged against the serving model's own prediction for the
 same graph, GPU type and options: a plausible one is learned at once (the next prediction for its keys is
 corrected), one more than `quarantine_ratio` off is stored with status `quarantined` and not learned, and one
-the model cannot re-predict (no graph) is stored `unverified`. The table is a cache of the accepted rows of
+the model cannot re-predict (no graph) is stored `unverified`. A sample may replace an earlier one of the same
+job (`replaces`: its id): a running job's early sample, measured while it ran, gives way to its final one, so
+one run counts once; the earlier row is kept with status `superseded` and unlearned. The table is a cache of the accepted rows of
 the sample DB under the serving model: rebuilt from it at start-up (rows judged under another model version
 are re-judged from their stored graph), and a row dropped by retention is taken out of it again.
 """
@@ -17,22 +19,30 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from offpeak_graph.schema import ModelGraph, validate_graph
+from offpeak.errors import UserError
+from offpeak_graph.schema import GraphError, ModelGraph, parse_graph
 from offpeak_predictor.correction import (
     Correction, CorrectionKey, CorrectionSettings, CorrectionTable, implausible, keys_for, log_ratio,
 )  # fmt: skip
-from offpeak_predictor.db import BenchmarkDB
+from offpeak_predictor.db import BenchmarkDB, RowTooLarge
 from offpeak_predictor.predict import PredictOptions, Predictor
 
 log = logging.getLogger(__name__)
 Status = Literal["accepted", "quarantined", "unverified"]
+SUPERSEDED = "superseded"  # the stored status of a sample a later one of the same job replaced
 
 
 @dataclass(frozen=True, slots=True)
 class FeedbackSettings:
     correction: CorrectionSettings = field(default_factory=CorrectionSettings)
     max_samples: int = 10_000  # job_samples rows kept; the oldest are dropped (and unlearned) beyond this
-    max_graph_bytes: int = 512 * 2**20  # and beyond this much stored graph JSON (a graph is up to the body limit)
+    # ... and beyond this many stored bytes: every byte of the rows, their graph JSON and every text field (a graph
+    # is up to the body limit); one sample larger than all of it is refused (`--max-sample-mib`)
+    max_graph_bytes: int = 512 * 2**20
+
+
+class SampleTooLarge(UserError):
+    """A sample whose row alone is over the samples' byte budget (a 413)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +62,7 @@ class Sample:
     job_seconds: float | None = None
     steps: int | None = None
     client: str = ""
+    replaces: int | None = None  # the id of an earlier sample of the same job this one takes the place of
 
     def keys(self) -> tuple[CorrectionKey, ...]:
         return keys_for(graph_hash=self.graph_hash, family=self.family, gpu_type=self.gpu_type,
@@ -145,18 +156,24 @@ class Feedback:
         return None if answer is None else answer[0]
 
     def ingest(self, sample: Sample, graph: ModelGraph | None, graph_dict: dict[str, Any] | None) -> Outcome:
-        """Judge, store, learn (when accepted), then apply retention."""
+        """Judge, store, learn (when accepted), then apply retention. SampleTooLarge, with nothing stored, when the
+        sample's row alone is over the samples' byte budget."""
         model = self._model_answer(sample, graph)
         judgement = judge(measured=sample.step_seconds, predicted=None if model is None else model[0],
                           settings=self.settings.correction)  # fmt: skip
-        sample_id = self.db.add_job_sample(
-            job=sample.job, gpu=sample.gpu_type, graph_hash=sample.graph_hash, step_seconds=sample.step_seconds,
-            job_seconds=sample.job_seconds, steps=sample.steps, graph=graph_dict, client=sample.client,
-            family=sample.family, precision=sample.precision, mode=sample.mode, optimizer=sample.optimizer,
-            num_gpus=sample.num_gpus, batch_size=sample.batch_size, model_version=self.predictor.version,
-            predicted_step_seconds=judgement.predicted_step_seconds, status=judgement.status,
-            reason=judgement.reason,
-        )  # fmt: skip
+        try:
+            sample_id = self.db.add_job_sample(
+                job=sample.job, gpu=sample.gpu_type, graph_hash=sample.graph_hash, step_seconds=sample.step_seconds,
+                job_seconds=sample.job_seconds, steps=sample.steps, graph=graph_dict, client=sample.client,
+                family=sample.family, precision=sample.precision, mode=sample.mode, optimizer=sample.optimizer,
+                num_gpus=sample.num_gpus, batch_size=sample.batch_size, model_version=self.predictor.version,
+                predicted_step_seconds=judgement.predicted_step_seconds, status=judgement.status,
+                reason=judgement.reason, max_bytes=self.settings.max_graph_bytes,
+            )  # fmt: skip
+        except RowTooLarge as e:
+            raise SampleTooLarge(f"{e} (--max-sample-mib); send a smaller graph, or none (graph_hash)") from e
+        if sample.replaces is not None:
+            self._supersede(sample.replaces, job=sample.job, by=sample_id)
         correction = None
         if judgement.log_ratio is not None:
             self.table.add(sample.keys(), judgement.log_ratio)
@@ -165,6 +182,17 @@ class Feedback:
             correction = self.table.lookup(sample.keys(), p90_log_margin=margin, prior=prior)  # as /v1/predict would
         self._retain()
         return Outcome(id=sample_id, judgement=judgement, correction=correction)
+
+    def _supersede(self, sample_id: int, *, job: str, by: int) -> None:
+        """Unlearn and mark an earlier sample of the same job (a sample of another job, or one already replaced,
+        is left as it is: a client replaces only its own job's samples)."""
+        row = self.db.sample_row(sample_id)
+        if row is None or not job or row.get("job") != job or row.get("status") == SUPERSEDED:
+            return
+        x = _stored_log_ratio(row, self.predictor.version)
+        if x is not None:
+            self.table.remove(sample_from_row(row, None).keys(), x)
+        self.db.update_sample(sample_id, status=SUPERSEDED, reason=f"replaced by sample {by} of the same job")
 
     def _retain(self) -> None:
         for row in self.db.prune_samples(max_rows=self.settings.max_samples,
@@ -179,6 +207,9 @@ class Feedback:
         self.table.clear()
         self._retain()
         for row in self.db.sample_rows():
+            if row.get("status") == SUPERSEDED:  # a later sample of its job counts instead
+                counts[SUPERSEDED] += 1
+                continue
             if row.get("status") and row.get("model_version") == self.predictor.version:
                 x = _stored_log_ratio(row, self.predictor.version)
             else:  # judged under another model (or stored before samples were judged)
@@ -219,6 +250,6 @@ def _graph_or_none(raw: dict[str, Any] | None) -> ModelGraph | None:
     if raw is None:
         return None
     try:
-        return validate_graph(ModelGraph.from_dict(raw))
-    except (ValueError, KeyError, TypeError, OverflowError):  # GraphError is a ValueError
+        return parse_graph(raw)
+    except GraphError:  # stored before a rule it breaks: the row is re-judged without its graph
         return None

@@ -1,9 +1,11 @@
 """HTTP JSON API of the predictor (aiohttp): thin adapter over `predict.Predictor` and `samples.Feedback`.
 
-Handlers only parse, call and serialise. Bad input is a 4xx with a reason; any other failure is a JSON 500 and
-is counted, never a crash. State-changing endpoints (PROTECTED) need the shared bearer token (`auth.py`).
-Metrics use an injectable prometheus registry. With `ServerSettings.metrics_port`, /metrics moves to a second,
-read-only listener (`build_metrics`), so a NetworkPolicy can admit scrapers there and nowhere near the API.
+Handlers only parse, call and serialise. Bodies are decoded into the typed payloads of `wire.py` (the OpenAPI
+document comes from the same types): bad input is a 4xx naming the JSON path of the field and the reason; any
+other failure is a JSON 500 and is counted, never a crash. State-changing endpoints (PROTECTED) need the shared
+bearer token (`auth.py`). Metrics use an injectable prometheus registry. With `ServerSettings.metrics_port`,
+/metrics moves to a second, read-only listener (`build_metrics`), so a NetworkPolicy can admit scrapers there and
+nowhere near the API.
 """
 
 from __future__ import annotations
@@ -17,15 +19,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 from aiohttp import web
 from aiohttp.log import access_logger
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from offpeak.errors import UserError
 from offpeak.serving import read_body, serve_apps
-from offpeak_graph.schema import GraphError, ModelGraph, validate_graph
+from offpeak_graph.schema import GraphError, ModelGraph, parse_graph
+from offpeak_predictor import wire
 from offpeak_predictor.auth import SharedSecret
 from offpeak_predictor.correction import Level
 from offpeak_predictor.db import BenchmarkDB
@@ -34,9 +38,11 @@ from offpeak_predictor.gpus import known_gpus, resolve_gpu
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.modelstore import ModelStore, ModelStoreError, ModelWatcher, refit_into_store
 from offpeak_predictor.openapi import openapi_document
-from offpeak_predictor.predict import MAX_STEPS, PredictOptions, Predictor
+from offpeak_predictor.predict import PredictOptions, Predictor
 from offpeak_predictor.refit import RefitSettings
-from offpeak_predictor.samples import Feedback, FeedbackSettings, Outcome, Sample, measured_step_seconds
+from offpeak_predictor.samples import Feedback, FeedbackSettings, Outcome, Sample, SampleTooLarge
+from offpeak_predictor.samples import measured_step_seconds
+from offpeak_predictor.wire import UNSET, CollectedBatch, PredictRequest, RefitRequest, SampleReport
 
 log = logging.getLogger(__name__)
 # (method, route) that change state: bearer token required
@@ -46,6 +52,7 @@ SAMPLE_STATUS_CODES = {"accepted": 201, "unverified": 202, "quarantined": 422}
 INLINE_DECODE_BYTES = 256 * 1024  # request bodies larger than this are decoded in a thread, off the event loop
 # Bodies of the endpoints that carry no graph are small: their limit, below `max_body_bytes` (which bounds the rest).
 SMALL_BODY_BYTES = 64 * 1024
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +62,6 @@ class ServerSettings:
     max_body_bytes: int = 8 * 1024 * 1024
     predict_deadline_s: float = 4.0  # below the scheduler's 5 s extender timeout
     predict_workers: int = 1  # the Predictor serialises on its lock; more threads only queue
-    max_gpus_per_request: int = 64
     token_file: str | None = None  # the shared secret state-changing requests must present (None: no writes)
     network_gbits: float = DEFAULT_NETWORK_GBITS  # per node, between the nodes of a multi-node job
     cache_bytes: int = 256 * 2**20  # graph summaries, hashes, memory estimates, op prices (approximate bytes, LRU)
@@ -105,55 +111,20 @@ def _error(status: int, message: str, **extra: Any) -> web.Response:
     return web.json_response({"error": message, **extra}, status=status)
 
 
-def _body_gpu(body: dict[str, Any], *, unknown: str = "") -> str | web.Response:
-    """The catalogue name of the request's `gpu`, or the 400 answer (with the known GPUs) for one it does not know."""
-    gpu = body.get("gpu")
-    if not isinstance(gpu, str):
-        raise UserError("'gpu' (string) is required")
+def _gpu_type(gpu: str, *, unknown: str = "") -> str | web.Response:
+    """The catalogue name of a request's `gpu`, or the 400 answer (with the known GPUs) for one it does not know."""
     try:
         return resolve_gpu(gpu).name
     except UserError:
-        return _error(400, f"unknown GPU {gpu!r}{unknown}", known_gpus=known_gpus())
+        return _error(400, f"unknown GPU {gpu[:wire.MAX_GPU_NAME_CHARS]!r}{unknown}", known_gpus=known_gpus())
 
 
-def _number(body: dict[str, Any], key: str, *, required: bool, minimum: float = 0.0) -> float | None:
-    value = body.get(key)
-    if value is None:
-        if required:
-            raise UserError(f"{key!r} is required")
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
-        raise UserError(f"{key!r} must be a number >= {minimum:g}")
-    return float(value)
-
-
-def _int(body: dict[str, Any], key: str, *, default: int | None, minimum: int,
-         maximum: int = MAX_STEPS) -> int | None:  # fmt: skip
-    value = body.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise UserError(f"{key!r} must be an integer in [{minimum}, {maximum}]")
-    return value
-
-
-def _str_choice(body: dict[str, Any], key: str) -> str | None:
-    value = body.get(key)
-    if value is not None and not isinstance(value, str):
-        raise UserError(f"{key!r} must be a string")
-    return value
-
-
-def _parse_graph(raw: Any) -> ModelGraph:
-    """A request's graph, checked by the one graph validation (`validate_graph`); UserError names the field."""
-    if not isinstance(raw, dict):
-        raise UserError("'graph' must be a model-graph JSON object")
+def _parse_graph(raw: dict[str, Any]) -> ModelGraph:
+    """A request's graph, checked by the one graph validation (`parse_graph`); UserError naming its JSON path."""
     try:
-        return validate_graph(ModelGraph.from_dict(raw))
+        return parse_graph(raw)
     except GraphError as e:
-        raise UserError(f"invalid model graph: {e}") from e
-    except (ValueError, KeyError, TypeError, OverflowError) as e:
-        raise UserError(f"invalid model graph: {e!r}") from e
+        raise wire.graph_error(e, "$.graph") from e
 
 
 class BodyTooLarge(Exception):
@@ -164,19 +135,6 @@ class BodyTooLarge(Exception):
         self.limit = limit
 
 
-def _decode_object(raw: bytes) -> dict[str, Any]:
-    """A request body as a JSON object; UserError (a 400) saying why it is not one."""
-    try:
-        body = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise UserError(f"body is not valid JSON: {e}") from e
-    except RecursionError:
-        raise UserError("body is not valid JSON: nested too deep") from None
-    if not isinstance(body, dict):
-        raise UserError("body must be a JSON object")
-    return body
-
-
 def finite_json(body: Any) -> str:
     """JSON text of an answer; UserError when a number in it is NaN or infinite (never invalid JSON)."""
     try:
@@ -185,32 +143,32 @@ def finite_json(body: Any) -> str:
         raise UserError("the prediction for this graph is not a finite number; check its FLOPs and bytes") from e
 
 
-def _sample(body: dict[str, Any], graph: ModelGraph | None, *, graph_hash: str, gpu_type: str,
+def _typed(kind: type[T], body: Any) -> bytes:
+    """An answer as the JSON of its wire type (a mismatch is a bug here: a 500, never a drifted contract), refused
+    when a number in it is not finite."""
+    finite_json(body)
+    return wire.encode(msgspec.convert(body, kind))
+
+
+def _sample(req: SampleReport, graph: ModelGraph | None, *, graph_hash: str, gpu_type: str,
             client: str) -> Sample:  # fmt: skip
     """A POST /v1/samples body as a Sample; options default to the graph's, as in /v1/predict."""
-    job = body.get("job", "")
-    if not isinstance(job, str):
-        raise UserError("'job' must be a string like namespace/name")
-    step = _number(body, "step_seconds", required=False)
-    job_seconds = _number(body, "job_seconds", required=step is None)
-    steps = _int(body, "steps", default=None, minimum=0)
-    startup = _number(body, "startup_seconds", required=False) or 0.0
-    options = PredictOptions(mode=_str_choice(body, "mode"), precision=_str_choice(body, "precision"),
-                             optimizer=_str_choice(body, "optimizer"),
-                             num_gpus=_int(body, "num_gpus", default=1, minimum=1) or 1)  # fmt: skip
+    if req.step_seconds is None and req.job_seconds is None:
+        raise UserError("'job_seconds' is required (or 'step_seconds'): the measured run")
+    options = PredictOptions(mode=req.mode, precision=req.precision, optimizer=req.optimizer,
+                             num_gpus=req.num_gpus)  # fmt: skip
     options.validate()
-    family = _str_choice(body, "model_family")
     mode = options.mode or (graph.mode if graph else "train")
     return Sample(
-        job=job, gpu_type=gpu_type, graph_hash=graph_hash, client=client,
-        family=family if family is not None else (graph.model_family if graph else ""),
+        job=req.job, gpu_type=gpu_type, graph_hash=graph_hash, client=client,
+        family=req.model_family if req.model_family is not None else (graph.model_family if graph else ""),
         precision=options.precision or (graph.precision if graph else "fp32"), mode=mode,
         optimizer=(options.optimizer or (graph.optimizer if graph else "adam")) if mode == "train" else "none",
         num_gpus=options.num_gpus,
-        batch_size=_int(body, "batch_size", default=graph.batch_size if graph else 0, minimum=0) or 0,
-        step_seconds=measured_step_seconds(step_seconds=step, job_seconds=job_seconds, steps=steps,
-                                           startup_seconds=startup),
-        job_seconds=job_seconds, steps=steps,
+        batch_size=req.batch_size if req.batch_size is not None else (graph.batch_size if graph else 0),
+        step_seconds=measured_step_seconds(step_seconds=req.step_seconds, job_seconds=req.job_seconds,
+                                           steps=req.steps, startup_seconds=req.startup_seconds or 0.0),
+        job_seconds=req.job_seconds, steps=req.steps, replaces=req.replaces,
     )  # fmt: skip
 
 
@@ -358,6 +316,8 @@ class PredictorApp:
             response = _error(e.status, e.message, reason=e.reason)
             if e.status == 401:
                 response.headers["WWW-Authenticate"] = 'Bearer realm="offpeak-predictor"'
+        except SampleTooLarge as e:
+            response = _error(413, str(e))
         except UserError as e:
             response = _error(400, str(e))
         except BodyTooLarge as e:
@@ -372,57 +332,46 @@ class PredictorApp:
             self.metrics.errors.labels(endpoint, str(response.status)).inc()
         return response
 
-    async def _json_body(self, request: web.Request, limit: int | None = None) -> dict[str, Any]:
-        """The request's JSON object; 413 past `limit` bytes (the endpoint's; default `max_body_bytes`), decided on
-        Content-Length or while streaming. A body over `INLINE_DECODE_BYTES` is decoded in a thread, so a large
-        graph never holds the event loop (and /healthz) while it is parsed."""
+    async def _body(self, request: web.Request, kind: type[T], limit: int | None = None) -> T:
+        """The request's body as its wire type (`wire.decode`: a 400 naming the field); 413 past `limit` bytes (the
+        endpoint's; default `max_body_bytes`), decided on Content-Length or while streaming. A body over
+        `INLINE_DECODE_BYTES` is decoded in a thread, so a large graph never holds the event loop (and /healthz)
+        while it is parsed."""
         limit = self.settings.max_body_bytes if limit is None else min(limit, self.settings.max_body_bytes)
         raw = await read_body(request, limit)
         if raw is None:
             raise BodyTooLarge(limit)
         if len(raw) <= INLINE_DECODE_BYTES:
-            return _decode_object(raw)
-        return await asyncio.get_running_loop().run_in_executor(None, _decode_object, raw)
+            return wire.decode(raw, kind)
+        return await asyncio.get_running_loop().run_in_executor(None, wire.decode, raw, kind)
 
     async def predict(self, request: web.Request) -> web.Response:
-        body = await self._json_body(request)
-        if "graph_url" in body:
+        req = await self._body(request, PredictRequest)
+        if req.graph_url is not UNSET:
             raise UserError("'graph_url' is not supported: send the model graph inline as 'graph'")
-        if "graph" not in body:
-            raise UserError("give 'graph' (model graph JSON)")
-        gpus = body.get("gpus")
-        if not isinstance(gpus, list) or not gpus or not all(isinstance(g, str) for g in gpus):
-            raise UserError("'gpus' must be a non-empty list of GPU names")
-        if len(gpus) > self.settings.max_gpus_per_request:
-            raise UserError(f"at most {self.settings.max_gpus_per_request} GPUs per request")
-        for name in gpus:
+        for name in req.gpus:
             try:
                 resolve_gpu(name)
             except UserError:
                 return _error(400, f"unknown GPU {name!r}", known_gpus=known_gpus())
-        options = PredictOptions(
-            mode=_str_choice(body, "mode"), precision=_str_choice(body, "precision"),
-            optimizer=_str_choice(body, "optimizer"), num_gpus=_int(body, "num_gpus", default=1, minimum=1,
-                                                                    maximum=4096) or 1,
-            steps=_int(body, "steps", default=None, minimum=0),
-            gpus_per_node=_int(body, "gpus_per_node", default=None, minimum=1, maximum=4096),
-        )  # fmt: skip
-        if (startup := _number(body, "startup_seconds", required=False)) is not None:
-            options = replace(options, startup_seconds=startup)  # absent: the default start-up
+        options = PredictOptions(mode=req.mode, precision=req.precision, optimizer=req.optimizer,
+                                 num_gpus=req.num_gpus, steps=req.steps, gpus_per_node=req.gpus_per_node)
+        if req.startup_seconds is not None:
+            options = replace(options, startup_seconds=req.startup_seconds)  # absent: the default start-up
         options.validate()
-        text, predictions = await self._off_loop(self._predict_json, body["graph"], gpus, options)
+        answer, predictions = await self._off_loop(self._predict_json, req.graph, req.gpus, options)
         for item in predictions:
             self.metrics.predictions.labels(item["gpu_type"]).inc()
-        return web.Response(text=text, content_type="application/json")
+        return web.Response(body=answer, content_type="application/json")
 
-    def _predict_json(self, raw_graph: Any, gpus: list[str],
-                      options: PredictOptions) -> tuple[str, list[dict[str, Any]]]:  # fmt: skip
+    def _predict_json(self, raw_graph: dict[str, Any], gpus: list[str],
+                      options: PredictOptions) -> tuple[bytes, list[dict[str, Any]]]:  # fmt: skip
         """Parse, validate, predict and serialise (in a worker thread: a 100k-op graph takes seconds)."""
         graph = _parse_graph(raw_graph)
         graph_hash = graph.content_hash()
         predictions = self.predictor.predict(graph, gpus, options, graph_hash=graph_hash)
         body = {"model_version": self.predictor.version, "graph_hash": graph_hash, "predictions": predictions}
-        return finite_json(body), predictions
+        return _typed(wire.PredictResponse, body), predictions
 
     async def _off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run heavy work in the worker pool, so the event loop (and /healthz) keeps answering; 503 past the
@@ -437,27 +386,26 @@ class PredictorApp:
     async def samples(self, request: web.Request) -> web.Response:
         if self.feedback is None:
             return _error(503, "no sample database configured (start with --db)")
-        body = await self._json_body(request)
-        graph_dict = body.get("graph")
-        graph_hash = body.get("graph_hash")
+        req = await self._body(request, SampleReport)
+        graph_hash = req.graph_hash
         graph = None
-        if graph_dict is not None:
-            graph = await self._off_loop(_parse_graph, graph_dict)
+        if req.graph is not None:
+            graph = await self._off_loop(_parse_graph, req.graph)
             graph_hash = graph.content_hash()
-        if not isinstance(graph_hash, str) or not graph_hash:
+        if not graph_hash:
             raise UserError("give 'graph_hash' (string) or 'graph'")
-        gpu_type = _body_gpu(body)
+        gpu_type = _gpu_type(req.gpu)
         if isinstance(gpu_type, web.Response):
             return gpu_type
-        sample = _sample(body, graph, graph_hash=graph_hash, gpu_type=gpu_type, client=request.remote or "")
+        sample = _sample(req, graph, graph_hash=graph_hash, gpu_type=gpu_type, client=(request.remote or "")[:64])
         # Judging a sample predicts it (seconds for a 100k-op graph) and writes SQLite: in the predict worker, with
         # no deadline (the sample is stored whatever the client does), so /healthz never waits for it.
         outcome = await asyncio.get_running_loop().run_in_executor(self._pool, self._ingest, sample, graph,
-                                                                   graph_dict)
+                                                                   req.graph)
         self.metrics.samples.inc()
         self.metrics.sample_outcomes.labels(outcome.judgement.status).inc()
-        return web.Response(text=finite_json(_outcome_body(outcome, model_version=self.predictor.version)),
-                            status=SAMPLE_STATUS_CODES[outcome.judgement.status],
+        answer = _typed(wire.SampleAnswer, _outcome_body(outcome, model_version=self.predictor.version))
+        return web.Response(body=answer, status=SAMPLE_STATUS_CODES[outcome.judgement.status],
                             content_type="application/json")  # fmt: skip
 
     def _ingest(self, sample: Sample, graph: ModelGraph | None, graph_dict: dict[str, Any] | None) -> Outcome:
@@ -469,30 +417,33 @@ class PredictorApp:
         """Rows from `offpeak collect` (a collect Job): checked, stored, and the GPU type re-calibrated."""
         if self.db is None:
             return _error(503, "no benchmark database configured (start with --db)")
-        body = await self._json_body(request)
-        gpu_type = _body_gpu(body, unknown=": add it to the GPU catalogue before collecting on it")
+        req = await self._body(request, CollectedBatch)
+        gpu_type = _gpu_type(req.gpu, unknown=": add it to the GPU catalogue before collecting on it")
         if isinstance(gpu_type, web.Response):
             return gpu_type
         answer = await asyncio.get_running_loop().run_in_executor(self._refit_pool, self._store_collected,
-                                                                  body, gpu_type)  # fmt: skip
-        return web.Response(text=finite_json(answer), status=201, content_type="application/json")
+                                                                  req, gpu_type)  # fmt: skip
+        return web.Response(body=wire.encode(answer), status=201, content_type="application/json")
 
-    def _store_collected(self, body: dict[str, Any], gpu_type: str) -> dict[str, Any]:
-        """Parse, store and re-calibrate (in a worker: graphs are parsed and one prediction runs per row)."""
-        from offpeak_predictor.collected import parse_batch, store_batch
+    def _store_collected(self, req: CollectedBatch, gpu_type: str) -> wire.CollectedAnswer:
+        """Check every row (each model row's graph is parsed and predicted) before anything is written, store them
+        in one transaction, re-calibrate (in a worker: graphs are parsed and one prediction runs per row)."""
+        from offpeak_predictor.collected import check_predictable, parse_batch, store_batch
 
         assert self.db is not None
-        batch = parse_batch(body, gpu_type=gpu_type)  # UserError: a 400 naming the field
+        batch = parse_batch(req, gpu_type=gpu_type)  # UserError: a 400 naming the field
+        check_predictable(self.predictor, batch)
         models, ops, repeated = store_batch(self.db, batch)
         self.refresh_calibration()
         cal = self.predictor.calibration.get(gpu_type)
-        calibration = None if cal is None else {
-            "factor": round(cal.factor, 6), "rows": cal.rows, "median_ratio": round(math.exp(cal.median_log_ratio), 6),
-            "held_out_gain": None if cal.held_out_gain is None else round(cal.held_out_gain, 6)}  # fmt: skip
+        calibration = None if cal is None else wire.Calibration(
+            factor=round(cal.factor, 6), rows=cal.rows, median_ratio=round(math.exp(cal.median_log_ratio), 6),
+            held_out_gain=None if cal.held_out_gain is None else round(cal.held_out_gain, 6),
+            implausible_rows=cal.implausible_rows)  # fmt: skip
         log.info("collected rows on %s: %d model, %d op (%d already stored); calibration %s", gpu_type, models, ops,
                  repeated, calibration)  # fmt: skip
-        return {"gpu_type": gpu_type, "model_rows": models, "op_rows": ops, "already_stored": repeated,
-                "calibration": calibration, "model_version": self.predictor.version}  # fmt: skip
+        return wire.CollectedAnswer(gpu_type=gpu_type, model_rows=models, op_rows=ops, already_stored=repeated,
+                                    calibration=calibration, model_version=self.predictor.version)  # fmt: skip
 
     async def _close_pool(self, app: web.Application) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -538,11 +489,8 @@ class PredictorApp:
         return web.Response(text=finite_json(body), content_type="application/json")
 
     async def model_refit(self, request: web.Request) -> web.Response:
-        body = await self._json_body(request, SMALL_BODY_BYTES) if request.body_exists else {}
-        dry_run = body.get("dry_run", False)
-        if not isinstance(dry_run, bool):
-            raise UserError("'dry_run' must be true or false")
-        return await self._store_call(self._refit, dry_run)
+        req = await self._body(request, RefitRequest, SMALL_BODY_BYTES) if request.body_exists else RefitRequest()
+        return await self._store_call(self._refit, req.dry_run)
 
     async def model_rollback(self, request: web.Request) -> web.Response:
         return await self._store_call(self._rollback)

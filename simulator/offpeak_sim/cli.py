@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -246,11 +247,37 @@ def handle(args: argparse.Namespace) -> int:
     report.write_report(Path(args.report), out.metrics, out.meta)
     if args.plots:
         report.write_plots(Path(args.plots), metrics=out.metrics, harvest=out.harvest, jct=out.jct)
+    note = load_note(asked=sc.load, scenario=out.meta["scenario"])
+    if note:
+        console.print(f"warning: {note}", highlight=False, soft_wrap=True)
     if show:
-        title = (f"{sc.nodes} nodes × {sc.gpus_per_node} GPUs, {sc.days:g} days, online {out.meta['scenario']['online_layout']}"
-                 f", forecast {feed.mode}, load {out.meta['scenario']['offered_load']:.2f}")
+        title = report_title(nodes=sc.nodes, gpus_per_node=sc.gpus_per_node, days=sc.days, forecast=feed.mode,
+                             asked_load=sc.load, scenario=out.meta["scenario"])
         report.print_table(out.metrics, title=title, console=Console(width=160))
     return 0
+
+
+def load_note(*, asked: float, scenario: Mapping[str, Any], tolerance: float = 0.25) -> str | None:
+    """Why the load the jobs offer is not the --load asked, when they differ by more than `tolerance` of it."""
+    offered, before = float(scenario["offered_load"]), float(scenario["offered_load_before_thinning"])
+    if abs(offered - asked) <= tolerance * asked:
+        return None
+    if before <= asked:
+        return (f"the job trace offers only load {before:.2f} in these days, below the --load {asked:g} asked: every "
+                "job is kept; fewer --nodes (less idle capacity) or another --jobs-start-day raise it")
+    return (f"the {scenario['jobs_kept']} jobs kept (of {scenario['jobs_in_period']}, each with probability "
+            f"{asked / before:.1%}) offer load {offered:.2f}, not the --load {asked:g} asked: so few jobs are drawn "
+            "that a few long ones decide the load; more --nodes or --days, or another --seed, come closer")
+
+
+def report_title(*, nodes: int, gpus_per_node: int, days: float, forecast: str, asked_load: float,
+                 scenario: Mapping[str, Any]) -> str:
+    """The table's title: the scenario, and the load the jobs really offer (with the one asked, when they differ)."""
+    load = f"load {float(scenario['offered_load']):.2f}"
+    if load_note(asked=asked_load, scenario=scenario):
+        load += f" (asked {asked_load:g})"
+    return (f"{nodes} nodes × {gpus_per_node} GPUs, {days:g} day{'' if days == 1 else 's'}, online "
+            f"{scenario['online_layout']}, forecast {forecast}, {load}")
 
 
 def _code_version(root: Path) -> dict[str, object]:

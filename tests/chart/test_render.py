@@ -18,8 +18,8 @@ CHART = chart_dir(ROOT)
 CUSTOM_VALUES = Path(__file__).with_name("values-custom.yaml")
 
 # Kinds whose schemas are not part of Kubernetes (Prometheus operator): checked by hand below.
-CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("kopf.dev/v1", "ClusterKopfPeering"),
-                ("kopf.dev/v1", "KopfPeering")}
+CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule"),
+                ("kopf.dev/v1", "ClusterKopfPeering"), ("kopf.dev/v1", "KopfPeering")}
 
 
 @pytest.mark.parametrize("values", [[], [CUSTOM_VALUES]], ids=["default", "custom"])
@@ -69,9 +69,11 @@ def test_service_monitors_only_when_enabled(default_objects, custom_objects) -> 
 
 
 def test_services_select_their_pods(objects: list[dict[str, Any]]) -> None:
-    workloads = {o["metadata"]["name"]: o for o in objects if o["kind"] in ("Deployment", "DaemonSet")}
+    # a component's Services (the operator has two: metrics, and its status server) select its one workload
+    workloads = {o["metadata"]["labels"]["app.kubernetes.io/component"]: o for o in objects
+                 if o["kind"] in ("Deployment", "DaemonSet")}
     for service in find(objects, "Service"):
-        workload = workloads[service["metadata"]["name"]]
+        workload = workloads[service["metadata"]["labels"]["app.kubernetes.io/component"]]
         pod_labels = workload["spec"]["template"]["metadata"]["labels"]
         assert service["spec"]["selector"].items() <= pod_labels.items()
         container_ports = {
@@ -85,7 +87,7 @@ def test_disabled_components_render_nothing(helm_bin: Path) -> None:
     objects = render(
         CHART,
         set_values=[f"{c}.enabled=false" for c in ("operator", "predictor", "scheduler", "evictor", "agent")]
-        + ["dashboard.enabled=false"],
+        + ["dashboard.enabled=false", "crds.install=false", "rbac.aggregateToDefaultRoles=false"],
         include_crds=False,
     )
     assert objects == []
@@ -161,17 +163,37 @@ def test_component_commands_follow_the_contract(default_objects: list[dict[str, 
     assert args("-agent", kind="DaemonSet")[0] == "agent" and "--port=9400" in args("-agent", kind="DaemonSet")
 
 
-@pytest.mark.parametrize("crd_file", ["trainingjobs.offpeak.io.yaml", "onlinedemands.offpeak.io.yaml",
-                                      "kopf-peering.yaml"])
-def test_crds_in_chart_are_identical_to_crds_folder(crd_file: str) -> None:
-    source = ROOT / "crds" / crd_file
-    copy = CHART / "crds" / crd_file
-    assert copy.read_bytes() == source.read_bytes(), f"run: cp {source.relative_to(ROOT)} {copy.relative_to(ROOT)}"
+TEMPLATED_CRDS = ("trainingjobs.offpeak.io", "onlinedemands.offpeak.io")
+
+
+def test_each_crd_has_one_home_and_is_installed_once() -> None:
+    """offpeak's CRDs live in the chart's files/crds/ (templates), kopf's in its crds/ (installed once); the
+    repository's crds/ only links to them, so nothing is copied and no CRD is in both of the chart's places."""
+    links = {p.name: p for p in (ROOT / "crds").iterdir()}
+    assert set(links) == {f"{n}.yaml" for n in TEMPLATED_CRDS} | {"kopf-peering.yaml"}
+    for name, link in links.items():
+        assert link.is_symlink(), f"crds/{name} must link into the chart, not be a copy"
+        target = link.resolve()
+        assert target.parent in (CHART / "files" / "crds", CHART / "crds"), target
+    assert sorted(p.name for p in (CHART / "crds").iterdir()) == ["kopf-peering.yaml"]
+    assert sorted(p.name for p in (CHART / "files" / "crds").iterdir()) == sorted(f"{n}.yaml" for n in TEMPLATED_CRDS)
+
+
+def test_offpeak_crds_are_templates_that_helm_upgrades_and_uninstall_keeps(default_objects) -> None:
+    rendered = {c["metadata"]["name"]: c for c in find(default_objects, "CustomResourceDefinition")}
+    for name in TEMPLATED_CRDS:
+        crd = rendered[name]
+        source = yaml.safe_load((CHART / "files" / "crds" / f"{name}.yaml").read_text())
+        assert crd["spec"] == source["spec"]  # the template changes nothing of the file's schema
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    off = render(CHART, set_values=["crds.install=false"], include_crds=False)
+    assert find(off, "CustomResourceDefinition") == []
 
 
 def test_crds_are_installed_by_the_chart(default_objects) -> None:
-    # the kopf peering CRDs always (Helm cannot gate crds/; they are inert until a peering object exists, and an
-    # existing copy from another kopf operator is left alone)
+    # the kopf peering CRDs always (from crds/: inert until a peering object exists, and an existing copy from
+    # another kopf operator is left alone)
     assert {c["metadata"]["name"] for c in find(default_objects, "CustomResourceDefinition")} == {
         "trainingjobs.offpeak.io", "onlinedemands.offpeak.io", "clusterkopfpeerings.kopf.dev",
         "kopfpeerings.kopf.dev"}

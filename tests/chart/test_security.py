@@ -149,6 +149,25 @@ def test_pytorchjobs_add_their_rbac_and_flag_only_when_turned_on(helm_bin) -> No
     assert build_parser().parse_args(args).pytorch_jobs is False
 
 
+def test_kueue_adds_its_workload_rbac_and_flag_only_when_turned_on(helm_bin) -> None:
+    """A queued TrainingJob's Workload: created and read, its status patched (Finished, quota given back); the
+    ResourceFlavors of its admission read (cluster-scoped); its pods annotated when Kueue evicts it (pods patch)."""
+    from offpeak.cli import build_parser  # noqa: PLC0415
+
+    objects = render(CHART, set_values=["operator.kueue.enabled=true"], include_crds=False)
+    workloads = {("kueue.x-k8s.io", "workloads", "get"), ("kueue.x-k8s.io", "workloads", "create"),
+                 ("kueue.x-k8s.io", "workloads/status", "patch")}
+    assert _grants(_rules(objects, "offpeak-operator")) == OPERATOR_NAMESPACED | workloads
+    assert ("", "pods", "patch") in OPERATOR_NAMESPACED
+    assert _grants(_rules(objects, "offpeak-operator-cluster")) == OPERATOR_CLUSTER | {
+        ("kueue.x-k8s.io", "resourceflavors", "get")}
+    (deployment,) = find(objects, "Deployment", "-operator")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert build_parser().parse_args(args).kueue is True
+    (default,) = find(render(CHART, include_crds=False), "Deployment", "-operator")
+    assert build_parser().parse_args(default["spec"]["template"]["spec"]["containers"][0]["args"]).kueue is False
+
+
 def test_operator_rbac_is_namespaced_when_asked_but_still_reads_nodes(custom_objects) -> None:
     (role,) = [o for o in custom_objects if o["kind"] == "Role" and o["metadata"]["name"] == "gpu-harvest-operator"]
     assert role["metadata"]["namespace"] == "ml-team"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
+from offpeak.cliargs import Parser
 from offpeak_core.evictions import NodeState, plan_for_pending, plan_for_pressure
 from offpeak_extender.evictor import Evictor, EvictorSettings
 from offpeak_core.forecast import ForecastSettings
@@ -308,11 +309,9 @@ def test_a_pod_started_later_does_not_make_an_earlier_one_stop() -> None:
 
 
 def _parse(*argv: str):
-    import argparse
-
     from offpeak_extender.cli import register
 
-    parser = argparse.ArgumentParser()
+    parser = Parser()
     register(parser.add_subparsers())
     return parser.parse_args(list(argv))
 

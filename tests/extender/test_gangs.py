@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 from typing import Any
@@ -12,6 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
+from offpeak.cliargs import Parser
 from offpeak_core.forecast import ForecastSettings
 from offpeak_core.gangs import GangKey
 from offpeak_extender.app import ExtenderConfig
@@ -255,7 +255,7 @@ def test_over_http_a_scrape_expires_reservations_and_the_reasons_reach_the_sched
 
 def test_the_timeout_comes_from_the_command_line_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     def config(*argv: str) -> ExtenderConfig:
-        parser = argparse.ArgumentParser()
+        parser = Parser()
         register(parser.add_subparsers())
         return ExtenderConfig.from_args(parser.parse_args(["extender", *argv]))
 

@@ -3,13 +3,13 @@ checkpointing pod gets into a window shorter than its p90 once such windows have
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry
 
+from offpeak.cliargs import Parser
 from offpeak_core.goodput import GoodputSettings
 from offpeak_extender.app import ExtenderConfig
 from offpeak_extender.cli import register
@@ -86,7 +86,7 @@ def test_a_checkpointing_pod_takes_a_short_window_only_with_goodput_and_evidence
 
 def test_goodput_admission_is_off_unless_asked_and_bad_settings_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     def config(*argv: str) -> ExtenderConfig:
-        parser = argparse.ArgumentParser()
+        parser = Parser()
         register(parser.add_subparsers())
         return ExtenderConfig.from_args(parser.parse_args(["extender", *argv]))
 

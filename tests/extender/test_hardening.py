@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry
 
@@ -17,10 +18,10 @@ from offpeak_extender.metrics import ExtenderMetrics
 from offpeak_extender.server import ServerSettings, make_app
 from offpeak_extender.service import DecisionSettings, ExtenderService
 from offpeak_extender.store import ClusterStore
-from offpeak_extender.wire import MAX_NODES
+from offpeak_extender.wire import MAX_NODES, PREDICTED_ANNOTATION
 
 from .k8s_objects import gpu_node, gpu_pod
-from .test_http import NOW, PRED, SETTINGS, Clock, make_store
+from .test_http import NOW, PRED, SETTINGS, Clock, make_store, post, run
 
 MANAGED_POD = gpu_pod("train-0", phase="Pending", predicted=PRED)
 
@@ -171,3 +172,31 @@ def test_unknown_nodes_are_never_preferred() -> None:
         assert res["NodeNames"] == ["long", "not-in-cache"]  # unknown still passes fits-now (documented)
 
     serve(make_store(Clock(NOW)), ServerSettings(), t)
+
+
+BIG = "1" + "0" * 5000  # past Python's 4,300-digit limit for int(str): json.loads raised a ValueError on it
+
+
+@pytest.mark.parametrize("annotation", ['{"A100-SXM4-40GB": {"p50": %s}}' % BIG,
+                                        '{"A100-SXM4-40GB": {"p50": 3, "p90": %s}}' % BIG, "{not json"])
+@pytest.mark.parametrize("names", [True, False])
+def test_an_unreadable_prediction_is_judged_runtime_blind_and_says_so(annotation: str, names: bool) -> None:
+    """docs/extender.md: a malformed annotation schedules the pod runtime-blind (fits now only). The call is answered
+    (no Error, the whole node list judged) and the nodes turned down say why the pod was judged without its run time."""
+    async def t(client: TestClient, store: ClusterStore, reg: CollectorRegistry, clock: Clock) -> None:
+        pod = gpu_pod("train-0", phase="Pending", gpus=8)
+        pod["metadata"]["annotations"][PREDICTED_ANNOTATION] = annotation
+        nodes = {"NodeNames": ["short", "long", "t4"]} if names else \
+            {"Nodes": {"items": [gpu_node("short"), gpu_node("long"), gpu_node("t4", gpu_type="T4")]}}
+        res = await post(client, "filter", {"Pod": pod, **nodes})
+        assert res["Error"] == ""
+        passed = res["NodeNames"] if names else [n["metadata"]["name"] for n in res["Nodes"]["items"]]
+        assert passed == ["t4"]  # the only node with 8 GPUs free now; no window judged
+        assert set(res["FailedNodes"]) == {"short", "long"}
+        for reason in res["FailedNodes"].values():
+            assert reason.startswith("needs 8 GPU(s), 7 of 8 free now") and "judged runtime-blind" in reason
+            assert PREDICTED_ANNOTATION in reason and "not JSON" in reason
+        scores = await post(client, "prioritize", {"Pod": pod, **nodes})
+        assert [s["Host"] for s in scores] == ["short", "long", "t4"]
+
+    run(t)

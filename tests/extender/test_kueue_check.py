@@ -10,6 +10,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
+from offpeak_core.kueue import flavor_node_labels
 from offpeak_core.model import FilterResult, NodeView, PodRequest, Prediction
 from offpeak_extender import kueuecheck
 from offpeak_extender.kueuecontroller import KueueAdmissionCheck
@@ -301,7 +302,7 @@ def test_the_assigned_flavors_node_labels_say_which_nodes_are_judged() -> None:
     assert kueuecheck.assigned_flavors(wl) == ("default", "gpu-pool")
     assert kueuecheck.assigned_flavors(workload("w", job_name="j")) == ()
     known = {"gpu-pool": resource_flavor("gpu-pool", pool="a100", zone="z1"), "default": resource_flavor("default")}
-    assert kueuecheck.flavor_node_labels(("default", "gpu-pool"), known) == {"pool": "a100", "zone": "z1"}
+    assert flavor_node_labels(("default", "gpu-pool"), known) == {"pool": "a100", "zone": "z1"}
     pod = PodRequest("p", gpus=1, predicted={"A100-SXM4-40GB": Prediction(100.0, 120.0)})
     everywhere = FilterResult(("a", "b"), {})
     views = [view("a", 0), view("b", 8)]

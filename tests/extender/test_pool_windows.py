@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import math
 
-import argparse
 import time
 from typing import Any
 
 import numpy as np
 import pytest
 
+from offpeak.cliargs import Parser
 from offpeak_core.forecast import ForecastSettings
 from offpeak_core.nodearrays import NodeArrays
 from offpeak_extender import history
@@ -295,7 +295,7 @@ def config(*argv: str) -> Any:
     from offpeak_extender.app import ExtenderConfig
     from offpeak_extender.cli import register
 
-    parser = argparse.ArgumentParser()
+    parser = Parser()
     register(parser.add_subparsers())
     return ExtenderConfig.from_args(parser.parse_args(["extender", *argv]))
 
@@ -315,7 +315,7 @@ def test_the_evictor_takes_the_same_pool_options_for_its_planned_stops() -> None
     from offpeak_extender.app import forecast_settings, pool_settings
     from offpeak_extender.cli import register
 
-    parser = argparse.ArgumentParser()
+    parser = Parser()
     register(parser.add_subparsers())
     args = parser.parse_args(["evictor", "--yield-at-checkpoints", "--pool-label", LABEL, "--season-seconds", "600"])
     assert pool_settings(args, forecast_settings(args)) == PoolSettings(LABEL, 150.0)

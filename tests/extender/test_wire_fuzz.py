@@ -38,6 +38,10 @@ QUANTITY = (st.integers(-3, 10) | st.sampled_from(["2", "1k", "-1", "1e400", "na
             | JSON)
 PREDICTION_TEXT = st.one_of(
     st.text(max_size=20),
+    # integers of thousands of digits (which Python's JSON reader refuses) where a number or any value goes
+    st.builds(lambda key, digits, sign: json.dumps({"T4": {key: 7}}).replace("7", sign + "9" * digits),
+              st.sampled_from(["p50", "p90", "peak_memory_gib", "other"]), st.integers(4290, 4400),
+              st.sampled_from(["", "-"])),
     st.dictionaries(st.sampled_from(["A100-SXM4-40GB", "T4", "a100", ""]),
                     st.fixed_dictionaries({}, optional={"p50": SCALARS, "p90": SCALARS}) | JSON,
                     max_size=3).map(json.dumps),
@@ -69,6 +73,8 @@ DEEP = "[" * 100_000 + "]" * 100_000  # deeper than the JSON decoder's recursion
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ARGS | JSON)
+@example({"Pod": {"metadata": {"annotations": {PREDICTED_ANNOTATION: '{"T4": {"p50": 1%s}}' % ("0" * 4400)}}},
+          "NodeNames": ["t4"]})  # a ValueError out of json.loads, which failed the whole call
 def test_parse_extender_args_returns_or_raises_wire_error(body: Any) -> None:
     try:
         args = parse_extender_args(body)

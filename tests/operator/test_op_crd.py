@@ -40,9 +40,10 @@ def test_crd_identity() -> None:
     assert spec["scope"] == "Namespaced" and spec["names"]["shortNames"] == ["tj"]
     assert VERSION["name"] == "v1alpha1" and VERSION["subresources"] == {"status": {}}
     columns = [c["name"] for c in VERSION["additionalPrinterColumns"]]
-    assert columns[:7] == ["Phase", "Reason", "GPUs", "Predicted", "Actual", "Node", "Age"]
+    assert columns[:8] == ["Phase", "Reason", "GPUs", "Predicted", "Actual", "ETA", "Node", "Age"]
     by_name = {c["name"]: c for c in VERSION["additionalPrinterColumns"]}
     assert by_name["Predicted"]["jsonPath"] == ".status.predicted" and by_name["Predicted"]["type"] == "string"
+    assert by_name["ETA"]["jsonPath"] == ".status.eta" and by_name["ETA"]["type"] == "string"
 
 
 def test_status_phase_enum_matches_the_state_machine() -> None:
@@ -144,3 +145,14 @@ def test_the_crd_precisions_are_the_graph_schemas() -> None:
 
     precision = VERSION["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["precision"]
     assert precision["enum"] == list(PRECISIONS) and "tf32" in precision["enum"]
+
+
+def test_suspend_is_a_boolean_the_operator_reads() -> None:
+    doc = yaml.safe_load(EXAMPLES[0].read_text())
+    doc["spec"]["suspend"] = True
+    jsonschema.validate(doc, SCHEMA)
+    assert parse_spec(doc["spec"]).suspend is True
+    assert parse_spec(yaml.safe_load(EXAMPLES[0].read_text())["spec"]).suspend is False
+    doc["spec"]["suspend"] = "yes"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, SCHEMA)

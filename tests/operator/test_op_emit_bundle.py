@@ -118,3 +118,40 @@ def test_bundled_extractor_exits_2_with_one_line_on_a_bad_entrypoint(tmp_path: P
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert lines[-1].startswith("offpeak extract: error:") and "no_such_pkg_xyz" in lines[-1]
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_extract_image_pod_steps_end_to_end_name_the_model_as_the_operator_does(tmp_path: Path) -> None:
+    """The extract-image analysis pod's commands as processes (its mounts made folders): an hfConfigMap's graph is
+    named after the ConfigMap, as the operator's own extraction names it (the folder of its config.json)."""
+    from offpeak_operator.jobspec import parse_spec
+    from offpeak_operator.podspecs import HF_CONFIG_DIR, analysis_pod
+    from offpeak_operator.settings import AnalysisSettings
+    from optestkit import job_body
+
+    config = '{"model_type": "gpt2", "n_layer": 1, "n_head": 2, "n_embd": 32, "vocab_size": 100, "n_positions": 64}'
+    body = job_body(modelSource={"hfConfigMap": {"name": "tiny-gpt"}}, seqLen=16, batchSize=2)
+    pod = analysis_pod(body, parse_spec(body["spec"]), AnalysisSettings(extract_image="offpeak:1-extract"))
+    ((extract,), (emit_step,)) = pod["spec"]["initContainers"], pod["spec"]["containers"]
+    item = pod["spec"]["volumes"][-1]["configMap"]["items"][0]
+    mounted = tmp_path / "hf" / item["path"]  # what the kubelet makes of the ConfigMap volume
+    mounted.parent.mkdir(parents=True)
+    mounted.write_text(config)
+    graph_dir = tmp_path / "graph"
+    graph_dir.mkdir()
+
+    def local(arg: str) -> str:
+        return arg.replace(HF_CONFIG_DIR + "/", f"{tmp_path}/hf/").replace("/graph/", f"{graph_dir}/")
+
+    assert extract["command"][0] == "offpeak"  # the image's own CLI, no bundle
+    done = subprocess.run([sys.executable, "-m", "offpeak", *map(local, extract["command"][1:])], cwd=tmp_path,
+                          env={"CUDA_VISIBLE_DEVICES": "", "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    emitted = subprocess.run([sys.executable, *map(local, emit_step["command"][1:])], capture_output=True, text=True,
+                             timeout=120)
+    assert emitted.returncode == 0, emitted.stderr
+    graph = decode_bytes(from_log(emitted.stdout)[0])
+    assert graph.model_name == "tiny-gpt" and graph.batch_size == 2
+    assert any(op.type == "linear" for op in graph.ops)

@@ -40,7 +40,7 @@ def test_epochs_give_steps_from_the_global_batch() -> None:
 def test_model_sources(source: dict, kind: str, value: str) -> None:
     spec = parse_spec(job_body(modelSource=source)["spec"])
     assert (spec.model_source.kind, spec.model_source.value) == (kind, value)
-    assert spec.model_source.needs_analysis_pod == (kind == "entrypoint")
+    assert spec.model_source.in_process == (kind in ("torchvision", "hfConfig"))
 
 
 def test_two_model_sources_are_refused() -> None:

@@ -13,6 +13,7 @@ from optestkit import job_body
 from offpeak_operator import podspecs
 from offpeak_operator.graphstore import encode_graph
 from offpeak_operator.jobspec import parse_spec
+from offpeak_operator.livereports import pod_parts
 from offpeak_operator.settings import AnalysisSettings
 
 K8S = "1.32"
@@ -60,6 +61,27 @@ def test_training_pod_carries_the_contract() -> None:
         {"key": "offpeak.io/gpu-type", "operator": "DoesNotExist"}]
 
 
+def test_training_pod_gets_no_api_token_but_the_status_channel() -> None:
+    body = job_body()
+    status = pod_parts(url="https://op:8443/p", token="tok", ca_pem="PEM")
+    pod = podspecs.training_pod(body, parse_spec(body["spec"]), attempt=2, worker=0, gpu_types=("T4",),
+                                remaining=REMAINING, completed_steps=0, status=status)
+    valid(pod)
+    spec, (train,) = pod["spec"], pod["spec"]["containers"]
+    assert spec["automountServiceAccountToken"] is False
+    assert status.volume in spec["volumes"] and status.mount in train["volumeMounts"]
+    assert {e["name"]: e["value"] for e in train["env"]}["KUBEFLOW_TRAINER_SERVER_URL"] == "https://op:8443/p"
+    assert pod["metadata"]["annotations"]["offpeak.io/status-token"] == "tok"
+    plain = training()  # without the channel: no status parts, still no token
+    assert plain["spec"]["automountServiceAccountToken"] is False and "volumes" not in plain["spec"]
+
+
+def test_a_pod_that_names_its_service_account_keeps_its_token() -> None:
+    assert "automountServiceAccountToken" not in training(serviceAccountName="trainer")["spec"]
+    template = {"spec": {"automountServiceAccountToken": True, "containers": [{"name": "train"}]}}
+    assert training(template=template)["spec"]["automountServiceAccountToken"] is True
+
+
 def test_user_tolerations_and_selectors_are_added() -> None:
     pod = training(tolerations=[{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
                    nodeSelector={"pool": "gpu"}, serviceAccountName="trainer", priorityClassName="low")
@@ -88,6 +110,49 @@ def test_analysis_pod_runs_extractor_in_users_image_cpu_only() -> None:
     assert "nvidia.com/gpu" not in json.dumps(spec)
     assert extract["resources"]["limits"] == {"cpu": "2", "memory": "6Gi"}
     assert spec["containers"][0]["command"][:3] == ["python", "-m", "offpeak_operator.emit"]
+
+
+RESTRICTED = {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "capabilities": {"drop": ["ALL"]}}
+
+
+@pytest.mark.parametrize("source,flag,value", [
+    ({"torchvision": "resnet50"}, "--torchvision", "resnet50"),
+    ({"hfConfig": "gpt2-large"}, "--hf-config", "gpt2-large"),  # a built-in preset, by name
+    ({"hfConfigMap": {"name": "my-llm", "key": "cfg.json"}}, "--hf-config", "/hf/my-llm/config.json"),
+])
+def test_builtin_sources_are_extracted_in_the_extract_image_by_a_restricted_pod(source, flag, value) -> None:
+    body = job_body(modelSource=source, seqLen=128, env=[{"name": "SECRET", "value": "x"}],
+                    imagePullSecrets=[{"name": "team-registry"}])
+    settings = AnalysisSettings(image="offpeak:1", extract_image="offpeak:1-extract", timeout_seconds=120)
+    pod = podspecs.analysis_pod(body, parse_spec(body["spec"]), settings)
+    valid(pod)
+    spec = pod["spec"]
+    assert pod["metadata"]["name"] == "train-1-analysis" and spec["activeDeadlineSeconds"] == 120
+    (extract,) = spec["initContainers"]  # no bundle step: the extract image has offpeak itself
+    (emit,) = spec["containers"]
+    assert extract["name"] == "extract" and extract["image"] == emit["image"] == "offpeak:1-extract"
+    assert extract["command"][:3] == ["offpeak", "extract", flag] and extract["command"][3] == value
+    args = extract["command"]
+    assert args[args.index("--seq-len") + 1] == "128" and args[args.index("--out") + 1] == "/graph/graph.json.gz"
+    assert extract["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert extract["workingDir"] == "/tmp" and {"name": "HOME", "value": "/tmp"} in extract["env"]
+    assert {"name": "CUDA_VISIBLE_DEVICES", "value": ""} in extract["env"]
+    assert {"name": "SECRET", "value": "x"} not in extract["env"]  # the user's environment is for the user's image
+    assert emit["command"][:3] == ["python", "-m", "offpeak_operator.emit"]
+    # nothing of the user's runs in it, so it passes PodSecurity "restricted" in the job's namespace
+    assert spec["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert extract["securityContext"] == emit["securityContext"] == RESTRICTED
+    assert "imagePullSecrets" not in spec and spec["automountServiceAccountToken"] is False
+    assert "nvidia.com/gpu" not in json.dumps(spec)
+    mounts = {m["name"]: m["mountPath"] for m in extract["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert mounts["tmp"] == "/tmp" and mounts["graph"] == "/graph" and set(mounts) <= set(volumes)
+    if "hfConfigMap" in source:  # the job's own ConfigMap, at a folder that names the model
+        assert mounts["hf-config"] == "/hf"
+        assert volumes["hf-config"]["configMap"] == {"name": "my-llm",
+                                                     "items": [{"key": "cfg.json", "path": "my-llm/config.json"}]}
+    else:
+        assert "hf-config" not in volumes
 
 
 def test_graph_configmap_fits_and_round_trips(graph: ModelGraph) -> None:

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from offpeak_operator.metrics import OperatorMetrics
-from offpeak_operator.predictor_http import PredictorHTTP, PredictorUnavailable
+from offpeak_operator.predictor_http import PredictorHTTP, PredictorUnavailable, SampleReport
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -26,7 +26,7 @@ class Handler(BaseHTTPRequestHandler):
             code, out = 400, {"error": "unknown GPU 'Z9000'"}
         elif self.path == "/v1/samples":
             Handler.auth.append(self.headers.get("Authorization"))
-            code, out = 201, {"id": 7, "status": "accepted"}
+            code, out = 201, {"id": 7, "status": "accepted", "model_version": "m"}
         else:
             code, out = 200, {"model_version": "m", "graph_hash": "h", "predictions": []}
         data = json.dumps(out).encode()
@@ -56,10 +56,10 @@ def test_predict_and_sample_bodies_follow_the_contract(server: str, tmp_path) ->
     p = PredictorHTTP(server, timeout_seconds=2, metrics=m, token_file=str(token))
     assert p.predict(graph={"g": 1}, gpus=["T4"], precision="fp16", optimizer="sgd", steps=10, num_gpus=2)[
         "model_version"] == "m"
-    answer = p.report_sample(gpu="T4", step_seconds=1.5, job_seconds=20.0, steps=10, startup_seconds=5.0,
-                             job="ns/j", graph_hash="sha256:x", graph=None, precision="fp16", optimizer="sgd",
-                             num_gpus=2, batch_size=32, model_family="resnet")
-    assert answer == {"id": 7, "status": "accepted"}
+    answer = p.report_sample(SampleReport(gpu="T4", step_seconds=1.5, job_seconds=20.0, steps=10, startup_seconds=5.0,
+                                          job="ns/j", graph_hash="sha256:x", graph=None, mode="train", precision="fp16",
+                                          optimizer="sgd", num_gpus=2, batch_size=32, model_family="resnet"))
+    assert answer == {"id": 7, "status": "accepted", "model_version": "m"}
     (path1, body1), (path2, body2) = Handler.seen[-2:]
     assert path1 == "/v1/predict" and body1["mode"] == "train" and body1["num_gpus"] == 2
     assert path2 == "/v1/samples" and body2 == {
@@ -68,6 +68,19 @@ def test_predict_and_sample_bodies_follow_the_contract(server: str, tmp_path) ->
         "batch_size": 32, "model_family": "resnet"}
     assert Handler.auth[-1] == "Bearer operator-secret"  # the shared secret, as a bearer token
     assert m.registry.get_sample_value("offpeak_predictor_request_seconds_count", {"endpoint": "/v1/predict"}) == 1
+
+
+def test_a_sample_the_predictor_would_refuse_is_refused_before_it_is_sent(server: str, tmp_path) -> None:
+    m = OperatorMetrics(CollectorRegistry())
+    (tmp_path / "token").write_text("operator-secret\n")
+    p = PredictorHTTP(server, timeout_seconds=2, metrics=m, token_file=str(tmp_path / "token"))
+    sent = len(Handler.seen)
+    with pytest.raises(PredictorUnavailable, match=r"HTTP 400: .*\$\.job_seconds"):
+        p.report_sample(SampleReport(gpu="T4", job_seconds=-1.0, steps=10, job="ns/j", graph_hash="sha256:x"))
+    with pytest.raises(PredictorUnavailable, match=r"\$\.job"):
+        p.report_sample(SampleReport(gpu="T4", job_seconds=1.0, job="x" * 400, graph_hash="sha256:x"))
+    assert len(Handler.seen) == sent
+    assert m.registry.get_sample_value("offpeak_predictor_failures_total", {"endpoint": "/v1/samples"}) == 2
 
 
 def test_rejection_and_unreachable_both_become_unavailable(server: str) -> None:
@@ -79,7 +92,7 @@ def test_rejection_and_unreachable_both_become_unavailable(server: str) -> None:
         s.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{s.getsockname()[1]}"
     with pytest.raises(PredictorUnavailable, match="unreachable"):
-        PredictorHTTP(dead, timeout_seconds=2, metrics=m).report_sample(gpu="T4", step_seconds=0.1, job_seconds=1,
-                                                                        steps=1, job="j", graph_hash="h", graph=None)
+        PredictorHTTP(dead, timeout_seconds=2, metrics=m).report_sample(SampleReport(
+            gpu="T4", step_seconds=0.1, job_seconds=1, steps=1, job="j", graph_hash="h"))
     assert m.registry.get_sample_value("offpeak_predictor_failures_total", {"endpoint": "/v1/predict"}) == 1
     assert m.registry.get_sample_value("offpeak_predictor_failures_total", {"endpoint": "/v1/samples"}) == 1

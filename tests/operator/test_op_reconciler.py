@@ -11,6 +11,8 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
+import msgspec
+
 from offpeak_graph.schema import ModelGraph
 from optestkit import NOW, job_body, small_graph
 from prometheus_client import CollectorRegistry
@@ -18,9 +20,9 @@ from prometheus_client import CollectorRegistry
 from offpeak_operator.extraction import ExtractionFailed
 from offpeak_operator.graphstore import encode_graph, to_log_lines
 from offpeak_operator.metrics import OperatorMetrics
-from offpeak_operator.predictor_http import PredictorUnavailable
+from offpeak_operator.predictor_http import PredictorUnavailable, SampleReport
 from offpeak_operator.reconciler import Context, Reconciler
-from offpeak_operator.settings import OperatorSettings, RequeueSettings
+from offpeak_operator.settings import AnalysisSettings, OperatorSettings, RequeueSettings
 
 
 class MemoryKube:
@@ -117,10 +119,10 @@ class FakePredictor:
             {"gpu": g, "gpu_type": g, "step_seconds": 0.1, "step_seconds_p90": 0.2, "job_seconds": 100.0,
              "job_seconds_p90": 200.0, "model_version": "m1"} for g in body["gpus"]]}
 
-    def report_sample(self, **body: Any) -> dict[str, Any]:
+    def report_sample(self, sample: SampleReport) -> dict[str, Any]:
         if self.fail:
             raise PredictorUnavailable("down")
-        self.samples.append(body)
+        self.samples.append(msgspec.structs.asdict(sample))  # every field, defaults included
         return {"id": len(self.samples), "status": "accepted"}
 
 
@@ -132,11 +134,13 @@ class Clock:
         return self.now
 
 
-def make(job: dict[str, Any], *, predictor: FakePredictor | None = None, extract=None):
+def make(job: dict[str, Any], *, predictor: FakePredictor | None = None, extract=None, extract_image: str = ""):
     kube = MemoryKube(job)
     clock = Clock()
     pred = predictor or FakePredictor()
-    ctx = Context(settings=OperatorSettings(requeue=RequeueSettings(base_seconds=10)), kube=kube, predictor=pred,
+    settings = OperatorSettings(requeue=RequeueSettings(base_seconds=10),
+                                analysis=AnalysisSettings(extract_image=extract_image))
+    ctx = Context(settings=settings, kube=kube, predictor=pred,
                   metrics=OperatorMetrics(CollectorRegistry()), resolve_gpu=None, clock=clock)
     if extract is not None:
         ctx.extract = extract
@@ -175,11 +179,11 @@ def test_configmap_source_runs_the_whole_flow_and_reports_a_sample() -> None:
     assert sample["step_seconds"] == 0.12 and sample["num_gpus"] == 2 and sample["precision"] == "fp32"
     assert kube.job["status"]["sampleReported"] is True and kube.job["status"]["sampleStatus"] == "accepted"
     assert sample["graph_hash"] == small_graph().content_hash() and sample["graph"]["model_name"] == "tiny"
-    assert sample["job"] == "ns/train-1"
+    assert sample["job"] == "ns/train-1" and sample["mode"] == "train"
     m = rec.ctx.metrics.registry
     labels = {"trainingjob": "train-1", "job_namespace": "ns", "gpu_type": "A100-SXM4-40GB", "model_family": "mlp"}
     assert m.get_sample_value("offpeak_job_actual_seconds", labels) == 120
-    assert m.get_sample_value("offpeak_jobs", {"phase": "Succeeded"}) == 1
+    assert m.get_sample_value("offpeak_jobs", {"job_namespace": "ns", "phase": "Succeeded"}) == 1
 
 
 def test_startup_seconds_reach_the_predictor_request_only_when_set() -> None:
@@ -215,7 +219,7 @@ def test_predictor_down_falls_back_to_user_estimate_and_never_stalls() -> None:
     assert predicted["status"] == "False" and predicted["reason"] == "PredictorUnavailable"
     assert "unreachable" in predicted["message"]
     assert ("Warning", "PredictorUnavailable") in [e[:2] for e in kube.events]
-    assert rec.ctx.metrics.registry.get_sample_value("offpeak_jobs", {"phase": "Waiting"}) == 1
+    assert rec.ctx.metrics.registry.get_sample_value("offpeak_jobs", {"job_namespace": "ns", "phase": "Waiting"}) == 1
 
 
 def test_missing_graph_configmap_falls_back_to_default() -> None:
@@ -300,19 +304,68 @@ def test_analysis_pod_exit_2_fails_the_job_and_exit_137_falls_back() -> None:
             assert training == ["train-1-a1-w0"]
 
 
+def finish_analysis(kube: MemoryKube, graph: ModelGraph) -> None:
+    """The analysis pod succeeded, its `emit` log holding `graph`."""
+    enc = encode_graph(graph)
+    kube.logs["train-1-analysis"] = "\n".join(to_log_lines(enc.data, {"hash": enc.graph_hash, "reduced": "",
+                                                                          "original_ops": len(graph.ops)}))
+    kube.pods["train-1-analysis"]["status"] = {"phase": "Succeeded"}
+
+
 def test_analysis_pod_graph_is_collected_from_its_log() -> None:
     rec, kube, pred, _ = make(job_body(modelSource={"entrypoint": "pkg.m:build"}, inputShape=[64]))
     assert rec.reconcile("ns", "train-1") == "Analyzing"
     assert "train-1-analysis" in kube.pods
     assert rec.reconcile("ns", "train-1") == "Analyzing"  # still running: nothing new
     g = small_graph(name="user-model")
-    enc = encode_graph(g)
-    kube.logs["train-1-analysis"] = "\n".join(to_log_lines(enc.data, {"hash": enc.graph_hash, "reduced": "",
-                                                                          "original_ops": len(g.ops)}))
-    kube.pods["train-1-analysis"]["status"] = {"phase": "Succeeded"}
+    finish_analysis(kube, g)
     assert rec.reconcile("ns", "train-1") == "Waiting"
     assert kube.job["status"]["graph"]["hash"] == g.content_hash()
     assert "train-1-graph" in kube.configmaps
+
+
+def test_with_an_extract_image_a_torchvision_graph_comes_from_an_analysis_pod_never_the_operator() -> None:
+    def extract(spec, timeout):
+        raise AssertionError("the operator's image has no torch: it must not extract")
+
+    rec, kube, pred, _ = make(job_body(modelSource={"torchvision": "resnet50"}), extract=extract,
+                              extract_image="offpeak:1-extract")
+    assert rec.reconcile("ns", "train-1") == "Analyzing"
+    pod = kube.pods["train-1-analysis"]
+    assert pod["spec"]["initContainers"][0]["image"] == "offpeak:1-extract"
+    g = small_graph(name="resnet50")
+    finish_analysis(kube, g)
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    status = kube.job["status"]
+    assert status["graph"]["source"] == "torchvision" and status["graph"]["hash"] == g.content_hash()
+    assert kube.configmaps["train-1-graph"]["metadata"]["annotations"]["offpeak.io/graph-source"] == "torchvision"
+    assert pred.requests[0]["graph"]["model_name"] == "resnet50"
+    assert rec.ctx.metrics.registry.get_sample_value("offpeak_analysis_duration_seconds_count",
+                                                     {"source": "torchvision", "outcome": "ok"}) == 1
+    assert "train-1-a1-w0" in kube.pods
+
+
+def test_with_an_extract_image_a_missing_hf_configmap_makes_no_pod_and_falls_back() -> None:
+    rec, kube, pred, _ = make(job_body(modelSource={"hfConfigMap": {"name": "my-llm"}}, seqLen=64),
+                              extract_image="offpeak:1-extract")
+    assert rec.reconcile("ns", "train-1") == "Waiting"
+    graph = next(c for c in kube.job["status"]["conditions"] if c["type"] == "GraphReady")
+    assert graph["reason"] == "HfConfigMapNotFound" and "my-llm" in graph["message"]
+    assert "train-1-analysis" not in kube.pods and kube.job["status"]["prediction"]["source"] == "default"
+
+
+def test_with_an_extract_image_an_hf_configmap_that_is_not_json_fails_the_job_without_a_pod() -> None:
+    rec, kube, pred, _ = make(job_body(modelSource={"hfConfigMap": {"name": "my-llm"}}, seqLen=64),
+                              extract_image="offpeak:1-extract")
+    kube.configmaps["my-llm"] = {"metadata": {"name": "my-llm"}, "data": {"config.json": "{not json"}}
+    assert rec.reconcile("ns", "train-1") == "Failed"
+    graph = next(c for c in kube.job["status"]["conditions"] if c["type"] == "GraphReady")
+    assert graph["reason"] == "InvalidModelSource" and kube.pods == {} and pred.requests == []
+    kube.configmaps["my-llm"]["data"]["config.json"] = '{"model_type": "gpt2"}'
+    rec2, kube2, _, _ = make(job_body(modelSource={"hfConfigMap": {"name": "my-llm"}}, seqLen=64),
+                             extract_image="offpeak:1-extract")
+    kube2.configmaps["my-llm"] = kube.configmaps["my-llm"]
+    assert rec2.reconcile("ns", "train-1") == "Analyzing" and "train-1-analysis" in kube2.pods
 
 
 def test_invalid_job_fails_creates_nothing_and_posts_an_event() -> None:
@@ -354,8 +407,8 @@ def test_reporting_failure_does_not_block_success() -> None:
 
 def test_a_sample_the_predictor_refuses_is_said_in_the_status_and_never_blocks() -> None:
     class Refusing(FakePredictor):
-        def report_sample(self, **body: Any) -> dict[str, Any]:
-            self.samples.append(body)
+        def report_sample(self, sample: SampleReport) -> dict[str, Any]:
+            self.samples.append(msgspec.structs.asdict(sample))
             raise PredictorUnavailable("predictor /v1/samples: HTTP 422: measured step time is 9x the model's")
 
     rec, kube, pred, _ = make(job_body(modelSource={"graphConfigMap": {"name": "user-graph"}}), predictor=Refusing())
@@ -396,9 +449,11 @@ def test_a_corrected_prediction_is_recorded_with_its_sample_count() -> None:
 def test_deleted_job_is_forgotten() -> None:
     rec, kube, _, _ = make(job_body())
     rec.reconcile("ns", "train-1")
+    waiting = {"job_namespace": "ns", "phase": "Waiting"}
+    assert rec.ctx.metrics.registry.get_sample_value("offpeak_jobs", waiting) == 1
     kube.job = None
     assert rec.reconcile("ns", "train-1") is None
-    assert rec.ctx.metrics.registry.get_sample_value("offpeak_jobs", {"phase": "Waiting"}) == 0
+    assert rec.ctx.metrics.registry.get_sample_value("offpeak_jobs", waiting) is None  # the namespace's last job
 
 
 def test_busy_job_is_skipped_without_waiting() -> None:

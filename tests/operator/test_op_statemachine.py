@@ -24,10 +24,10 @@ PREDICTION = Prediction(source="predictor", steps=1000, model_version="m1", gpus
 
 
 def decide(status: dict[str, Any], *, spec: dict[str, Any] | None = None, observed: sm.Observed | None = None,
-           now=NOW, problems=()) -> sm.Decision:
+           now=NOW, problems=(), settings: OperatorSettings = SETTINGS) -> sm.Decision:
     body = job_body(**(spec or {}))
     return sm.decide(job_name="train-1", spec=parse_spec(body["spec"]), problems=list(problems), status=status,
-                     observed=observed or sm.Observed(), now=now, settings=SETTINGS)
+                     observed=observed or sm.Observed(), now=now, settings=settings)
 
 
 def kinds(decision: sm.Decision) -> list[str]:
@@ -66,6 +66,32 @@ def test_entrypoint_source_starts_an_analysis_pod() -> None:
 def test_in_process_and_configmap_sources_need_no_pod() -> None:
     assert "ExtractInProcess" in kinds(decide({}, spec={"modelSource": {"torchvision": "resnet18"}}))
     assert "LoadUserGraph" in kinds(decide({}, spec={"modelSource": {"graphConfigMap": {"name": "g"}}}))
+
+
+# The chart's operator: torchvision/HF graphs come from an analysis pod running the extract image.
+EXTRACT_POD = OperatorSettings(analysis=AnalysisSettings(timeout_seconds=300, extract_image="offpeak:1-extract"))
+
+
+@pytest.mark.parametrize("source", [{"torchvision": "resnet50"}, {"hfConfig": "gpt2"},
+                                    {"hfConfigMap": {"name": "my-config"}}])
+def test_with_an_extract_image_builtin_sources_are_extracted_in_an_analysis_pod(source: dict) -> None:
+    d = decide({}, spec={"modelSource": source}, settings=EXTRACT_POD)
+    assert d.phase == "Analyzing" and kinds(d) == ["EmitEvent", "CreateAnalysisPod"]
+    assert "in an analysis pod (offpeak:1-extract)" in d.status["message"]
+    analyzing = {**ANALYZING, "analysisStartTime": d.status["analysisStartTime"]}
+    assert kinds(decide(analyzing, spec={"modelSource": source}, settings=EXTRACT_POD)) == ["CreateAnalysisPod"]
+    done = sm.Observed(analysis_pod=sm.PodView("a", phase="Succeeded"))
+    assert kinds(decide(analyzing, spec={"modelSource": source}, observed=done, settings=EXTRACT_POD)) == [
+        "CollectGraph"]
+    # without one, the operator extracts them itself, in every phase
+    assert kinds(decide(analyzing, spec={"modelSource": source})) == ["ExtractInProcess"]
+
+
+def test_an_extract_image_changes_nothing_for_entry_points_and_graph_configmaps() -> None:
+    assert "CreateAnalysisPod" in kinds(decide({}, spec=ENTRY, settings=EXTRACT_POD))
+    assert "LoadUserGraph" in kinds(decide({}, spec={"modelSource": {"graphConfigMap": {"name": "g"}}},
+                                           settings=EXTRACT_POD))
+    assert "Predict" in kinds(decide({}, settings=EXTRACT_POD))
 
 
 def test_no_model_source_goes_straight_to_prediction_and_says_why() -> None:
@@ -602,3 +628,94 @@ def test_an_evicted_checkpointing_pod_is_waited_for_until_it_has_written_its_rep
                        progress=report)
     d = decide(waiting(phase="Running"), spec=ckpt, observed=pods(ended), now=NOW + timedelta(seconds=31))
     assert d.phase == "Requeued" and d.status["completedSteps"] == 600
+
+
+# ---- spec.suspend and Kueue (offpeak_operator.admission) ---------------------------------------------------
+
+PREDICTED = {"phase": "Predicted", "attempts": 0, "completedSteps": 0, "prediction": PREDICTION.to_status(),
+             "conditions": []}
+QUEUE = "team-gpus"
+
+
+def queued(status: dict[str, Any], workload: Any, *, spec: dict[str, Any] | None = None,
+           observed: sm.Observed | None = None, now=NOW) -> sm.Decision:
+    body = job_body(**(spec or {}))
+    seen = sm.Observed(training_pods=(observed or sm.Observed()).training_pods, workload=workload)
+    return sm.decide(job_name="train-1", spec=parse_spec(body["spec"]), problems=[], status=status, observed=seen,
+                     now=now, settings=SETTINGS, queue=QUEUE)
+
+
+def wl(**kw: Any) -> Any:
+    from offpeak_operator.admission import WorkloadView
+
+    return WorkloadView(name="trainingjob-train-1-uid12", **kw)
+
+
+def test_a_suspended_job_is_held_before_its_first_attempt_and_says_so_once() -> None:
+    d = decide(PREDICTED, spec={"suspend": True})
+    assert "CreateTrainingPods" not in kinds(d) and d.status["reason"] == "Suspended"
+    assert cond(d.status, "Suspended")["status"] == "True" and "spec.suspend" in d.status["message"]
+    assert kinds(d) == ["EmitEvent"]
+    again = decide({**PREDICTED, **d.status}, spec={"suspend": True})
+    assert again.status == {} and again.actions == []
+    resumed = decide({**PREDICTED, **d.status})
+    assert resumed.phase == "Waiting" and kinds(resumed) == ["CreateTrainingPods"]
+    assert cond(resumed.status, "Suspended")["status"] == "False"
+
+
+def test_suspending_a_running_job_stops_its_pods_and_requeues_it_without_counting() -> None:
+    running = waiting(phase="Running", attemptStartTime="2026-11-21T05:50:00Z")
+    live = pods(sm.PodView("train-1-a1-w0", phase="Running", node="n1", started_at=NOW - timedelta(minutes=10)))
+    d = decide(running, spec={"suspend": True}, observed=live)
+    assert d.actions == [sm.StopPods(("train-1-a1-w0",), "Suspended")] and d.status == {}
+    stopped = pods(sm.PodView("train-1-a1-w0", phase="Running", node="n1", eviction_reason="Suspended",
+                              started_at=NOW - timedelta(minutes=10)))
+    requeued = decide(running, spec={"suspend": True}, observed=stopped)
+    assert requeued.phase == "Requeued" and requeued.status["reason"] == "Suspended"
+    assert requeued.status["plannedStops"] == 1 and requeued.status["nextAttemptTime"] == "2026-11-21T06:00:00Z"
+    assert "DeletePods" in kinds(requeued) and "RecordRequeue" in kinds(requeued)
+    held = decide({**running, **requeued.status}, spec={"suspend": True})
+    assert kinds(held) == ["EmitEvent"] and held.status["reason"] == "Suspended"
+    back = decide({**running, **requeued.status, **held.status})
+    assert back.phase == "Waiting" and back.status["attempts"] == 2 and "attempt 1/3" in back.status["message"]
+
+
+def test_a_queued_job_creates_its_workload_then_waits_for_kueue_then_runs_on_its_flavors() -> None:
+    first = queued(PREDICTED, None)
+    assert kinds(first) == ["CreateWorkload", "EmitEvent"] and first.status["reason"] == "QueuedInKueue"
+    waiting_for_quota = queued({**PREDICTED, **first.status}, wl())
+    assert "CreateTrainingPods" not in kinds(waiting_for_quota) and "waiting for quota" in waiting_for_quota.status[
+        "message"]
+    admitted = queued(PREDICTED, wl(quota_reserved=True, admitted=True, node_selector={"pool": "a100"},
+                                    tolerations=({"key": "pool", "operator": "Exists"},)))
+    (create,) = [a for a in admitted.actions if isinstance(a, sm.CreateTrainingPods)]
+    assert create.placement.node_selector == {"pool": "a100"}
+    assert create.placement.tolerations == ({"key": "pool", "operator": "Exists"},)
+    # a job in no queue is placed as before
+    (plain,) = [a for a in decide(PREDICTED).actions if isinstance(a, sm.CreateTrainingPods)]
+    assert plain.placement == sm.admission.Placement()
+
+
+def test_kueue_evicting_a_running_job_stops_it_then_gives_the_quota_back() -> None:
+    running = waiting(phase="Running", attemptStartTime="2026-11-21T05:50:00Z")
+    evicted = wl(quota_reserved=True, admitted=True, evicted=True, evicted_reason="Preempted")
+    live = pods(sm.PodView("train-1-a1-w0", phase="Running", node="n1", started_at=NOW - timedelta(minutes=10)))
+    assert queued(running, evicted, observed=live).actions == [sm.StopPods(("train-1-a1-w0",), "EvictedByKueue")]
+    stopped = pods(sm.PodView("train-1-a1-w0", phase="Failed", reason="Evicted", eviction_reason="EvictedByKueue",
+                              started_at=NOW - timedelta(minutes=10), finished_at=NOW))
+    requeued = queued(running, evicted, observed=stopped)
+    assert requeued.phase == "Requeued" and requeued.status["plannedStops"] == 1
+    release = queued({**running, **requeued.status}, evicted)
+    assert "ReleaseWorkload" in kinds(release) and "CreateTrainingPods" not in kinds(release)
+    assert release.status["reason"] == "EvictedByKueue"
+    pending = queued({**running, **requeued.status, **release.status}, wl())
+    assert "CreateTrainingPods" not in kinds(pending) and pending.status["reason"] == "QueuedInKueue"
+
+
+def test_an_ended_queued_job_finishes_its_workload_once() -> None:
+    done = {"phase": "Succeeded", "message": "succeeded in 10m"}
+    d = queued(done, wl(quota_reserved=True, admitted=True))
+    assert d.actions == [sm.FinishWorkload(succeeded=True, message="succeeded in 10m")]
+    assert queued(done, wl(finished=True)).actions == []
+    failed = queued({"phase": "Failed", "message": "no attempts left"}, wl(quota_reserved=True))
+    assert failed.actions == [sm.FinishWorkload(succeeded=False, message="no attempts left")]

@@ -1,4 +1,4 @@
-"""What `offpeak jobs` and `offpeak explain` show, from plain TrainingJob and pod objects."""
+"""What `offpeak jobs` and `offpeak explain` show, from plain TrainingJob, workload and pod objects."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from datetime import timedelta
 
 from optestkit import NOW
 
-from offpeak_core.jobkinds import PYTORCH_JOB
-from offpeak_operator.userview import explain_lines, job_row, scheduler_reasons, window_needed, workload_row
+from offpeak_core.jobkinds import BATCH_JOB, PYTORCH_JOB
+from offpeak_operator.explainview import explain_trainingjob, explain_workload, lines, record, scheduler_reasons
+from offpeak_operator.userview import job_row, window_needed, workload_row
 
 SAID = ("0/4 nodes are available: 1 gang of 2 worker(s) x 8 GPU(s) needs 2 place(s) in fitting windows; 1 found "
         "on 1 node(s), 1 window ends within 6s, job needs ~2m (p90 x1.15) on L4, 2 node(s) didn't match Pod's node "
@@ -126,10 +127,37 @@ def test_the_schedulers_summary_splits_into_its_reasons_without_preemption() -> 
 def test_explain_lists_the_prediction_memory_verdict_window_and_pod_reasons() -> None:
     pod = {"metadata": {"name": "vit-a1-w0"}, "spec": {}, "status": {"phase": "Pending", "conditions": [
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": SAID}]}}
-    text = "\n".join(explain_lines(job(), [pod], now=NOW + timedelta(minutes=1)))
+    text = "\n".join(lines(explain_trainingjob(job(), [pod], now=NOW + timedelta(minutes=1))))
     assert "TrainingJob team/vit: Waiting (Unschedulable)" in text
     assert "H100-SXM5-80GB: 1h (p90 1h07m)" in text
     assert "A100-SXM4-80GB: 2h (p90 2h14m); needs ~90.5 GiB: does not fit (80.0 GiB)" in text
     assert "Needs an idle window of 58m" in text and "a checkpointing job may use shorter ones" in text
     assert "Pod vit-a1-w0: Pending" in text and "  1 gang of 2 worker(s)" in text
 
+
+
+def test_explain_a_queued_batch_job_says_its_check_prediction_window_and_pods() -> None:
+    workload = {"status": {"admissionChecks": [
+        {"name": "offpeak-window", "state": "Pending", "message": "no forecast idle window fits now"}]}}
+    pod = {"metadata": {"name": "nightly-x"}, "spec": {}, "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "message": SAID}]}}
+    explained = explain_workload(batch_job(state="Predicted: predicted 600s", suspend=True, queue="team-q"), [pod],
+                                 kind=BATCH_JOB, now=NOW, workload=workload)
+    text = "\n".join(lines(explained))
+    assert text.startswith("Job team/nightly: Queued (Kueue team-q)\n  predicted 600s\n  GPUs: 2x4 on A100,H100\n")
+    assert "  Kueue check offpeak-window Pending: no forecast idle window fits now" in text
+    assert "Prediction (predictor):\n  H100-SXM5-80GB: 10m (p90 15m)\n  A100-SXM4-40GB: 20m (p90 25m)" in text
+    assert "Needs an idle window of 18m" in text and "Pod nightly-x: Pending\n  0/4 nodes are available" in text
+
+
+def test_the_json_record_of_an_explanation_has_the_facts_as_numbers_and_stable_keys() -> None:
+    done = record(explain_trainingjob(job(phase="Succeeded", reason="Succeeded", actualSeconds=3000.0), [], now=NOW))
+    waiting = record(explain_trainingjob(job(), [], now=NOW))
+    assert list(done) == list(waiting)  # the same keys whatever the phase
+    assert (waiting["kind"], waiting["name"], waiting["needsWindowSeconds"]) == ("TrainingJob", "vit", 3000.0 * 1.15)
+    assert waiting["prediction"]["gpus"][1] == {
+        "gpuType": "A100-SXM4-80GB", "seconds": 7200.0, "p90Seconds": 8000.0, "fitsMemory": False,
+        "peakMemoryGiB": 90.5, "gpuMemoryGiB": 80.0, "correctionSamples": None, "correctionFactor": None}
+    assert (done["actualSeconds"], done["error"], done["needsWindowSeconds"]) == (3000.0, 3000.0 / 2700.0 - 1, None)
+    queued = record(explain_workload(batch_job(state="Predicted: x", suspend=True), [], kind=BATCH_JOB, now=NOW))
+    assert list(queued) == list(waiting) and (queued["kind"], queued["name"]) == ("Job", "nightly")

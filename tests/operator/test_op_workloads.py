@@ -7,6 +7,8 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import msgspec
+
 import kubernetes_validate
 from kubernetes.client.exceptions import ApiException
 from optestkit import NOW, small_graph
@@ -19,10 +21,10 @@ from offpeak_graph.schema import ModelGraph
 from offpeak_operator import workloads
 from offpeak_operator.graphstore import encode_graph, to_log_lines
 from offpeak_operator.metrics import OperatorMetrics
-from offpeak_operator.predictor_http import PredictorUnavailable
+from offpeak_operator.predictor_http import PredictorUnavailable, SampleReport
 from offpeak_operator.reconciler import Context, Reconciler
 from offpeak_operator.resync import Resyncer
-from offpeak_operator.settings import OperatorSettings
+from offpeak_operator.settings import AnalysisSettings, OperatorSettings
 from offpeak_operator.workload_reconciler import WorkloadReconciler
 
 
@@ -196,10 +198,10 @@ class SamplePredictor:
     def __init__(self, fail: bool = False) -> None:
         self.fail, self.samples = fail, []
 
-    def report_sample(self, **kw: Any) -> dict[str, Any]:
+    def report_sample(self, sample: SampleReport) -> dict[str, Any]:
         if self.fail:
             raise PredictorUnavailable("predictor /v1/samples: unreachable")
-        self.samples.append(kw)
+        self.samples.append(msgspec.structs.asdict(sample))  # every field, defaults included
         return {"status": "accepted"}
 
 
@@ -390,11 +392,12 @@ def entrypoint_job(source: str = "entrypoint:team.models:build", **ann: str) -> 
     return job
 
 
-def analysing(job: dict[str, Any], kind: JobKind = BATCH_JOB, **kube_kw: Any):
+def analysing(job: dict[str, Any], kind: JobKind = BATCH_JOB, *, extract_image: str = "", **kube_kw: Any):
     kube = AnalysisKube(job, kind, **kube_kw)
     clock = {"now": NOW}
     predictor = GraphPredictor()
-    ctx = Context(settings=OperatorSettings(), kube=kube, predictor=predictor,  # type: ignore[arg-type]
+    settings = OperatorSettings(analysis=AnalysisSettings(extract_image=extract_image))
+    ctx = Context(settings=settings, kube=kube, predictor=predictor,  # type: ignore[arg-type]
                   metrics=OperatorMetrics(CollectorRegistry()), resolve_gpu=None, clock=lambda: clock["now"])
     return WorkloadReconciler(Reconciler(ctx), kind), kube, predictor, clock
 
@@ -459,6 +462,32 @@ def test_an_entry_point_is_extracted_in_an_owned_analysis_pod_then_predicted_fro
     # the sample of the finished Job is sent with the stored graph
     assert rec._graph(kube.job, workloads.workload_spec(kube.job, resolve_gpu=None)[0]).content_hash() == \
         graph.content_hash()
+
+
+def test_with_an_extract_image_a_torchvision_source_is_extracted_in_an_owned_analysis_pod() -> None:
+    rec, kube, predictor, _ = analysing(batch_job(**{"offpeak.io/model-source": "torchvision:resnet50"}),
+                                        extract_image="offpeak:1-extract")
+    rec.ctx.extract = lambda spec, timeout: (_ for _ in ()).throw(AssertionError("no torch in the operator"))
+    assert rec.reconcile("team", "nightly") == "Analyzing"
+    pod = kube.pods["job-nightly-analysis"]
+    kubernetes_validate.validate({k: v for k, v in pod.items() if k != "status"}, "1.32", strict=True)
+    assert pod["metadata"]["annotations"] == {"offpeak.io/model-source": "torchvision:resnet50"}
+    (extract,) = pod["spec"]["initContainers"]
+    assert extract["image"] == "offpeak:1-extract" and extract["command"][1:4] == ["extract", "--torchvision",
+                                                                                    "resnet50"]
+    assert kube.job["metadata"]["annotations"]["offpeak.io/state"].endswith("in offpeak:1-extract")
+    graph = small_graph(name="resnet50")
+    _finish_analysis(kube, "job-nightly-analysis", graph)
+    assert rec.reconcile("team", "nightly") == "Predicted"
+    (asked,) = predictor.requests
+    assert ModelGraph.from_dict(asked["graph"]).content_hash() == graph.content_hash()
+    cm = kube.configmaps["job-nightly-graph"]
+    assert cm["metadata"]["annotations"]["offpeak.io/model-source"] == "torchvision:resnet50"
+    assert cm["metadata"]["annotations"]["offpeak.io/graph-source"] == "torchvision"
+    assert rec.ctx.metrics.registry.get_sample_value("offpeak_analysis_duration_seconds_count",
+                                                     {"source": "torchvision", "outcome": "ok"}) == 1
+    spec = workloads.workload_spec(kube.job, resolve_gpu=None)[0]
+    assert rec._graph(kube.job, spec).content_hash() == graph.content_hash()  # the sample's graph, stored
 
 
 def test_an_entry_point_the_extractor_rejects_leaves_the_job_invalid_until_the_annotation_changes() -> None:

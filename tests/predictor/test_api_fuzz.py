@@ -1,7 +1,8 @@
-"""Property-based tests of the predictor's graph schema and HTTP API (issue #16): any graph is accepted with finite,
-non-negative numbers and known enums, or refused with a GraphError naming its field; any body sent to
-`/v1/predict` or `/v1/samples` gets a 2xx or a 4xx with a reason in strict JSON, never a 5xx or a hang; a write
-without the token changes nothing."""
+"""Property-based tests of the predictor's graph schema and HTTP API (issues #16, #48): any graph is accepted with
+finite, non-negative numbers, known enums and typed op attributes (and then predicted without an error), or refused
+with a GraphError naming its field; any body sent to `/v1/predict` or `/v1/samples`, integers of thousands of digits
+and any Authorization header bytes included, gets a 2xx or a 4xx with a reason in strict JSON, never a 5xx or a
+hang; a write without the token changes nothing."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from offpeak_graph.schema import GraphError, ModelGraph, validate_graph
+from offpeak_graph.schema import GraphError, ModelGraph, parse_graph
 from offpeak_predictor.model import RuntimeModel
+from offpeak_predictor.predict import Predictor
 from support.loopback import served
 
 from .conftest import AUTH, mlp_graph, token_app
@@ -29,6 +31,13 @@ JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dict
 BASE_GRAPH = mlp_graph(batch=8, width=16, layers=1).to_dict()
 OP_COLUMNS = sorted(BASE_GRAPH["ops"])
 DEEP = "[" * 100_000 + "]" * 100_000  # deeper than the JSON decoder's recursion limit
+NUMBERS = st.integers(-(10**400), 10**400) | st.sampled_from([-1, 0, 1, 0.5, 1e308, -0.0, 2**40, 2**63])
+# op attributes: the keys the schema types (and one it does not), with values of any type and size
+ATTRS = st.dictionaries(
+    st.sampled_from(["p", "in_features", "out_features", "bias", "inplace", "kernel", "stride", "padding", "groups",
+                     "eps", "normalized_shape", "heads", "causal", "dim", "m", "custom"]),
+    NUMBERS | JSON | st.lists(NUMBERS, max_size=3), max_size=4)
+OP_TYPES = st.sampled_from(["linear", "dropout", "conv2d", "layernorm", "sdpa", "softmax", "relu", "other"])
 
 
 @st.composite
@@ -39,49 +48,64 @@ def graphs(draw: st.DrawFn, most_changes: int = 3) -> Any:
         return draw(JSON)
     graph = json.loads(json.dumps(BASE_GRAPH))
     for _ in range(draw(st.integers(0, most_changes))):
-        where = draw(st.sampled_from(["top", "column", "value", "drop"]))
+        where = draw(st.sampled_from(["top", "column", "value", "drop", "attrs", "attrs", "shape"]))
         if where == "top":
             graph[draw(st.sampled_from(sorted(BASE_GRAPH)))] = draw(JSON)
         elif where == "drop":
             graph.pop(draw(st.sampled_from(sorted(BASE_GRAPH))), None)
+        elif where == "attrs" and isinstance(graph.get("ops"), dict) and isinstance(graph["ops"].get("attrs"), list) \
+                and graph["ops"]["attrs"]:
+            i = draw(st.integers(0, len(graph["ops"]["attrs"]) - 1))
+            graph["ops"]["attrs"][i] = draw(ATTRS)
+            if isinstance(graph["ops"].get("type"), list) and len(graph["ops"]["type"]) > i:
+                graph["ops"]["type"][i] = draw(OP_TYPES)
+        elif where == "shape" and isinstance(graph.get("ops"), dict) and graph["ops"].get("output_shapes") and \
+                isinstance(graph["ops"]["output_shapes"], list):
+            i = draw(st.integers(0, len(graph["ops"]["output_shapes"]) - 1))
+            graph["ops"]["output_shapes"][i] = [draw(st.lists(st.integers(0, 2**41), min_size=1, max_size=70))]
         elif isinstance(graph.get("ops"), dict):
             column = draw(st.sampled_from(OP_COLUMNS))
             if where == "column" or not isinstance(graph["ops"].get(column), list):
                 graph["ops"][column] = draw(JSON)
             elif graph["ops"][column]:
                 i = draw(st.integers(0, len(graph["ops"][column]) - 1))
-                graph["ops"][column][i] = draw(JSON | st.integers(-(10**400), 10**400)
-                                               | st.sampled_from([-1, 0, 1e308, -0.0, 2**63]))
+                graph["ops"][column][i] = draw(JSON | NUMBERS)
     return graph
 
 
-def check_graph(graph: ModelGraph) -> None:
-    """What a graph that passed `validate_graph` may be relied on for."""
+def check_graph(graph: ModelGraph, predictor: Predictor) -> None:
+    """What a graph that passed `parse_graph` may be relied on for: sound numbers, and a finite prediction."""
     assert graph.ops and isinstance(graph.batch_size, int) and graph.batch_size > 0
     for op in graph.ops:
         for value in (op.flops, op.bytes_read, op.bytes_written, op.params):
             assert math.isfinite(value) and value >= 0
         for shape in (*op.input_shapes, *op.output_shapes):
             assert all(isinstance(d, int) and d >= 0 for d in shape)
+    (answer,) = predictor.predict(graph, ["T4"])  # no OverflowError, TypeError, ... on what passed
+    assert math.isfinite(answer["step_seconds_p90"])
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(graphs())
-@example({**BASE_GRAPH, "ops": {**BASE_GRAPH["ops"], "flops": [0.0, float("nan"), 1.0]}})
-@example({**BASE_GRAPH, "batch_size": 10**400})
-def test_a_graph_is_accepted_sound_or_refused_naming_its_field(raw: Any) -> None:
-    if not isinstance(raw, dict):
-        with pytest.raises((GraphError, ValueError, KeyError, TypeError, AttributeError)):
-            validate_graph(ModelGraph.from_dict(raw))
-        return
+@pytest.fixture(scope="module")
+def predictor(tiny_model: RuntimeModel) -> Predictor:
+    return Predictor(tiny_model, cache_bytes=2**20)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(raw=graphs())
+@example(raw={**BASE_GRAPH, "ops": {**BASE_GRAPH["ops"], "flops": [0.0, float("nan"), 1.0]}})
+@example(raw={**BASE_GRAPH, "batch_size": 10**400})
+@example(raw={**BASE_GRAPH, "ops": {**BASE_GRAPH["ops"], "output_shapes": [[[2**40] * 30]] * 3}})
+@example(raw={**BASE_GRAPH, "ops": {**BASE_GRAPH["ops"], "attrs": [{}, {"in_features": 10**200}, {}]}})
+@example(raw={**BASE_GRAPH, "ops": {**BASE_GRAPH["ops"], "type": ["input", "linear", "dropout"],
+                                    "attrs": [{}, {}, {"p": [1]}]}})
+def test_a_graph_is_accepted_sound_or_refused_naming_its_field(predictor: Predictor, raw: Any) -> None:
     try:
-        graph = validate_graph(ModelGraph.from_dict(raw))
-    except GraphError as e:
-        assert str(e)
-    except (ValueError, KeyError, TypeError, OverflowError):
-        pass  # the server's `_parse_graph` turns these into a 400 naming the error (checked through HTTP below)
+        graph = parse_graph(raw)
+    except GraphError as e:  # the only refusal, whatever the JSON: a field and a reason
+        assert e.field and e.reason
     else:
-        check_graph(graph)
+        check_graph(graph, predictor)
 
 
 def strict_json(raw: bytes) -> Any:
@@ -126,6 +150,55 @@ PREDICT_BODIES = st.one_of(
                   "startup_seconds": SCALARS}),
     JSON,
 )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(body=PREDICT_BODIES, path=st.sampled_from(["/v1/predict", "/v1/samples"]), digits=st.integers(4290, 4400),
+       where=st.sampled_from(["top", "graph", "op"]))
+def test_an_integer_of_thousands_of_digits_anywhere_is_a_4xx_with_a_reason(server: tuple[int, Path], body: Any,
+                                                                           path: str, digits: int,
+                                                                           where: str) -> None:  # fmt: skip
+    """json.dumps cannot write such an integer (nor json.loads read it): it is put into the text in place of a
+    marker, at the top level, in the graph's header or in an op column."""
+    marker = 987654321012345
+    if not isinstance(body, dict):
+        body = {"value": body}
+    graph = body.get("graph")
+    if where == "graph" and isinstance(graph, dict):
+        graph["batch_size"] = marker
+    elif where == "op" and isinstance(graph, dict) and isinstance(graph.get("ops"), dict):
+        graph["ops"]["flops"] = [marker]
+    else:
+        body["steps"] = marker
+    text = json.dumps(body).replace(str(marker), "9" * digits)
+    status, reply = post(server[0], path, text.encode(), AUTH)
+    check_answer(status, reply)
+    assert status >= 400 or digits < 4300  # past the limit it cannot have been read
+
+
+# header values as bytes the HTTP parser hands to the app (tab, printable ASCII, and any byte from 0x80: other control
+# bytes get aiohttp's own 400 before the app), written byte for byte (http.client writes latin-1)
+HEADER_BYTES = st.lists(st.sampled_from([9, *range(0x20, 0x7F), *range(0x80, 0x100)]), max_size=40).map(bytes)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(raw=HEADER_BYTES, prefix=st.sampled_from([b"", b"Bearer ", b"bearer ", AUTH["Authorization"].encode()]))
+@example(raw=b"\xff", prefix=b"Bearer ")
+@example(raw=b"\xc3\x28", prefix=AUTH["Authorization"].encode())
+def test_any_authorization_bytes_are_refused_with_a_reason_and_store_nothing(server: tuple[int, Path], raw: bytes,
+                                                                           prefix: bytes) -> None:  # fmt: skip
+    port, db = server
+    value = prefix + raw
+    before = stored_rows(db)
+    status, reply = post(port, "/v1/samples", json.dumps({"graph_hash": "sha256:x", "gpu": "T4",
+                                                          "job_seconds": 1}).encode(),
+                         {"Authorization": value.decode("latin-1")})  # fmt: skip
+    event(f"HTTP {status}")
+    check_answer(status, reply)
+    if value.decode("latin-1").strip() != AUTH["Authorization"]:  # (ASCII blanks around the token are ignored)
+        assert status in (400, 401, 403) and stored_rows(db) == before, (status, reply)
 
 
 def check_answer(status: int, reply: Any) -> None:

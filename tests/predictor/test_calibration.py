@@ -21,15 +21,16 @@ from .conftest import mlp_graph
 
 
 def test_calibration_is_the_shrunk_median_and_bounded():
-    cal = calibrate({"A100-PCIE-40GB": [math.log(2.0)], "T4": [math.log(2.0)] * 8, "V100-PCIE-32GB": [5.0] * 50})
+    slow = math.log(4.9)  # within the 5x a row may be off, beyond the 4x a calibration may move
+    cal = calibrate({"A100-PCIE-40GB": [math.log(2.0)], "T4": [math.log(2.0)] * 8, "V100-PCIE-32GB": [slow] * 50})
     assert cal["A100-PCIE-40GB"].log_factor == pytest.approx(math.log(2.0) / 3)  # one row: 1 / (1 + 2)
     assert cal["T4"].log_factor == pytest.approx(0.8 * math.log(2.0))  # eight rows: 80 %
     assert cal["V100-PCIE-32GB"].factor == pytest.approx(4.0)  # bounded at max_factor
-    assert cal["V100-PCIE-32GB"].median_log_ratio == 5.0 and cal["T4"].rows == 8
+    assert cal["V100-PCIE-32GB"].median_log_ratio == slow and cal["T4"].rows == 8
 
 
 def test_calibration_uses_the_median_and_skips_gpus_without_finite_rows():
-    cal = calibrate({"T4": [0.1, 0.2, 0.15, 0.12, 3.0, math.nan], "L4": [math.nan], "A10": []},
+    cal = calibrate({"T4": [0.1, 0.2, 0.15, 0.12, 1.5, math.nan], "L4": [math.nan], "A10": []},
                     settings=CalibrationSettings(prior_rows=0.0))  # fmt: skip
     assert set(cal) == {"T4"}
     assert cal["T4"].log_factor == pytest.approx(0.15) and cal["T4"].rows == 5  # the odd row does not move it

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 from collections.abc import Iterator
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from offpeak.cliargs import Parser
 from offpeak.errors import UserError
 from offpeak_predictor import cli_refit
 from offpeak_predictor.modelstore import ModelStore
@@ -19,7 +19,7 @@ from .refit_support import add_samples
 
 
 def _run(*argv: str) -> int:
-    parser = argparse.ArgumentParser()
+    parser = Parser()
     cli_refit.register(parser.add_subparsers())
     args = parser.parse_args(list(argv))
     return int(args.func(args))

@@ -14,6 +14,7 @@ from offpeak_graph.schema import save_graph
 from offpeak_predictor.client import PredictorClient, PredictorRequestError, PredictorUnavailable
 from offpeak_predictor.db import BenchmarkDB
 from offpeak_predictor.server import PredictorApp, ServerSettings
+from offpeak_predictor.wire import SampleReport
 
 from .conftest import mlp_graph
 
@@ -65,18 +66,20 @@ def test_client_predicts_and_adds_samples(live_server, token_file):
     no_startup = client.predict(graph, ["A100"], steps=10, optimizer="sgd", startup_seconds=0)["predictions"][0]
     assert abs(no_startup["job_seconds"] - 10 * no_startup["step_seconds"]) < 1e-6
     assert abs(resp["predictions"][0]["job_seconds"] - (no_startup["job_seconds"] + 60)) < 1e-6
-    first = client.add_sample(gpu="A100", job_seconds=50.0, steps=10, job="ns/a", graph_hash=resp["graph_hash"])
+    first = client.add_sample(SampleReport(gpu="A100", job_seconds=50.0, steps=10, job="ns/a",
+                                                 graph_hash=resp["graph_hash"]))
     assert first["status"] == "unverified"  # a hash alone cannot be checked against the model
     step = no_startup["step_seconds"] * 1.2
-    learned = client.add_sample(gpu="A100", step_seconds=step, graph=graph, optimizer="sgd", startup_seconds=0)
+    learned = client.add_sample(SampleReport(gpu="A100", step_seconds=step, graph=graph, optimizer="sgd",
+                                                   startup_seconds=0))
     assert learned["id"] == first["id"] + 1 and learned["status"] == "accepted"
     corrected = client.predict(graph, ["A100"], steps=10, optimizer="sgd")["predictions"][0]
     assert corrected["correction"]["samples"] == 1 and corrected["step_seconds"] > no_startup["step_seconds"]
     with pytest.raises(PredictorRequestError) as refused:
-        PredictorClient(live_server, timeout=10).add_sample(gpu="A100", step_seconds=step, graph=graph)
+        PredictorClient(live_server, timeout=10).add_sample(SampleReport(gpu="A100", step_seconds=step, graph=graph))
     assert refused.value.status == 401 and refused.value.body["reason"] == "missing_token"
     with pytest.raises(PredictorRequestError) as quarantined:
-        client.add_sample(gpu="A100", step_seconds=step * 50, graph=graph, optimizer="sgd")
+        client.add_sample(SampleReport(gpu="A100", step_seconds=step * 50, graph=graph, optimizer="sgd"))
     assert quarantined.value.status == 422 and quarantined.value.body["status"] == "quarantined"
     with pytest.raises(PredictorRequestError) as err:
         client.predict(graph, ["Voodoo-5"])
@@ -113,7 +116,7 @@ def test_predict_cli_compares_every_gpu_it_is_given(tmp_path, capsys):
     assert rows[0]["step_seconds"] != rows[1]["step_seconds"]
     assert main(["predict", "--graph", str(path), "--gpu", "A100", "--gpu", "T4"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 2 and " on A100-SXM4-40GB " in lines[0] and " on T4 " in lines[1]
+    assert len(lines) == 2 and " on A100 = A100-SXM4-40GB " in lines[0] and " on T4 " in lines[1]  # the alias said
     assert main(["predict", "--graph", str(path), "--gpu", "A100", "--gpu", "Voodoo-5"]) == 2  # all checked first
 
 

@@ -88,11 +88,16 @@ def test_huge_steps_and_huge_batch_are_400_not_500(tiny_model):
 
 def test_graph_url_is_refused_and_never_fetched(tiny_model):
     async def scenario(client):
-        resp = await client.post("/v1/predict", json={"graph_url": "http://169.254.169.254/latest", "gpus": ["T4"]})
-        return resp.status, await resp.json()
+        out = []
+        for graph in ({}, {"graph": mlp_graph().to_dict()}):
+            resp = await client.post("/v1/predict", json={"graph_url": "http://169.254.169.254/latest",
+                                                          "gpus": ["T4"], **graph})  # fmt: skip
+            out.append((resp.status, await resp.json()))
+        return out
 
-    status, body = _run(tiny_model, scenario)
-    assert status == 400 and "inline" in body["error"]
+    (status, body), (with_graph, answer) = _run(tiny_model, scenario)
+    assert status == 400 and "`graph`" in body["error"]  # only an inline graph is read
+    assert with_graph == 400 and "inline" in answer["error"]
 
 
 def test_a_non_finite_prediction_is_a_4xx_never_invalid_json(tiny_model, monkeypatch):
@@ -244,13 +249,13 @@ def test_a_large_body_is_decoded_off_the_event_loop(tiny_model, monkeypatch):
     from offpeak_predictor import server
 
     threads: list[str] = []
-    original = server._decode_object
+    original = server.wire.decode
 
-    def recording(raw):
+    def recording(raw, kind):
         threads.append(threading.current_thread().name)
-        return original(raw)
+        return original(raw, kind)
 
-    monkeypatch.setattr(server, "_decode_object", recording)
+    monkeypatch.setattr(server.wire, "decode", recording)
     graph = mlp_graph().to_dict()
 
     async def scenario(client):

@@ -160,6 +160,10 @@ def test_readyz_and_openapi(tiny_model, tmp_path):
     ready, doc = _run(tiny_model, tmp_path, scenario)
     assert ready["model_version"] == tiny_model.version
     assert doc["openapi"].startswith("3.") and {"/v1/predict", "/v1/samples"} <= set(doc["paths"])
-    props = doc["paths"]["/v1/predict"]["post"]["requestBody"]["content"]["application/json"]["schema"]["properties"]
-    assert "H100-SXM5-80GB" in props["gpus"]["items"]["enum"]
-    assert props["startup_seconds"]["type"] == "number" and props["startup_seconds"]["minimum"] == 0
+    ref = doc["paths"]["/v1/predict"]["post"]["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    props = doc["components"]["schemas"][ref.rsplit("/", 1)[1]]["properties"]
+    assert "H100-SXM5-80GB" in props["gpus"]["items"]["examples"]
+    startup = props["startup_seconds"]["anyOf"][0]
+    assert startup["type"] == "number" and startup["minimum"] == 0 and startup["maximum"] == 1e7
+    assert doc["x-op-attrs"]["dropout"]["properties"]["p"]["anyOf"][0] == {"type": "number", "minimum": 0.0,
+                                                                         "maximum": 1.0}  # fmt: skip

@@ -109,6 +109,10 @@ def _fake_predictor(handler):
         thread.join(timeout=5)
 
 
+STORED = {"gpu_type": "T4", "model_rows": 1, "op_rows": 0, "already_stored": 0, "calibration": None,
+          "model_version": "m"}  # fmt: skip
+
+
 def test_a_post_is_retried_with_backoff_while_the_predictor_is_unavailable_but_never_after_a_refusal(tmp_path):
     (tmp_path / "token").write_text(TOKEN)
     statuses: list[int] = []
@@ -117,12 +121,12 @@ def test_a_post_is_retried_with_backoff_while_the_predictor_is_unavailable_but_n
     async def handler(request: web.Request) -> web.Response:
         status = plan[min(len(statuses), len(plan) - 1)]
         statuses.append(status)
-        return web.json_response({"error": "restarting"} if status >= 400 else {"model_rows": 1}, status=status)
+        return web.json_response({"error": "restarting"} if status >= 400 else STORED, status=status)
 
     with _fake_predictor(handler) as url:
         client = PredictorClient(url, timeout=5.0, token_file=str(tmp_path / "token"))
         waits: list[float] = []
-        assert client.add_collected({"gpu": "T4"}, attempts=4, sleep=waits.append) == {"model_rows": 1}
+        assert client.add_collected({"gpu": "T4"}, attempts=4, sleep=waits.append) == STORED
         assert statuses == [503, 503, 201] and waits == [2.0, 4.0]
         statuses.clear()
         with pytest.raises(PredictorUnavailable, match="HTTP 503"):
@@ -158,15 +162,18 @@ def _bad(model, change) -> dict:
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    (lambda b: b["model_rows"][1].update(time_s=-1.0), "model_rows[1].time_s must be a positive"),
-    (lambda b: b["model_rows"][0].update(time_s=float("inf")), "model_rows[0].time_s must be a positive finite"),
-    (lambda b: b["model_rows"][0].pop("graph"), "model_rows[0].graph (the model graph of the row) is required"),
-    (lambda b: b["model_rows"][0].update(graph={"ops": "x"}), "model_rows[0].graph is not a valid model graph"),
-    (lambda b: b["model_rows"][0].update(precision="fp8"), "model_rows[0].precision must be one of"),
-    (lambda b: b["op_rows"][0].update(op_class="fft"), "op_rows[0].op_class must be one of"),
+    (lambda b: b["model_rows"][1].update(time_s=-1.0), "Expected `float` > 0.0 - at `$.model_rows[1].time_s`"),
+    (lambda b: b["model_rows"][0].update(time_s=float("inf")), "<= 1e+30 - at `$.model_rows[0].time_s`"),
+    (lambda b: b["model_rows"][0].pop("graph"), "missing required field `graph` - at `$.model_rows[0]`"),
+    (lambda b: b["model_rows"][0].update(graph={"ops": "x"}), "invalid model graph at `$.model_rows[0].graph.schema`"),
+    (lambda b: b["model_rows"][0]["graph"]["ops"]["attrs"].__setitem__(1, {"in_features": 10**200}),
+     "invalid model graph at `$.model_rows[0].graph.ops.attrs[1].in_features`: must be an integer in [0, "),
+    (lambda b: b["model_rows"][0].update(precision="fp8"), "Invalid enum value 'fp8' - at `$.model_rows[0].precision`"),
+    (lambda b: b["op_rows"][0].update(op_class="fft"), "Invalid enum value 'fft' - at `$.op_rows[0].op_class`"),
     (lambda b: b.update(gpu="Z9000"), "unknown GPU 'Z9000'"),
     (lambda b: b.update(model_rows=[], op_rows=[]), "give 'model_rows' and/or 'op_rows'"),
-    (lambda b: b.update(op_rows=[{}] * 5001), "at most 5000 op_rows"),
+    (lambda b: b.update(op_rows=b["op_rows"] * 5001), "length <= 5000 - at `$.op_rows`"),
+    (lambda b: b.update(software="x" * 201), "length <= 200 - at `$.software`"),
 ])  # fmt: skip
 def test_bad_collected_rows_are_refused_with_the_field_named_and_nothing_stored(tiny_model, tmp_path, change,
                                                                                 message) -> None:  # fmt: skip
@@ -195,8 +202,8 @@ def test_collect_cli_posts_its_rows_with_the_token_and_reports_a_refusal(tmp_pat
         received.append((request.headers.get("Authorization"), body))
         if body["gpu"] != "T4":
             return web.json_response({"error": "unknown GPU 'cpu'"}, status=400)
-        return web.json_response({"gpu_type": "T4", "model_rows": len(body["model_rows"]),
-                                  "op_rows": len(body["op_rows"]), "calibration": None}, status=201)  # fmt: skip
+        return web.json_response({**STORED, "model_rows": len(body["model_rows"]), "op_rows": len(body["op_rows"])},
+                                 status=201)  # fmt: skip
 
     with _fake_predictor(handler) as url:
         common = ["collect", "--plan", "new-gpu", "--device", "cpu", "--db", str(tmp_path / "c.sqlite"),

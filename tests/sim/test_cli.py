@@ -76,6 +76,7 @@ def test_online_placement_is_a_flag_recorded_in_the_meta(tmp_path: Path, capsys)
         meta = json.loads((tmp_path / f"{want}.meta.json").read_text())
         assert meta["scenario"]["online_placement"] == want
         assert meta["settings"]["scenario"]["online"]["placement"] == want
+    capsys.readouterr()  # the runs' warnings (so few jobs drawn that the load is not --load's)
     rc = main([*base, "--forecast", "exact", "--report", str(tmp_path / "x.json")])
     err = capsys.readouterr().err
     assert rc == 2 and "--online-placement pinned" in err and err.count("\n") == 1
@@ -119,3 +120,20 @@ def test_restart_and_yield_flags_reach_the_engine_and_the_goodput_rule(tmp_path:
         assert engine["yield_at_checkpoints"] is yields
         assert "yields" in json.loads(out.read_text())["backfill"]
     assert main([*base, "--restart-seconds", "-1", "--report", str(tmp_path / "x.json")]) == 2
+
+
+def test_the_title_says_the_load_the_jobs_offer_and_the_one_asked_when_they_differ() -> None:
+    from offpeak_sim.cli import load_note, report_title
+
+    drawn = {"offered_load": 3.87, "offered_load_before_thinning": 57.2, "jobs_kept": 9, "jobs_in_period": 887,
+             "online_layout": "alibaba"}
+    title = report_title(nodes=4, gpus_per_node=8, days=1.0, forecast="seasonal", asked_load=0.8, scenario=drawn)
+    assert title == "4 nodes × 8 GPUs, 1 day, online alibaba, forecast seasonal, load 3.87 (asked 0.8)"
+    note = load_note(asked=0.8, scenario=drawn)
+    assert note is not None and "the 9 jobs kept (of 887, each with probability 1.4%) offer load 3.87" in note
+    close = {**drawn, "offered_load": 0.85}
+    assert load_note(asked=0.8, scenario=close) is None
+    assert report_title(nodes=4, gpus_per_node=8, days=2.5, forecast="exact", asked_load=0.8,
+                        scenario=close).endswith("2.5 days, online alibaba, forecast exact, load 0.85")
+    short = {**drawn, "offered_load": 0.3, "offered_load_before_thinning": 0.3}
+    assert "the job trace offers only load 0.30 in these days" in str(load_note(asked=0.8, scenario=short))

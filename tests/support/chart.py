@@ -34,9 +34,16 @@ def render(
     release: str = "offpeak",
     namespace: str = "offpeak-system",
     include_crds: bool = True,
+    kube_version: str | None = KUBE_VERSION,
+    api_versions: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
-    """`helm template` → the rendered objects (empty documents dropped)."""
-    args = ["template", release, str(chart), "--namespace", namespace, "--kube-version", KUBE_VERSION]
+    """`helm template` → the rendered objects (empty documents dropped). `kube_version` None: helm's own default;
+    `api_versions`: what a cluster would serve (`--api-versions`)."""
+    args = ["template", release, str(chart), "--namespace", namespace]
+    if kube_version is not None:
+        args += ["--kube-version", kube_version]
+    for api in api_versions:
+        args += ["--api-versions", api]
     if include_crds:
         args.append("--include-crds")
     for path in values:

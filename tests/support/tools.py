@@ -1,7 +1,8 @@
-"""Find the helm and kube-scheduler binaries the chart checks need (built from Go modules by offpeak_e2e.build).
+"""Find the binaries the chart checks need: helm and kube-scheduler (built from Go modules by offpeak_e2e.build) and
+promtool (Debian's prometheus package).
 
 Order: an explicit environment variable, then the shared cache `${OFFPEAK_CACHE:-~/.cache/offpeak}/bin/<ver>/`,
-then PATH. A missing tool is an error that says how to build it, never a reason to skip a check.
+then PATH. A missing tool is an error that says how to get it, never a reason to skip a check.
 """
 
 from __future__ import annotations
@@ -49,3 +50,27 @@ def find_helm() -> Path:
 def find_kube_scheduler() -> Path:
     """kube-scheduler: $OFFPEAK_KUBE_SCHEDULER, the cache, or PATH."""
     return _find("kube-scheduler", env="OFFPEAK_KUBE_SCHEDULER", version=KUBE_VERSION, target="kubernetes")
+
+
+def find_promtool() -> Path:
+    """promtool: $OFFPEAK_PROMTOOL, PATH, else Debian's `prometheus` package installed the way the e2e suite installs
+    Prometheus (offpeak_e2e.prom, as root with apt-get), which ships it."""
+    explicit = os.environ.get("OFFPEAK_PROMTOOL")
+    if explicit:
+        path = Path(explicit).expanduser()
+        if path.is_file() and os.access(path, os.X_OK):
+            return path
+        raise ToolMissing(f"OFFPEAK_PROMTOOL={explicit} is not an executable file")
+    found = shutil.which("promtool")
+    if found:
+        return Path(found)
+    from offpeak_e2e.prom import PrometheusMissing, prometheus_binary
+
+    try:
+        prometheus_binary(install=True)
+    except PrometheusMissing as e:
+        raise ToolMissing(f"promtool not found and {e} (as root: apt-get install -y prometheus)") from e
+    found = shutil.which("promtool")
+    if not found:
+        raise ToolMissing("the prometheus package is installed but promtool is not on PATH")
+    return Path(found)
