@@ -81,6 +81,11 @@ class PodInfo:
         return bool(self.node) and self.gpus > 0 and self.phase in ACTIVE_PHASES
 
 
+def node_name(obj: Mapping[str, Any]) -> str:
+    """A Node object's name (what a delete event is known by)."""
+    return str((obj.get("metadata") or {}).get("name", ""))
+
+
 def node_info(obj: Mapping[str, Any]) -> NodeInfo:
     """Node JSON -> NodeInfo (allocatable GPUs, GPU type from its labels, declared busy hours)."""
     meta = obj.get("metadata") or {}

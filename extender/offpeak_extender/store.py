@@ -34,7 +34,7 @@ from offpeak_core.nodearrays import NodeArrays
 from offpeak_core.windows import profile_window
 from offpeak_extender.forecasts import ForecastState, fit_history
 from offpeak_extender.index import ClusterIndex
-from offpeak_extender.objects import NodeInfo, PodInfo, announcement_or_none, node_info, pod_info
+from offpeak_extender.objects import NodeInfo, PodInfo, announcement_or_none, node_info, node_name, pod_info
 from offpeak_extender.pools import PooledViews, PoolFit, PoolSettings, fit_pools, pooled_profile
 from offpeak_extender.poolstate import PoolState
 from offpeak_extender.viewcache import CachedArrays, ViewCache, rows_to_patch
@@ -115,7 +115,7 @@ class ClusterStore:
             self.cache.changed(tuple(touched))
 
     def delete_node(self, obj: Mapping[str, Any]) -> None:
-        name = str((obj.get("metadata") or {}).get("name", ""))
+        name = node_name(obj)
         with self._lock:
             self.index.nodes.pop(name, None)
             self.cache.forget(name)
