@@ -3,9 +3,9 @@
 Nothing here does I/O or reads a clock: callers pass `now` and views built from their own data (the extender from
 its informer cache and forecasts, the simulator from traces).
 
-Why over ~500 lines: the filter and prioritize come twice, node by node (`filter_nodes`, `prioritize_nodes`) and
-over columns (`filter_arrays`, `score_arrays`) for large fleets, and the two must stay beside each other (a test
-holds their answers equal); gang plans, windows and rooms are in their own modules.
+Over 500 lines because filter, prioritize and the victim choice share their window and room arithmetic, node by
+node and over columns (a test holds the two equal); gang plans, rooms, elastic, goodput and yield rules have
+modules of their own.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from offpeak_core.model import PodRequest, Prediction
-from offpeak_core.nodearrays import withhold  # noqa: F401 - part of this module's API (the gang view of a node)
+from offpeak_core.nodearrays import withhold as withhold  # part of this module's API (the gang view of a node)
 
 DEFAULT_GANG_TIMEOUT_SECONDS = 60.0
 MAX_GANG_SIZE = 1024  # far above any real data-parallel job; keeps the per-level loop bounded

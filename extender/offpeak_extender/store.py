@@ -544,11 +544,11 @@ class ClusterStore:
         held = inp.offline if held is None else held
         info = inp.info
         if inp.pool is not None and not inp.stale:  # a pooled node's pods hold GPUs while its pool has room for them
-            room = pooled_profile(inp.pool.fit, pool_online_now=float(inp.pool.online),
-                                  pool_held=inp.pool.held - inp.offline, node_free=info.gpus_total - inp.online,
-                                  now=t, settings=self.settings, schedule=info.schedule,
-                                  announced=inp.pool.announced)
-            return profile_window(room, held=held, now=t)
+            pooled = pooled_profile(inp.pool.fit, pool_online_now=float(inp.pool.online),
+                                    pool_held=inp.pool.held - inp.offline, node_free=info.gpus_total - inp.online,
+                                    now=t, settings=self.settings, schedule=info.schedule,
+                                    announced=inp.pool.announced)
+            return profile_window(pooled, held=held, now=t)
         room = own_room(inp, now=t, settings=self.settings)  # the GPUs offline pods may hold, theirs included
         if room is None:
             return None, False

@@ -3,9 +3,8 @@
 The wire types have no json tags, so their keys are Go field names (PascalCase); embedded Pod and Node objects
 keep Kubernetes camelCase. Pure: dicts in, dataclasses/dicts out.
 
-Why over ~500 lines: one format, both directions: the request's parsing (the pod's GPUs, gang and predictions,
-each bad field named in its error) and the hot path's hand-built JSON replies (scores and reasons encoded without a
-dict per node) are the wire's two halves; Kubernetes objects the informer sends are parsed in `objects`, not here.
+Over 500 lines because it is the whole protocol (args, results, the pod and node fields offpeak reads) in one
+place, so a change to the wire format is made once. Kubernetes objects the informer sends are parsed in `objects`.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 Called by every kopf trigger (create, resync timer, pod events); a per-job lock serialises the triggers inside
 one operator and kopf peering keeps a second operator passive, so a job is never worked on twice at once. The
 job is re-read at the start, so a stale trigger cannot act on old status.
+
+Over 500 lines because each action of the state machine is carried out here, one short method each, beside the
+one `match` that dispatches them; splitting the methods from the dispatch would scatter one reconcile.
 """
 
 from __future__ import annotations
@@ -548,7 +551,6 @@ class Reconciler:
         meta = job["metadata"]
         live = status.get("livePace") or {}
         replaces = live.get("sampleId") if not action.live and live.get("attempt") == status.get("attempts") else None
-        replaced: dict[str, Any] = {"replaces": replaces} if isinstance(replaces, int) else {}
         graph = self._read_graph(meta["namespace"], status)
         graph_hash = graph.content_hash() if graph is not None else (status.get("prediction") or {}).get("graphHash")
         if graph is None and not graph_hash:
@@ -560,8 +562,8 @@ class Reconciler:
                 gpu=action.gpu_type, step_seconds=action.step_seconds, job_seconds=action.job_seconds,
                 steps=action.steps, startup_seconds=action.startup_seconds, job=f"{meta['namespace']}/{meta['name']}",
                 graph=graph.to_dict() if graph is not None else None, graph_hash=graph_hash or None, mode="train",
-                precision=spec.precision, optimizer=spec.optimizer, num_gpus=spec.total_gpus,
-                **replaced))  # type: ignore[arg-type]
+                precision=spec.precision, optimizer=spec.optimizer,  # type: ignore[arg-type]
+                num_gpus=spec.total_gpus, replaces=replaces if isinstance(replaces, int) else None))
         except PredictorUnavailable as e:
             log.warning("sample for %s/%s not learned: %s", meta["namespace"], meta["name"], e)
             return {"sampleReported": False, "sampleStatus": f"not learned: {e}"[:500]}

@@ -81,8 +81,8 @@ class ElasticWidth:
             if p90 is not None and need is not None:
                 p90_row = p90[k] * width_scale(width=width, full_width=gj)
                 need_row = need[k] if width == gj else self.placer.needs(p90_row[None, :], 1)[0]
-            chosen, plan = self.placer.place(j, width, free, now, sized.predicted and dict(sized.predicted),
-                                             need_row, levels)
+            predicted = None if sized.predicted is None else dict(sized.predicted)
+            chosen, plan = self.placer.place(j, width, free, now, predicted, need_row, levels)
             got[width] = (chosen, plan)
             return _as_gang_plan(chosen, plan, self.sc.fleet.names, width)
 

@@ -561,8 +561,8 @@ class WindowFeed:
         name, gpu_type, total = fl.names[node], fl.gpu_types[node], int(fl.gpus[node])
         if self.pool_of[node] >= 0 and self._pool_rises and not self.stale[node]:
             node_free = total - int(self.demand[node, int(now // 60)]) - offline_gpus
-            room = self._pooled_room(node, now, held=self._pool_held(node), node_free=node_free)
-            return room_view(name=name, gpu_type=gpu_type, gpus_total=total, gpus_free_now=free_now, room=room,
+            pooled = self._pooled_room(node, now, held=self._pool_held(node), node_free=node_free)
+            return room_view(name=name, gpu_type=gpu_type, gpus_total=total, gpus_free_now=free_now, room=pooled,
                              held=0, now=now, keep_ahead_seconds=self._keep_ahead(now))
         room = self.room(node, now)
         levels = None
