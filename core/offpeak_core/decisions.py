@@ -3,16 +3,17 @@
 Nothing here does I/O or reads a clock: callers pass `now` and views built from their own data (the extender from
 its informer cache and forecasts, the simulator from traces).
 
-Over 500 lines because filter, prioritize and the victim choice share their window and room arithmetic; the
-gang, elastic, goodput and yield rules have modules of their own.
+Over 500 lines because filter, prioritize and the victim choice share their window and room arithmetic, node by
+node and over columns (a test holds the two equal); gang plans, rooms, elastic, goodput and yield rules have
+modules of their own.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -127,11 +128,31 @@ def _goodput_need(pod: PodRequest, pred: Prediction, goodput: GoodputAdmission |
     return max(need, 1.0)  # some window: GPUs free now and forecast free for a moment
 
 
+def least_window(*, pod: PodRequest, p90: float, margin: float = DEFAULT_MARGIN, checkpoint_intervals: int = 0,
+                 goodput: GoodputAdmission | None = None, certain_ends: bool = False) -> float:
+    """The shortest window `filter_nodes` may take for `pod` whose p90 on a GPU type is `p90`: p90 x (1 + margin),
+    capped by the checkpoint rule, or less by the goodput rule. A bound for callers that skip nodes before the
+    filter (the simulator), not the decision: where a window may end for certain (`certain_ends`: announced demand,
+    busy hours), the goodput rule may take one as short as a minute (`goodput.certain_window_ok`)."""
+    need = min(p90 * (1.0 + margin), _checkpoint_cap(pod, checkpoint_intervals))
+    g_need = _goodput_need(pod, Prediction(p90, p90), goodput)
+    if g_need < need:
+        return min(g_need, 60.0) if certain_ends else g_need
+    return need
+
+
+class _Assess(Protocol):
+    """A node's assessment for a pod, of its own GPUs or of `gpus` (`fitting_workers` asks for k workers')."""
+
+    def __call__(self, node: NodeView, gpus: int = ...) -> _Assessment: ...
+
+
 def _assessor(
     pod: PodRequest, now: float, margin: float, checkpoint_intervals: int = 0,
     goodput: GoodputAdmission | None = None,
-) -> Callable[[NodeView], _Assessment]:
-    """Build the per-node check for one pod; GPU-type lookups are memoised for the request (hot path)."""
+) -> _Assess:
+    """Build the per-node check for one pod (of `pod.gpus`, or as many GPUs as asked: what a window needs does
+    not depend on them); GPU-type lookups are memoised for the request (hot path)."""
     gpus = pod.gpus
     predicted = pod.predicted
     factor = 1.0 + margin
@@ -139,7 +160,7 @@ def _assessor(
     by_type: dict[str, tuple[Prediction | None, bool]] = {}
     short: dict[str, float] = {}
 
-    def assess(node: NodeView) -> _Assessment:
+    def assess(node: NodeView, gpus: int = gpus) -> _Assessment:
         if node.gpus_free_now < gpus:
             return _NOT_FREE
         if predicted is None:
@@ -266,6 +287,48 @@ def filter_nodes(
     return FilterResult(passed=tuple(passed), failed=failed)
 
 
+def fitting_workers(*, pod: PodRequest, nodes: Sequence[NodeView], most: Sequence[int], now: float,
+                    margin: float = DEFAULT_MARGIN, checkpoint_intervals: int = 0,
+                    goodput: GoodputAdmission | None = None) -> list[int]:
+    """For each node, the most workers like `pod`, up to `most[i]`, that fit on it as one pod of their GPUs
+    together (k x `pod.gpus`): `filter_nodes`' own assessment, asked for k = 1, 2, ... until it fails (more GPUs never
+    fit better); 0 where not even one fits."""
+    assess = _assessor(pod, now, margin, checkpoint_intervals, goodput)
+    out = []
+    for node, top in zip(nodes, most):
+        k = 0
+        while k < top:
+            a = assess(node, (k + 1) * pod.gpus)
+            if not a.fits:
+                break
+            if a.pred is None:  # judged on GPUs free now alone (runtime-blind, or a stale forecast): so are more
+                k = min(top, node.gpus_free_now // pod.gpus) if pod.gpus > 0 else top
+                break
+            k += 1
+        out.append(k)
+    return out
+
+
+def fitting_workers_arrays(*, pod: PodRequest, nodes: NodeArrays, most: np.ndarray, now: float,
+                           margin: float = DEFAULT_MARGIN, checkpoint_intervals: int = 0,
+                           goodput: GoodputAdmission | None = None) -> np.ndarray:
+    """`fitting_workers` over columns: the same count for every node (a test holds them equal)."""
+    got = np.zeros(len(nodes), dtype=np.int64)
+    alive = np.asarray(most) > 0
+    by_type = None if pod.predicted is None else _type_assessments(pod, nodes.type_names, margin,
+                                                                    checkpoint_intervals, goodput)
+    k = 0
+    while alive.any():
+        k += 1
+        alive &= _assess_arrays(pod, nodes, now, margin, checkpoint_intervals, goodput, gpus=k * pod.gpus,
+                                by_type=by_type).fits & (most >= k)
+        got[alive] = k
+        if pod.gpus <= 0:
+            got[alive] = np.asarray(most)[alive]
+            break
+    return got
+
+
 class _ArrayAssessment(NamedTuple):
     """`_assessor` for every node of a `NodeArrays` at once: per-node columns, and per-GPU-type assessments
     (`by_type[code]`, need and left not filled in) that a reason or a score needs."""
@@ -279,21 +342,14 @@ class _ArrayAssessment(NamedTuple):
     announced: np.ndarray  # turned down for a window whose end is certain (`_Assessment.announced`)
 
 
-def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float, checkpoint_intervals: int,
-                   goodput: GoodputAdmission | None) -> _ArrayAssessment:
-    """The same answers as `_assessor`, node for node (a test holds them equal), as array operations."""
-    gpus = pod.gpus
-    n = len(nodes)
-    free_short = nodes.free_now < gpus
-    if pod.predicted is None:
-        blind = [_BLIND_FIT] * len(nodes.type_names)
-        zeros = np.zeros(n)
-        nowhere = np.zeros(n, dtype=bool)
-        return _ArrayAssessment(~free_short, free_short, nowhere, zeros, np.full(n, math.inf), blind, nowhere)
-    # one assessment per GPU type, as `_assessor` memoises them; need/left of a timed type come per node below
+def _type_assessments(pod: PodRequest, type_names: Sequence[str], margin: float, checkpoint_intervals: int,
+                      goodput: GoodputAdmission | None) -> list[_Assessment]:
+    """One assessment per GPU type, as `_assessor` memoises them (need and left of a timed type come per node):
+    they do not depend on the GPUs asked for."""
+    assert pod.predicted is not None
     cap = _checkpoint_cap(pod, checkpoint_intervals)
     by_type: list[_Assessment] = []
-    for name in nodes.type_names:
+    for name in type_names:
         pred, exact = prediction_for(pod.predicted, name)
         if exact and pred is not None and pred.fits_memory is False:
             by_type.append(_Assessment(False, False, pred, exact, 0.0, 0.0, no_memory=True))
@@ -309,6 +365,24 @@ def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float
         by_goodput = g_need < type_need
         by_type.append(_Assessment(False, False, pred, exact, g_need if by_goodput else type_need, 0.0,
                                    capped and not by_goodput, by_goodput, uncut_need=type_need, uncut_capped=capped))
+    return by_type
+
+
+def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float, checkpoint_intervals: int,
+                   goodput: GoodputAdmission | None, *, gpus: int | None = None,
+                   by_type: list[_Assessment] | None = None) -> _ArrayAssessment:
+    """The same answers as `_assessor`, node for node (a test holds them equal), as array operations. `gpus`: as
+    many GPUs asked instead of the pod's; `by_type`: `_type_assessments`, when the caller has them."""
+    gpus = pod.gpus if gpus is None else gpus
+    n = len(nodes)
+    free_short = nodes.free_now < gpus
+    if pod.predicted is None:
+        blind = [_BLIND_FIT] * len(nodes.type_names)
+        zeros = np.zeros(n)
+        nowhere = np.zeros(n, dtype=bool)
+        return _ArrayAssessment(~free_short, free_short, nowhere, zeros, np.full(n, math.inf), blind, nowhere)
+    if by_type is None:
+        by_type = _type_assessments(pod, nodes.type_names, margin, checkpoint_intervals, goodput)
     code = nodes.type_code
     no_memory = np.asarray([t.no_memory for t in by_type], dtype=bool)[code]
     blind = (np.asarray([t.pred is None for t in by_type], dtype=bool)[code] | nodes.stale) & ~no_memory

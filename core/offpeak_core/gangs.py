@@ -1,13 +1,12 @@
-"""Gang placement: all workers of a multi-worker job get places in fitting idle windows, or none does.
+"""Gangs: a multi-worker job's identity, its widths, and the places reserved for its workers while they arrive.
 
-Pure and clock-free (callers pass `now`), so the extender and the simulator run the same code. Two parts:
-`plan_gang` chooses worker places for a whole gang from the node views (a node takes as many workers as its
-window has GPUs for: GPUs are counted, not nodes), and `GangReservations` keeps the places reserved while the
-workers arrive one by one (claims, bindings, a timeout), and says how many GPUs each node holds back for gangs
-so other pods do not take them. Not thread-safe: the extender guards it with its own lock.
+Pure and clock-free (callers pass `now`), so the extender and the simulator run the same code. Where a gang's
+workers go is `offpeak_core.gangplans`; here `GangReservations` keeps the places reserved while the workers arrive
+one by one (claims, bindings, a timeout), and says how many GPUs each node holds back for gangs so other pods do
+not take them. Not thread-safe: the extender guards it with its own lock.
 
-An elastic gang (a job that runs on any width from its minimum to all its workers) gets the widest width that fits
-now, its runtime scaled to that width (`at_width`), and only its lowest-indexed waiting workers are admitted
+An elastic gang (a job that runs on any width from its minimum to all its workers) runs at the widest width that
+fits now, its runtime scaled to that width (`at_width`), and only its lowest-indexed waiting workers are admitted
 (`admitted_workers`); the rest join later, when a plan for them fits, judged by the work the job has left
 (`work_left`), not by its whole run.
 """
@@ -20,8 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from offpeak_core.decisions import DEFAULT_MARGIN, filter_nodes, prioritize_nodes
-from offpeak_core.model import NodeView, PodRequest, Prediction
+from offpeak_core.model import PodRequest, Prediction
 from offpeak_core.nodearrays import withhold as withhold  # part of this module's API (the gang view of a node)
 
 DEFAULT_GANG_TIMEOUT_SECONDS = 60.0
@@ -37,124 +35,6 @@ class GangKey(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.job}#{self.attempt}"
-
-
-@dataclass(frozen=True, slots=True)
-class GangPlan:
-    """Places for a gang's workers (a node appears once per worker it takes), best first; empty when it does not
-    fit. `failed` carries a reason for every node that got no place. `width`: the job's width the places were
-    judged for, workers already bound included (an elastic gang may get fewer places than it asked; 0: no fit)."""
-
-    places: tuple[str, ...]
-    failed: Mapping[str, str] = field(default_factory=dict)
-    reason: str = ""  # why the gang does not fit ('' when it does)
-    width: int = 0
-
-    @property
-    def fits(self) -> bool:
-        return bool(self.places)
-
-
-def worker_capacity(
-    *,
-    pod: PodRequest,
-    workers: int,
-    nodes: Sequence[NodeView],
-    now: float,
-    margin: float = DEFAULT_MARGIN,
-    checkpoint_intervals: int = 0,
-) -> tuple[dict[str, int], Mapping[str, str]]:
-    """How many of `workers` identical pods each node can take in a window that fits them all, and the filter's
-    reason for every node that cannot take even one.
-
-    Level m asks the shared filter whether the node fits one pod of m x `pod.gpus` GPUs (free now and a window
-    that outlasts the runtime); only nodes that passed level m - 1 are asked again (more GPUs never fit better).
-    """
-    first = filter_nodes(pod=pod, nodes=nodes, now=now, margin=margin, checkpoint_intervals=checkpoint_intervals)
-    capacity = dict.fromkeys(first.passed, 1)
-    if pod.gpus <= 0:  # no GPUs asked: GPUs cannot run out
-        return dict.fromkeys(first.passed, workers), first.failed
-    by_name = {n.name: n for n in nodes}
-    level_nodes = [by_name[name] for name in first.passed]
-    for m in range(2, workers + 1):
-        if not level_nodes:
-            break
-        wide = dataclasses.replace(pod, gpus=m * pod.gpus)
-        passed = filter_nodes(pod=wide, nodes=level_nodes, now=now, margin=margin,
-                              checkpoint_intervals=checkpoint_intervals).passed
-        for name in passed:
-            capacity[name] = m
-        keep = set(passed)
-        level_nodes = [n for n in level_nodes if n.name in keep]
-    return capacity, first.failed
-
-
-def plan_gang(
-    *,
-    pod: PodRequest,
-    workers: int,
-    nodes: Sequence[NodeView],
-    now: float,
-    margin: float = DEFAULT_MARGIN,
-    checkpoint_intervals: int = 0,
-    min_workers: int | None = None,
-    full_width: int | None = None,
-) -> GangPlan:
-    """Choose places for `workers` copies of `pod` (the gang's remaining workers), or say why they do not fit.
-
-    Nodes are taken in the order the shared prioritize scores a single worker (fastest GPU type, tightest fitting
-    window, fullest node), then by how many workers they take (fewer nodes, less network between workers), then
-    by name; each takes as many workers as its window has GPUs for.
-
-    Elastic gang (`min_workers` below `workers`): the widest k in workers..min_workers that fits is placed
-    (`_plan_elastic`). `full_width`: the job's width its prediction is for (default `workers`: none bound yet);
-    the workers already bound are `full_width - workers`. Rigid (`min_workers` None or `workers`): all or none.
-    """
-    if workers < 1:
-        raise ValueError(f"workers must be >= 1, got {workers}")
-    width = workers if full_width is None else full_width
-    if width < workers:
-        raise ValueError(f"full_width must be >= workers ({workers}), got {full_width}")
-    if min_workers is not None and not 1 <= min_workers <= workers:
-        raise ValueError(f"min_workers must be in 1..{workers}, got {min_workers}")
-    if min_workers is not None and min_workers < workers:
-        return _plan_elastic(pod=pod, workers=workers, min_workers=min_workers, full_width=width, nodes=nodes,
-                             now=now, margin=margin, checkpoint_intervals=checkpoint_intervals)
-    capacity, failed = worker_capacity(pod=pod, workers=workers, nodes=nodes, now=now, margin=margin,
-                                       checkpoint_intervals=checkpoint_intervals)
-    room = sum(capacity.values())
-    if room < workers:
-        reason = (f"gang of {workers} worker(s) x {pod.gpus} GPU(s) needs {workers} place(s) in fitting windows; "
-                  f"{room} found on {len(capacity)} node(s)")
-        return GangPlan((), {**failed, **dict.fromkeys(capacity, reason)}, reason)
-    places, unused = _take_places(pod=pod, workers=workers, capacity=capacity, nodes=nodes, now=now, margin=margin,
-                                  checkpoint_intervals=checkpoint_intervals)
-    return GangPlan(places, {**failed, **unused}, width=width)
-
-
-def _take_places(
-    *,
-    pod: PodRequest,
-    workers: int,
-    capacity: Mapping[str, int],
-    nodes: Sequence[NodeView],
-    now: float,
-    margin: float,
-    checkpoint_intervals: int,
-) -> tuple[tuple[str, ...], dict[str, str]]:
-    """`workers` places from `capacity` (enough room), best node first, and a reason for each node left out."""
-    fitting = [n for n in nodes if n.name in capacity]
-    scores = prioritize_nodes(pod=pod, nodes=fitting, now=now, margin=margin,
-                              checkpoint_intervals=checkpoint_intervals)
-    order = sorted(capacity, key=lambda name: (-scores.get(name, 0), -capacity[name], name))
-    places: list[str] = []
-    for name in order:
-        take = min(capacity[name], workers - len(places))
-        places.extend([name] * take)
-        if len(places) == workers:
-            break
-    unused = {name: "not needed by the gang's plan" for name in capacity if name not in places}
-    return tuple(places), unused
 
 
 def width_scale(*, width: int, full_width: int) -> float:
@@ -213,43 +93,6 @@ def with_work_left(pod: PodRequest, share: float) -> PodRequest:
         gpu: dataclasses.replace(p, p50=p.p50 * share, p90=p.p90 * share) for gpu, p in pod.predicted.items()
     }
     return dataclasses.replace(pod, predicted=predicted)
-
-
-def _plan_elastic(
-    *,
-    pod: PodRequest,
-    workers: int,
-    min_workers: int,
-    full_width: int,
-    nodes: Sequence[NodeView],
-    now: float,
-    margin: float = DEFAULT_MARGIN,
-    checkpoint_intervals: int = 0,
-) -> GangPlan:
-    """Places for the widest k of `workers` down to `min_workers` that fit, each judged with the runtime at width
-    `bound + k` (`at_width`; bound = `full_width - workers`, workers already running), or say why none fits.
-
-    A narrower width runs longer, so it never finds more room than a wider one: after width k found room for r < k
-    workers, the next width tried is r (at most), which keeps the loop short when little fits.
-    """
-    bound = full_width - workers
-    k = workers
-    while True:
-        sized = at_width(pod, width=bound + k, full_width=full_width)
-        capacity, failed = worker_capacity(pod=sized, workers=k, nodes=nodes, now=now, margin=margin,
-                                           checkpoint_intervals=checkpoint_intervals)
-        room = sum(capacity.values())
-        if room >= k:
-            places, unused = _take_places(pod=sized, workers=k, capacity=capacity, nodes=nodes, now=now,
-                                          margin=margin, checkpoint_intervals=checkpoint_intervals)
-            return GangPlan(places, {**failed, **unused}, width=bound + k)
-        if min(k - 1, room) < min_workers:
-            break
-        k = min(k - 1, room)
-    reason = (f"gang of {workers} worker(s) x {pod.gpus} GPU(s) needs {min_workers} to {workers} place(s) in "
-              f"fitting windows (elastic: fewer workers run longer); {room} found on {len(capacity)} node(s) at the "
-              f"runtime of {bound + k} worker(s)")
-    return GangPlan((), {**failed, **dict.fromkeys(capacity, reason)}, reason)
 
 
 def admitted_workers(*, size: int, joining: int, bound: Collection[int]) -> frozenset[int]:

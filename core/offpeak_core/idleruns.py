@@ -77,6 +77,50 @@ def run_ages(*, times: np.ndarray, levels: np.ndarray, thresholds: int) -> np.nd
     return out
 
 
+class OpenRunAges:
+    """`run_ages` of many per-minute series at once, kept up to date minute by minute instead of recounted.
+
+    For each row (a node) and threshold k it keeps the last minute its level was above k, so the age of the run open
+    at the last minute looked at is a subtraction: what `run_ages` gives over the minutes `lo..m-1` of the row (a
+    test holds them equal), at a cost per minute that does not grow with the history. `levels` is read, never
+    written; minutes before `m` must not change once looked at (a causal series is filled as the clock goes)."""
+
+    def __init__(self, levels: np.ndarray, *, thresholds: int) -> None:
+        self.levels = levels
+        self.thresholds = thresholds
+        self._last_above = np.full((levels.shape[0], thresholds), -1, dtype=np.int64)
+        self._seen = 0  # minutes 0.._seen-1 are counted in _last_above
+
+    def _advance(self, m: int) -> None:
+        if m <= self._seen:
+            return
+        block = np.asarray(self.levels[:, self._seen : m], dtype=np.int64)
+        width = block.shape[1]
+        for k in range(self.thresholds):
+            above = block > k
+            has = above.any(axis=1)
+            last = width - 1 - np.argmax(above[:, ::-1], axis=1)
+            self._last_above[has, k] = self._seen + last[has]
+        self._seen = m
+
+    def ages(self, row: int, *, m: int, lo: int, thresholds: int, minute_seconds: float = 60.0) -> np.ndarray:
+        """`run_ages` of row `row` over its minutes `lo..m-1` (sample i at i × `minute_seconds`), for thresholds
+        0..`thresholds` - 1."""
+        if m < self._seen or thresholds > self.thresholds:  # looked back in time: count afresh
+            times = np.arange(lo, m) * minute_seconds
+            return run_ages(times=times, levels=np.asarray(self.levels[row, lo:m], dtype=np.int64),
+                            thresholds=thresholds)
+        self._advance(m)
+        out = np.full(thresholds, -1.0)
+        if m <= lo:
+            return out
+        last = self._last_above[row, :thresholds]
+        first_free = np.maximum(last + 1, lo)
+        open_ = last < m - 1
+        out[open_] = (m - 1 - first_free[open_]) * minute_seconds
+        return out
+
+
 def fit_idle_runs(
     *, times: np.ndarray, online: np.ndarray, now: float, history_seconds: float, max_gap_seconds: float
 ) -> IdleRuns | None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -75,6 +76,74 @@ def room_window(*, times: np.ndarray, room: np.ndarray, step_seconds: float, hel
     return max(now, float(times[i])), bool(bound is not None and bound[i] < held)
 
 
+def less_held(profile: FreeProfile, held: int) -> FreeProfile:
+    """The profile with `held` more GPUs taken at every step (a node's offline pods): its free GPUs and its `bound`
+    less `held`, never below 0."""
+    if held <= 0:
+        return profile
+    bound = None if profile.bound is None else np.clip(np.asarray(profile.bound) - held, 0, None)
+    return replace(profile, free=np.clip(np.asarray(profile.free) - held, 0, None), bound=bound)
+
+
+@dataclass(frozen=True)
+class LevelWindows:
+    """A profile's maximal windows at every free-GPU level, nesting not yet resolved: `windows(held)` is
+    `idle_windows(profile=less_held(profile, held))` for any `held` without recounting them (a node's windows are
+    asked for with many counts of offline GPUs held; `idle_windows` itself is `windows(0)`).
+
+    Each entry: (level, start, end or None, least free GPUs over the span, least confidence, the bound at the step
+    that ends it: inf when there is none)."""
+
+    entries: tuple[tuple[int, float, float | None, int, float, float], ...]
+    _memo: dict[int, tuple[IdleWindow, ...]] = field(default_factory=dict, compare=False, repr=False)
+
+    def windows(self, held: int = 0) -> tuple[IdleWindow, ...]:
+        """The nested windows of the profile less `held` GPUs: every level above `held`, a span kept once, at its
+        lowest level (whose free GPUs and certainty it carries), best first (by start, then most GPUs)."""
+        hit = self._memo.get(held)
+        if hit is None:
+            hit = self._memo[held] = tuple(self._windows(held))
+        return hit
+
+    def _windows(self, held: int) -> list[IdleWindow]:
+        found: dict[tuple[float, float | None], IdleWindow] = {}
+        for level, start, end, least, confidence, bound in self.entries:
+            if level <= held or (start, end) in found:
+                continue  # a higher level with the same span: its least free GPUs are already recorded
+            # certain when the bound (less held) leaves fewer than the level (less held): bound < level
+            found[start, end] = IdleWindow(start, end, least - held, confidence, bound < level)
+        return sorted(found.values(), key=lambda w: (w.start, -w.free_gpus))
+
+
+def level_windows(*, profile: FreeProfile, open_ended: bool = True, starting_by: float = math.inf) -> LevelWindows:
+    """Every level's maximal windows of `profile` (see `LevelWindows`, `idle_windows`), levels ascending; only those
+    that start by `starting_by` (a view lists no later ones)."""
+    free = np.asarray(profile.free)
+    if free.size == 0 or int(free.max()) <= 0:
+        return LevelWindows(())
+    top = int(free.max())
+    ok = np.zeros((top, free.size + 2), dtype=np.int8)
+    ok[:, 1:-1] = free[None, :] >= np.arange(1, top + 1)[:, None]
+    rows, edges = np.nonzero(np.diff(ok, axis=1))  # per level, its windows' first and one-past-last steps
+    starts, stops, levels = edges[0::2], edges[1::2], rows[0::2] + 1
+    if math.isfinite(starting_by):
+        early = np.asarray(profile.times, dtype=float)[starts] <= starting_by
+        starts, stops, levels = starts[early], stops[early], levels[early]
+    times = np.asarray(profile.times, dtype=float).tolist()
+    step = float(profile.step_seconds)
+    horizon_end = times[-1] + step
+    free_l = free.tolist()
+    conf_l = np.asarray(profile.confidence, dtype=float).tolist()
+    bound_l = None if profile.bound is None else np.asarray(profile.bound).tolist()
+    entries = []
+    for level, a, b in zip(levels.tolist(), starts.tolist(), stops.tolist()):
+        end_t = times[b - 1] + step
+        end = None if (open_ended and end_t >= horizon_end) else end_t
+        after = bound_l[b] if bound_l is not None and b < len(free_l) else math.inf
+        entries.append((level, times[a], end, min(free_l[a:b]), min(conf_l[a:b]), after))
+    return LevelWindows(tuple(entries))
+
+
 def idle_windows(*, profile: FreeProfile, open_ended: bool = True) -> list[IdleWindow]:
     """Maximal windows for every free-GPU level, nested (a 1-GPU window contains the 2-GPU windows within it).
 
@@ -83,30 +152,7 @@ def idle_windows(*, profile: FreeProfile, open_ended: bool = True) -> list[IdleW
     for certain (`end_certain`) when the profile's `bound` at the step that ends it is below the window's level
     (judged at the lowest level with that span: the cautious answer for a pod of more GPUs).
     """
-    free = profile.free
-    if free.size == 0:
-        return []
-    bound = profile.bound
-    found: dict[tuple[float, float | None], IdleWindow] = {}
-    horizon_end = float(profile.times[-1] + profile.step_seconds)
-    for level in range(1, int(free.max()) + 1):
-        ok = np.concatenate(([False], free >= level, [False]))
-        edges = np.flatnonzero(np.diff(ok.astype(np.int8)))
-        for a, b in zip(edges[::2], edges[1::2]):
-            start = float(profile.times[a])
-            end_t = float(profile.times[b - 1] + profile.step_seconds)
-            end = None if (open_ended and end_t >= horizon_end) else end_t
-            key = (start, end)
-            if key in found:
-                continue  # a higher level with the same span: min free is already recorded
-            found[key] = IdleWindow(
-                start=start,
-                end=end,
-                free_gpus=int(free[a:b].min()),
-                confidence=float(profile.confidence[a:b].min()),
-                end_certain=bool(bound is not None and b < free.size and bound[b] < level),
-            )
-    return sorted(found.values(), key=lambda w: (w.start, -w.free_gpus))
+    return list(level_windows(profile=profile, open_ended=open_ended).windows())
 
 
 def current_window(*, windows: Sequence[IdleWindow], now: float, gpus: int = 1) -> IdleWindow | None:
@@ -130,16 +176,24 @@ def node_view(
     data_stale: bool = False,
     min_confidence: float = 0.0,
     keep_ahead_seconds: float | None = None,
+    held: int = 0,
+    levels: LevelWindows | None = None,
 ) -> NodeView:
     """Build the decisions' view of a node; no usable profile (or confidence below the floor) marks it stale.
 
     With `keep_ahead_seconds`, only windows that have begun by `now + keep_ahead_seconds` are kept (the view is
-    rebuilt before then), which keeps the request path's per-node work small.
+    rebuilt before then), which keeps the request path's per-node work small. `held`: GPUs of the profile already
+    taken (the node's offline pods): its windows are those of `less_held(profile, held)`; `levels`: the profile's
+    `level_windows`, when the caller keeps them.
     """
     if profile is None or profile.free.size == 0:
         return NodeView(name, gpu_type, gpus_total, gpus_free_now, None, None, True, None, 0.0)
+    if levels is None:
+        levels = level_windows(profile=profile, starting_by=math.inf if keep_ahead_seconds is None
+                               else now + keep_ahead_seconds)
+    found = levels.windows(held)
     windows = tuple(
-        w for w in idle_windows(profile=profile)
+        w for w in found
         if (keep_ahead_seconds is None or w.start <= now + keep_ahead_seconds) and (w.end is None or w.end > now)
     )
     conf_now = float(profile.confidence[0])

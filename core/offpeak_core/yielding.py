@@ -67,14 +67,29 @@ def save_on_stop_seconds(annotations: Mapping[str, str]) -> float | None:
     return _positive_seconds(annotations, SAVE_ON_STOP_ANNOTATION)
 
 
+def checkpoints_done(*, now: float, started_at: float, interval: float | None, startup_seconds: float = 0.0) -> int:
+    """How many periodic checkpoints a pod has taken by `now`: they fall at start + startup + k × interval, k >= 1
+    (0 for a pod that cannot checkpoint)."""
+    if interval is None or interval <= 0 or not math.isfinite(interval):
+        return 0
+    return max(0, math.floor((now - started_at - startup_seconds) / interval + 1e-9))
+
+
 def last_checkpoint(*, now: float, started_at: float, interval: float | None, startup_seconds: float = 0.0
                     ) -> float | None:
     """Time of the pod's last checkpoint at or before `now` (start + startup + k × interval, k >= 1); None when it
     has none yet or cannot checkpoint."""
-    if interval is None or interval <= 0 or not math.isfinite(interval):
-        return None
-    k = math.floor((now - started_at - startup_seconds) / interval + 1e-9)
-    return started_at + startup_seconds + k * interval if k >= 1 else None
+    k = checkpoints_done(now=now, started_at=started_at, interval=interval, startup_seconds=startup_seconds)
+    return started_at + startup_seconds + k * interval if k >= 1 and interval is not None else None
+
+
+def since_checkpoint(*, now: float, started_at: float, interval: float | None, startup_seconds: float = 0.0
+                     ) -> float:
+    """Seconds of work a pod stopped at `now` throws away: since its last checkpoint, or since its start when it
+    has none yet or cannot checkpoint (its start-up goes for nothing then too)."""
+    k = checkpoints_done(now=now, started_at=started_at, interval=interval, startup_seconds=startup_seconds)
+    saved = k * interval if k >= 1 and interval is not None else 0.0
+    return now - started_at - (startup_seconds + saved if saved > 0 else 0.0)
 
 
 def should_yield(

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 from offpeak_core.evictions import (PLANNED_STOP_ANNOTATION, REASON_YIELD, EvictionPlan, NodeState,
                                    plan_for_pending, plan_for_pressure, plan_yields)
 from offpeak_extender.metrics import EvictorMetrics
+from offpeak_core.goodput import DEFAULT_STARTUP_SECONDS
 from offpeak_core.model import NodeView, OfflinePod
 from offpeak_core.yielding import DEFAULT_MARGIN_SECONDS, YieldSettings
 from offpeak_extender.store import ClusterStore
@@ -47,7 +48,7 @@ class EvictorSettings:
     # Measured online use lags the pods (agent sampling, scrape interval): an offline pod younger than this is not
     # evicted by a measurement, which may predate it (online pods that need GPUs still evict at once).
     pressure_settle_seconds: float = 60.0
-    startup_seconds: float = 60.0  # as the goodput rule's default start-up
+    startup_seconds: float = DEFAULT_STARTUP_SECONDS  # as the goodput rule's default start-up
     yield_margin_seconds: float = DEFAULT_MARGIN_SECONDS
 
 
@@ -82,7 +83,9 @@ class Evictor:
             releasing = sum(p.gpus for p in pods if p.deleting)
             releasing += sum(g for u, (n, g, _) in self._evicted.items()
                              if n == name and u in live_uids and not any(p.uid == u and p.deleting for p in pods))
-            offline = tuple(p for p in self.store.offline_pods_on(name, now=now) if p.uid not in self._evicted)
+            offline = tuple(p for p in self.store.offline_pods_on(name, now=now,
+                                                                  startup_seconds=self.settings.startup_seconds)
+                            if p.uid not in self._evicted)
             view = NodeView(name, info.gpu_type, info.gpus_total, self.store.free_gpus(name))
             states[name] = NodeState(view=view, offline_pods=offline, releasing_gpus=releasing)
         return states

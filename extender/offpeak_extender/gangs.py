@@ -1,6 +1,6 @@
 """The extender's gang placement: the core's plan and reservation table behind a lock, fed by the store.
 
-The first worker of a gang filtered plans places for every worker not yet bound (`offpeak_core.gangs.plan_gang`)
+The first worker of a gang filtered plans places for every worker not yet bound (`offpeak_core.gangplans.plan_gang`)
 and reserves them; each worker is then admitted on one reserved place only; every other managed pod sees the
 reserved GPUs as taken. An elastic gang (`offpeak.io/gang-min-size`) is planned at the widest width that fits now,
 and only its lowest-indexed waiting workers get the places; the others wait, and join by the same path later.
@@ -24,13 +24,13 @@ from offpeak_core.decisions import (
     filter_nodes,
     prediction_for,
 )
+from offpeak_core.gangplans import Goodput, Revise, plan_gang
 from offpeak_core.gangs import (
     DEFAULT_GANG_TIMEOUT_SECONDS,
     EXPIRED,
     GangKey,
     GangReservations,
     admitted_workers,
-    plan_gang,
     with_work_left,
     withhold,
     work_left,
@@ -134,9 +134,10 @@ class GangPlacer:
             return self.table.withheld()
 
     def filter_worker(self, *, pod: PodRequest, gang: Gang, views: Sequence[NodeView], now: float,
-                      margin: float = DEFAULT_MARGIN) -> FilterResult:
+                      margin: float = DEFAULT_MARGIN, goodput: Goodput | None = None) -> FilterResult:
         """One node (the worker's reserved place) or none: reserve places for the whole gang first if needed (for
-        an elastic gang, at the widest width that fits, for its lowest-indexed waiting workers)."""
+        an elastic gang, at the widest width that fits, for its lowest-indexed waiting workers). `goodput`: the
+        goodput rule for a job run as that many pods (None: off), as for a pod alone."""
         key = gang.key
         worker = pod.uid or pod.key
         names = [v.name for v in views]
@@ -157,7 +158,8 @@ class GangPlacer:
             joiner = self._joining(pod, gang, now) if bound else pod
             plan = plan_gang(pod=joiner, workers=remaining, nodes=_withheld_views(views, withheld), now=now,
                              margin=margin, min_workers=min_workers,
-                             full_width=gang.size if gang.elastic else None)  # outside the lock
+                             full_width=gang.size if gang.elastic else None, goodput=goodput,
+                             revise=self._reviser(views, withheld, now))  # outside the lock
             if not plan.fits:
                 return FilterResult((), _noting_withheld(plan.failed, withheld))
             joining = None if bound is None else admitted_workers(size=gang.size, joining=len(plan.places),
@@ -178,6 +180,20 @@ class GangPlacer:
                 return self._admit_locked(key, gang, worker, names)
         reason = f"gang {key}: reservations kept changing while placing it; the scheduler will retry"
         return FilterResult((), dict.fromkeys(names, reason))
+
+    def _reviser(self, views: Sequence[NodeView], withheld: Mapping[str, int], now: float) -> Revise | None:
+        """How a gang's member is judged with the members before it held: in a pool, its room shrinks by theirs
+        (`ClusterStore.view_with_held`); None when no node offered is pooled (members then do not meet)."""
+        if not self.store.pooled_among(v.name for v in views):
+            return None
+        by_name = {v.name: v for v in views}
+
+        def revise(name: str, held: Mapping[str, int]) -> NodeView:
+            view = self.store.view_with_held(name, held, now=now) if held else None
+            view = by_name[name] if view is None else view
+            return withhold(view, withheld[name]) if name in withheld else view
+
+        return revise
 
     def _joining(self, pod: PodRequest, gang: Gang, now: float) -> PodRequest:
         """A worker joining a running elastic gang, its prediction cut to the work the job has left (`work_left`):

@@ -8,7 +8,8 @@ history is then mostly where pods happened to land, and offline pods themselves 
 the difference on Helios (docs/simulator.md, "Pool windows"); this module is the same rule for the live cluster.
 
 Pure functions over the store's snapshots, no I/O and no locks: the store calls `fit_pools` at each refresh (off
-the request path) and `pooled_profile` when it builds a pooled node's view.
+the request path) and `pooled_profile` when it builds a pooled node's view; the rule itself (the pool's forecast
+under its announcements, a node's share of its room) is `offpeak_core.rooms`', which the simulator runs too.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import numpy as np
 
 from offpeak_core.announcements import Announcement, announced_ceiling, announced_demand
 from offpeak_core.forecast import ForecastSettings
-from offpeak_core.poolrise import PoolRise, fit_pool_rise, pool_free, pooled_free, summed_on_grid
-from offpeak_core.schedules import BusySchedule
 from offpeak_core.model import NodeView
-from offpeak_core.windows import FreeProfile, node_view, with_busy_hours
+from offpeak_core.poolrise import PoolRise, fit_pool_rise, summed_on_grid
+from offpeak_core.rooms import pool_online, pool_times, pooled_room, room_view
+from offpeak_core.schedules import BusySchedule
+from offpeak_core.windows import FreeProfile
 
 log = logging.getLogger(__name__)
 
@@ -112,23 +114,18 @@ def fit_pools(
 def pooled_profile(fit: PoolFit, *, pool_online_now: float, pool_held: int, node_free: int, now: float,
                    settings: ForecastSettings, schedule: BusySchedule | None = None,
                    announced: tuple[Announcement, ...] = ()) -> FreeProfile:
-    """A pooled node's free GPUs for more offline pods, per step of the fit's grid from the one holding `now`: no
-    more than it has free now (`node_free`), nor than its pool's forecast free GPUs less every offline GPU held in
-    the pool (`pool_held`), the forecast online demand being at least what the pool's online owners announced
-    (`announced`) and at most the ceiling they stated, if any; none in the node's declared busy hours (`schedule`),
-    as for a node outside a pool. Announced demand and busy hours also make the profile's `bound`, so windows they
-    end are known to end there."""
-    online = fit.rise.forecast(recent=fit.recent, live=pool_online_now)
+    """A pooled node's free GPUs for more offline pods, per step of the fit's grid from the one holding `now`
+    (`offpeak_core.rooms.pooled_room`: no more than `node_free`, nor than its pool's forecast free GPUs less every
+    offline GPU held in the pool, `pool_held`), the forecast online demand being at least what the pool's online
+    owners announced (`announced`) and at most the ceiling they stated, if any (`rooms.pool_online`)."""
     step = settings.step_seconds
-    times = fit.at + (max(0, int((now - fit.at) // step)) + np.arange(online.size)) * step
-    bound = None  # what is known in advance (announcements, busy hours) ends windows for certain
+    times = pool_times(fitted_at=fit.at, now=now, step_seconds=step, steps=fit.rise.rises.size)
+    floor = ceiling = None
     if announced:
-        floor = announced_demand(announced, times, step)
-        online = np.maximum(np.minimum(online, announced_ceiling(announced, times, step)), floor)
-        bound = pooled_free(pool_free(floor, fit.capacity), held=pool_held, node_free=node_free).astype(int)
-    free = pooled_free(pool_free(online, fit.capacity), held=pool_held, node_free=node_free).astype(int)
-    return with_busy_hours(FreeProfile(times, free, np.ones(free.size), step, bound), schedule=schedule,
-                           most_free=node_free, day_seconds=settings.season_seconds)
+        floor, ceiling = announced_demand(announced, times, step), announced_ceiling(announced, times, step)
+    online = pool_online(rise=fit.rise, recent=fit.recent, live=pool_online_now, floor=floor, ceiling=ceiling)
+    return pooled_room(online=online, times=times, step_seconds=step, capacity=fit.capacity, held=pool_held,
+                       node_free=node_free, day_seconds=settings.season_seconds, floor=floor, schedule=schedule)
 
 
 class PooledViews:
@@ -151,8 +148,8 @@ class PooledViews:
             return replace(hit[1], name=name, gpu_type=gpu_type, gpus_total=gpus_total)
         prof = pooled_profile(fit, pool_online_now=float(pool_online), pool_held=pool_held, node_free=node_free,
                               now=now, settings=settings, schedule=schedule, announced=announced)
-        view = node_view(name=name, gpu_type=gpu_type, gpus_total=gpus_total, gpus_free_now=node_free,
-                         profile=prof, now=now, data_stale=False, keep_ahead_seconds=keep_ahead_seconds)
+        view = room_view(name=name, gpu_type=gpu_type, gpus_total=gpus_total, gpus_free_now=node_free, room=prof,
+                         held=0, now=now, keep_ahead_seconds=keep_ahead_seconds)
         if len(self._memo) >= self.max_entries:
             self._memo.clear()
         self._memo[key] = (fit, view)

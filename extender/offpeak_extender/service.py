@@ -202,7 +202,8 @@ class ExtenderService:
         now = self.store.clock()
         if args.gang is not None:
             result = self.gangs.filter_worker(pod=args.pod, gang=args.gang, views=views, now=now,
-                                              margin=self.settings.margin)
+                                              margin=self.settings.margin,
+                                              goodput=None if self.goodput is None else self.goodput.admission)
         else:
             # (an unreadable prediction takes the dict path: `filter_result` adds it to the nodes' reasons)
             if args.node_objects is None and not unknown and arrays is not None and arrays.distinct and \

@@ -4,7 +4,7 @@ The wire types have no json tags, so their keys are Go field names (PascalCase);
 keep Kubernetes camelCase. Pure: dicts in, dataclasses/dicts out.
 
 Over 500 lines because it is the whole protocol (args, results, the pod and node fields offpeak reads) in one
-place, so a change to the wire format is made once.
+place, so a change to the wire format is made once. Kubernetes objects the informer sends are parsed in `objects`.
 """
 
 from __future__ import annotations

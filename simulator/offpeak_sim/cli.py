@@ -72,7 +72,7 @@ def register(subparsers: Any) -> None:
                    help="use a log-normal predictor error with this sigma instead of the predictor's report")
     p.add_argument("--min-efficiency", type=float, default=None,
                    help="goodput admission: expected useful work / GPU time held a short window must reach "
-                   "(default: GoodputSettings' 0.8)")
+                   "(default: GoodputSettings' 0.9, as the chart's)")
     p.add_argument("--no-gangs", action="store_true",
                    help="do not run jobs across nodes; with --fold-wide-jobs, the pre-issue-18 model")
     p.add_argument("--fold-wide-jobs", action="store_true",
@@ -110,9 +110,6 @@ def register(subparsers: Any) -> None:
                    help="with --pool-announce-minutes: the floor is stated once per clock-aligned span of this many "
                    "minutes too, the span's busiest minute holding all of it, as a replica plan would (default 0: per "
                    "forecast step)")
-    p.add_argument("--hold-from-rise", action="store_true",
-                   help="a rise of online demand the forecast missed closes the node for an hour from the rise, not "
-                   "from every re-forecast, as the extender does (off by default until reports/sim is regenerated)")
     p.add_argument("--report", required=True, metavar="OUT.json", help="write the per-policy JSON report here")
     p.add_argument("--plots", metavar="DIR", help="write harvest.png, jct_cdf.png, evictions.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
@@ -212,8 +209,7 @@ def handle(args: argparse.Namespace) -> int:
                         pool_announce_seconds=args.pool_announce_minutes * 60.0,
                         pool_announce_ceiling=args.pool_announce_ceiling,
                         pool_ceiling_block_seconds=args.pool_ceiling_block_minutes * 60.0,
-                        pool_floor_block_seconds=args.pool_floor_block_minutes * 60.0,
-                        hold_from_rise=args.hold_from_rise)
+                        pool_floor_block_seconds=args.pool_floor_block_minutes * 60.0)
     if args.min_efficiency is not None and not 0.0 < args.min_efficiency <= 1.0:
         raise UserError("--min-efficiency must be within (0, 1]")
     goodput = EngineSettings().goodput

@@ -14,7 +14,9 @@ from collections.abc import Iterable
 import numpy as np
 
 from offpeak_core.decisions import filter_nodes
-from offpeak_core.model import Prediction
+from offpeak_core.gangplans import GangPlan, plan_elastic
+from offpeak_core.gangs import width_scale
+from offpeak_core.model import PodRequest, Prediction
 
 from offpeak_sim.attempts import Run
 from offpeak_sim.jobs import elastic_min_gpus
@@ -43,49 +45,52 @@ class ElasticWidth:
 
     # ---- start widths ------------------------------------------------------------------------------------------
 
-    def widths(self, j: int, gj: int, free: np.ndarray) -> range:
-        """Widths to try for job j of gj GPUs, widest first: gj alone for a rigid job; for an elastic one gj down to
-        its least width, from the widest the free GPUs allow (on one node, or on the `gang_max_nodes` nodes of one
-        type with most free). Windows are not used to skip widths: the GPU-time a narrower width needs is not
-        monotone in the runtime under the goodput rule, so only the placer's own bounds apply, per width."""
-        lo = int(self.min_gpus[j])
-        if lo >= gj:
-            return range(gj, gj - 1, -1)
+    def widest(self, gj: int, free: np.ndarray, types: tuple[int, ...] | None = None) -> int:
+        """The most of gj GPUs the free GPUs can give one job now: on one node, or on the nodes of one GPU type
+        (`types`: of these only) together. A bound that spares planning widths that cannot fit."""
         cap = np.minimum(np.clip(free, 0, None), gj)
-        ub = int(cap.max()) if cap.size else 0
+        on = cap if types is None else cap[np.isin(self.node_type, types)]
+        ub = int(on.max()) if on.size else 0
         if self.s.gangs:
-            for ti in range(len(self.sc.fleet.types)):
-                on = np.sort(cap[self.node_type == ti])[::-1][: self.s.gang_max_nodes]
-                ub = max(ub, int(on.sum()))
-        return range(min(gj, ub), lo - 1, -1)
+            for ti in (range(len(self.sc.fleet.types)) if types is None else types):
+                ub = max(ub, int(cap[self.node_type == ti].sum()))
+        return min(gj, ub)
 
-    def at_width(self, k: int, gj: int, w: int, p50: np.ndarray | None, p90: np.ndarray | None,
-                 need: np.ndarray | None) -> tuple[dict[str, Prediction] | None, np.ndarray | None, np.ndarray | None]:
-        """The policy's beliefs about queued job k (of gj GPUs) run on w GPUs: predictions, p90 and window needed per
-        GPU type (all None for runtime-blind policies). At w < gj its runtimes are scaled by gj / w: the same work
-        on fewer GPUs."""
+    def predictions(self, k: int, p50: np.ndarray | None, p90: np.ndarray | None) -> dict[str, Prediction] | None:
+        """Queued job k's predictions per GPU type at its full width (None: runtime-blind)."""
         if not self.p.windowed:
-            return None, None, None
-        assert p50 is not None and p90 is not None and need is not None
-        if w == gj:
-            return predictions(self.sc.fleet.types, p50[k], p90[k]), p90[k], need[k]
-        p90_row = p90[k] * (gj / w)
-        need_row = self.placer.needs(p90_row[None, :], 1)[0]
-        return predictions(self.sc.fleet.types, p50[k] * (gj / w), p90_row), p90_row, need_row
+            return None
+        assert p50 is not None and p90 is not None
+        return predictions(self.sc.fleet.types, p50[k], p90[k])
 
     def place(self, k: int, j: int, gj: int, free: np.ndarray, now: float, p50: np.ndarray | None,
               p90: np.ndarray | None, need: np.ndarray | None, levels: np.ndarray | None
               ) -> tuple[int, str | None, Plan | None]:
-        """Queued job k (job j of gj GPUs) at the widest width that places now: (width, node, None) or
-        (width, None, gang); (the last width tried, None, None) when none does."""
-        chosen = plan = None
-        width = gj
-        for width in self.widths(j, gj, free):
-            predicted, p90_row, need_row = self.at_width(k, gj, width, p50, p90, need)
-            chosen, plan = self.placer.place(j, width, free, now, predicted, p90_row, need_row, levels)
-            if chosen is not None or plan is not None:
-                break
-        return width, chosen, plan
+        """Queued job k (job j of gj GPUs) at the widest width that places now (`gangplans.plan_elastic`, its
+        runtime scaled to the width by `gangs.at_width`; a rigid job at gj alone): (width, node, None) or
+        (width, None, gang); (gj, None, None) when none does."""
+        lo = int(self.min_gpus[j])
+        top = self.widest(gj, free) if lo < gj else gj
+        if top < lo:
+            return gj, None, None
+        full = self.placer.pod(j, gj, self.predictions(k, p50, p90))
+        got: dict[int, tuple[str | None, Plan | None]] = {}
+
+        def place_at(sized: PodRequest, width: int) -> GangPlan:
+            need_row = None
+            if p90 is not None and need is not None:
+                p90_row = p90[k] * width_scale(width=width, full_width=gj)
+                need_row = need[k] if width == gj else self.placer.needs(p90_row[None, :], 1)[0]
+            predicted = None if sized.predicted is None else dict(sized.predicted)
+            chosen, plan = self.placer.place(j, width, free, now, predicted, need_row, levels)
+            got[width] = (chosen, plan)
+            return _as_gang_plan(chosen, plan, self.sc.fleet.names, width)
+
+        plan = plan_elastic(pod=full, workers=gj, min_workers=lo, full_width=gj, place=place_at, start=top)
+        if not plan.fits:
+            return gj, None, None
+        chosen, gang = got[plan.width]
+        return plan.width, chosen, gang
 
     # ---- joins -------------------------------------------------------------------------------------------------
 
@@ -100,10 +105,11 @@ class ElasticWidth:
 
     def plan_join(self, r: Run, free: np.ndarray, now: float, levels: np.ndarray | None, remaining_ref: np.ndarray,
                   saved: float, measured: np.ndarray | None = None) -> tuple[Plan, float | None] | None:
-        """GPUs on run r's GPU type for as many of its waiting workers as can join now (widest first, at least 1),
-        each pod passing `filter_nodes` for the job's remaining run (after the restart: `remaining_ref` less the
-        `saved` seconds of its last checkpoint) at the new width; with the policy's p90 of that run (`measured`:
-        the engine's paces measured so far, run r's own type included). None when none can join."""
+        """GPUs on run r's GPU type for as many of its waiting workers as can join now (widest first, at least 1:
+        `gangplans.plan_elastic` over the job's workers not running), each pod passing `filter_nodes` for the job's
+        remaining run (after the restart: `remaining_ref` less the `saved` seconds of its last checkpoint) at the
+        new width; with the policy's p90 of that run (`measured`: the engine's paces measured so far, run r's own
+        type included). None when none can join."""
         pl = self.placer
         j = r.job
         full = int(self.sc.jobs.gpus[j])
@@ -119,40 +125,42 @@ class ElasticWidth:
                 measured[j, ti] = True
             p50, p90 = believed_p50_p90(self.p, scenario=self.sc, jobs=np.array([j]), remaining_ref_s=rem,
                                         measured=measured)
-        on_type = np.flatnonzero((self.node_type == ti) & (free > 0))
-        for x in range(min(missing, int(free[on_type].sum())), 0, -1):
-            scale = full / (r.gpus + x)
-            predicted = p90_row = None
-            if p50 is not None and p90 is not None:
-                p90_row = p90[0] * scale
-                predicted = predictions(self.sc.fleet.types, p50[0] * scale, p90_row)
-            plan: Plan | None = None
-            if not self.p.windowed:
-                order = on_type if self.p.pick == "first" else on_type[np.argsort(-free[on_type], kind="stable")]
-                taken, left = [], x
-                for n in order:
-                    w = int(min(free[n], left))
-                    taken.append((int(n), w))
-                    left -= w
-                    if left == 0:
-                        break
-                plan = tuple(taken)
-                if not all(pl.passes(j, n, w, free, now, None, len(plan)) for n, w in plan):
-                    plan = None
-            else:
-                one = on_type[free[on_type] >= x]
-                if one.size:
-                    views = [pl.view(int(n), int(free[n]), now) for n in one]
-                    pod = pl.pod(j, x, predicted)
-                    res = filter_nodes(pod=pod, nodes=views, now=now, margin=self.s.margin,
-                                       checkpoint_intervals=self.p.checkpoint_intervals, goodput=pl.admission(1))
-                    if res.passed:
-                        plan = ((self.sc.fleet.names.index(pl.pick(pod, views, res.passed, now)), x),)
-                if plan is None and x > 1:
-                    plan = pl.plan_gang(j, x, free, now, p90_row, levels, predicted, types=(ti,))
-            if plan is not None and len(have | {n for n, _ in plan}) <= self.s.gang_max_nodes:
-                believed = None if p90_row is None else float(p90_row[ti])
-                return plan, believed
+        top = min(missing, self.widest(missing, free, types=(ti,)))
+        if top < 1:
+            return None
+        most = pl.max_nodes(full)
+        got: dict[int, tuple[Plan, float | None]] = {}
+
+        def join_at(sized: PodRequest, x: int) -> GangPlan:
+            scale = width_scale(width=r.gpus + x, full_width=full)
+            p90_row = None if p90 is None else p90[0] * scale
+            need_row = None if p90_row is None else pl.needs(p90_row[None, :], 1)[0]
+            predicted = None if sized.predicted is None else dict(sized.predicted)
+            plan = self._on_type(j, x, ti, free, now, predicted, need_row, levels)
+            if plan is None or len(have | {n for n, _ in plan}) > most:
+                return GangPlan(())
+            got[x] = (plan, None if p90_row is None else float(p90_row[ti]))
+            return _as_gang_plan(None, plan, self.sc.fleet.names, x)
+
+        pod = pl.pod(j, full, None if p50 is None or p90 is None else predictions(self.sc.fleet.types, p50[0], p90[0]))
+        plan = plan_elastic(pod=pod, workers=missing, min_workers=1, full_width=full, place=join_at, start=top)
+        return got[plan.width - r.gpus] if plan.fits else None
+
+    def _on_type(self, j: int, x: int, ti: int, free: np.ndarray, now: float,
+                 predicted: dict[str, Prediction] | None, need_row: np.ndarray | None, levels: np.ndarray | None
+                 ) -> Plan | None:
+        """x GPUs for job j on GPU type ti: one node (the filter and the policy's pick), else a gang there."""
+        pl = self.placer
+        one = np.flatnonzero((self.node_type == ti) & (free >= x))
+        if one.size:
+            views = [pl.view(int(n), int(free[n]), now) for n in one]
+            pod = pl.pod(j, x, predicted)
+            res = filter_nodes(pod=pod, nodes=views, now=now, margin=self.s.margin,
+                               checkpoint_intervals=self.p.checkpoint_intervals, goodput=pl.admission(1))
+            if res.passed:
+                return ((pl.index(pl.pick(pod, views, res.passed, now)), x),)
+        if x > 1 and self.s.gangs:
+            return pl.plan_gang(j, x, free, now, predicted, need_row, levels, types=(ti,))
         return None
 
     @staticmethod
@@ -162,3 +170,12 @@ class ElasticWidth:
         for n, w in (*r.members, *plan):
             width[n] = width.get(n, 0) + w
         return tuple(width.items()), r.gpus + sum(w for _, w in plan)
+
+
+def _as_gang_plan(chosen: str | None, plan: Plan | None, names: tuple[str, ...], width: int) -> GangPlan:
+    """The engine's answer for `width` GPUs as a `GangPlan` of one-GPU places (empty when nothing was found)."""
+    if chosen is not None:
+        return GangPlan((chosen,) * width)
+    if plan is not None:
+        return GangPlan(tuple(names[n] for n, k in plan for _ in range(k)))
+    return GangPlan(())

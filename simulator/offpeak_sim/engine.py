@@ -37,6 +37,9 @@ Online demand is either pinned to nodes (the scenario's demand, the same for eve
 (`Scenario.online_pods`): then each policy carries on its own placement of online pods (`offpeak_sim.onlinepods`),
 a pod that finds no room makes the evictor's `plan_for_pending` choose what goes, and each windowed policy has its
 own feed over its own per-node demand.
+
+Why over ~500 lines: the attempts' life cycle (start, checkpoint, yield, evict, join, finish) and its accounting
+are one state machine over the same arrays; placement and widths are already elsewhere (`placement`, `elastic`).
 """
 
 from __future__ import annotations
@@ -51,8 +54,8 @@ import numpy as np
 from offpeak_core.decisions import choose_victims
 from offpeak_core.evictions import NodeState, plan_for_pending
 from offpeak_core.model import NodeView, OfflinePod
-from offpeak_core.windows import current_window
-from offpeak_core.yielding import should_yield
+from offpeak_core.windows import profile_window
+from offpeak_core.yielding import checkpoints_done, should_yield, since_checkpoint
 
 from offpeak_sim.attempts import Run
 from offpeak_sim.elastic import ElasticWidth
@@ -204,8 +207,7 @@ class PolicyRun:
     def _saved(self, r: Run, now: float) -> float:
         """Seconds of the attempt's work kept at its last checkpoint by `now` (none during start-up)."""
         c = self.s.checkpoint_seconds
-        work = max(0.0, now - r.start - r.startup)
-        return math.floor(work / c + 1e-9) * c if c > 0 else 0.0
+        return checkpoints_done(now=now, started_at=r.start, interval=c or None, startup_seconds=r.startup) * c
 
     def _stop(self, r: Run, now: float, requeue: bool = True, saved_until: float | None = None) -> float:
         """End an attempt at `now` (eviction, yield, or a join's restart with `requeue` False): free its GPUs, keep
@@ -302,11 +304,11 @@ class PolicyRun:
         GPUs are the first the forecast takes back; a pooled node's, by its room in the pool). None when open-ended or
         the node's forecast is stale; `now` when the forecast leaves them no window at all."""
         assert self.feed is not None
-        if self.feed.stale[n]:
+        room = self.feed.room(n, now)
+        if room is None:
             return None
         held = sum(w for o in self.on_node[n].values() if o.start <= r.start for m, w in o.members if m == n)
-        win = current_window(windows=self.feed.held_windows(n, now), now=now, gpus=held)
-        return now if win is None else win.end
+        return profile_window(room, held=held, now=now)[0]
 
     def _run_window_end(self, r: Run, now: float) -> float | None:
         """The earliest forecast end over the windows run r's members are in (None: none ends, each being
@@ -356,9 +358,10 @@ class PolicyRun:
                 heapq.heappush(self.checkpoints, (at + c, job, attempt))
 
     def _since_checkpoint(self, r: Run, now: float) -> float:
-        """Seconds since the attempt's last checkpoint, or since its start when it has none yet."""
-        saved = self._saved(r, now)
-        return now - r.start - (r.startup + saved if saved > 0 else 0.0)
+        """Seconds since the attempt's last checkpoint, or since its start when it has none yet (as the extender's
+        store counts a pod's work at risk: `yielding.since_checkpoint`)."""
+        return since_checkpoint(now=now, started_at=r.start, interval=self.s.checkpoint_seconds or None,
+                                startup_seconds=r.startup)
 
     def _online_wait_seconds(self) -> float:
         """How long an online GPU held by offline work waits for it: the victim's exit, at most the grace period."""

@@ -34,6 +34,10 @@ less room than the pool's offline pods hold, and never hold more GPUs than the n
 table learns a pooled node's windows the same way: noted from the pool forecast, and closed at level L when the
 pool's online demand leaves it fewer than L GPUs (when an offline pod of L GPUs there would have been evicted),
 whatever the node's own online pods.
+
+Why over ~500 lines: one feed per run keeps four tables that move together at every refresh (node forecasts, pool
+forecasts, the survival table, the pruning bounds); the rules it applies are the core's (`offpeak_core.rooms`,
+`forecast`, `poolrise`), what stays here is the bookkeeping of when each is made again.
 """
 
 from __future__ import annotations
@@ -45,13 +49,14 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from offpeak_core.forecast import (
-    ForecastSettings, SeasonalModel, fit_seasonal, forecast_demand, forecast_now, level_since,
+    DemandForecast, ForecastSettings, SeasonalModel, fit_seasonal, forecast_demand, forecast_now, level_since,
 )
 from offpeak_core.goodput import DEFAULT_CLASS_EDGES, WindowSurvival, add_observations
-from offpeak_core.idleruns import IdleRuns, run_ages
-from offpeak_core.model import IdleWindow
+from offpeak_core.idleruns import IdleRuns, OpenRunAges
+from offpeak_core.model import NodeView
 from offpeak_core.poolrise import PoolRise, fit_pool_rise, pool_free, pool_judged_online, pooled_free, step_maxima
-from offpeak_core.windows import FreeProfile, free_profile, idle_windows
+from offpeak_core.rooms import node_room, pool_online, pool_times, pooled_room, room_view
+from offpeak_core.windows import FreeProfile, LevelWindows, level_windows
 
 from offpeak_sim.scenario import Scenario
 
@@ -68,10 +73,6 @@ class FeedSettings:
     survival_bin_seconds: float = 300.0
     survival_horizon_seconds: float = 86400.0  # windows followed this long count as outlasting it
     live_updates: bool = True  # seasonal: re-forecast a node when its online demand changes (as the extender does)
-    # seasonal: a rise of online demand the forecast missed holds the node full for `forecast.hold_seconds` from when
-    # it rose, not from every re-forecast (`apply_live`'s rose_at, as the extender does since 2026-11-28). Off by
-    # default until the committed reports (reports/sim) are regenerated with it.
-    hold_from_rise: bool = False
     # pod-placed online demand: windows end when the node's pool is forecast full (offpeak_core.poolrise: the
     # pool's peak of the last `pool_look_back_seconds` plus its `forecast.quantile` rise), not the node
     pool_windows: bool = False
@@ -146,12 +147,17 @@ class WindowFeed:
         self.refreshed_at = -np.inf
         self.refresh_index = -1
         self._fitted_at = -np.inf
+        # each node's fitted forecast on the last refresh's grid (`forecast_demand` of its model, from the refresh):
+        # a live update between refreshes only brings its idle runs' ages to the minute
         self._models: list[SeasonalModel] = []
+        self._fitted: list[DemandForecast] = []
         self.free = np.zeros((scenario.fleet.size, self.steps), dtype=np.int64)
         self.times = np.zeros(self.steps)
         self.stale = np.zeros(scenario.fleet.size, dtype=bool)
-        self._windows: dict[int, tuple[IdleWindow, ...]] = {}
-        self._profiles: dict[int, FreeProfile] = {}
+        # seasonal: each node's room for offline pods as the extender's store builds it (`rooms.node_room`, from the
+        # step holding the minute it was forecast at), and its windows per level (kept until it is forecast again)
+        self._rooms: dict[int, FreeProfile] = {}
+        self._levels: dict[int, LevelWindows] = {}
         minutes = np.arange(self.demand.shape[1])
         self._minute_times = minutes * 60.0
         bins = int(np.ceil(settings.survival_horizon_seconds / settings.survival_bin_seconds))
@@ -164,6 +170,8 @@ class WindowFeed:
         self.survival: WindowSurvival | None = None
         self.survival_version = 0
         self._live = np.full(scenario.fleet.size, -1, dtype=np.int64)  # online GPUs each node was forecast with
+        # the ages of the nodes' open idle runs, counted as the clock goes (the fits' ages are as of the fit)
+        self._run_ages = OpenRunAges(self.demand, thresholds=int(scenario.fleet.gpus.max()) + 1)
         self.updates = 0  # node forecasts brought up to date between refreshes (live_updates)
         pools = scenario.online_pods.pools if scenario.online_pods is not None else None
         # pool windows: the pools, the policy's offline GPUs per node (the engine's array, `watch_offline`), each
@@ -176,6 +184,9 @@ class WindowFeed:
             for p, nodes in enumerate(self.pools.nodes):
                 self.pool_of[nodes] = p
         self._pooled = np.flatnonzero(self.pool_of >= 0)
+        self._no_pools = np.full(scenario.fleet.size, -1, dtype=np.int64)
+        # bumped whenever a node's forecast (or its pool's) is made again: what the views kept are built from
+        self.version = np.zeros(scenario.fleet.size, dtype=np.int64)
         n_pools = 0 if self.pools is None else len(self.pools.nodes)
         # each pool's true online GPUs per minute of the trace (what the exact forecast, the lead and the announcements
         # read), computed once: they are read for every pool at every re-forecast
@@ -187,6 +198,9 @@ class WindowFeed:
         # with announcements: each pool's most free GPUs per step whatever the forecast (None: nothing announced),
         # so windows that announced demand ends are known to end there (`FreeProfile.bound`)
         self.pool_bound = np.zeros((n_pools, self.steps), dtype=np.int64) if settings.pool_announce_seconds else None
+        # each pool's forecast online GPUs (and announced floor) per step from the one holding the minute it was made
+        # at, and those steps' times: what the views are built from (`rooms.pooled_room`, as in the extender)
+        self._pool_online: dict[int, tuple[np.ndarray, np.ndarray | None, np.ndarray]] = {}
         self._pool_live = np.full(n_pools, -1, dtype=np.int64)
 
     def fork(self, demand: np.ndarray) -> WindowFeed:
@@ -197,24 +211,25 @@ class WindowFeed:
         """Read the policy's offline GPUs per node from `used` (updated in place): pool windows depend on them."""
         self.offline = used
 
-    def pool_key(self, node: int) -> int:
-        """What a pooled node's windows depend on beyond the node itself: its pool's offline GPUs (-1: no pool)."""
-        p = int(self.pool_of[node])
-        if p < 0 or self.offline is None or self.pools is None:
-            return -1
-        return int(self.offline[self.pools.nodes[p]].sum())
+    def pool_keys(self) -> np.ndarray:
+        """What each pooled node's windows depend on beyond the node itself: its pool's offline GPUs (-1: no pool,
+        or pool windows off)."""
+        if self.offline is None or not self._pool_rises or not self._pooled.size:
+            return self._no_pools
+        held = np.bincount(self.pool_of[self._pooled], weights=self.offline[self._pooled],
+                           minlength=len(self.pool_cap)).astype(np.int64)
+        return np.where(self.pool_of >= 0, held[np.maximum(self.pool_of, 0)], -1)
 
     def update_live(self, now: float) -> np.ndarray:
         """Re-forecast (seasonal mode) the nodes whose online demand changed since their last forecast; return them.
 
         The forecast stays on the refresh's step grid (`times`), so bounds and windows keep one clock; steps already
         past repeat the current one."""
-        if self.s.mode != "seasonal" or not self.s.live_updates or not self._models:
+        if self.s.mode != "seasonal" or not self.s.live_updates or not self._fitted:
             return np.zeros(0, dtype=np.int64)
         changed = np.flatnonzero(self.demand[:, int(now // 60)] != self._live)
         for n in changed:
             self._forecast_node(int(n), now)
-            self._windows.pop(int(n), None)
         self.updates += int(changed.size)
         if self.pools is not None and self._pool_rises:
             m = int(now // 60)
@@ -233,7 +248,7 @@ class WindowFeed:
             return False
         self.refreshed_at = now
         self.refresh_index += 1
-        self._windows.clear()
+        self._levels.clear()
         self.times = now + np.arange(self.steps, dtype=np.float64) * self.step
         if self.s.mode == "exact":
             self._exact(now)
@@ -372,6 +387,7 @@ class WindowFeed:
         self.survival_version += 1
 
     def _exact(self, now: float) -> None:
+        self.version += 1
         per = max(1, int(round(self.step / 60.0)))
         online = future_step_maxima(self.demand, int(now // 60), steps=self.steps, per=per)
         self.free = np.clip(self.sc.fleet.gpus[:, None] - online, 0, None).astype(np.int64)
@@ -383,27 +399,30 @@ class WindowFeed:
         if now - self._fitted_at >= self.s.refit_seconds:
             self._fitted_at = now
             lo = max(0, int((now - fs.history_seconds) // 60))
-            t = self._minute_times[lo:m_now]
+            # up to now, the current minute included, as the extender's history (a range query ends at now)
+            t = self._minute_times[lo : m_now + 1]
             self._models = [
-                fit_seasonal(times=t, online=self.demand[n, lo:m_now].astype(float), now=now, settings=fs)
+                fit_seasonal(times=t, online=self.demand[n, lo : m_now + 1].astype(float), now=now, settings=fs)
                 for n in range(self.sc.fleet.size)
             ]
             if self.pools is not None:
                 self._fit_pools(now)
-        for n in range(len(self._models)):
+        self._fitted = [forecast_demand(model=model, start=now) for model in self._models]
+        for n in range(len(self._fitted)):
             self._forecast_node(n, now)
         for p in range(len(self._pool_rises)):
             self._forecast_pool(p, now)
 
     def _fit_pools(self, now: float) -> None:
-        """Fit each pool's rises on its total online demand over the history (step maxima)."""
+        """Fit each pool's rises on its total online demand over the history (step maxima; the current minute is
+        the last step's, as the extender's history has a point at now)."""
         assert self.pools is not None
         per = max(1, int(round(self.step / 60.0)))
         m = int(now // 60)
         lo = max(0, int((now - self.s.forecast.history_seconds) // 60))
         look_back = max(1, int(round(self.s.pool_look_back_seconds / self.step)))
         self._pool_rises = [
-            fit_pool_rise(step_maxima(self.demand[nodes, lo:m].sum(axis=0), per), capacity=float(self.pool_cap[p]),
+            fit_pool_rise(step_maxima(self.demand[nodes, lo : m + 1].sum(axis=0), per), capacity=float(self.pool_cap[p]),
                           horizon_steps=self.steps, look_back_steps=look_back, quantile=self.s.forecast.quantile)
             for p, nodes in enumerate(self.pools.nodes)
         ]
@@ -417,29 +436,35 @@ class WindowFeed:
         per = max(1, int(round(self.step / 60.0)))
         live = int(self.demand[nodes, m].sum())
         past = min(self.steps - 1, int(max(0.0, now - self.refreshed_at) // self.step))
+        floor = None
         if self.s.pool_forecast == "exact":
-            online = self._pool_future(p, m, per)[: self.steps - past]
+            online = self._pool_future(p, m, per)
         else:
-            recent = self.demand[nodes, max(0, m - rise.look_back_steps * per) : m].sum(axis=0).astype(float)
+            # the pool's demand over its last look-back steps, now's included (the extender's last look-back points)
+            recent = self.demand[nodes, max(0, m - (rise.look_back_steps - 1) * per) : m + 1].sum(axis=0).astype(float)
             lead = min(self.steps, int(round(self.s.pool_lead_seconds / self.step)))
             known = self._pool_future(p, m, per, steps=lead) if lead else np.zeros(0)
-            online = rise.forecast(recent=np.concatenate([recent, known]), live=float(live))
-            online[:lead] = known
+            ceiling = None
             announced = min(self.steps, int(round(self.s.pool_announce_seconds / self.step)))
             if announced and self.pool_bound is not None:
-                floor = np.zeros(online.size)
+                floor = np.zeros(self.steps)
                 floor[:announced] = self._pool_announced(p, m, per, steps=announced,
                                                          block_seconds=self.s.pool_floor_block_seconds)
-                if self.s.pool_announce_ceiling:  # announced as the most too: no more than that...
-                    online[:announced] = np.minimum(online[:announced], self._pool_announced(
-                        p, m, per, steps=announced, block_seconds=self.s.pool_ceiling_block_seconds))
-                online = np.maximum(online, floor)  # ...and never less than the floor (the extender's order too)
-                floor = floor[: self.steps - past]
-                floor = np.concatenate([np.repeat(floor[:1], past), floor])
-                self.pool_bound[p] = pool_free(floor, int(self.pool_cap[p]))
-            online = online[: self.steps - past]
-        online = np.concatenate([np.repeat(online[:1], past), online])
-        self.pool_free[p] = pool_free(online, int(self.pool_cap[p]))
+                if self.s.pool_announce_ceiling:  # announced as the most too
+                    ceiling = np.full(self.steps, np.inf)
+                    ceiling[:announced] = self._pool_announced(p, m, per, steps=announced,
+                                                               block_seconds=self.s.pool_ceiling_block_seconds)
+            online = pool_online(rise=rise, recent=np.concatenate([recent, known]), live=float(live), floor=floor,
+                                 ceiling=ceiling)
+            online[:lead] = known  # (a lead and announcements are not asked for together)
+        times = pool_times(fitted_at=self.refreshed_at, now=now, step_seconds=self.step, steps=online.size)
+        self._pool_online[p] = (online, floor, times)
+        self.version[nodes] += 1
+        if floor is not None and self.pool_bound is not None:  # the bounds' matrix: on the refresh's grid
+            self.pool_bound[p] = pool_free(np.concatenate([np.repeat(floor[:1], past), floor[: self.steps - past]]),
+                                           int(self.pool_cap[p]))
+        grid = np.concatenate([np.repeat(online[:1], past), online[: self.steps - past]])
+        self.pool_free[p] = pool_free(grid, int(self.pool_cap[p]))
         self._pool_live[p] = live
 
     def _pool_announced(self, p: int, m: int, per: int, *, steps: int, block_seconds: float) -> np.ndarray:
@@ -483,22 +508,18 @@ class WindowFeed:
         fs = self.s.forecast
         live = int(self.demand[n, int(now // 60)])
         cap = int(self.sc.fleet.gpus[n])
-        model = self._models[n]
-        if model.runs is not None:
-            model = replace(model, runs=self._aged(n, model.runs, now))
-        fitted = forecast_demand(model=model, start=self.refreshed_at)
-        fc = forecast_now(fitted=fitted, capacity=cap, now=now, settings=fs, live_online=float(live),
-                          live_rose_at=self._rose_at(n, now) if self.s.hold_from_rise else None)
-        assert fc is not None  # a fitted forecast always gives one
-        prof = free_profile(forecast=fc, capacity=cap)
-        past = self.steps - prof.free.size  # steps of the refresh's grid already wholly past
-        if past:
-            prof = FreeProfile(self.times, np.concatenate([np.repeat(prof.free[:1], past), prof.free]),
-                               np.concatenate([np.repeat(prof.confidence[:1], past), prof.confidence]),
-                               prof.step_seconds)
-        self.free[n] = prof.free
-        self.stale[n] = float(prof.confidence[0]) <= 0.0
-        self._profiles[n] = prof
+        fitted = self._fitted[n]
+        if fitted.runs is not None:
+            fitted = replace(fitted, runs=self._aged(n, fitted.runs, now))
+        room = node_room(fitted=fitted, capacity=cap, now=now, settings=fs, live_online=float(live),
+                         live_rose_at=self._rose_at(n, now))
+        assert room is not None  # a fitted forecast always gives one
+        self._rooms[n] = room
+        self._levels.pop(n, None)
+        self.version[n] += 1
+        past = self.steps - room.free.size  # steps of the refresh's grid already wholly past
+        self.free[n] = np.concatenate([np.repeat(room.free[:1], past), room.free]) if past else room.free
+        self.stale[n] = float(room.confidence[0]) <= 0.0
         self._live[n] = live
 
     def _rose_at(self, n: int, now: float) -> float | None:
@@ -512,61 +533,64 @@ class WindowFeed:
 
     def _aged(self, n: int, runs: IdleRuns, now: float) -> IdleRuns:
         """The node's idle runs as fitted (daily), with the ages of its open runs brought to `now`: what a fit at
-        `now` would give, but for runs completed since the fit (the extender refits every minute anyway).
-
-        Ages are looked for in the last day of samples first, in the whole history only when a run reaches back
-        further (same answer, much less work)."""
+        `now` would give, but for runs completed since the fit (the extender refits every minute anyway)."""
         m = int(now // 60)
         lo = max(0, int((now - self.s.forecast.history_seconds) // 60))
-        k = len(runs.age)
-        for first in (max(lo, m - 1440), lo):
-            levels = self.demand[n, first:m].astype(np.int64)
-            age = run_ages(times=self._minute_times[first:m], levels=levels, thresholds=k)
-            if first == lo or not np.any(age >= (m - 1 - first) * 60.0):
-                break
+        age = self._run_ages.ages(n, m=m, lo=lo, thresholds=len(runs.age))
         return IdleRuns(at=float(self._minute_times[m - 1]) if m > 0 else now, lengths=runs.lengths, age=age)
 
-    def base_windows(self, node: int) -> tuple[IdleWindow, ...]:
-        """The extender's idle windows for the node's online forecast alone (cached until the next refresh)."""
-        w = self._windows.get(node)
-        if w is None:
-            if self.s.mode == "exact":
-                prof = FreeProfile(self.times, self.free[node], np.ones(self.steps), self.step)
-            else:
-                prof = self._profiles[node]
-            # windows that can be open at some instant before the next refresh; later ones are never looked at
-            until = self.refreshed_at + self.s.refresh_seconds
-            w = tuple(x for x in idle_windows(profile=prof) if x.start < until)
-            self._windows[node] = w
-        return w
-
-    def held_windows(self, node: int, now: float) -> tuple[IdleWindow, ...]:
-        """Windows of the GPUs the node's offline pods may hold, theirs included: its online forecast alone
-        (`base_windows`), or for a pooled node its room in the pool (`_pooled_free`: its own offline GPUs are not
-        taken out), as the extender's `held_window_end` judges a running pod's window."""
+    def room(self, node: int, now: float) -> FreeProfile | None:
+        """The GPUs the node's offline pods may hold per step, theirs included, as the extender's `held_window` judges
+        a running pod's window: from its online forecast alone (`rooms.node_room`), or for a pooled node its room in
+        the pool (its pool's forecast less the offline GPUs on the pool's other nodes). None: stale."""
+        if self.stale[node]:
+            return None
         if self.pool_of[node] >= 0 and self._pool_rises:
-            room = self._pooled_free(np.array([node]), now)[0]
-            return tuple(idle_windows(profile=FreeProfile(self.times, room, self._profiles[node].confidence,
-                                                          self.step)))
-        return self.base_windows(node)
+            assert self.offline is not None, "pool windows need the policy's offline GPUs (watch_offline)"
+            own = int(self.sc.fleet.gpus[node]) - int(self.demand[node, int(now // 60)])
+            return self._pooled_room(node, now, held=self._pool_held(node) - int(self.offline[node]), node_free=own)
+        if self.s.mode == "exact":
+            return FreeProfile(self.times, self.free[node], np.ones(self.steps), self.step)
+        return self._rooms[node]
 
-    def windows_for(self, node: int, *, offline_gpus: int, now: float) -> tuple[IdleWindow, ...]:
-        """Windows open at `now` for GPUs beyond the `offline_gpus` already held (= free_profile(offline_now)).
+    def view(self, node: int, *, offline_gpus: int, free_now: int, now: float) -> NodeView:
+        """The node as the extender's filter sees it, its offline pods holding `offline_gpus` and `free_now` GPUs free
+        (`rooms.room_view`: the windows of its room less what they hold; a pooled node's, of its room in the pool
+        with every offline GPU of the pool held), listing the windows that open before the next refresh."""
+        fl = self.sc.fleet
+        name, gpu_type, total = fl.names[node], fl.gpu_types[node], int(fl.gpus[node])
+        if self.pool_of[node] >= 0 and self._pool_rises and not self.stale[node]:
+            node_free = total - int(self.demand[node, int(now // 60)]) - offline_gpus
+            pooled = self._pooled_room(node, now, held=self._pool_held(node), node_free=node_free)
+            return room_view(name=name, gpu_type=gpu_type, gpus_total=total, gpus_free_now=free_now, room=pooled,
+                             held=0, now=now, keep_ahead_seconds=self._keep_ahead(now))
+        room = self.room(node, now)
+        levels = None
+        if room is not None:
+            levels = self._levels.get(node)
+            if levels is None:
+                # until the next refresh: a view lists no window starting later (`_keep_ahead`)
+                levels = self._levels[node] = level_windows(profile=room, starting_by=self._keep_ahead(now) + now)
+        return room_view(name=name, gpu_type=gpu_type, gpus_total=total, gpus_free_now=free_now, room=room,
+                         held=offline_gpus, now=now, keep_ahead_seconds=self._keep_ahead(now), levels=levels)
 
-        Only windows containing `now` are kept: the decisions look at no others, and the lists stay short.
-        """
-        if self.pool_of[node] >= 0 and self._pool_rises:
-            free = np.clip(self._pooled_free(np.array([node]), now)[0] - offline_gpus, 0, None)
-            bound = None
-            if self.pool_bound is not None:  # windows that announced demand ends are known to end there
-                bound = np.clip(self._pooled_free(np.array([node]), now, bound=True)[0] - offline_gpus, 0, None)
-            prof = FreeProfile(self.times, free, self._profiles[node].confidence, self.step, bound)
-            return tuple(w for w in idle_windows(profile=prof) if w.start <= now and (w.end is None or w.end > now))
-        return tuple(
-            IdleWindow(w.start, w.end, w.free_gpus - offline_gpus, w.confidence, w.end_certain)
-            for w in self.base_windows(node)
-            if w.free_gpus > offline_gpus and w.start <= now and (w.end is None or w.end > now)
-        )
+    def _keep_ahead(self, now: float) -> float:
+        """How far ahead of `now` a view lists windows: up to the next refresh, which builds every view again (a
+        view lasts until its node's forecast, offline or free GPUs change, as the extender's store keeps them)."""
+        return max(0.0, self.refreshed_at + self.s.refresh_seconds - now)
+
+    def _pool_held(self, node: int) -> int:
+        """The offline GPUs held on every node of `node`'s pool (the policy's, `watch_offline`)."""
+        assert self.offline is not None and self.pools is not None
+        return int(self.offline[self.pools.nodes[int(self.pool_of[node])]].sum())
+
+    def _pooled_room(self, node: int, now: float, *, held: int, node_free: int) -> FreeProfile:
+        """`rooms.pooled_room` of a pooled node from its pool's last forecast: no more than `node_free`, nor than
+        the pool's forecast room less `held` offline GPUs."""
+        p = int(self.pool_of[node])
+        online, floor, times = self._pool_online[p]
+        return pooled_room(online=online, times=times, step_seconds=self.step, capacity=int(self.pool_cap[p]),
+                           held=held, node_free=node_free, day_seconds=self.s.forecast.season_seconds, floor=floor)
 
     def left_bounds(self, *, now: float, offline: np.ndarray, levels: int) -> np.ndarray:
         """`left_upper_bound` for `offline + w` GPUs, every w in 0..levels at once: [levels + 1, nodes]."""

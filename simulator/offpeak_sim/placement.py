@@ -1,18 +1,23 @@
 """Where one offline pod, or a gang of them, may go now, decided as the extender decides it.
 
-`Placer` holds one policy's node decisions for its run: the `filter_nodes` views of the nodes (their forecast
-windows, cached for the minute), the policy's pick among the nodes that pass, the goodput rule per gang size, the
+`Placer` holds one policy's node decisions for its run: the views of the nodes (their forecast windows, kept while
+what they are built from stays), the policy's pick among the nodes that pass, the goodput rule per gang size, the
 window a job needs (the pruning bound only) and gang plans. It keeps no offline state of its own: it reads the run's
 offline GPUs per node (`used`, the run's array, updated in place by the engine) and the run's window feed.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
+
 import numpy as np
 
-from offpeak_core.decisions import filter_nodes, prioritize_nodes
-from offpeak_core.goodput import GoodputAdmission, min_window
+from offpeak_core.decisions import filter_nodes, least_window, prioritize_nodes, score_arrays
+from offpeak_core.gangplans import GangOrder, most_nodes, plan_gang
+from offpeak_core.goodput import GoodputAdmission
 from offpeak_core.model import NodeView, PodRequest, Prediction
+from offpeak_core.nodearrays import NodeArrays, NodeRows
 
 from offpeak_sim.forecasting import WindowFeed
 from offpeak_sim.policies import Policy
@@ -22,8 +27,17 @@ from offpeak_sim.settings import EngineSettings
 Plan = tuple[tuple[int, int], ...]  # (node, GPUs) per gang member
 
 
+# From this many nodes on, the filter and prioritize run over columns (the extender's hot path); below, node by node
+# (`filter_nodes`, `prioritize_nodes`: the same answers, a test holds them equal, with less overhead per call).
+COLUMNS_FROM_NODES = 48
+
+
 class Placer:
-    """One policy's placement decisions: a node for a pod, else a gang (all or nothing) of one GPU type."""
+    """One policy's placement decisions: a node for a pod, else a gang (all or nothing) of one GPU type.
+
+    Every node's view is kept, and on larger fleets as columns too (`NodeRows`/`NodeArrays`, as the extender's store
+    keeps them): a view is built again only when what it is built from changes (the node's offline and free GPUs,
+    its pool's offline GPUs, its forecast), and only its row rewritten."""
 
     def __init__(self, policy: Policy, scenario: Scenario, feed: WindowFeed | None, settings: EngineSettings,
                  used: np.ndarray, node_type: np.ndarray) -> None:
@@ -33,38 +47,92 @@ class Placer:
         self.s = settings
         self.used = used  # the run's offline GPUs per node: the same array, the engine updates it in place
         self.node_type = node_type
-        self._views: dict[tuple[int, ...], NodeView] = {}
+        n = scenario.fleet.size
+        self.columns = n >= COLUMNS_FROM_NODES
+        self._views: list[NodeView | None] = [None] * n
+        self._keys = np.full((n, 4), -2, dtype=np.int64)  # what each kept view was built from
+        self._stale_rows: set[int] = set()  # kept views not yet written into the columns
+        self._rows = NodeRows()
+        self._arrays: NodeArrays | None = None
         self._admissions: dict[int, GoodputAdmission] = {}
         self._admissions_version = -1
-        self._type_order = np.argsort(scenario.slowdowns(), kind="stable")  # fastest GPU type first
+        self._index = {name: i for i, name in enumerate(scenario.fleet.names)}
+
+    def index(self, name: str) -> int:
+        """The fleet index of node `name`."""
+        return self._index[name]
 
     def new_minute(self) -> None:
-        """Forget the views: they hold the windows open now, valid for this minute only."""
-        self._views.clear()
+        """Nothing to forget: a view is kept while what it is built from stays (its forecast's windows are those
+        open before the next refresh, when every view is built again)."""
 
     def view(self, n: int, free_now: int, now: float) -> NodeView:
-        """Node n as `filter_nodes` sees it with `free_now` GPUs free: with its forecast windows for windowed
-        policies (cached per node, offline GPUs and free GPUs, since the same view is asked for many times)."""
+        """Node n as `filter_nodes` sees it with `free_now` GPUs free (kept while its inputs stay)."""
+        free = np.zeros(self.sc.fleet.size, dtype=np.int64)
+        free[n] = free_now
+        return self.views(np.array([n]), free, now)[0]
+
+    def views(self, nodes: np.ndarray, free: np.ndarray, now: float) -> list[NodeView]:
+        """The views of `nodes` with `free` GPUs free (per node of the fleet), built again where their inputs
+        changed."""
+        key = self._key_now(nodes, free[nodes])
+        changed = (key != self._keys[nodes]).any(axis=1)
+        for i in np.flatnonzero(changed).tolist():
+            n = int(nodes[i])
+            self._views[n] = self._build(n, int(key[i, 1]), now)
+            self._keys[n] = key[i]
+            self._stale_rows.add(n)
+        return [self._views[int(n)] for n in nodes]  # type: ignore[misc]  # every one is built now
+
+    def _build(self, n: int, free_now: int, now: float) -> NodeView:
         fl = self.sc.fleet
         if not self.p.windowed:
             return NodeView(fl.names[n], fl.gpu_types[n], int(fl.gpus[n]), free_now)
         assert self.feed is not None
-        key = (n, int(self.used[n]), free_now, self.feed.pool_key(n))  # a pooled node's windows: its pool's too
-        v = self._views.get(key)
-        if v is None:
-            v = NodeView(
-                fl.names[n],
-                fl.gpu_types[n],
-                int(fl.gpus[n]),
-                free_now,
-                windows=self.feed.windows_for(n, offline_gpus=int(self.used[n]), now=now),
-                data_stale=bool(self.feed.stale[n]),
-            )
-            self._views[key] = v
-        return v
+        return self.feed.view(n, offline_gpus=int(self.used[n]), free_now=free_now, now=now)
+
+    def _key_now(self, nodes: np.ndarray, free: np.ndarray) -> np.ndarray:
+        """What the views of `nodes` are built from now: offline GPUs, free GPUs, their pool's offline GPUs, and the
+        version of their forecast."""
+        key = np.zeros((nodes.size, 4), dtype=np.int64)
+        key[:, 0] = self.used[nodes]
+        key[:, 1] = np.clip(free, 0, None)
+        if self.p.windowed and self.feed is not None:
+            key[:, 2] = self.feed.pool_keys()[nodes]
+            key[:, 3] = self.feed.version[nodes]
+        return key
+
+    def arrays(self, free: np.ndarray, now: float) -> NodeArrays:
+        """Every node's view as columns, with `free` GPUs free: the views whose inputs changed are built again and
+        only their rows rewritten."""
+        everyone = np.arange(self.sc.fleet.size)
+        views = self.views(everyone, free, now)
+        at = sorted(self._stale_rows)
+        self._stale_rows.clear()
+        if self._arrays is None or len(at) > len(everyone) // 4:
+            self._arrays = self._rows.gather(views)
+        elif at:
+            patched = self._rows.patch(self._arrays, at, [views[n] for n in at])
+            self._arrays = patched if patched is not None else self._rows.gather(views)
+        return self._arrays
+
+    def best(self, scores: np.ndarray, free: np.ndarray, among: np.ndarray | None = None) -> int | None:
+        """The policy's choice among the nodes scored above 0 (those the filter passes; `among`: of these only):
+        the first, the most free, or the best scored (the first of those in node order)."""
+        ok = scores > 0
+        if among is not None:
+            ok &= among
+        if not ok.any():
+            return None
+        if self.p.pick == "first":
+            return int(np.argmax(ok))
+        if self.p.pick == "spread":
+            return int(np.argmax(np.where(ok, free, -1)))
+        return int(np.argmax(np.where(ok, scores, 0)))
 
     def pick(self, pod: PodRequest, views: list[NodeView], passed: tuple[str, ...], now: float) -> str:
-        """The policy's choice among the nodes that passed: the first, the most free, or the best scored."""
+        """The policy's choice among the nodes that passed (views of a few nodes, not the kept columns): the first,
+        the most free, or the best scored."""
         if self.p.pick == "first":
             return passed[0]
         keep = set(passed)
@@ -90,21 +158,16 @@ class Placer:
         return a
 
     def needs(self, p90: np.ndarray, members: int) -> np.ndarray:
-        """Window each (job, type) needs, as `filter_nodes` computes it: p90 × (1 + margin), or less by the
-        checkpoint cap or the goodput rule (for the pruning bound only; the decision is `filter_nodes`'s)."""
-        need = p90 * (1.0 + self.s.margin)
-        if self.p.checkpoint_intervals > 0 and self.s.checkpoint_seconds > 0:
-            need = np.minimum(need, self.p.checkpoint_intervals * self.s.checkpoint_seconds)
+        """Window each (job, type) needs at least (`decisions.least_window`): a bound for pruning only; the
+        decision is `filter_nodes`'s."""
         adm = self.admission(members)
-        if adm is not None:
-            c = self.s.checkpoint_seconds
-            short = np.array([
-                max(1.0, min_window(survival=adm.survival, runtime=float(x), checkpoint_interval=c,
-                                    settings=adm.settings, members=members))
-                for x in p90.ravel()
-            ]).reshape(p90.shape)
-            need = np.minimum(need, short)
-        return need
+        certain = self.feed is not None and self.feed.pool_bound is not None  # announced ends may come
+        probe = self.pod(-1, 1, None)
+        return np.array([
+            least_window(pod=probe, p90=float(x), margin=self.s.margin,
+                         checkpoint_intervals=self.p.checkpoint_intervals, goodput=adm, certain_ends=certain)
+            for x in p90.ravel()
+        ]).reshape(p90.shape)
 
     def pod(self, j: int, gpus: int, predicted: dict[str, Prediction] | None) -> PodRequest:
         """Job j's pod of `gpus` GPUs as the extender gets it (the policy's predictions, the checkpointing)."""
@@ -116,108 +179,85 @@ class Placer:
             checkpoint_interval_seconds=self.s.checkpoint_seconds or None,
         )
 
-    def passes(self, j: int, n: int, w: int, free: np.ndarray, now: float, predicted: dict[str, Prediction] | None,
-               members: int) -> bool:
-        """Does node n pass `filter_nodes` for one gang member of w GPUs (of a gang of `members` pods)?"""
-        view = self.view(n, int(free[n]), now)
-        res = filter_nodes(pod=self.pod(j, w, predicted), nodes=[view], now=now, margin=self.s.margin,
-                           checkpoint_intervals=self.p.checkpoint_intervals, goodput=self.admission(members))
-        return bool(res.passed)
-
     def place(self, j: int, w: int, free: np.ndarray, now: float, predicted: dict[str, Prediction] | None,
-              p90_row: np.ndarray | None, need_row: np.ndarray | None, levels: np.ndarray | None
-              ) -> tuple[str | None, Plan | None]:
-        """Job j on w GPUs: the node `filter_nodes` and the policy's pick give, else a gang (`plan_gang`), else
-        (None, None). `predicted`, `p90_row`, `need_row`: the policy's beliefs about its run at this width per GPU
-        type (None: runtime-blind); `levels`: the feed's window bounds, for pruning nodes that cannot pass."""
-        nodes = np.flatnonzero(free >= w)
-        if self.p.windowed and self.s.prune and nodes.size:
-            assert need_row is not None and levels is not None
-            nodes = nodes[levels[w][nodes] >= need_row[self.node_type[nodes]]]
-        chosen = None
-        if nodes.size:
-            views = [self.view(int(n), int(free[n]), now) for n in nodes]
+              need_row: np.ndarray | None, levels: np.ndarray | None) -> tuple[str | None, Plan | None]:
+        """Job j on w GPUs: the node the extender's filter and the policy's pick give, else a gang (`plan_gang`),
+        else (None, None). `predicted`, `need_row`: the policy's beliefs about its run at this width per GPU type
+        (None: runtime-blind); `levels`: the feed's window bounds, for pruning nodes that cannot pass."""
+        cand = free >= w
+        if self.p.windowed and self.s.prune and need_row is not None and levels is not None and w < len(levels):
+            cand &= levels[w] >= need_row[self.node_type]  # a bound: no other node can pass (same decisions, faster)
+        if cand.any() and self.columns:
+            arrays = self.arrays(free, now)
+            scores = score_arrays(pod=self.pod(j, w, predicted), nodes=arrays, now=now, margin=self.s.margin,
+                                  checkpoint_intervals=self.p.checkpoint_intervals, goodput=self.admission(1))
+            n = self.best(scores, free)
+            if n is not None:
+                return self.sc.fleet.names[n], None
+        elif cand.any():  # node by node: the same answer
+            views = self.views(np.flatnonzero(cand), free, now)
             pod = self.pod(j, w, predicted)
             res = filter_nodes(pod=pod, nodes=views, now=now, margin=self.s.margin,
                                checkpoint_intervals=self.p.checkpoint_intervals, goodput=self.admission(1))
-            chosen = self.pick(pod, views, res.passed, now) if res.passed else None
+            if res.passed:
+                return self.pick(pod, views, res.passed, now), None
         plan = None
-        if chosen is None and self.s.gangs and w > 1:
-            plan = self.plan_gang(j, w, free, now, p90_row, levels, predicted)
-        return chosen, plan
+        if self.s.gangs and w > 1:
+            plan = self.plan_gang(j, w, free, now, predicted, need_row, levels)
+        return None, plan
 
-    @staticmethod
-    def greedy(nodes: np.ndarray, width: np.ndarray, gj: int, maxn: int) -> Plan | None:
-        """Take nodes in order, as many GPUs as each allows, until gj; None if that needs more than maxn nodes."""
-        plan: list[tuple[int, int]] = []
-        left = gj
-        for n, w in zip(nodes, width):
-            if w <= 0:
-                continue
-            take = int(min(w, left))
-            plan.append((int(n), take))
-            left -= take
-            if left == 0:
-                return tuple(plan) if len(plan) <= maxn and len(plan) > 1 else None
-            if len(plan) >= maxn:
-                return None
-        return None
+    def plan_gang(self, j: int, gj: int, free: np.ndarray, now: float, predicted: dict[str, Prediction] | None,
+                  need_row: np.ndarray | None, levels: np.ndarray | None, types: tuple[int, ...] | None = None
+                  ) -> Plan | None:
+        """Nodes of one GPU type that take job j's gj GPUs together (all or nothing), or None: the core's
+        `plan_gang` for gj workers of one GPU (a node takes as many as a window on it has GPUs for), on two nodes
+        at least (a job one node takes runs as one pod), with the goodput rule per gang size for windowed policies
+        and, for the runtime-blind baselines, the nodes in order ("first") or most free first ("spread").
+        `types`: the GPU types it may run on (None: any). Members in one pool are judged with the others held."""
+        cand = free > 0
+        if types is not None:
+            cand &= np.isin(self.node_type, types)
+        room = np.minimum(np.clip(free, 0, None), gj)  # GPUs each node may give: a bound (same decisions, faster)
+        if (np.bincount(self.node_type[cand], weights=room[cand], minlength=len(self.sc.fleet.types)) < gj).all():
+            return None  # too few GPUs free now on every GPU type
+        if self.p.windowed and self.s.prune and need_row is not None and levels is not None:
+            # the GPUs whose forecast bound outlasts what one pod of the job needs (a larger gang needs more)
+            top = min(int(room.max()), levels.shape[0] - 1)
+            room = np.minimum(room, (levels[1 : top + 1] >= need_row[self.node_type]).sum(axis=0))
+        cand &= room > 0
+        by_type = np.bincount(self.node_type[cand], weights=room[cand], minlength=len(self.sc.fleet.types))
+        if (cand & (by_type[self.node_type] >= gj)).sum() < 2:
+            return None  # no GPU type whose nodes can give gj together: the plan would find none
+        everyone = np.arange(self.sc.fleet.size)  # every node, as the extender offers the nodes the scheduler sends
+        arrays = self.arrays(free, now) if self.columns else None
+        views = arrays.views if arrays is not None else self.views(everyone, free, now)
+        order: GangOrder = "fewest" if self.p.windowed else ("first" if self.p.pick == "first" else "spread")
+        revise = None
+        if self.feed is not None and self.feed.pools is not None:  # members in one pool share its room
+            def revise(name: str, held: Mapping[str, int]) -> NodeView:
+                return self._view_with(self._index[name], held, free, now)
+        plan = plan_gang(
+            pod=self.pod(j, 1, predicted), workers=gj, nodes=views, arrays=arrays, now=now, margin=self.s.margin,
+            checkpoint_intervals=self.p.checkpoint_intervals, goodput=self.admission if self.p.windowed else None,
+            order=order, max_nodes=self.max_nodes(gj), min_nodes=2,
+            types=None if types is None else tuple(self.sc.fleet.types[t] for t in types), revise=revise,
+            reasons=False)
+        if not plan.fits:
+            return None
+        return tuple((self._index[name], k) for name, k in Counter(plan.places).items())
 
-    def plan_gang(self, j: int, gj: int, free: np.ndarray, now: float, p90: np.ndarray | None,
-                  levels: np.ndarray | None, predicted: dict[str, Prediction] | None,
-                  types: tuple[int, ...] | None = None) -> Plan | None:
-        """Nodes of one GPU type that take job j's gj GPUs together (all or nothing), or None. `p90`: the policy's
-        p90 of the job's remaining run on each GPU type at this width (None: runtime-blind).
+    def max_nodes(self, gpus: int) -> int:
+        """The most nodes a gang of `gpus` GPUs spans (`EngineSettings.gang_max_nodes`, else the extender's rule over
+        the whole fleet)."""
+        return self.s.gang_max_nodes or most_nodes(gpus=gpus, largest_node=int(self.sc.fleet.gpus.max()))
 
-        Runtime-blind policies take free GPUs node by node (first fit in node order, or most free first);
-        windowed ones take, fastest GPU type first, the nodes with the widest admissible member first, with as
-        few members as the goodput rule for that gang size allows; every member is checked by `filter_nodes`.
-        """
-        maxn = self.s.gang_max_nodes
-        order = self._type_order if self.p.windowed else range(len(self.sc.fleet.types))
-        for ti in order if types is None else types:
-            on_type = np.flatnonzero((self.node_type == ti) & (free > 0))
-            if on_type.size < 2 or int(free[on_type].sum()) < gj:
-                continue
-            if not self.p.windowed:
-                order = on_type if self.p.pick == "first" else on_type[np.argsort(-free[on_type], kind="stable")]
-                plan = self.greedy(order, np.minimum(free[order], gj), gj, maxn)
-                if plan is not None and all(self.passes(j, n, w, free, now, None, len(plan)) for n, w in plan):
-                    return plan
-                continue
-            assert p90 is not None and levels is not None
-            cap_w = np.minimum(free[on_type], gj)
-            exact: dict[int, int] = {}  # node -> largest member width filter_nodes passed (checked this pass)
-            for m in range(2, maxn + 1):
-                need_m = float(self.needs(p90[None, ti : ti + 1], m)[0, 0])
-                wmax = np.minimum((levels[1:, on_type] >= need_m).sum(axis=0), cap_w)
-                for _ in range(maxn + 1):  # re-plan while filter_nodes narrows a bound
-                    for i, n in enumerate(on_type):
-                        if int(n) in exact:
-                            wmax[i] = min(wmax[i], exact[int(n)])
-                    order = np.argsort(-wmax, kind="stable")
-                    plan = self.greedy(on_type[order], wmax[order], gj, m)
-                    if plan is None:
-                        break
-                    bad = False
-                    # members checked so far count as held while the next are checked (pool windows: members in
-                    # one pool share its room); the run's offline GPUs are as before once the plan is checked
-                    counted: list[tuple[int, int]] = []
-                    try:
-                        for member, width in plan:
-                            ok_w = width
-                            while ok_w > 0 and not self.passes(j, member, ok_w, free, now, predicted, len(plan)):
-                                ok_w -= 1
-                            if ok_w < width:
-                                exact[member] = ok_w
-                                bad = True
-                            self.used[member] += ok_w
-                            counted.append((member, ok_w))
-                    finally:
-                        for member, w in counted:
-                            self.used[member] -= w
-                    if not bad:
-                        return plan
-                if plan is None and int(np.sum(wmax)) < gj:
-                    break  # even the widest members do not add up; larger gangs need longer windows
-        return None
+    def _view_with(self, n: int, held: Mapping[str, int], free: np.ndarray, now: float) -> NodeView:
+        """Node n's view with `held` GPUs more taken by offline pods on other nodes (a gang's members before it)."""
+        taken = [(self._index[name], g) for name, g in held.items()]
+        for m, g in taken:
+            self.used[m] += g
+        try:
+            return self._build(n, int(free[n]), now)
+        finally:
+            for m, g in taken:
+                self.used[m] -= g

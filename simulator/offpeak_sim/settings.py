@@ -22,7 +22,7 @@ class EngineSettings:
     prune: bool = True  # skip jobs/nodes whose forecast bound already rules them out (same decisions, faster)
     check_invariants: bool = False  # assert capacity after every step (tests)
     gangs: bool = True  # a job no single node can take may run across several nodes (all or nothing)
-    gang_max_nodes: int = 8  # most nodes one gang may span
+    gang_max_nodes: int | None = None  # most nodes one gang may span (None: the extender's, `gangplans.most_nodes`)
     # every attempt of every job does no useful work for its first restart_seconds (image pull, restore); the goodput
     # rule weighs the same figure (goodput.startup_seconds is set from it)
     restart_seconds: float = 60.0

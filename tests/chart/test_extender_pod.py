@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from offpeak_core.goodput import DEFAULT_MIN_EFFICIENCY
 from support.chart import find, helm, render, scheduler_config
 
 from .conftest import CHART
@@ -112,9 +113,12 @@ def _rendered_with(tmp_path: Any, values_text: str) -> list[dict[str, Any]]:
     return render(CHART, values=[values], include_crds=False)
 
 
-def test_goodput_admission_is_off_by_default_and_a_value_reaches_the_real_cli(helm_bin, default_objects,
-                                                                               tmp_path) -> None:
-    assert _extender_config(default_objects).goodput is None
+def test_goodput_admission_is_on_at_the_simulators_default_and_a_value_reaches_the_real_cli(
+        helm_bin, default_objects, tmp_path) -> None:
+    default = _extender_config(default_objects).goodput
+    assert default is not None and default.min_efficiency == DEFAULT_MIN_EFFICIENCY  # what the simulator runs
+    assert _extender_config(_rendered_with(tmp_path, "scheduler: {extender: {goodputMinEfficiency: null}}\n")
+                            ).goodput is None
     config = _extender_config(_rendered_with(tmp_path, "scheduler: {extender: {goodputMinEfficiency: 0.75}}\n"))
     assert config.goodput is not None and config.goodput.min_efficiency == 0.75
     with pytest.raises(Exception, match="goodputMinEfficiency"):

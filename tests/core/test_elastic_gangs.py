@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-import offpeak_core.gangs as gangs
+import offpeak_core.gangplans as gangplans
+from offpeak_core.gangplans import plan_gang
 from offpeak_core.gangs import (
     COMPLETE,
+    MIN_WORK_LEFT,
     GangKey,
     GangReservations,
     admitted_workers,
     at_width,
-    plan_gang,
     width_scale,
     with_work_left,
     work_left,
@@ -99,13 +100,13 @@ def test_min_workers_and_full_width_are_checked() -> None:
 
 def test_narrower_widths_without_room_are_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
-    real = gangs.worker_capacity
+    real = gangplans._plan_rigid
 
-    def counting(**kwargs: object) -> tuple[dict[str, int], dict[str, str]]:
+    def counting(**kwargs: object) -> gangplans.GangPlan:
         calls.append(kwargs["workers"])  # type: ignore[arg-type]
         return real(**kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(gangs, "worker_capacity", counting)
+    monkeypatch.setattr(gangplans, "_plan_rigid", counting)
     plan = plan_gang(pod=worker(), workers=8, nodes=[node("a"), node("b")], now=NOW, min_workers=1)
     assert plan.width == 2 and calls == [8, 2]  # room for 2 at width 8: widths 7..3 cannot have more
     calls.clear()
@@ -148,7 +149,7 @@ def test_work_left_falls_with_time_and_stops_at_its_floor() -> None:
     shares = [work_left(elapsed_seconds=t, p90_seconds=120, min_workers=1, full_width=2,
                         checkpoint_interval_seconds=40) for t in range(0, 1000, 10)]
     assert all(a >= b for a, b in zip(shares, shares[1:]))
-    assert shares[0] == 1.0 and shares[-1] == gangs.MIN_WORK_LEFT  # a job past its p90 still has some left
+    assert shares[0] == 1.0 and shares[-1] == MIN_WORK_LEFT  # a job past its p90 still has some left
     assert work_left(elapsed_seconds=100, p90_seconds=0, min_workers=1, full_width=2,
                      checkpoint_interval_seconds=40) == 1.0
 

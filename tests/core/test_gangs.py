@@ -6,14 +6,13 @@ from collections import Counter
 
 import pytest
 
+from offpeak_core.gangplans import plan_gang
 from offpeak_core.gangs import (
     COMPLETE,
     GONE,
     GangKey,
     GangReservations,
-    plan_gang,
     withhold,
-    worker_capacity,
 )
 from offpeak_core.model import IdleWindow, NodeView, PodRequest, Prediction
 
@@ -50,8 +49,8 @@ def test_two_fitting_nodes_take_one_worker_each() -> None:
 
 def test_gpus_are_counted_not_nodes_one_node_with_room_takes_both() -> None:
     nodes = [node("a", free=8), node("b", free=2)]
-    capacity, _ = worker_capacity(pod=worker(gpus=4), workers=3, nodes=nodes, now=NOW)
-    assert capacity == {"a": 2}  # b has 2 free GPUs: not even one 4-GPU worker
+    three = plan_gang(pod=worker(gpus=4), workers=3, nodes=nodes, now=NOW)
+    assert (three.room, three.room_nodes) == (2, 1)  # b has 2 free GPUs: not even one 4-GPU worker
     plan = plan_gang(pod=worker(gpus=4), workers=2, nodes=nodes, now=NOW)
     assert plan.places == ("a", "a")
     assert not plan_gang(pod=worker(gpus=4), workers=3, nodes=nodes, now=NOW).fits
@@ -61,8 +60,7 @@ def test_the_window_for_all_workers_on_a_node_must_fit_not_just_one() -> None:
     # 8 GPUs free for 10 h, but only 4 of them beyond 30 min: one 4-GPU worker fits, a second would be cut short.
     windows = (IdleWindow(NOW - H, NOW + 10 * H, 4), IdleWindow(NOW - H, NOW + 0.5 * H, 8))
     nodes = [node("a", windows=windows)]
-    capacity, _ = worker_capacity(pod=worker(gpus=4), workers=2, nodes=nodes, now=NOW)
-    assert capacity == {"a": 1}
+    assert plan_gang(pod=worker(gpus=4), workers=2, nodes=nodes, now=NOW).room == 1
     assert not plan_gang(pod=worker(gpus=4), workers=2, nodes=nodes, now=NOW).fits
     assert plan_gang(pod=worker(gpus=4), workers=2, nodes=[*nodes, node("b")], now=NOW).fits
 

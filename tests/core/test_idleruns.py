@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from offpeak_core.forecast import ForecastSettings, forecast_node
-from offpeak_core.idleruns import cap_online, fit_idle_runs, remaining_seconds, run_ages
+from offpeak_core.idleruns import OpenRunAges, cap_online, fit_idle_runs, remaining_seconds, run_ages
 from offpeak_core.windows import free_profile, idle_windows
 
 MIN = 60.0
@@ -93,3 +93,16 @@ def test_forecast_node_ends_a_window_where_the_nodes_own_windows_end() -> None:
     assert (on_.online >= off.online).all()
     w = [x for x in idle_windows(profile=free_profile(forecast=on_, capacity=8)) if x.start <= now]
     assert all(x.end is not None and x.end - now <= 20 * MIN for x in w if x.free_gpus >= 6)
+
+
+def test_open_run_ages_kept_minute_by_minute_equal_run_ages() -> None:
+    rng = np.random.default_rng(3)
+    levels = rng.integers(0, 9, size=(5, 400)) * (rng.random((5, 400)) < 0.3)  # mostly idle, busy at random
+    kept = OpenRunAges(levels, thresholds=9)
+    for m in (1, 2, 50, 51, 120, 399, 400):  # the clock goes forward, by a minute or by many
+        for lo in (0, 30, m - 1):
+            for row in range(levels.shape[0]):
+                want = run_ages(times=np.arange(lo, m) * MIN, levels=levels[row, lo:m], thresholds=9)
+                assert list(kept.ages(row, m=m, lo=max(0, lo), thresholds=9)) == list(want), (m, lo, row)
+    assert list(kept.ages(0, m=10, lo=0, thresholds=9)) == list(  # asked about the past: counted afresh
+        run_ages(times=np.arange(10) * MIN, levels=levels[0, :10], thresholds=9))

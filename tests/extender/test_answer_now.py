@@ -57,7 +57,7 @@ def test_answer_now_is_the_answer_of_a_fresh_store_once_a_lists_columns_are_kept
     raw = body(managed_pod(rng), names)
 
     def oracle(verb: str, raw: bytes) -> bytes:
-        twin._arrays_cache.clear()
+        twin.cache.arrays.clear()
         return service(twin)[0].answer(verb, raw)
 
     for verb in VERBS:

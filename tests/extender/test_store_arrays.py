@@ -11,8 +11,9 @@ import pytest
 
 from offpeak_core.forecast import ForecastSettings
 from offpeak_core.nodearrays import NodeArrays
-from offpeak_extender import store as store_module
-from offpeak_extender.store import ARRAYS_CACHE_ENTRIES, ClusterStore
+from offpeak_extender import viewcache
+from offpeak_extender.store import ClusterStore
+from offpeak_extender.viewcache import ARRAYS_CACHE_ENTRIES
 from offpeak_extender.wire import list_key
 
 from support.clock import Clock
@@ -121,7 +122,7 @@ def test_a_pod_event_rebuilds_its_nodes_view_at_once_and_a_heartbeat_changes_not
     store.upsert_pod(gpu_pod("cpu-0", gpus=0, node="b"))  # holds no GPUs: no view depends on it
     assert store.node_arrays(["a", "b"])[0] is before
     store.upsert_pod(gpu_pod("train-0", gpus=1, node="a"))
-    assert "a" in store._ready  # rebuilt in the informer's thread, not left to the next request
+    assert "a" in store.cache.ready  # rebuilt in the informer's thread, not left to the next request
     assert served(store, ["a", "b"])[1] == [1, 8]
 
 
@@ -227,7 +228,7 @@ def test_kept_columns_always_match_columns_gathered_afresh() -> None:
 
 
 def test_columns_older_than_the_change_log_are_gathered_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(store_module, "CHANGE_LOG_ENTRIES", 4)
+    monkeypatch.setattr(viewcache, "CHANGE_LOG_ENTRIES", 4)
     store = make_store(Clock(NOW))
     kept, _ = store.node_arrays(["a", "b"])
     for i in range(3):  # six changes: more than the log holds

@@ -7,8 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from offpeak_core.model import IdleWindow
 from offpeak_sim.estimates import default_profile
 from offpeak_sim.fleet import build_fleet
+from offpeak_sim.forecasting import WindowFeed
 from offpeak_sim.jobs import JobStream
 from offpeak_sim.scenario import Scenario
 
@@ -83,3 +85,9 @@ def noisy_scenario(*, days: int = 3, n_jobs: int = 80, arrivals_days: float = 1.
 def random_scenario() -> Scenario:
     """Six nodes, noisy online demand with a daily cycle, 80 jobs of mixed sizes over two days."""
     return noisy_scenario()
+
+
+def windows_now(feed: WindowFeed, node: int, *, offline_gpus: int, now: float) -> list[IdleWindow]:
+    """The windows of the node's view (`WindowFeed.view`, what the filter reads) open at `now`."""
+    view = feed.view(node, offline_gpus=offline_gpus, free_now=0, now=now)
+    return [w for w in view.windows or () if w.start <= now and (w.end is None or w.end > now)]

@@ -78,7 +78,9 @@ def test_summary_keys_and_jct_over_common_jobs(random_scenario) -> None:
 
 
 def test_feed_matches_the_extenders_forecast_node(random_scenario) -> None:
-    from offpeak_core.forecast import ForecastSettings, forecast_node
+    """The extender's two halves: the fit over its history up to now (a range query has a point at now) and, at
+    request time, the live override held from when the level rose in its latest samples (the last two holds)."""
+    from offpeak_core.forecast import ForecastSettings, fit_seasonal, forecast_demand, forecast_now, level_since
     from offpeak_core.windows import free_profile
 
     sc = random_scenario
@@ -89,9 +91,15 @@ def test_feed_matches_the_extenders_forecast_node(random_scenario) -> None:
         feed.maybe_refresh(now)
         m = int(now // 60)
         for n in range(sc.fleet.size):
-            times = np.arange(m) * 60.0
-            fc = forecast_node(times=times, online=sc.demand[n, :m].astype(float), capacity=int(sc.fleet.gpus[n]),
-                               now=now, settings=fs, live_online=float(sc.demand[n, m]))
+            times = np.arange(m + 1) * 60.0
+            online = sc.demand[n, : m + 1].astype(float)
+            fitted = forecast_demand(model=fit_seasonal(times=times, online=online, now=now, settings=fs), start=now)
+            recent = times > now - 2 * fs.hold_seconds
+            rose = level_since(times=times[recent], online=online[recent], level=float(sc.demand[n, m]),
+                               tolerance=fs.live_tolerance)
+            fc = forecast_now(fitted=fitted, capacity=int(sc.fleet.gpus[n]), now=now, settings=fs,
+                              live_online=float(sc.demand[n, m]), live_rose_at=rose)
+            assert fc is not None
             assert np.array_equal(feed.free[n], free_profile(forecast=fc, capacity=int(sc.fleet.gpus[n])).free)
             surprises += int(fc.online[1] == sc.fleet.gpus[n] and sc.demand[n, m] < sc.fleet.gpus[n])
     assert surprises > 0  # the live override's "online is back" case was exercised

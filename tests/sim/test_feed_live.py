@@ -13,7 +13,7 @@ from offpeak_core.idleruns import IdleRuns, fit_idle_runs
 from offpeak_core.windows import free_profile
 from offpeak_sim.forecasting import FeedSettings, WindowFeed
 
-from .conftest import daily, make_scenario
+from .conftest import daily, make_scenario, windows_now
 
 
 def test_a_surprise_between_refreshes_closes_the_nodes_windows_at_once() -> None:
@@ -25,11 +25,11 @@ def test_a_surprise_between_refreshes_closes_the_nodes_windows_at_once() -> None
     stale = WindowFeed(sc, FeedSettings(refresh_seconds=600, live_updates=False))
     for f in (live, stale):
         f.maybe_refresh(m * 60.0)
-        assert f.windows_for(0, offline_gpus=0, now=m * 60.0)  # a window now
+        assert windows_now(f, 0, offline_gpus=0, now=m * 60.0)  # a window now
         f.maybe_refresh((m + 3) * 60.0)
-    assert not live.windows_for(0, offline_gpus=0, now=(m + 3) * 60.0)  # closed at once
-    assert stale.windows_for(0, offline_gpus=0, now=(m + 3) * 60.0)  # still open until the next refresh
-    assert live.updates == 1 and live.windows_for(1, offline_gpus=0, now=(m + 3) * 60.0)  # node 1 untouched
+    assert not windows_now(live, 0, offline_gpus=0, now=(m + 3) * 60.0)  # closed at once
+    assert windows_now(stale, 0, offline_gpus=0, now=(m + 3) * 60.0)  # still open until the next refresh
+    assert live.updates == 1 and windows_now(live, 1, offline_gpus=0, now=(m + 3) * 60.0)  # node 1 untouched
 
 
 def test_a_rise_the_forecast_missed_closes_a_node_for_one_hold_from_the_rise() -> None:
@@ -39,29 +39,26 @@ def test_a_rise_the_forecast_missed_closes_a_node_for_one_hold_from_the_rise() -
     sc = make_scenario(demand, [])
     m = int(sc.start_s // 60) + 60  # 01:00 on the run's first day: forecast idle for hours
     sc.demand[0, m + 3 :] = 4  # 4 GPUs of online work from 01:03 on, never seen at that hour
-    feed = WindowFeed(sc, FeedSettings(refresh_seconds=600, hold_from_rise=True))
+    feed = WindowFeed(sc, FeedSettings(refresh_seconds=600))
     hold = int(feed.s.forecast.hold_seconds // 60)
     feed.maybe_refresh(m * 60.0)
     for minute in range(m + 1, m + 3 + hold + 12):
         feed.maybe_refresh(minute * 60.0)
         feed.update_live(minute * 60.0)
         if minute == m + 3 + hold // 2:  # within the hour from the rise: closed
-            assert not feed.windows_for(0, offline_gpus=0, now=minute * 60.0)
+            assert not windows_now(feed, 0, offline_gpus=0, now=minute * 60.0)
     now = (m + 3 + hold + 11) * 60.0  # past the hour from the rise, and a refresh since
-    windows = feed.windows_for(0, offline_gpus=0, now=now)
+    windows = windows_now(feed, 0, offline_gpus=0, now=now)
     assert windows and max(w.free_gpus for w in windows) == 4, windows  # the 4 GPUs the new level leaves
 
 
-@pytest.mark.parametrize("hold_from_rise", [False, True])
-def test_a_live_update_gives_what_the_fit_gives_with_the_ages_of_a_fresh_fit(random_scenario,
-                                                                              hold_from_rise: bool) -> None:
+def test_a_live_update_gives_what_the_fit_gives_with_the_ages_of_a_fresh_fit(random_scenario) -> None:
     """The feed keeps the (daily) seasonal fit and its complete runs, brings the open runs' ages to the minute
     (looking back a day first) and stays on the refresh's step grid: the same free GPUs as forecasting from that
     fit with a fresh fit's ages, from the current step on."""
     sc = random_scenario
     fs = ForecastSettings()
-    feed = WindowFeed(sc, FeedSettings(refresh_seconds=1800, refit_seconds=86400, forecast=fs,
-                                       hold_from_rise=hold_from_rise))
+    feed = WindowFeed(sc, FeedSettings(refresh_seconds=1800, refit_seconds=86400, forecast=fs))
     start = sc.start_s
     feed.maybe_refresh(start)
     m0 = int(start // 60)
@@ -81,7 +78,7 @@ def test_a_live_update_gives_what_the_fit_gives_with_the_ages_of_a_fresh_fit(ran
             rose = level_since(times=np.arange(lo, m + 1) * 60.0, online=sc.demand[n, lo : m + 1].astype(float),
                                level=float(sc.demand[n, m]), tolerance=fs.live_tolerance)
             fc = forecast_now(fitted=fitted, capacity=cap, now=now, settings=fs, live_online=float(sc.demand[n, m]),
-                              live_rose_at=rose if hold_from_rise else None)
+                              live_rose_at=rose)
             assert fc is not None
             want = free_profile(forecast=fc, capacity=cap).free
             assert np.array_equal(feed.free[n][-want.size :], want), (n, now)

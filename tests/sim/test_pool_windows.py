@@ -6,10 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from offpeak_core.windows import idle_windows
 from offpeak_sim.engine import EngineSettings, simulate
 from offpeak_sim.forecasting import FeedSettings, WindowFeed
 from offpeak_sim.policies import POLICIES
 
+from .conftest import windows_now
 from .test_online_pods import RUN, pod_scenario
 
 H = 3600.0
@@ -26,8 +28,8 @@ def pulsed_counts(days: int = 3) -> np.ndarray:
 
 def window_left(feed: WindowFeed, node: int, gpus: int, now: float) -> float:
     """Seconds the node's window for `gpus` more GPUs lasts from `now` (0: none; inf: open-ended)."""
-    ws = [w for w in feed.windows_for(node, offline_gpus=int(feed.offline[node]) if feed.offline is not None else 0,
-                                      now=now) if w.free_gpus >= gpus]
+    held = int(feed.offline[node]) if feed.offline is not None else 0
+    ws = [w for w in windows_now(feed, node, offline_gpus=held, now=now) if w.free_gpus >= gpus]
     return max((w.length(now) for w in ws), default=0.0)
 
 
@@ -58,10 +60,10 @@ def test_a_nodes_window_ends_when_offline_pods_elsewhere_leave_its_pool_too_litt
     assert 0 < six < 5 * H
     assert window_left(pooled, 0, 2, now) > 10 * H
     # the node's own forecast knows nothing of node 1's pods
-    before = alone.windows_for(0, offline_gpus=0, now=now)
+    before = windows_now(alone, 0, offline_gpus=0, now=now)
     used[1] = 0
-    assert alone.windows_for(0, offline_gpus=0, now=now) == before
-    assert pooled.pool_key(0) == 0 and alone.pool_key(0) == -1
+    assert windows_now(alone, 0, offline_gpus=0, now=now) == before
+    assert pooled.pool_keys()[0] == 0 and alone.pool_keys()[0] == -1
 
 
 def test_held_windows_of_a_pooled_node_are_its_room_in_the_pool_its_own_offline_gpus_included() -> None:
@@ -75,14 +77,16 @@ def test_held_windows_of_a_pooled_node_are_its_room_in_the_pool_its_own_offline_
         f.maybe_refresh(now)
 
     def held_left(feed: WindowFeed, gpus: int) -> float:
-        ws = [w for w in feed.held_windows(0, now) if w.free_gpus >= gpus and w.start <= now]
+        room = feed.room(0, now)
+        assert room is not None
+        ws = [w for w in idle_windows(profile=room) if w.free_gpus >= gpus and w.start <= now]
         return max((w.length(now) for w in ws), default=0.0)
 
     used[0] = 6  # 6 GPUs held on node 0 itself: the pool's 8 of room at a pulse hold them
     assert held_left(pooled, 6) > 10 * H
     used[1] = 4  # 4 more on node 1: at the next pulse 24 - 16 - 4 = 4 are left for node 0's 6
     assert 0 < held_left(pooled, 6) < 5 * H and held_left(pooled, 4) > 10 * H
-    assert alone.held_windows(0, now) == alone.base_windows(0)  # a node alone: its own forecast, as before
+    assert alone.room(0, now) is alone._rooms[0]  # a node alone: its own forecast, as before
 
 
 def test_gang_members_in_one_pool_share_its_room() -> None:
@@ -196,10 +200,10 @@ def test_announced_demand_is_a_floor_within_its_lead_and_never_lowers_the_foreca
     left = window_left(feeds["announced"], 0, 3, near)
     assert 30 * 60 - 300 <= left <= 30 * 60 < window_left(feeds["plain"], 0, 3, near)
     # the announced end is known to hold (the goodput rule judges it so) and is not noted in the survival table
-    ending = [w for w in feeds["announced"].windows_for(0, offline_gpus=0, now=near)
+    ending = [w for w in windows_now(feeds["announced"], 0, offline_gpus=0, now=near)
               if w.free_gpus >= 3 and w.length(near) == left]
     assert ending and all(w.end_certain for w in ending)
-    assert not any(w.end_certain for w in feeds["plain"].windows_for(0, offline_gpus=0, now=near))
+    assert not any(w.end_certain for w in windows_now(feeds["plain"], 0, offline_gpus=0, now=near))
     noted = {name: {int(lv) for n, lv, st in zip(*f._open[:3]) if n == 0 and st == near} for name, f in feeds.items()}
     assert 3 in noted["plain"] and 3 not in noted["announced"]
 
@@ -294,7 +298,7 @@ def test_an_announcement_entering_the_lead_between_refreshes_is_seen_the_next_mi
     later = (burst - 55) * 60.0  # no refresh due, the pool's demand unchanged
     assert not feed.maybe_refresh(later)
     assert window_left(feed, 0, 3, later) <= 55 * 60
-    assert any(w.end_certain for w in feed.windows_for(0, offline_gpus=0, now=later))
+    assert any(w.end_certain for w in windows_now(feed, 0, offline_gpus=0, now=later))
 
 
 @pytest.mark.parametrize("settings", [dict(pool_lead_seconds=-1.0),
