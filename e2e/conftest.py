@@ -108,6 +108,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     state = ClusterState.load(run_dir)
     if state is not None:
         config.stash[_CLUSTER_CPU] = testclock.cluster_cpu_seconds(run_dir)
+        _render_dashboard(state, config)
     if os.environ.get("OFFPEAK_E2E_KEEP") != "1":
         ControlPlane(ControlPlaneSettings(name=name), echo=lambda m: None).stop()
         if os.environ.get("OFFPEAK_E2E_KEEP_LOGS") != "1":
@@ -117,6 +118,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 _CLUSTER_CPU = pytest.StashKey[float]()
+
+
+def _render_dashboard(state: ClusterState, config: pytest.Config) -> None:
+    """With OFFPEAK_DASHBOARD_PNG set, draw the dashboard from the shared cluster's Prometheus once every lane has
+    run (what docs/img/dashboard.png shows): the whole session's jobs, evictions and harvest."""
+    out = os.environ.get("OFFPEAK_DASHBOARD_PNG")
+    started = config.stash.get(_STARTED, None)
+    if not out or "prometheus" not in state.urls or started is None:
+        return
+    from offpeak.cli import main  # noqa: PLC0415
+
+    seconds = max(600, int(time.monotonic() - started[0]))
+    main(["dashboard", "render", "--prometheus-url", state.urls["prometheus"], "--out", out,
+          "--range-seconds", str(seconds)])
 
 
 def pytest_testnodedown(node: Any, error: Any) -> None:

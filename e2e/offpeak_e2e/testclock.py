@@ -81,6 +81,7 @@ class TestCost:
     wall_s: float
     cpu_s: float
     outcome: str
+    started: float = 0.0  # wall-clock time it started (the timeline of parallel lanes)
 
 
 class Clock:
@@ -89,7 +90,7 @@ class Clock:
 
     def __init__(self) -> None:
         self.costs: list[TestCost] = []
-        self._started: tuple[float, float] | None = None
+        self._started: tuple[float, float, float] | None = None
         self._shared: list[Path] = []
 
     def exclude_cluster(self, run_dir: Path) -> None:
@@ -100,23 +101,26 @@ class Clock:
         return tree_cpu_seconds(exclude=[pid for d in self._shared for pid in run_dir_pids(d)])
 
     def start(self) -> None:
-        self._started = (time.monotonic(), self._cpu())
+        self._started = (time.monotonic(), self._cpu(), time.time())
 
     def stop(self, test: str, outcome: str) -> None:
         if self._started is None:
             return
-        wall, cpu = self._started
+        wall, cpu, at = self._started
         self._started = None
         self.costs.append(TestCost(test=test, wall_s=time.monotonic() - wall, cpu_s=self._cpu() - cpu,
-                                   outcome=outcome))
+                                   outcome=outcome, started=at))
 
 
 def table(costs: Iterable[TestCost], *, top: int | None = None) -> list[str]:
-    """A plain-text table, the most expensive (wall) first, with a total line."""
+    """A plain-text table, the most expensive (wall) first, with when each started (seconds after the first) and
+    a total line."""
     rows = sorted(costs, key=lambda c: c.wall_s, reverse=True)
-    lines = [f"{'wall s':>8} {'cpu s':>8}  test"]
-    lines += [f"{c.wall_s:8.1f} {c.cpu_s:8.1f}  {c.test} ({c.outcome})" for c in rows[:top]]
-    lines.append(f"{sum(c.wall_s for c in rows):8.1f} {sum(c.cpu_s for c in rows):8.1f}  total of {len(rows)} tests")
+    first = min((c.started for c in rows), default=0.0)
+    lines = [f"{'wall s':>8} {'cpu s':>8} {'at s':>6}  test"]
+    lines += [f"{c.wall_s:8.1f} {c.cpu_s:8.1f} {c.started - first:6.0f}  {c.test} ({c.outcome})" for c in rows[:top]]
+    lines.append(f"{sum(c.wall_s for c in rows):8.1f} {sum(c.cpu_s for c in rows):8.1f} {'':6}  total of {len(rows)} "
+                 "tests")
     return lines
 
 

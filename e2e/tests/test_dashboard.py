@@ -1,12 +1,11 @@
 """Lane `dash`: every PromQL query of the Grafana dashboard, and every label its variables read, run against the
 local cluster's real Prometheus after real offpeak processes did real work (a job finished, another was evicted by
-an online surge), returns data; `offpeak dashboard render` and `offpeak plot-runtimes --prometheus-url` draw from it
-(OFFPEAK_DASHBOARD_PNG keeps the rendered dashboard, e.g. for docs/img/dashboard.png)."""
+an online surge), returns data; `offpeak dashboard render` and `offpeak plot-runtimes --prometheus-url` draw from it.
+(With OFFPEAK_DASHBOARD_PNG set, e2e/conftest.py also renders the dashboard there once every lane has run.)"""
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,7 +100,7 @@ def test_plot_runtimes_from_prometheus(e2e_cluster: E2ECluster, dashboard_result
 
 def test_render_the_dashboard_from_prometheus(e2e_cluster: E2ECluster, dashboard_results: list[QueryResult],
                                               tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    out = Path(os.environ.get("OFFPEAK_DASHBOARD_PNG") or tmp_path / "dashboard.png")
+    out = tmp_path / "dashboard.png"
     assert main(["dashboard", "render", "--prometheus-url", e2e_cluster.state.urls["prometheus"], "--out", str(out),
                  "--range-seconds", "900"]) == 0
     assert is_png(out)

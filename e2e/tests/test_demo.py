@@ -26,7 +26,7 @@ def test_demo_runs_and_cleans_up(tmp_path: Path) -> None:
     t = time.monotonic()
     try:
         proc = subprocess.run(
-            [*offpeak_argv(), "demo", "--name", name, "--jobs", "3", "--duration", "240", "--out", str(out)],
+            [*offpeak_argv(), "demo", "--name", name, "--jobs", "3", "--duration", "480", "--out", str(out)],
             capture_output=True, text=True, timeout=840, check=False,
         )
     finally:  # a killed demo cannot tear down itself: never leave its cluster running

@@ -217,9 +217,14 @@ def test_a_labelled_batch_job_is_predicted_unsuspended_placed_and_recorded(
     assert "succeeded in" in state()
     sample = e2e_cluster.get("job", "-n", ns, "nightly")["metadata"]["annotations"].get("offpeak.io/sample", "")
     assert sample.startswith("not sent: the Job has no model graph"), sample  # an estimate teaches the model nothing
-    reasons = {e["reason"] for e in e2e_cluster.get("events", "-n", ns, "--field-selector",
-                                                    "involvedObject.name=nightly")["items"]}
-    assert {"Predicted", "Succeeded"} <= reasons, reasons
+
+    def reasons() -> set[str]:
+        return {e["reason"] for e in e2e_cluster.get("events", "-n", ns, "--field-selector",
+                                                     "involvedObject.name=nightly")["items"]}
+
+    # the Event follows the annotation it repeats (both are the operator's; the Event is posted second)
+    e2e_cluster.wait_for("the Job's Predicted and Succeeded Events", lambda: {"Predicted", "Succeeded"} <= reasons(),
+                         timeout=30)
 
     # a Job that cannot be predicted stays suspended and says why
     bad = json.loads(json.dumps(job))

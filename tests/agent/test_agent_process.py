@@ -24,7 +24,7 @@ def test_agent_without_gpus_exports_no_gpu_data(tmp_path: object) -> None:
                              "--node-name", "cpu-node", "--interval", "0.5"], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 30
+        deadline = time.time() + 120  # a wait, not a timing check: the suite may share the machine
         health = None
         while time.time() < deadline:
             try:

@@ -115,7 +115,7 @@ def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
                                 stderr=subprocess.STDOUT)
 
 
-def wait_json(url: str, ok: Any, timeout: float = 30.0) -> Any:
+def wait_json(url: str, ok: Any, timeout: float = 120.0) -> Any:  # a wait, not a timing check
     deadline = time.time() + timeout
     last: Any = None
     while time.time() < deadline:
