@@ -314,13 +314,15 @@ def process_spec(objects: Sequence[Mapping[str, Any]], component: str, *, ports:
 
 
 def service_url(objects: Sequence[Mapping[str, Any]], component: str, *, ports: Mapping[str, int]) -> str:
-    """The local URL of a component's Service (its first port): where tests call it."""
-    for svc in (o for o in objects if o.get("kind") == "Service"):
-        if (svc["spec"].get("selector") or {}).get(COMPONENT_LABEL) == component:
-            port = svc["spec"]["ports"][0]
-            local = service_addresses(objects, ports)[(svc["metadata"]["name"], int(port["port"]))]
-            return f"http://127.0.0.1:{local}"
-    raise ChartRunError(f"the chart rendered no Service for component {component!r}")
+    """The local URL of a component's own Service (named as its Deployment; the operator has a second one, its status
+    server's), its first port: where tests call it."""
+    meta = deployment(objects, component)["metadata"]
+    name = meta["name"]
+    svc = _find(objects, "Service", name, meta.get("namespace", NAMESPACE))
+    if svc is None or (svc["spec"].get("selector") or {}).get(COMPONENT_LABEL) != component:
+        raise ChartRunError(f"the chart rendered no Service {name} for component {component!r}")
+    port = svc["spec"]["ports"][0]
+    return f"http://127.0.0.1:{service_addresses(objects, ports)[(name, int(port['port']))]}"
 
 
 def scrape_targets(objects: Sequence[Mapping[str, Any]], *, ports: Mapping[str, int]) -> dict[str, str]:

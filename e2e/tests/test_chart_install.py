@@ -214,7 +214,7 @@ def _upgrade_scenario(c: E2ECluster, ns: str, release: str, tmp: Path) -> None:
     old_args = operator.start("old")
     assert "--resync-seconds" not in " ".join(old_args)  # 0.1.0's command line
 
-    job = trainingjob_manifest("steady", sim_seconds=90, estimated_seconds=100, gpu_types=(A100, H100), lane=CHART)
+    job = trainingjob_manifest("steady", sim_seconds=60, estimated_seconds=70, gpu_types=(A100, H100), lane=CHART)
     c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
     c.wait_phase(ns, "steady", ["Running"], timeout=120)
     running = {p["metadata"]["uid"] for p in _training_pods(c, ns, "steady")}
@@ -247,16 +247,17 @@ def _upgrade_scenario(c: E2ECluster, ns: str, release: str, tmp: Path) -> None:
                                      gpu_types=(A100, H100), lane=CHART)
     c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(graphless))
 
+    # looked for at once: the operator deletes it at its deadline (analysisTimeoutSeconds)
+    c.wait_for("the analysis pod", lambda: bool(c.pods(ns, "offpeak.io/role=analysis")), timeout=60)
+    (analysis,) = c.pods(ns, "offpeak.io/role=analysis")
+    assert [x["image"] for x in analysis["spec"]["initContainers"]] == [extract], analysis["spec"]
+    assert extract == "ghcr.io/offpeak/offpeak:0.1.0-extract"  # analysis.image's default
+
     done = c.wait_phase(ns, "steady", ["Succeeded", "Failed"], timeout=180)
     print(f"[e2e] the upgraded release's operator finished the job {time.monotonic() - t0:.0f}s after the upgrade "
           "began", flush=True)
     assert done["status"]["phase"] == "Succeeded" and done["status"].get("attempts") == 1, done["status"]
     assert {p["metadata"]["uid"] for p in _training_pods(c, ns, "steady")} == running  # the same pods ran it out
-
-    c.wait_for("the analysis pod", lambda: bool(c.pods(ns, "offpeak.io/role=analysis")), timeout=60)
-    (analysis,) = c.pods(ns, "offpeak.io/role=analysis")
-    assert [x["image"] for x in analysis["spec"]["initContainers"]] == [extract], analysis["spec"]
-    assert extract == "ghcr.io/offpeak/offpeak:0.1.0-extract"  # analysis.image's default
     fallback = c.wait_phase(ns, "graphless", ["Succeeded", "Failed"], timeout=120)
     graph = _conditions(fallback)["GraphReady"]
     assert graph["status"] == "False" and graph["reason"] == "AnalysisTimeout", graph

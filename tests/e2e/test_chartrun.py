@@ -105,6 +105,7 @@ def test_local_differences_are_ports_addresses_service_urls_and_mounts(shared: l
     assert extender.env["OFFPEAK_PROMETHEUS_URL"] == "http://127.0.0.1:19090"  # prometheusURL, as given
     assert extender.ready_url == f"http://127.0.0.1:{ports['extender/http-metrics']}/readyz"  # its readiness probe
     assert chartrun.service_url(shared, "extender", ports=ports) == f"http://127.0.0.1:{ports['extender/http']}"
+    assert chartrun.service_url(shared, "operator", ports=ports) == f"http://127.0.0.1:{ports['operator/metrics']}"
     # one Secret mounted into both: the same token file contents, its defaultMode
     (op_token,) = [v for k, v in operator.files.items() if k.endswith("/predictor-token/token")]
     (pr_token,) = [v for k, v in predictor.files.items() if k.endswith("/predictor-token/token")]
