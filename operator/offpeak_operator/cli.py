@@ -70,13 +70,51 @@ def register(subparsers: Any) -> None:
                    default=env("OFFPEAK_KUEUE", False),
                    help="TrainingJobs labelled kueue.x-k8s.io/queue-name run only while Kueue admits the Workload "
                         "the operator makes for them (docs/trainingjob.md; env OFFPEAK_KUEUE)")
+    p.add_argument("--status-port", type=int, default=env("OFFPEAK_STATUS_PORT", 8443),
+                   help="HTTPS port training pods report their live progress to (Kubeflow Trainer's protocol); 0: "
+                        "no live progress, pods report only when they end (env OFFPEAK_STATUS_PORT)")
+    p.add_argument("--status-url", default=env("OFFPEAK_STATUS_URL", ""),
+                   help="base URL pods reach that port at, e.g. https://offpeak-operator-status.offpeak.svc:8443 "
+                        "(default https://127.0.0.1:PORT, an operator beside a local cluster; env OFFPEAK_STATUS_URL)")
+    p.add_argument("--status-tls-dir", default=env("OFFPEAK_STATUS_TLS_DIR"),
+                   help="folder with tls.crt, tls.key and ca.crt for that port, made there on the first start when it "
+                        "has none (default: made at start-up and kept in memory, so a restarted operator's pods "
+                        "distrust it; env OFFPEAK_STATUS_TLS_DIR)")
+    p.add_argument("--status-key-file", default=env("OFFPEAK_STATUS_KEY_FILE"),
+                   help="key the pods' report tokens are derived with, made there on the first start when absent "
+                        "(default: a random one per process, so a restart voids the tokens of running pods; env "
+                        "OFFPEAK_STATUS_KEY_FILE)")
+    p.add_argument("--live-sample-steps", type=int, default=env("OFFPEAK_LIVE_SAMPLE_STEPS", 50),
+                   help="steady steps of a running job before its measured pace goes to the predictor as a sample "
+                        "(the final one replaces it; env OFFPEAK_LIVE_SAMPLE_STEPS)")
     p.add_argument("--verbose", "-v", action="store_true")
     p.set_defaults(func=run_operator)
     cli_jobs.register(subparsers)
 
 
+def status_settings(args: argparse.Namespace) -> Any:
+    """The status server's settings from the flags; None with --status-port 0."""
+    from offpeak_operator.settings import StatusServerSettings
+
+    port = int(getattr(args, "status_port", 0) or 0)
+    if port == 0:
+        return None
+    if not 0 < port < 65536:
+        raise UserError(f"--status-port must be a TCP port (1-65535) or 0, got {port}")
+    url = str(getattr(args, "status_url", "") or "")
+    if url and not url.startswith("https://"):
+        raise UserError(f"--status-url must be an https:// URL (pods check the server's certificate), got {url!r}")
+    for flag, path in (("--status-tls-dir", args.status_tls_dir), ("--status-key-file", args.status_key_file)):
+        if path and not os.path.isdir(os.path.dirname(os.path.abspath(path))):
+            raise UserError(f"{flag} {path}: its folder does not exist (mount the Secret there, or name a folder "
+                            "where the operator keeps what it makes)")
+    return StatusServerSettings(port=port, url=url, tls_dir=args.status_tls_dir or None,
+                                key_file=args.status_key_file or None)
+
+
 def build_settings(args: argparse.Namespace) -> Any:
-    from offpeak_operator.settings import AnalysisSettings, OperatorSettings, PredictorSettings, RequeueSettings
+    from offpeak_operator.settings import (AnalysisSettings, LiveSettings, OperatorSettings, PredictorSettings,
+                                           RequeueSettings)
 
     if args.analysis_timeout_seconds < 10:
         raise UserError("--analysis-timeout-seconds must be at least 10")
@@ -87,8 +125,14 @@ def build_settings(args: argparse.Namespace) -> Any:
     token = args.predictor_token_file
     if token and not os.path.isfile(token):
         raise UserError(f"--predictor-token-file {token} does not exist (mount the shared secret there)")
+    raw = getattr(args, "live_sample_steps", None)
+    sample_steps = LiveSettings().sample_steps if raw is None else int(raw)
+    if sample_steps < 1:
+        raise UserError("--live-sample-steps must be at least 1")
     return OperatorSettings(
         predictor=PredictorSettings(url=args.predictor_url, token_file=token),
+        live=LiveSettings(sample_steps=sample_steps),
+        status=status_settings(args) if hasattr(args, "status_port") else None,
         analysis=AnalysisSettings(image=args.image, extract_image=args.extract_image,
                                   timeout_seconds=args.analysis_timeout_seconds),
         requeue=RequeueSettings(base_seconds=args.requeue_base_seconds),
@@ -154,6 +198,14 @@ def run_operator(args: argparse.Namespace) -> int:
         raise ConfigError(f"cannot load Kubernetes credentials: {e} (pass --kubeconfig FILE, or run in a pod)") from e
     if args.metrics_port:
         start_http_server(args.metrics_port, registry=operator.metrics.registry)
+    if operator.status_server is not None and settings.status is not None:
+        server = operator.status_server
+        try:  # an operator beside a local cluster (no --status-url) takes a free port when its own is taken
+            port = server.start(any_port_if_taken=not settings.status.url)
+        except OSError as e:
+            raise ConfigError(f"cannot serve live progress on port {server.port}: {e} (choose another with "
+                              "--status-port, or 0 for none)") from e
+        server.channel.base_url = settings.status.url_for(port)
     kopf.run(
         registry=operator.registry, settings=operator.kopf_settings, **kopf_kwargs,
         clusterwide=not watched, namespaces=watched,

@@ -15,7 +15,7 @@ from offpeak.progress import Progress
 
 from offpeak_operator.predictions import Prediction
 
-Source = Literal["progress", "wall"]
+Source = Literal["progress", "wall", "live"]  # live: while the attempt runs (liveprogress.py)
 MAX_MEASUREMENTS = 20  # status.measurements keeps the latest ones
 
 

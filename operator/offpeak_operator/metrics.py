@@ -17,6 +17,9 @@ RATIO_BUCKETS = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
 JOB_LABELS = ("trainingjob", "job_namespace", "gpu_type", "model_family")
 # The predictor endpoints the operator calls (offpeak_operator.predictor_http).
 PREDICTOR_ENDPOINTS = ("/v1/predict", "/v1/samples")
+# What became of a training pod's progress report at the status server (offpeak_operator.statusserver).
+STATUS_REPORT_OUTCOMES = ("accepted", "empty", "missing_token", "bad_token", "invalid", "too_large", "not_found",
+                          "stale_attempt", "throttled", "error")
 MAX_JOBS_WITH_SERIES = 2000  # finished jobs whose per-job gauges are kept (oldest dropped first)
 SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 # Model families (free text from users' graphs) with their own label; the rest are `other` (labelbounds).
@@ -76,6 +79,10 @@ class OperatorMetrics:
         self.predictor_failures_total = Counter("offpeak_predictor_failures_total",
                                                 "Predictor requests that failed (fell back or dropped a sample)",
                                                 ("endpoint",), registry=self.registry)
+        self.status_reports_total = Counter("offpeak_status_reports_total",
+                                            "Progress reports of training pods at the status server, by outcome "
+                                            "(missing_token: 401, bad_token: 403, ...)", ("outcome",),
+                                            registry=self.registry)
         self._jobs: dict[str, dict[str, tuple[str, str]]] = {}  # namespace -> name -> (phase, waiting reason)
         self._waiting_series: dict[str, set[str]] = {}  # namespace -> reasons exported for it
         self._lock = threading.Lock()
@@ -85,6 +92,8 @@ class OperatorMetrics:
         for endpoint in PREDICTOR_ENDPOINTS:
             self.predictor_failures_total.labels(endpoint=endpoint)
             self.predictor_request_seconds.labels(endpoint=endpoint)
+        for outcome in STATUS_REPORT_OUTCOMES:
+            self.status_reports_total.labels(outcome=outcome)
 
     def set_phase(self, job: str, phase: str | None, *, reason: str = "") -> None:
         """Record `job`'s ("ns/name") phase and status reason (phase None: forget the job), and refresh its

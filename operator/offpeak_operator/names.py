@@ -36,10 +36,13 @@ ANN_TRAIN_CONTAINER = "offpeak.io/train-container"  # a template's training cont
 # the pod saves on SIGTERM within this many seconds (spec.checkpoint's gracePeriodSeconds): a planned stop then
 # comes that long before its window ends, with the pod's own grace period, not at its last periodic checkpoint
 ANN_SAVE_ON_STOP = "offpeak.io/save-on-stop-seconds"
+# the live progress channel (livereports.py): the attempt's token and the status server's CA, projected into files
+ANN_STATUS_TOKEN = "offpeak.io/status-token"
+ANN_STATUS_CA = "offpeak.io/status-ca"
 
 RESERVED_POD_ANNOTATIONS = frozenset({ANN_PREDICTED, ANN_CHECKPOINTING, ANN_PREEMPTIBLE, ANN_GANG_SIZE,
                                       ANN_GANG_MIN_SIZE, ANN_CHECKPOINT_INTERVAL, ANN_TRAIN_CONTAINER,
-                                      ANN_SAVE_ON_STOP})
+                                      ANN_SAVE_ON_STOP, ANN_STATUS_TOKEN, ANN_STATUS_CA})
 RESERVED_POD_LABELS = frozenset({LABEL_WORKLOAD, LABEL_JOB, LABEL_ROLE, LABEL_ATTEMPT, LABEL_WORKER, LABEL_GANG})
 
 SCHEDULER_NAME = "offpeak-scheduler"

@@ -13,6 +13,7 @@ from offpeak_operator import names, podtemplate
 from offpeak_operator.admission import Placement
 from offpeak_operator.graphstore import EncodedGraph
 from offpeak_operator.jobspec import JobSpec
+from offpeak_operator.livereports import PodParts
 from offpeak_operator.settings import AnalysisSettings
 
 GRAPH_OUT = "/graph/graph.json.gz"
@@ -212,11 +213,17 @@ def _elastic_env(job: Mapping[str, Any], spec: JobSpec, *, master: str, attempt:
 
 def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker: int,
                  gpu_types: tuple[str, ...], remaining: Mapping[str, Mapping[str, float]],
-                 completed_steps: int, placement: Placement | None = None) -> dict[str, Any]:
+                 completed_steps: int, placement: Placement | None = None,
+                 status: PodParts | None = None) -> dict[str, Any]:
     """One data-parallel worker: the user's pod template (or the short form's) with the operator's parts added,
     placed by offpeak-scheduler on a node of an allowed GPU type. `jobspec.validate` has refused templates that
     set any of those parts (podtemplate.template_conflicts). `placement`: the node labels and tolerations of the
-    ResourceFlavors Kueue admitted a queued job on (admission.py)."""
+    ResourceFlavors Kueue admitted a queued job on (admission.py). `status`: the live progress channel's URL, token
+    and CA (livereports.py; None: the pod reports only in its termination message).
+
+    The pod gets no API credentials unless it asks for them: no service-account token is mounted when neither the
+    template sets `automountServiceAccountToken` nor the pod names its own service account (progress goes to the
+    status server with the attempt's token instead)."""
     job_name = job["metadata"]["name"]
     template = copy.deepcopy(spec.pod_template())
     user_meta = template.get("metadata") or {}
@@ -268,6 +275,13 @@ def training_pod(job: Mapping[str, Any], spec: JobSpec, *, attempt: int, worker:
             "persistentVolumeClaim": {"claimName": spec.checkpoint.claim(job_name)}}]
         pod_spec["terminationGracePeriodSeconds"] = max(int(pod_spec.get("terminationGracePeriodSeconds") or 0),
                                                         spec.checkpoint.grace_period_seconds)
+    if status is not None:
+        annotations.update(status.annotations)
+        env += status.env
+        container["volumeMounts"] = [*(container.get("volumeMounts") or []), status.mount]
+        pod_spec["volumes"] = [*(pod_spec.get("volumes") or []), status.volume]
+    if "automountServiceAccountToken" not in pod_spec and not pod_spec.get("serviceAccountName"):
+        pod_spec["automountServiceAccountToken"] = False
     container["env"] = [*(container.get("env") or []), *env]
     # offpeak.progress writes its report here; the operator reads it back from state.terminated.message
     container["terminationMessagePath"] = names.TERMINATION_LOG

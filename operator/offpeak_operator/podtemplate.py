@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from offpeak_operator import names
+from offpeak_operator.livereports import STATUS_DIR, STATUS_ENV, STATUS_VOLUME
 
 # torchrun's and torch.distributed's rendezvous environment, which the operator sets on every worker
 RENDEZVOUS_ENV = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "NODE_RANK", "LOCAL_WORLD_SIZE")
@@ -33,7 +34,7 @@ def train_container_index(containers: Sequence[Mapping[str, Any]]) -> int | None
 
 
 def reserved_env(name: str) -> bool:
-    return name in RENDEZVOUS_ENV or name.startswith(RESERVED_ENV_PREFIXES)
+    return name in RENDEZVOUS_ENV or name in STATUS_ENV or name.startswith(RESERVED_ENV_PREFIXES)
 
 
 def template_conflicts(template: Mapping[str, Any], *, spec: Mapping[str, Any],
@@ -80,11 +81,16 @@ def template_conflicts(template: Mapping[str, Any], *, spec: Mapping[str, Any],
     env = sorted({e.get("name", "") for e in train.get("env") or [] if isinstance(e, Mapping)
                   and reserved_env(str(e.get("name", "")))})
     if env:
-        out.append(f"{where}.env must not set {', '.join(env)} (the operator sets the rendezvous and offpeak's own "
-                   "variables)")
+        out.append(f"{where}.env must not set {', '.join(env)} (the operator sets the rendezvous, the progress channel's "
+                   "and offpeak's own variables)")
     path = train.get("terminationMessagePath")
     if path not in (None, names.TERMINATION_LOG):
         out.append(f"{where}.terminationMessagePath must be {names.TERMINATION_LOG} or unset (progress reports)")
+    if any(v.get("name") == STATUS_VOLUME for v in pod.get("volumes") or [] if isinstance(v, Mapping)):
+        out.append(f"spec.template.spec.volumes must not name a volume {STATUS_VOLUME!r} (the progress channel's)")
+    if any(m.get("mountPath") == STATUS_DIR for m in train.get("volumeMounts") or [] if isinstance(m, Mapping)):
+        out.append(f"{where}.volumeMounts mounts something else at {STATUS_DIR} (the progress channel's token "
+                   "and CA)")
     if checkpoint_path is not None:
         if any(v.get("name") == CHECKPOINT_VOLUME for v in pod.get("volumes") or [] if isinstance(v, Mapping)):
             out.append(f"spec.template.spec.volumes must not name a volume {CHECKPOINT_VOLUME!r}")

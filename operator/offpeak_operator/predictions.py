@@ -229,10 +229,10 @@ def remaining_seconds(prediction: Prediction, *, completed_steps: int,
 
 def measured_step_seconds(measurements: Any) -> dict[str, list[float]]:
     """The step times the job's own progress reports measured, per GPU type, oldest first (status.measurements:
-    later entries are later attempts)."""
+    later entries are later attempts; `live`: reported while the attempt ran, kept when it left no final report)."""
     out: dict[str, list[float]] = {}
     for m in measurements or []:
-        if not isinstance(m, Mapping) or m.get("source") != "progress":
+        if not isinstance(m, Mapping) or m.get("source") not in ("progress", "live"):
             continue
         step = _optional_float(m.get("stepSeconds"))
         if step and isinstance(m.get("gpuType"), str):

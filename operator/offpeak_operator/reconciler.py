@@ -27,6 +27,7 @@ from offpeak_operator.graphstore import (EncodedGraph, GraphDecodeError, GraphTo
                                          encode_graph, from_log, graph_from_configmap, hf_config_from_configmap)
 from offpeak_operator.jobspec import GpuResolver, JobSpec, ModelSource, Problem, SpecError, parse_spec, validate
 from offpeak_operator.kube import KubeIO
+from offpeak_operator.livereports import Channel, Claim
 from offpeak_operator.metrics import OperatorMetrics
 from offpeak_operator.observe import observe
 from offpeak_operator.predictions import Prediction, PredictorResponseError, fallback, from_predictor
@@ -67,6 +68,7 @@ class Context:
     resolve_gpu: GpuResolver | None = None
     clock: Callable[[], datetime] = utcnow
     extract: Extractor = field(default=_default_extractor)
+    status_channel: Channel | None = None  # the live progress channel training pods report through (None: none)
 
 
 def api_message(e: ApiException) -> str:
@@ -298,7 +300,7 @@ class Reconciler:
                 assert queue is not None, "only a queued job's decision creates a Workload"
                 attempt = int(status.get("attempts") or 0) + 1
                 first = self._training_pod(job, spec, status, attempt=attempt, worker=0,
-                                           completed=int(status.get("completedSteps") or 0))
+                                           completed=int(status.get("completedSteps") or 0), reports=False)
                 self.kueue.create(job, queue=queue, workers=spec.workers, pod=first)
             case sm.ReleaseWorkload():
                 self.kueue.release(job)
@@ -499,8 +501,10 @@ class Reconciler:
         return True
 
     def _training_pod(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any], *, attempt: int,
-                      worker: int, completed: int, placement: admission.Placement | None = None) -> dict[str, Any]:
-        """One worker's pod of an attempt, annotated with the prediction of the work left."""
+                      worker: int, completed: int, placement: admission.Placement | None = None,
+                      reports: bool = True) -> dict[str, Any]:
+        """One worker's pod of an attempt, annotated with the prediction of the work left; with `reports`, given
+        the attempt's part of the live progress channel (not in a Kueue Workload's copy of it)."""
         prediction = Prediction.from_status(status.get("prediction"))
         _, canonical = self.gpu_names(spec)
         if prediction is None:  # cannot happen through Predicted, but never launch without an annotation
@@ -509,8 +513,14 @@ class Reconciler:
                                   settings=self.ctx.settings.fallback)
         remaining = remaining_seconds(prediction, completed_steps=completed,
                                       measured_step_seconds=measured_step_seconds(status.get("measurements")))
+        channel = self.ctx.status_channel
+        meta = job["metadata"]
+        claim = Claim(plural=names.PLURAL, namespace=meta["namespace"], name=meta["name"],
+                      uid=str(meta.get("uid") or ""), attempt=attempt)
+        parts = channel.pod_parts(claim) if channel is not None and reports else None
         return podspecs.training_pod(job, spec, attempt=attempt, worker=worker, gpu_types=tuple(canonical),
-                                     remaining=remaining, completed_steps=completed, placement=placement)
+                                     remaining=remaining, completed_steps=completed, placement=placement,
+                                     status=parts)
 
     def _create_training_pods(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any], *,
                               attempt: int, completed: int, placement: admission.Placement | None = None) -> None:
@@ -533,8 +543,12 @@ class Reconciler:
     def _report_sample(self, job: Mapping[str, Any], spec: JobSpec, status: Mapping[str, Any],
                        action: sm.ReportSample) -> dict[str, Any]:
         """Post the measured step time with the graph the job was predicted with (so the sample joins the
-        prediction's correction key); the outcome goes into status.sampleStatus."""
+        prediction's correction key); the outcome goes into status.sampleStatus. A live sample's id is kept in
+        status.livePace, and the attempt's final sample replaces it (`replaces`), so the run counts once."""
         meta = job["metadata"]
+        live = status.get("livePace") or {}
+        replaces = live.get("sampleId") if not action.live and live.get("attempt") == status.get("attempts") else None
+        replaced: dict[str, Any] = {"replaces": replaces} if isinstance(replaces, int) else {}
         graph = self._read_graph(meta["namespace"], status)
         graph_hash = graph.content_hash() if graph is not None else (status.get("prediction") or {}).get("graphHash")
         if graph is None and not graph_hash:
@@ -546,11 +560,17 @@ class Reconciler:
                 gpu=action.gpu_type, step_seconds=action.step_seconds, job_seconds=action.job_seconds,
                 steps=action.steps, startup_seconds=action.startup_seconds, job=f"{meta['namespace']}/{meta['name']}",
                 graph=graph.to_dict() if graph is not None else None, graph_hash=graph_hash or None, mode="train",
-                precision=spec.precision, optimizer=spec.optimizer, num_gpus=spec.total_gpus))  # type: ignore[arg-type]
+                precision=spec.precision, optimizer=spec.optimizer, num_gpus=spec.total_gpus,
+                **replaced))  # type: ignore[arg-type]
         except PredictorUnavailable as e:
             log.warning("sample for %s/%s not learned: %s", meta["namespace"], meta["name"], e)
             return {"sampleReported": False, "sampleStatus": f"not learned: {e}"[:500]}
         outcome = str(answer.get("status") or "stored")
         if answer.get("reason"):
             outcome += f": {answer['reason']}"
-        return {"sampleReported": True, "sampleStatus": outcome[:500]}
+        out: dict[str, Any] = {"sampleReported": True}
+        if action.live:
+            outcome = f"{outcome} (live, after {action.steps} steps; the final sample replaces it)"
+            if isinstance(answer.get("id"), int):
+                out["livePace"] = {**live, "sampleId": answer["id"]}
+        return {**out, "sampleStatus": outcome[:500]}

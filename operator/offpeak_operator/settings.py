@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from offpeak_core.decisions import DEFAULT_MARGIN
+from offpeak_core.livepace import MIN_STEADY_STEPS
+
 from offpeak_operator.predictions import FallbackSettings
 
 
@@ -60,6 +63,40 @@ class PredictorSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class LiveSettings:
+    """What the operator makes of a running job's live progress reports (liveprogress.py)."""
+
+    steady_steps: int = MIN_STEADY_STEPS  # steps at a measured pace before the pace and ETA are recorded
+    # steady steps before the pace goes to the predictor as a sample (the final sample replaces it at the end)
+    sample_steps: int = 50
+    margin: float = DEFAULT_MARGIN  # an Event says so when the pace is further than this from the prediction
+
+
+@dataclass(frozen=True, slots=True)
+class StatusServerSettings:
+    """The HTTPS endpoint training pods report their progress to (statusserver.py, livereports.py)."""
+
+    port: int = 8443
+    host: str = "0.0.0.0"
+    # the base URL pods reach it at (the chart: its Service); empty: https://127.0.0.1:<port> (a local operator)
+    url: str = ""
+    # tls.crt, tls.key and ca.crt (the chart's Secret); None: a self-signed CA and certificate made at start-up,
+    # for the URL's host (a restarted or second operator has another: mount one for HA)
+    tls_dir: str | None = None
+    # the key tokens are derived with; None: a random one per process (tokens of running pods die with it)
+    key_file: str | None = None
+    min_interval_seconds: float = 1.0  # reports of one attempt closer together than this get 429
+
+    @property
+    def base_url(self) -> str:
+        return self.url_for(self.port)
+
+    def url_for(self, port: int) -> str:
+        """The base URL pods get when the server listens on `port` (`url` when given, whatever the port)."""
+        return (self.url or f"https://127.0.0.1:{port}").rstrip("/")
+
+
+@dataclass(frozen=True, slots=True)
 class PeeringSettings:
     """kopf peering (HA): this operator's identity and priority on the peering object `name`."""
     identity: str
@@ -75,6 +112,7 @@ class OperatorSettings:
     requeue: RequeueSettings = field(default_factory=RequeueSettings)
     fallback: FallbackSettings = field(default_factory=FallbackSettings)
     predict_retry: PredictRetrySettings = field(default_factory=PredictRetrySettings)
+    live: LiveSettings = field(default_factory=LiveSettings)
     resync_seconds: float = 5.0  # level-triggered re-check of every TrainingJob
     peering: PeeringSettings | None = None  # None: standalone (or kopf's own choice); the resync loop never pauses
     watch_server_timeout_seconds: int = 300
@@ -88,3 +126,6 @@ class OperatorSettings:
     # and Kubeflow PyTorchJobs opted in the same way (RBAC on pytorchjobs.kubeflow.org: list/watch/get/patch); off
     # where training-operator's CRD is not installed
     watch_pytorch_jobs: bool = False
+    # the live progress channel (statusserver.py); None: training pods get no status URL and report only in their
+    # termination message (tests and in-process operators; `offpeak operator` starts it unless --status-port 0)
+    status: StatusServerSettings | None = None

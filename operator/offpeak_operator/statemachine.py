@@ -24,6 +24,7 @@ from offpeak_operator import conditions as cond
 from offpeak_operator import names
 from offpeak_operator.conditions import rfc3339
 from offpeak_operator.jobspec import JobSpec, ModelSource, Problem
+from offpeak_operator.liveprogress import live_update
 from offpeak_operator.measure import Measurement, checkpointed_steps, measure_attempt, with_measurement
 from offpeak_operator.predictions import Prediction, remaining_seconds
 from offpeak_operator.settings import AnalysisSettings, OperatorSettings
@@ -179,18 +180,20 @@ class FinishWorkload:
 
 @dataclass(frozen=True, slots=True)
 class ReportSample:
-    """Post an attempt's measured step time to the predictor (it corrects the next prediction)."""
+    """Post an attempt's measured step time to the predictor (it corrects the next prediction). `live`: measured
+    while the attempt runs (its steady pace so far); the predictor replaces it with the job's next sample."""
 
     gpu_type: str
     step_seconds: float
-    job_seconds: float  # the attempt's wall time
-    steps: int  # steps the attempt did
+    job_seconds: float  # the attempt's wall time (so far, when live)
+    steps: int  # steps the attempt did (at the measured pace, when live)
     startup_seconds: float
+    live: bool = False
 
     @classmethod
-    def of(cls, m: Measurement) -> ReportSample:
+    def of(cls, m: Measurement, *, live: bool = False) -> ReportSample:
         return cls(gpu_type=m.gpu_type, step_seconds=m.step_seconds, job_seconds=m.wall_seconds, steps=m.steps,
-                   startup_seconds=m.startup_seconds)
+                   startup_seconds=m.startup_seconds, live=live)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,6 +290,8 @@ def decide(*, job_name: str, spec: JobSpec | None, problems: Sequence[Problem], 
     where = admission.placement(observed.workload if queue is not None else None)
     decision.actions = [replace(a, placement=where) if isinstance(a, CreateTrainingPods) else a
                         for a in decision.actions]
+    if decision.phase not in (None, Phase.RUNNING) and status.get("etaSeconds") is not None:
+        decision.status["etaSeconds"] = None  # the ETA of a running attempt: gone once it stops
     return decision
 
 
@@ -507,12 +512,13 @@ def _track(job_name: str, spec: JobSpec, status: Mapping[str, Any], observed: Ob
         what = f"pod {failed[0].name} failed: {failed[0].reason or 'see its logs'} {failed[0].message}".strip()
         return _requeue(spec, status, present, prediction, REQUEUE_POD_FAILED, what, now, settings)
     if spec.elastic:
-        return _track_elastic(spec, status, present, prediction, now)
+        return _track_elastic(spec, status, present, prediction, now, settings)
     if all(v.phase == "Succeeded" for v in present):
         return _succeeded(spec, status, present, prediction, now)
     running = [v for v in present if v.phase in ("Running", "Succeeded")]
     if running and len(running) == len(present):
-        return _running(spec, status, present, prediction, now)
+        return _with_live(_running(spec, status, present, prediction, now), spec, status, present, prediction, now,
+                          settings)
     if all(v.phase == "Pending" for v in present):
         if wants_reprediction(status, now=now):
             return Decision(actions=[Repredict()])
@@ -526,7 +532,7 @@ NARROWED = "Narrowed"  # status.reason and event: an elastic attempt lost worker
 
 
 def _track_elastic(spec: JobSpec, status: Mapping[str, Any], present: Sequence[PodView],
-                   prediction: Prediction | None, now: datetime) -> Decision:
+                   prediction: Prediction | None, now: datetime, settings: OperatorSettings) -> Decision:
     """An elastic attempt (no worker failed or evicted): it runs once at least `minWorkers` workers run and the
     others still wait, and it succeeds when the workers that ran together succeeded; workers that never started
     (or started only after the others finished) are deleted then, so none waits for a rendezvous that is over."""
@@ -544,7 +550,8 @@ def _track_elastic(spec: JobSpec, status: Mapping[str, Any], present: Sequence[P
                         else decision.actions)
     running = [v for v in started if v.phase == "Running"]
     if len(running) >= (spec.min_workers or spec.workers) and len(running) == len(started):
-        return _running(spec, status, running, prediction, now)
+        return _with_live(_running(spec, status, running, prediction, now), spec, status, running, prediction, now,
+                          settings)
     if not started:
         if wants_reprediction(status, now=now):
             return Decision(actions=[Repredict()])
@@ -633,7 +640,7 @@ def display_fields(status: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[
     makes them stale; empty when they agree already."""
     out: dict[str, Any] = {}
     merged = {**status, **patch}
-    for seconds, text in (("predictedSeconds", "predicted"), ("actualSeconds", "actual")):
+    for seconds, text in (("predictedSeconds", "predicted"), ("actualSeconds", "actual"), ("etaSeconds", "eta")):
         value = merged.get(seconds)
         want = duration(float(value)) if isinstance(value, int | float) and not isinstance(value, bool) else None
         if merged.get(text) != want:
@@ -715,6 +722,25 @@ def _running(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     if predicted is not None:
         out["predictedSeconds"] = predicted
     return Decision(status=out, actions=[EmitEvent("Normal", "Running", message)])
+
+
+def _with_live(decision: Decision, spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView],
+               prediction: Prediction | None, now: datetime, settings: OperatorSettings) -> Decision:
+    """A running attempt's decision with what its latest live report says (liveprogress.py): the measured pace
+    and ETA in the status, an Event when the pace is beyond the p90 margin, an early sample once it is steady."""
+    merged = {**status, **decision.status}
+    update = live_update(status=merged, attempt=int(merged.get("attempts") or 1),
+                         gpu_type=pods[0].gpu_type or str(merged.get("gpuType") or ""), prediction=prediction,
+                         total_steps=spec.total_steps, attempt_start=_attempt_start(status, pods, now),
+                         narrowed=narrowed(spec, status, pods), settings=settings.live)
+    if update is None:
+        return decision
+    decision.status.update(update.status)
+    if update.event is not None:
+        decision.actions.append(EmitEvent(*update.event))
+    if update.sample is not None:
+        decision.actions.append(ReportSample.of(update.sample, live=True))
+    return decision
 
 
 def _measure(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], prediction: Prediction | None,

@@ -14,6 +14,7 @@ from offpeak_operator.metrics import OperatorMetrics
 from offpeak_operator.predictor_http import PredictorHTTP
 from offpeak_operator.reconciler import Context, Extractor, Reconciler
 from offpeak_operator.settings import OperatorSettings
+from offpeak_operator.statusserver import StatusChannel, StatusServer, Throttle, build_app
 
 
 @dataclass
@@ -22,6 +23,7 @@ class Operator:
     registry: kopf.OperatorRegistry
     kopf_settings: kopf.OperatorSettings
     metrics: OperatorMetrics
+    status_server: StatusServer | None = None  # started by the CLI (`start()`), beside kopf
 
 
 def build_operator(settings: OperatorSettings, *, kubeconfig: str | None = None,
@@ -34,6 +36,12 @@ def build_operator(settings: OperatorSettings, *, kubeconfig: str | None = None,
                   metrics=metrics, resolve_gpu=load_resolver())
     if extract is not None:
         ctx.extract = extract
+    server = None
+    if settings.status is not None:
+        ctx.status_channel = channel = StatusChannel.from_settings(settings.status)
+        app = build_app(channel=channel, store=ctx.kube, metrics=metrics,
+                        throttle=Throttle(settings.status.min_interval_seconds))
+        server = StatusServer(app, host=settings.status.host, port=settings.status.port, channel=channel)
     reconciler = Reconciler(ctx)
     return Operator(reconciler=reconciler, registry=build_registry(reconciler, settings, api_client),
-                    kopf_settings=kopf_settings(settings), metrics=metrics)
+                    kopf_settings=kopf_settings(settings), metrics=metrics, status_server=server)

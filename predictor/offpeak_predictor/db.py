@@ -22,7 +22,8 @@ from offpeak_predictor.loaders import MODEL_COLUMNS, OP_COLUMNS
 
 TABLES = {"op_samples": OP_COLUMNS, "model_samples": MODEL_COLUMNS}
 # Feedback columns of job_samples (added to older files on open): the sample's correction key, who posted it,
-# and its judgement against the serving model (status accepted | quarantined | unverified).
+# and its judgement against the serving model (status accepted | quarantined | unverified | superseded: replaced by
+# a later sample of the same job).
 SAMPLE_COLUMNS = {
     "client": "TEXT", "family": "TEXT", "precision": "TEXT", "mode": "TEXT", "optimizer": "TEXT",
     "num_gpus": "INTEGER", "batch_size": "INTEGER", "model_version": "TEXT", "predicted_step_seconds": "REAL",
@@ -178,11 +179,19 @@ class BenchmarkDB:
 
     def sample_rows(self, *, up_to_id: int | None = None) -> list[dict[str, Any]]:
         """Job samples without their graphs, oldest first (what the correction table is rebuilt from)."""
-        names = ["id", "created", "job", "gpu", "graph_hash", "step_seconds", "job_seconds", "steps", *SAMPLE_COLUMNS]
         limit = up_to_id if up_to_id is not None else 2**62
+        return self._sample_rows("id <= ? ORDER BY id", limit)
+
+    def sample_row(self, sample_id: int) -> dict[str, Any] | None:
+        """One job sample without its graph (None: no such id, or dropped by retention)."""
+        rows = self._sample_rows("id = ?", sample_id)
+        return rows[0] if rows else None
+
+    def _sample_rows(self, where: str, *args: Any) -> list[dict[str, Any]]:
+        names = ["id", "created", "job", "gpu", "graph_hash", "step_seconds", "job_seconds", "steps", *SAMPLE_COLUMNS]
         with self._connect() as con:
-            rows = con.execute(f"SELECT {', '.join(names)} FROM job_samples WHERE id <= ? ORDER BY id",  # noqa: S608
-                               (limit,)).fetchall()  # fmt: skip
+            rows = con.execute(f"SELECT {', '.join(names)} FROM job_samples WHERE {where}",  # noqa: S608 - ours
+                               args).fetchall()  # fmt: skip
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     def sample_graph(self, sample_id: int) -> dict[str, Any] | None:

@@ -3,7 +3,9 @@
 The service knows nothing of HTTP. Each sample is judged against the serving model's own prediction for the
 same graph, GPU type and options: a plausible one is learned at once (the next prediction for its keys is
 corrected), one more than `quarantine_ratio` off is stored with status `quarantined` and not learned, and one
-the model cannot re-predict (no graph) is stored `unverified`. The table is a cache of the accepted rows of
+the model cannot re-predict (no graph) is stored `unverified`. A sample may replace an earlier one of the same
+job (`replaces`: its id): a running job's early sample, measured while it ran, gives way to its final one, so
+one run counts once; the earlier row is kept with status `superseded` and unlearned. The table is a cache of the accepted rows of
 the sample DB under the serving model: rebuilt from it at start-up (rows judged under another model version
 are re-judged from their stored graph), and a row dropped by retention is taken out of it again.
 """
@@ -27,6 +29,7 @@ from offpeak_predictor.predict import PredictOptions, Predictor
 
 log = logging.getLogger(__name__)
 Status = Literal["accepted", "quarantined", "unverified"]
+SUPERSEDED = "superseded"  # the stored status of a sample a later one of the same job replaced
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +62,7 @@ class Sample:
     job_seconds: float | None = None
     steps: int | None = None
     client: str = ""
+    replaces: int | None = None  # the id of an earlier sample of the same job this one takes the place of
 
     def keys(self) -> tuple[CorrectionKey, ...]:
         return keys_for(graph_hash=self.graph_hash, family=self.family, gpu_type=self.gpu_type,
@@ -168,6 +172,8 @@ class Feedback:
             )  # fmt: skip
         except RowTooLarge as e:
             raise SampleTooLarge(f"{e} (--max-sample-mib); send a smaller graph, or none (graph_hash)") from e
+        if sample.replaces is not None:
+            self._supersede(sample.replaces, job=sample.job, by=sample_id)
         correction = None
         if judgement.log_ratio is not None:
             self.table.add(sample.keys(), judgement.log_ratio)
@@ -176,6 +182,17 @@ class Feedback:
             correction = self.table.lookup(sample.keys(), p90_log_margin=margin, prior=prior)  # as /v1/predict would
         self._retain()
         return Outcome(id=sample_id, judgement=judgement, correction=correction)
+
+    def _supersede(self, sample_id: int, *, job: str, by: int) -> None:
+        """Unlearn and mark an earlier sample of the same job (a sample of another job, or one already replaced,
+        is left as it is: a client replaces only its own job's samples)."""
+        row = self.db.sample_row(sample_id)
+        if row is None or not job or row.get("job") != job or row.get("status") == SUPERSEDED:
+            return
+        x = _stored_log_ratio(row, self.predictor.version)
+        if x is not None:
+            self.table.remove(sample_from_row(row, None).keys(), x)
+        self.db.update_sample(sample_id, status=SUPERSEDED, reason=f"replaced by sample {by} of the same job")
 
     def _retain(self) -> None:
         for row in self.db.prune_samples(max_rows=self.settings.max_samples,
@@ -190,6 +207,9 @@ class Feedback:
         self.table.clear()
         self._retain()
         for row in self.db.sample_rows():
+            if row.get("status") == SUPERSEDED:  # a later sample of its job counts instead
+                counts[SUPERSEDED] += 1
+                continue
             if row.get("status") and row.get("model_version") == self.predictor.version:
                 x = _stored_log_ratio(row, self.predictor.version)
             else:  # judged under another model (or stored before samples were judged)

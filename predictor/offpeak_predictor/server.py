@@ -168,7 +168,7 @@ def _sample(req: SampleReport, graph: ModelGraph | None, *, graph_hash: str, gpu
         batch_size=req.batch_size if req.batch_size is not None else (graph.batch_size if graph else 0),
         step_seconds=measured_step_seconds(step_seconds=req.step_seconds, job_seconds=req.job_seconds,
                                            steps=req.steps, startup_seconds=req.startup_seconds or 0.0),
-        job_seconds=req.job_seconds, steps=req.steps,
+        job_seconds=req.job_seconds, steps=req.steps, replaces=req.replaces,
     )  # fmt: skip
 
 

@@ -154,6 +154,8 @@ class SampleReport(_Body):
     num_gpus: Gpus = 1
     batch_size: Annotated[int, Meta(ge=0, le=MAX_BATCH_SIZE)] | None = None
     model_family: Annotated[str, Meta(max_length=MAX_NAME_CHARS)] | None = None
+    replaces: Annotated[int, Meta(ge=1, le=2**62, description=(
+        "the id of an earlier sample of the same job (measured while it ran) that this one replaces"))] | None = None
 
 
 class SampleAnswer(_Body):

@@ -121,5 +121,6 @@ def test_common_labels_reach_every_object_without_overriding_the_charts(labelled
 
 def test_services_still_select_their_pods_with_every_label_option(labelled: list[dict[str, Any]]) -> None:
     for service in find(labelled, "Service"):
-        pods = workload(labelled, service["metadata"]["name"])["spec"]["template"]["metadata"]["labels"]
+        component = service["metadata"]["labels"]["app.kubernetes.io/component"]
+        pods = workload(labelled, f"-{component}")["spec"]["template"]["metadata"]["labels"]
         assert service["spec"]["selector"].items() <= pods.items()

@@ -124,7 +124,7 @@ def _expected(objects: list[dict[str, Any]], scrapers: set[str]) -> dict[tuple[s
     workloads = _workload_pods(objects)
     flag = {c: _flags(objects, c) for c in ("extender", "predictor")}
     ports = {c: p for c, (_, p) in workloads.items()}
-    operator_metrics, operator_health = ports["operator"]
+    operator_metrics, operator_health, operator_status = ports["operator"]
     return {
         ("extender", int(flag["extender"]["--port"])): {"scheduler"},
         ("extender", int(flag["extender"]["--metrics-port"])): scrapers,
@@ -133,6 +133,7 @@ def _expected(objects: list[dict[str, Any]], scrapers: set[str]) -> dict[tuple[s
         ("predictor", int(flag["predictor"]["--metrics-port"])): scrapers,
         ("operator", operator_metrics): scrapers,
         ("operator", operator_health): set(),  # kubelet only (from the node, always allowed)
+        ("operator", operator_status): {"training-pod"},  # live progress, from training pods of any namespace
         ("evictor", ports["evictor"][0]): scrapers,
         ("agent", ports["agent"][0]): scrapers,
     }

@@ -69,9 +69,11 @@ def test_service_monitors_only_when_enabled(default_objects, custom_objects) -> 
 
 
 def test_services_select_their_pods(objects: list[dict[str, Any]]) -> None:
-    workloads = {o["metadata"]["name"]: o for o in objects if o["kind"] in ("Deployment", "DaemonSet")}
+    # a component's Services (the operator has two: metrics, and its status server) select its one workload
+    workloads = {o["metadata"]["labels"]["app.kubernetes.io/component"]: o for o in objects
+                 if o["kind"] in ("Deployment", "DaemonSet")}
     for service in find(objects, "Service"):
-        workload = workloads[service["metadata"]["name"]]
+        workload = workloads[service["metadata"]["labels"]["app.kubernetes.io/component"]]
         pod_labels = workload["spec"]["template"]["metadata"]["labels"]
         assert service["spec"]["selector"].items() <= pod_labels.items()
         container_ports = {

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 
 from offpeak.cli import build_parser
 from offpeak.cliargs import EnvDefault, env_value
@@ -106,6 +107,16 @@ def test_local_differences_are_ports_addresses_service_urls_and_mounts(shared: l
     assert extender.ready_url == f"http://127.0.0.1:{ports['extender/http-metrics']}/readyz"  # its readiness probe
     assert chartrun.service_url(shared, "extender", ports=ports) == f"http://127.0.0.1:{ports['extender/http']}"
     assert chartrun.service_url(shared, "operator", ports=ports) == f"http://127.0.0.1:{ports['operator/metrics']}"
+    # the operator's status server: its own port, its Service's URL made local, the chart's certificate (which the
+    # e2e values make for 127.0.0.1 too, so pods verify that URL) and token key mounted
+    status = ports["operator/status"]
+    assert {f"--status-port={status}", f"--status-url=https://127.0.0.1:{status}",
+            f"--status-tls-dir={ROOT}/operator/status", f"--status-key-file={ROOT}/operator/status/key"} <= set(
+        operator.argv)
+    cert = x509.load_pem_x509_certificate(operator.files[f"{ROOT}/operator/status/tls.crt"][0])
+    alt = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "127.0.0.1" in {str(ip) for ip in alt.get_values_for_type(x509.IPAddress)}
+    assert {f"{ROOT}/operator/status/{k}" for k in ("tls.key", "ca.crt", "key")} <= set(operator.files)
     # one Secret mounted into both: the same token file contents, its defaultMode
     (op_token,) = [v for k, v in operator.files.items() if k.endswith("/predictor-token/token")]
     (pr_token,) = [v for k, v in predictor.files.items() if k.endswith("/predictor-token/token")]

@@ -46,9 +46,33 @@ def test_predictor_token_file_flag_and_env(monkeypatch: pytest.MonkeyPatch, tmp_
         cli.build_settings(parse(["-A", "--predictor-token-file", str(tmp_path / "absent")]))
 
 
+def test_the_status_server_is_on_by_default_and_off_with_port_0(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    for name in ("OFFPEAK_STATUS_PORT", "OFFPEAK_STATUS_URL", "OFFPEAK_STATUS_TLS_DIR", "OFFPEAK_STATUS_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    status = cli.build_settings(parse(["-A"])).status
+    assert status is not None and (status.port, status.base_url, status.tls_dir, status.key_file) == (
+        8443, "https://127.0.0.1:8443", None, None)
+    assert cli.build_settings(parse(["-A", "--status-port", "0"])).status is None
+    key = tmp_path / "key"
+    key.write_text("k" * 32)
+    monkeypatch.setenv("OFFPEAK_STATUS_PORT", "9443")
+    monkeypatch.setenv("OFFPEAK_STATUS_URL", "https://offpeak-operator-status.offpeak.svc:9443/")
+    monkeypatch.setenv("OFFPEAK_STATUS_TLS_DIR", str(tmp_path))
+    monkeypatch.setenv("OFFPEAK_STATUS_KEY_FILE", str(key))
+    status = cli.build_settings(parse(["-A", "--live-sample-steps", "20"])).status
+    assert status is not None and (status.port, status.base_url, status.tls_dir, status.key_file) == (
+        9443, "https://offpeak-operator-status.offpeak.svc:9443", str(tmp_path), str(key))
+    assert cli.build_settings(parse(["-A", "--live-sample-steps", "20"])).live.sample_steps == 20
+
+
 @pytest.mark.parametrize("argv,match", [
     (["-A", "--predictor-url", "ftp://x"], "predictor-url"),
     (["-A", "--analysis-timeout-seconds", "1"], "at least 10"),
+    (["-A", "--status-port", "70000"], "--status-port"),
+    (["-A", "--status-url", "http://op:8443"], "https://"),
+    (["-A", "--status-tls-dir", "/nonexistent/tls"], "--status-tls-dir /nonexistent/tls: its folder does not exist"),
+    (["-A", "--status-key-file", "/nonexistent/key"], "--status-key-file /nonexistent/key: its folder does not exist"),
+    (["-A", "--live-sample-steps", "0"], "at least 1"),
 ])
 def test_bad_flags_are_user_errors(argv: list[str], match: str) -> None:
     with pytest.raises(UserError, match=match):

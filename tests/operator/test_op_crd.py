@@ -40,9 +40,10 @@ def test_crd_identity() -> None:
     assert spec["scope"] == "Namespaced" and spec["names"]["shortNames"] == ["tj"]
     assert VERSION["name"] == "v1alpha1" and VERSION["subresources"] == {"status": {}}
     columns = [c["name"] for c in VERSION["additionalPrinterColumns"]]
-    assert columns[:7] == ["Phase", "Reason", "GPUs", "Predicted", "Actual", "Node", "Age"]
+    assert columns[:8] == ["Phase", "Reason", "GPUs", "Predicted", "Actual", "ETA", "Node", "Age"]
     by_name = {c["name"]: c for c in VERSION["additionalPrinterColumns"]}
     assert by_name["Predicted"]["jsonPath"] == ".status.predicted" and by_name["Predicted"]["type"] == "string"
+    assert by_name["ETA"]["jsonPath"] == ".status.eta" and by_name["ETA"]["type"] == "string"
 
 
 def test_status_phase_enum_matches_the_state_machine() -> None:

@@ -13,6 +13,7 @@ from optestkit import job_body
 from offpeak_operator import podspecs
 from offpeak_operator.graphstore import encode_graph
 from offpeak_operator.jobspec import parse_spec
+from offpeak_operator.livereports import pod_parts
 from offpeak_operator.settings import AnalysisSettings
 
 K8S = "1.32"
@@ -58,6 +59,27 @@ def test_training_pod_carries_the_contract() -> None:
     assert gfd["matchExpressions"] == [
         {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-A100-SXM4-40GB", "Tesla-T4"]},
         {"key": "offpeak.io/gpu-type", "operator": "DoesNotExist"}]
+
+
+def test_training_pod_gets_no_api_token_but_the_status_channel() -> None:
+    body = job_body()
+    status = pod_parts(url="https://op:8443/p", token="tok", ca_pem="PEM")
+    pod = podspecs.training_pod(body, parse_spec(body["spec"]), attempt=2, worker=0, gpu_types=("T4",),
+                                remaining=REMAINING, completed_steps=0, status=status)
+    valid(pod)
+    spec, (train,) = pod["spec"], pod["spec"]["containers"]
+    assert spec["automountServiceAccountToken"] is False
+    assert status.volume in spec["volumes"] and status.mount in train["volumeMounts"]
+    assert {e["name"]: e["value"] for e in train["env"]}["KUBEFLOW_TRAINER_SERVER_URL"] == "https://op:8443/p"
+    assert pod["metadata"]["annotations"]["offpeak.io/status-token"] == "tok"
+    plain = training()  # without the channel: no status parts, still no token
+    assert plain["spec"]["automountServiceAccountToken"] is False and "volumes" not in plain["spec"]
+
+
+def test_a_pod_that_names_its_service_account_keeps_its_token() -> None:
+    assert "automountServiceAccountToken" not in training(serviceAccountName="trainer")["spec"]
+    template = {"spec": {"automountServiceAccountToken": True, "containers": [{"name": "train"}]}}
+    assert training(template=template)["spec"]["automountServiceAccountToken"] is True
 
 
 def test_user_tolerations_and_selectors_are_added() -> None:

@@ -93,6 +93,15 @@ def test_the_analysis_pod_can_pull_the_templates_private_image() -> None:
      "env must not set MASTER_ADDR"),
     (lambda t: t["metadata"]["labels"].update({"offpeak.io/attempt": "9"}), "must not set offpeak.io/attempt"),
     (lambda t: t["spec"]["containers"].append({"name": "sidecar", "image": "s"}), "name the training one 'train'"),
+    (lambda t: t["spec"]["containers"][0]["env"].append({"name": "KUBEFLOW_TRAINER_SERVER_URL", "value": "x"}),
+     "env must not set KUBEFLOW_TRAINER_SERVER_URL"),
+    (lambda t: t["metadata"]["annotations"].update({"offpeak.io/status-token": "t"}),
+     "must not set offpeak.io/status-token"),
+    (lambda t: t["spec"]["volumes"].append({"name": "offpeak-status", "emptyDir": {}}),
+     "must not name a volume 'offpeak-status'"),
+    (lambda t: t["spec"]["containers"][0]["volumeMounts"].append({"name": "data",
+                                                                  "mountPath": "/var/run/secrets/offpeak.io/status"}),
+     "mounts something else at /var/run/secrets/offpeak.io/status"),
 ])
 def test_a_template_that_sets_what_the_operator_owns_is_refused_with_the_field(change, words: str) -> None:
     import copy

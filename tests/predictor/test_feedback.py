@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -178,3 +179,32 @@ def test_judge_and_measured_step_are_pure_rules() -> None:
     assert measured_step_seconds(step_seconds=None, job_seconds=160, steps=100, startup_seconds=60) == 1.0
     assert measured_step_seconds(step_seconds=None, job_seconds=50, steps=100, startup_seconds=60) is None
     assert measured_step_seconds(step_seconds=None, job_seconds=50, steps=0) is None
+
+
+def test_a_jobs_final_sample_replaces_its_live_one_so_the_run_counts_once(tiny_model, tmp_path) -> None:
+    fb, graph = _feedback(tiny_model, tmp_path), mlp_graph()
+    model_step = _predict(fb, graph)["step_seconds"]
+    live = fb.ingest(_sample(graph, model_step * 1.3), graph, graph.to_dict())  # measured while the job ran
+    assert _predict(fb, graph)["correction"]["samples"] == 1
+    final = replace(_sample(graph, model_step * 1.4), replaces=live.id)
+    fb.ingest(final, graph, graph.to_dict())
+    key = _sample(graph, 0).keys()[-1]
+    assert fb.table.evidence(key).n == 1 and fb.table.evidence(key).mean == pytest.approx(math.log(1.4))
+    rows = fb.db.job_samples().set_index("id")
+    assert rows.loc[live.id, "status"] == "superseded" and "replaced by sample" in rows.loc[live.id, "reason"]
+    restarted = _feedback(tiny_model, tmp_path)
+    assert restarted.rebuild() == {"accepted": 1, "superseded": 1}
+    assert restarted.table.evidence(key).n == 1
+    # a later rebuild under another model does not bring the replaced sample back
+    fb.db.update_sample(int(live.id), model_version="old-model")
+    assert _feedback(tiny_model, tmp_path).rebuild() == {"accepted": 1, "superseded": 1}
+
+
+def test_a_sample_replaces_only_its_own_jobs_sample(tiny_model, tmp_path) -> None:
+    fb, graph = _feedback(tiny_model, tmp_path), mlp_graph()
+    model_step = _predict(fb, graph)["step_seconds"]
+    theirs = fb.ingest(_sample(graph, model_step * 1.3, job="ns/other"), graph, graph.to_dict())
+    fb.ingest(replace(_sample(graph, model_step * 1.4), replaces=theirs.id), graph, graph.to_dict())
+    fb.ingest(replace(_sample(graph, model_step * 1.4), replaces=999), graph, graph.to_dict())  # no such sample
+    assert fb.table.evidence(_sample(graph, 0).keys()[-1]).n == 3
+    assert set(fb.db.job_samples()["status"]) == {"accepted"}

@@ -122,3 +122,21 @@ def test_a_restarted_predictor_answers_with_the_learned_correction(tiny_model, t
     restarted = serve(token_app(tiny_model, tmp_path), ask)
     assert restarted["correction"]["samples"] == 3
     assert restarted["step_seconds"] == learned["step_seconds"] < learned["correction"]["model_step_seconds"]
+
+
+def test_a_sample_can_replace_an_earlier_one_of_its_job(tiny_model, tmp_path) -> None:
+    graph = mlp_graph().to_dict()
+
+    async def scenario(client):
+        sample = {"graph": graph, "gpu": "T4", "step_seconds": (await _predict(client, graph))["step_seconds"] * 1.2,
+                  "job": "ns/a"}
+        first = await (await client.post("/v1/samples", headers=AUTH, json=sample)).json()
+        second = await client.post("/v1/samples", headers=AUTH, json={**sample, "replaces": first["id"]})
+        bad = await client.post("/v1/samples", headers=AUTH, json={**sample, "replaces": "one"})
+        return first, (await second.json())["correction"]["samples"], bad.status, await bad.json()
+
+    first, samples, bad, body = serve(token_app(tiny_model, tmp_path), scenario)
+    assert first["status"] == "accepted" and samples == 1  # one run, counted once
+    assert bad == 400 and "replaces" in body["error"]
+    statuses = dict(zip(*BenchmarkDB(tmp_path / "db.sqlite").job_samples()[["id", "status"]].values.T, strict=True))
+    assert statuses[first["id"]] == "superseded"

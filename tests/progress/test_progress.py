@@ -112,3 +112,53 @@ def test_standard_library_only_and_flushes_at_exit(tmp_path: Path) -> None:
                    env={"OFFPEAK_PROGRESS_FILE": str(out)})
     got = parse(out.read_text())
     assert got is not None and got.steps == 3 and got.step_seconds is not None
+
+
+def test_the_live_report_is_kubeflows_trainer_status() -> None:
+    report = Progress(steps=450, attempt_steps=50, step_seconds=0.25, startup_seconds=3.0, checkpoint_steps=400,
+                      total_steps=1000)
+    body = report.trainer_status(now=progress.datetime(2026, 1, 1, tzinfo=progress.UTC))["trainerStatus"]
+    assert body["progressPercentage"] == 45 and body["estimatedRemainingSeconds"] == int(550 * 0.25)
+    assert body["lastUpdatedTime"] == "2026-01-01T00:00:00+00:00"
+    assert {m["name"]: m["value"] for m in body["metrics"]} == {
+        "current_step": "450", "total_steps": "1000", "step_seconds": "0.25", "attempt_steps": "50",
+        "checkpoint_step": "400", "startup_seconds": "3"}
+    bare = Progress(steps=3, attempt_steps=3, step_seconds=None)
+    assert "progressPercentage" not in bare.trainer_status()["trainerStatus"]
+
+
+def test_the_reporter_follows_the_pods_environment(tmp_path: Path) -> None:
+    env = {"KUBEFLOW_TRAINER_SERVER_URL": "https://op/x", "KUBEFLOW_TRAINER_SERVER_TOKEN": "/t",
+           "KUBEFLOW_TRAINER_SERVER_CA_CERT": "/ca"}
+    live = progress.LiveReporter.from_env(env)
+    assert live is not None and (live.url, live.token_file, live.ca_file) == ("https://op/x", "/t", "/ca")
+    older = {k.replace("SERVER", "STATUS"): v for k, v in env.items()}  # KEP-2779's names
+    assert progress.LiveReporter.from_env(older) is not None
+    assert progress.LiveReporter.from_env({**env, "OFFPEAK_WORKER_INDEX": "1"}) is None  # worker 0 reports
+    assert progress.LiveReporter.from_env({"KUBEFLOW_TRAINER_SERVER_URL": "https://op/x"}) is None  # no token
+    assert progress.LiveReporter.from_env({}) is None
+
+
+def test_reports_are_sent_in_the_background_and_a_failed_send_never_raises(tmp_path: Path, capsys) -> None:
+    sent: list[dict] = []
+
+    def send(body: bytes) -> None:
+        if len(sent) == 1:
+            sent.append({})
+            raise OSError("connection refused")
+        sent.append(json.loads(body))
+
+    live = progress.LiveReporter(url="https://op/x", token_file="/t", send=send)
+    clock = FakeClock()
+    tracker = Tracker(path=None, start_step=0, total_steps=10, clock=clock, at_exit=False, live=live,
+                      write_every_seconds=0)
+    tracker.step()  # no termination file, but the live report goes
+    assert live.drain(timeout=5)
+    clock.now += 1
+    tracker.step()
+    assert live.drain(timeout=5)  # this one fails: dropped, training goes on
+    clock.now += 1
+    tracker.close()
+    assert live.sent == 2 and live.failed == 1 and "connection refused" in capsys.readouterr().err
+    metrics = {m["name"]: m["value"] for m in sent[-1]["trainerStatus"]["metrics"]}
+    assert metrics["current_step"] == "2" and metrics["step_seconds"] == "1"
