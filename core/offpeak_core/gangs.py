@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 from offpeak_core.decisions import DEFAULT_MARGIN, filter_nodes, prioritize_nodes
 from offpeak_core.model import NodeView, PodRequest, Prediction
-from offpeak_core.nodearrays import withhold  # noqa: F401 - part of this module's API (the gang view of a node)
+from offpeak_core.nodearrays import withhold as withhold  # part of this module's API (the gang view of a node)
 
 DEFAULT_GANG_TIMEOUT_SECONDS = 60.0
 MAX_GANG_SIZE = 1024  # far above any real data-parallel job; keeps the per-level loop bounded

@@ -73,7 +73,9 @@ class WindowSurvival:
         if c.shape != d.shape:
             raise ValueError("open_at must have the shape of closed")
         bins = d.shape[1] - 1
-        rev = lambda a: np.cumsum(a[:, ::-1], axis=1)[:, ::-1]  # noqa: E731  # [c, k] = sum over j >= k
+        def rev(a: np.ndarray) -> np.ndarray:  # [c, k] = sum over j >= k
+            return np.cumsum(a[:, ::-1], axis=1)[:, ::-1]
+
         # at risk of closing in bin j: known to have lasted >= j bins, or still open at an age beyond bin j
         at_risk = rev(d) + np.concatenate([rev(c)[:, 1:], np.zeros((d.shape[0], 1))], axis=1)
         hazard = np.divide(d[:, :bins], at_risk[:, :bins], out=np.ones_like(d[:, :bins]), where=at_risk[:, :bins] > 0)
@@ -86,7 +88,7 @@ class WindowSurvival:
 
     @property
     def horizon_seconds(self) -> float:
-        return (self.closed.shape[1] - 1) * self.bin_seconds
+        return float((self.closed.shape[1] - 1) * self.bin_seconds)
 
     def klass(self, left: float) -> int:
         """Forecast class of a window with `left` seconds to go (inf: open-ended)."""

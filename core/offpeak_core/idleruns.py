@@ -44,7 +44,7 @@ class IdleRuns:
 
 def _demand_levels(online: np.ndarray) -> np.ndarray:
     """Whole GPUs held by online work (a fraction holds a GPU), as `free_profile` counts them."""
-    return np.ceil(np.maximum(online, 0.0) - 1e-9).astype(np.int64)
+    return np.asarray(np.ceil(np.maximum(online, 0.0) - 1e-9), dtype=np.int64)
 
 
 def _clean(times: np.ndarray, online: np.ndarray, now: float, history_seconds: float) -> tuple[np.ndarray, np.ndarray]:

@@ -4,7 +4,7 @@ check (offpeak_extender.kueuecheck) and the operator's TrainingJob integration (
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 GROUP = "kueue.x-k8s.io"
 VERSION = "v1beta1"
@@ -15,7 +15,7 @@ def condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     """The status condition of type `kind` of a Kueue object, None when it has none."""
     for c in (obj.get("status") or {}).get("conditions") or ():
         if c.get("type") == kind:
-            return c
+            return cast(Mapping[str, Any], c)
     return None
 
 

@@ -51,7 +51,7 @@ def step_maxima(online: np.ndarray, per_step: int) -> np.ndarray:
     pad = (-x.size) % per_step
     if pad:
         x = np.concatenate([x, np.full(pad, -np.inf)])
-    return x.reshape(-1, per_step).max(axis=1)
+    return np.asarray(x.reshape(-1, per_step).max(axis=1))
 
 
 def fit_pool_rise(
@@ -83,7 +83,7 @@ def fit_pool_rise(
 
 def pool_free(online: np.ndarray, capacity: int) -> np.ndarray:
     """GPUs of a pool's `capacity` left by forecast online demand per step (part of a GPU counts as a GPU)."""
-    return np.clip(capacity - np.ceil(np.asarray(online, dtype=float) - 1e-9), 0, capacity).astype(np.int64)
+    return np.asarray(np.clip(capacity - np.ceil(np.asarray(online, dtype=float) - 1e-9), 0, capacity), dtype=np.int64)
 
 
 def pooled_free(pool_free: np.ndarray, *, held: np.ndarray | int, node_free: np.ndarray | int) -> np.ndarray:
@@ -92,14 +92,14 @@ def pooled_free(pool_free: np.ndarray, *, held: np.ndarray | int, node_free: np.
     already leave out (all of them when it is the node's room for one more pod; those on the pool's other nodes
     when it is its room for offline pods, its own included). Broadcasts: one node (`[steps]`, scalars) or many
     (`[nodes, steps]`, `[nodes, 1]`)."""
-    return np.clip(np.minimum(node_free, pool_free - held), 0, None)
+    return np.asarray(np.clip(np.minimum(node_free, pool_free - held), 0, None))
 
 
 def pool_judged_online(gpus: np.ndarray | int, pool_room: np.ndarray | int) -> np.ndarray:
     """Online GPUs a pooled node's windows are judged by: all its `gpus` but those its pool has free of online pods
     (`pool_room`), so its window of L GPUs closes when the pool has fewer than L free (an offline pod of L GPUs there
     would be evicted then), whatever lands on the node itself."""
-    return np.clip(np.asarray(gpus) - pool_room, 0, gpus)
+    return np.asarray(np.clip(np.asarray(gpus) - pool_room, 0, gpus))
 
 
 def summed_on_grid(series: list[tuple[np.ndarray, np.ndarray]], *, start: float, step: float, count: int

@@ -103,7 +103,7 @@ def _status(args: argparse.Namespace) -> int:
     info = status(args.name)
     print(json.dumps(info, indent=2))
     procs = info["processes"]
-    return 0 if procs and all(v == "running" for v in procs.values()) else 1  # type: ignore[union-attr]
+    return 0 if isinstance(procs, dict) and procs and all(v == "running" for v in procs.values()) else 1
 
 
 def _build(args: argparse.Namespace) -> int:

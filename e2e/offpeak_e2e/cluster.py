@@ -8,6 +8,7 @@ process: pid files in the run dir). Used by `offpeak cluster up|down|status`, `o
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -78,7 +79,7 @@ class LocalCluster:
             self.state = self.cp.start()
             kubeconfig = Path(self.state.kubeconfig)
             for addon in self.settings.addons:  # their CRDs first: offpeak's services watch them from the start
-                self._timed(f"{addon} CRDs", lambda a=addon: controlplane.install_built_crds(kubeconfig, a))
+                self._timed(f"{addon} CRDs", functools.partial(controlplane.install_built_crds, kubeconfig, addon))
             # offpeak's services first, together (each spends seconds importing its libraries; they read Prometheus
             # every refresh and tolerate its absence); then the compressed day begins: its past days backfilled into
             # Prometheus and the online load replaying it from now, so a scenario that needs a time of day finds it
@@ -93,7 +94,7 @@ class LocalCluster:
             if day:
                 self._timed("+".join(day), lambda: self._start_together(day))
             for addon in self.settings.addons:
-                self._timed(addon, lambda a=addon: self._start_addon(a))
+                self._timed(addon, functools.partial(self._start_addon, addon))
         except BaseException:
             self.echo("[cluster] start failed; stopping what was started")
             self.down()

@@ -7,6 +7,7 @@ Everything listens on 127.0.0.1 on free ports; state lives in a run directory (p
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import time
@@ -221,8 +222,8 @@ class ControlPlane:
         ])
         for name, key in (("kube-controller-manager", "controller-manager"), ("kube-scheduler", "scheduler"),
                           ("offpeak-scheduler", "offpeak-scheduler")):
-            self._wait(name, f"{name} /healthz",
-                       lambda k=key: kube.insecure_https_ok(f"https://127.0.0.1:{ports[k]}/healthz"))
+            url = f"https://127.0.0.1:{ports[key]}/healthz"
+            self._wait(name, f"{name} /healthz", functools.partial(kube.insecure_https_ok, url))
         self._wait("kwok", "kwok /healthz", lambda: kube.http_ok(f"http://127.0.0.1:{ports['kwok']}/healthz"))
 
     def _nodes(self, kubeconfig: Path) -> None:

@@ -230,7 +230,7 @@ def run(settings: LoadSettings, *, kubeconfig: str, port: int, stop: threading.E
         now = time.time()
         online: dict[str, int] = {}
         try:
-            deployments = {d.metadata.name: d for d in apps.list_namespaced_deployment(NAMESPACE).items}
+            deployments = {d.metadata.name: d for d in apps.list_namespaced_deployment(NAMESPACE).items if d.metadata}
         except Exception as e:  # noqa: BLE001 - keep serving the last figures while the API is unreachable
             log.warning("cannot list deployments: %s", e)
             stop.wait(settings.interval_s)
@@ -240,7 +240,7 @@ def run(settings: LoadSettings, *, kubeconfig: str, port: int, stop: threading.E
             want = demand_at(demand, node, t=now, reference=reference, day_seconds=settings.day_seconds)
             if d is None:
                 continue
-            manual = (d.metadata.annotations or {}).get(MANUAL_ANNOTATION) == "manual"
+            manual = ((d.metadata and d.metadata.annotations) or {}).get(MANUAL_ANNOTATION) == "manual"
             if manual or settings.manual or d.spec.replicas == want:
                 online[node] = int(d.spec.replicas or 0)
                 continue

@@ -548,7 +548,6 @@ class Reconciler:
         meta = job["metadata"]
         live = status.get("livePace") or {}
         replaces = live.get("sampleId") if not action.live and live.get("attempt") == status.get("attempts") else None
-        replaced: dict[str, Any] = {"replaces": replaces} if isinstance(replaces, int) else {}
         graph = self._read_graph(meta["namespace"], status)
         graph_hash = graph.content_hash() if graph is not None else (status.get("prediction") or {}).get("graphHash")
         if graph is None and not graph_hash:
@@ -560,8 +559,8 @@ class Reconciler:
                 gpu=action.gpu_type, step_seconds=action.step_seconds, job_seconds=action.job_seconds,
                 steps=action.steps, startup_seconds=action.startup_seconds, job=f"{meta['namespace']}/{meta['name']}",
                 graph=graph.to_dict() if graph is not None else None, graph_hash=graph_hash or None, mode="train",
-                precision=spec.precision, optimizer=spec.optimizer, num_gpus=spec.total_gpus,
-                **replaced))  # type: ignore[arg-type]
+                precision=spec.precision, optimizer=spec.optimizer,  # type: ignore[arg-type]
+                num_gpus=spec.total_gpus, replaces=replaces if isinstance(replaces, int) else None))
         except PredictorUnavailable as e:
             log.warning("sample for %s/%s not learned: %s", meta["namespace"], meta["name"], e)
             return {"sampleReported": False, "sampleStatus": f"not learned: {e}"[:500]}

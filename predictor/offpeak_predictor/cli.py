@@ -219,8 +219,9 @@ def _register_predictor(subparsers: argparse._SubParsersAction) -> None:  # type
                    help="job samples kept in the DB; the oldest are dropped and unlearned (default 10000)")
     s.add_argument("--max-sample-mib", type=float,
                    default=env("OFFPEAK_PREDICTOR_MAX_SAMPLE_MIB", 512.0),
-                   help="model-graph JSON kept with the job samples, in MiB; the oldest samples are dropped and "
-                        "unlearned beyond it too (default 512)")
+                   help="what the job samples may store in all, in MiB: every stored byte of each row (its model "
+                        "graph, names and figures) counts; beyond it the oldest samples are dropped and unlearned, "
+                        "and a sample whose row alone is larger is refused with 413 (default 512)")
     s.add_argument("--prior-strength", type=float, default=0.5,
                    help="samples that weigh as much as the model's prediction in the online correction; one "
                         "sample's weight is 1 / (1 + k) (default 0.5)")

@@ -13,6 +13,7 @@ import gzip
 import json
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,7 @@ def load_calibration(*, predictor: Predictor, db: BenchmarkDB,
     return calibrate(ratios, settings=settings)
 
 
-def _text(row: dict[str, Any], key: str) -> str | None:
+def _text(row: Mapping[Any, Any], key: str) -> str | None:
     value = row.get(key)
     return str(value) if isinstance(value, str) and value else None
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, get_args
 
 import numpy as np
+import numpy.typing as npt
 
 from offpeak_predictor.gpus import GPU_FEATURES, GpuSpec
 from offpeak_predictor.wire import OpClass
@@ -75,12 +76,12 @@ class OpTable:
 
 def make_op_table(
     *,
-    op_class: Sequence[str],
-    flops: Sequence[float],
-    bytes_: Sequence[float],
-    out_numel: Sequence[float],
-    lead_dim: Sequence[float],
-    dtype_bytes: Sequence[float],
+    op_class: Sequence[str] | npt.NDArray[Any],
+    flops: Sequence[float] | npt.NDArray[Any],
+    bytes_: Sequence[float] | npt.NDArray[Any],
+    out_numel: Sequence[float] | npt.NDArray[Any],
+    lead_dim: Sequence[float] | npt.NDArray[Any],
+    dtype_bytes: Sequence[float] | npt.NDArray[Any],
 ) -> OpTable:
     flops_a = np.asarray(flops, dtype=np.float64)
     out_a = np.maximum(np.asarray(out_numel, dtype=np.float64), 1.0)

@@ -12,6 +12,7 @@ import logging
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -279,7 +280,7 @@ def load_lambda_pytorch(root: Path) -> pd.DataFrame:
             if row["num_gpu"] != 1:
                 continue
             for col, (kind, ref, seq, opt) in models.items():
-                rate, batch = row.get(col), bs.loc[i, col] if col in bs else np.nan
+                rate, batch = row.get(col), cast(float, bs.at[i, col]) if col in bs else np.nan  # a number or NaN
                 if pd.notna(rate) and pd.notna(batch) and rate > 0:
                     rows.append((row["name_gpu"], prec, col, kind, ref, seq, opt, int(batch), batch / rate))
         v2 = pd.read_csv(base / f"pytorch-train-throughput-v2-{prec}.csv")

@@ -113,7 +113,7 @@ def judge(*, measured: float | None, predicted: float | None, settings: Correcti
     return Judgement("accepted", "", predicted_step_seconds=predicted, log_ratio=x)
 
 
-def sample_from_row(row: Mapping[str, Any], graph: ModelGraph | None) -> Sample:
+def sample_from_row(row: Mapping[Any, Any], graph: ModelGraph | None) -> Sample:
     """A stored row as a Sample; older rows without the key columns take them from their graph."""
     def pick(key: str, default: Any) -> Any:
         value = row.get(key)

@@ -42,7 +42,7 @@ def read_duty_cycle(path: Path) -> pd.DataFrame:
 
 def busy_samples(util: np.ndarray, *, busy_util_pct: float = BUSY_UTIL_PCT) -> np.ndarray:
     """Samples at or above the threshold (missing samples are not busy)."""
-    return np.nan_to_num(np.asarray(util, dtype=float)) >= busy_util_pct
+    return np.asarray(np.nan_to_num(np.asarray(util, dtype=float)) >= busy_util_pct)
 
 
 def hold(busy: np.ndarray, *, minutes: int = HOLD_MINUTES, axis: int = -1) -> np.ndarray:

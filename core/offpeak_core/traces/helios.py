@@ -53,7 +53,7 @@ def without_outages(running: pd.DataFrame) -> pd.DataFrame:
     """`running` without its outages: days mostly in outage dropped, the other outage minutes holding the last
     minute recorded before them (the first recorded one after, at the very start)."""
     out = outage_minutes(running)
-    day = running.index.floor("D")
+    day = pd.DatetimeIndex(running.index).floor("D")
     keep = ~day.isin(out.groupby(day).mean().loc[lambda share: share > OUTAGE_DAY_SHARE].index)
     kept = running[keep].mask(out[keep])
     return kept.ffill().bfill()
