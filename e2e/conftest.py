@@ -64,13 +64,6 @@ def pytest_configure(config: pytest.Config) -> None:
 _STARTED = pytest.StashKey[tuple[float, float]]()
 
 
-# Lane files that take longest first, so parallel test processes start them at once and the short ones fill in
-# after (a file's tests stay together and in order: the sort is stable).
-LANE_ORDER = ("test_planned_stops", "test_demo", "test_kueue", "test_job_kinds", "test_announced_demand",
-              "test_faults", "test_surge", "test_pool_windows", "test_elastic", "test_lifecycle", "test_dashboard",
-              "test_real_jobs", "test_feedback", "test_helm_install", "test_load_smoke", "test_operator_peering")
-
-
 def _lane(item: pytest.Item) -> str:
     return Path(str(item.fspath)).stem
 
@@ -80,7 +73,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.e2e)
-    rank = {lane: i for i, lane in enumerate(LANE_ORDER)}
+    rank = {lane: i for i, lane in enumerate(lanes.FILE_ORDER)}
     items.sort(key=lambda item: rank.get(_lane(item), len(rank)))  # stable: a lane's tests keep their order
 
 

@@ -2,6 +2,9 @@
 
 Nothing here does I/O or reads a clock: callers pass `now` and views built from their own data (the extender from
 its informer cache and forecasts, the simulator from traces).
+
+Over 500 lines because filter, prioritize and the victim choice share their window and room arithmetic; the
+gang, elastic, goodput and yield rules have modules of their own.
 """
 
 from __future__ import annotations

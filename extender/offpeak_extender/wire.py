@@ -2,6 +2,9 @@
 
 The wire types have no json tags, so their keys are Go field names (PascalCase); embedded Pod and Node objects
 keep Kubernetes camelCase. Pure: dicts in, dataclasses/dicts out.
+
+Over 500 lines because it is the whole protocol (args, results, the pod and node fields offpeak reads) in one
+place, so a change to the wire format is made once.
 """
 
 from __future__ import annotations

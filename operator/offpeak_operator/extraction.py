@@ -19,7 +19,7 @@ from offpeak_graph.schema import ModelGraph
 from offpeak_operator.graphstore import decode_bytes
 from offpeak_operator.jobspec import JobSpec
 from offpeak_operator.podspecs import extract_args
-from offpeak_operator.statemachine import USER_ERROR_EXIT
+from offpeak_operator.jobstate import USER_ERROR_EXIT
 
 
 class ExtractionFailed(RuntimeError):

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from offpeak_operator.labelbounds import BoundedLabelValues
-from offpeak_operator.statemachine import REQUEUE_REASONS, Phase
+from offpeak_operator.jobstate import REQUEUE_REASONS, Phase
 
 RATIO_BUCKETS = (0.25, 0.5, 0.67, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 4.0)
 # Labels of the per-job gauges (the dashboard groups by them).

@@ -10,7 +10,7 @@ from offpeak.progress import Progress, parse
 from offpeak_core.evictions import PLANNED_STOP_ANNOTATION
 
 from offpeak_operator import names
-from offpeak_operator.statemachine import Observed, PodView, parse_time
+from offpeak_operator.jobstate import Observed, PodView, parse_time
 
 MAX_MESSAGE = 500  # characters of the extractor's message kept for a condition
 

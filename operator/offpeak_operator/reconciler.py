@@ -3,6 +3,9 @@
 Called by every kopf trigger (create, resync timer, pod events); a per-job lock serialises the triggers inside
 one operator and kopf peering keeps a second operator passive, so a job is never worked on twice at once. The
 job is re-read at the start, so a stale trigger cannot act on old status.
+
+Over 500 lines because each action of the state machine is carried out here, one short method each, beside the
+one `match` that dispatches them; splitting the methods from the dispatch would scatter one reconcile.
 """
 
 from __future__ import annotations

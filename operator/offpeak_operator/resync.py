@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
-from offpeak_operator.statemachine import TERMINAL
+from offpeak_operator.jobstate import TERMINAL
 
 log = logging.getLogger(__name__)
 

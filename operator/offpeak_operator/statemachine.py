@@ -4,20 +4,21 @@ Phases: Pending -> Analyzing -> Predicted -> Waiting -> Running -> Succeeded | F
 eviction or a failed attempt (back to Waiting after a backoff, until maxAttempts). The reconciler performs the
 actions (Kubernetes, predictor) and merges their results; every decision here is re-derivable from the stored
 status and the observed pods, so a restarted operator resumes without duplicates.
+
+Its vocabulary (phases, pod views, actions) is in jobstate.py and the status the reconciler writes after its own
+actions in statuses.py. Over 500 lines because every phase's branch reads the same status and pods; the branches
+are small functions beside `decide`, which is the table of contents.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import Any, Literal
 
-from offpeak.progress import Progress
 from offpeak_core.gangs import width_scale
-from offpeak_core.humanize import duration
 
 from offpeak_operator import admission
 from offpeak_operator import conditions as cond
@@ -28,218 +29,20 @@ from offpeak_operator.liveprogress import live_update
 from offpeak_operator.measure import Measurement, checkpointed_steps, measure_attempt, with_measurement
 from offpeak_operator.predictions import Prediction, remaining_seconds
 from offpeak_operator.settings import AnalysisSettings, OperatorSettings
-
-# Reasons of a requeued attempt (offpeak_job_requeues_total{reason}): evicted, or failed any other way.
-REQUEUE_EVICTED = "Evicted"
-REQUEUE_POD_FAILED = "PodFailed"
-REQUEUE_YIELDED = "Yielded"  # stopped (saving, or at a checkpoint) before its window ended (the evictor's planned stop)
-# stopped because the job was suspended or Kueue took its admission back (admission.py): not counted either, and
-# tried again as soon as it may run
-REQUEUE_SUSPENDED = "Suspended"
-REQUEUE_REASONS = (REQUEUE_EVICTED, REQUEUE_POD_FAILED, REQUEUE_YIELDED, REQUEUE_SUSPENDED)
-NOT_COUNTED = frozenset({REQUEUE_YIELDED, REQUEUE_SUSPENDED})  # requeues that are not attempts against maxAttempts
-# The extractor's exit status for a UserError (offpeak.cli): the model source itself cannot be built (entry point
-# not importable or raising, not an nn.Module, unknown torchvision name, bad HF config, impossible input shape).
-# Classified by exit status, never by message text; every other failure is not the user's and falls back.
-USER_ERROR_EXIT = 2
-INVALID_MODEL_SOURCE = "InvalidModelSource"
-EVICTION_REASONS = frozenset({"Evicted", "Preempted", "Preempting", "Terminated", "NodeLost", "Shutdown",
-                              "NodeShutdown", "DeletionByTaintManager", "DeletionByPodGC"})
-
-
-class Phase(StrEnum):
-    PENDING = "Pending"
-    ANALYZING = "Analyzing"
-    PREDICTED = "Predicted"
-    WAITING = "Waiting"
-    RUNNING = "Running"
-    REQUEUED = "Requeued"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-
-
-TERMINAL = frozenset({Phase.SUCCEEDED, Phase.FAILED})
-# phases whose decision reads a queued job's Kueue Workload: from the prediction on (the Workload's pod set carries
-# it), and after the end (the Workload is marked Finished)
-QUEUED_PHASES = frozenset({Phase.PREDICTED, Phase.WAITING, Phase.RUNNING, Phase.REQUEUED, *TERMINAL})
-
-
-@dataclass(frozen=True, slots=True)
-class PodView:
-    """What the state machine needs to know about one pod."""
-
-    name: str
-    phase: str = "Pending"  # Pending | Running | Succeeded | Failed | Unknown
-    node: str = ""
-    gpu_type: str = ""  # the node's offpeak.io/gpu-type label
-    reason: str = ""  # pod status reason (Evicted, DeadlineExceeded, ...)
-    message: str = ""
-    eviction_reason: str = ""  # offpeak.io/eviction-reason annotation
-    planned_stop: bool = False  # offpeak.io/planned-stop: stopped at a checkpoint, not evicted for online work
-    deleting: bool = False  # deletionTimestamp set
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    extract_exit_code: int | None = None  # analysis pod: the `extract` init container's exit status, once ended
-    extract_message: str = ""  # its termination message (last line of its log)
-    progress: Progress | None = None  # training pod: the offpeak.progress report in its termination message
-    unschedulable: str = ""  # PodScheduled=False/Unschedulable: the scheduler's (and extender's) words why
-    deletion_deadline: datetime | None = None  # deletionTimestamp: when the kubelet kills it (request + grace)
-    terminated: bool = False  # the training container has ended (its report, if any, is in `progress`)
-
-    @property
-    def evicted(self) -> bool:
-        if self.phase == "Succeeded":
-            return False
-        return bool(self.eviction_reason) or self.reason in EVICTION_REASONS or self.deleting
-
-
-@dataclass(frozen=True, slots=True)
-class Observed:
-    training_pods: Mapping[str, PodView] = field(default_factory=dict)
-    analysis_pod: PodView | None = None
-    workload: admission.WorkloadView | None = None  # a queued job's Kueue Workload (None: not queued, or not read)
-
-
-# ---- actions: what the reconciler must do (I/O), in order ------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CreateAnalysisPod:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteAnalysisPod:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class CollectGraph:
-    """Read the graph from the finished analysis pod's log into the `<job>-graph` ConfigMap."""
-
-
-@dataclass(frozen=True, slots=True)
-class LoadUserGraph:
-    """Check the user's graphConfigMap and record it as the job's graph."""
-
-
-@dataclass(frozen=True, slots=True)
-class ExtractInProcess:
-    """Extract a torchvision/hfConfig graph in the operator (subprocess with a timeout)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Predict:
-    """Ask the predictor for every allowed GPU type (graph from status.graph if any); fall back on failure."""
-
-
-@dataclass(frozen=True, slots=True)
-class Repredict:
-    """Ask the predictor again for a waiting job that holds a fallback; on success replace the prediction in the
-    status and in the waiting pods' annotations, else schedule the next try (backoff)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CreateTrainingPods:
-    attempt: int
-    completed_steps: int
-    placement: admission.Placement = admission.Placement()  # where Kueue's admission puts them
-
-
-@dataclass(frozen=True, slots=True)
-class DeletePods:
-    pod_names: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class StopPods:
-    """Mark pods stopped for `reason` (their eviction-reason annotation): the attempt is requeued without counting,
-    a checkpointing pod saving as it goes (admission.py: a suspension, or Kueue's eviction)."""
-
-    pod_names: tuple[str, ...]
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class CreateWorkload:
-    """Create the Kueue Workload of a queued job (its pod set: the next attempt's training pods)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReleaseWorkload:
-    """Give an evicted Workload's quota back now that its pods are gone (it queues again)."""
-
-
-@dataclass(frozen=True, slots=True)
-class FinishWorkload:
-    """Mark an ended job's Workload Finished, which releases its quota."""
-
-    succeeded: bool
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class ReportSample:
-    """Post an attempt's measured step time to the predictor (it corrects the next prediction). `live`: measured
-    while the attempt runs (its steady pace so far); the predictor replaces it with the job's next sample."""
-
-    gpu_type: str
-    step_seconds: float
-    job_seconds: float  # the attempt's wall time (so far, when live)
-    steps: int  # steps the attempt did (at the measured pace, when live)
-    startup_seconds: float
-    live: bool = False
-
-    @classmethod
-    def of(cls, m: Measurement, *, live: bool = False) -> ReportSample:
-        return cls(gpu_type=m.gpu_type, step_seconds=m.step_seconds, job_seconds=m.wall_seconds, steps=m.steps,
-                   startup_seconds=m.startup_seconds, live=live)
-
-
-@dataclass(frozen=True, slots=True)
-class RecordOutcome:
-    """Metrics at the end of a successful job: predicted vs actual seconds on the GPU type it ran on."""
-
-    gpu_type: str
-    predicted_seconds: float
-    actual_seconds: float
-
-
-@dataclass(frozen=True, slots=True)
-class RecordRequeue:
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class EmitEvent:
-    type: str  # Normal | Warning
-    reason: str
-    message: str
-
-
-Action = (CreateAnalysisPod | DeleteAnalysisPod | CollectGraph | LoadUserGraph | ExtractInProcess | Predict
-          | Repredict | CreateTrainingPods | DeletePods | StopPods | CreateWorkload | ReleaseWorkload | FinishWorkload
-          | ReportSample | RecordOutcome | RecordRequeue | EmitEvent)
-
-
-@dataclass(slots=True)
-class Decision:
-    status: dict[str, Any] = field(default_factory=dict)  # fields to set in .status (top-level merge)
-    actions: list[Action] = field(default_factory=list)
-
-    @property
-    def phase(self) -> str | None:
-        return self.status.get("phase")
-
-
-def parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    return datetime.fromisoformat(value.replace("Z", "+00:00"))
-
-
-def _conditions(status: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [dict(c) for c in status.get("conditions") or []]
+# The vocabulary and the status builders live beside this module; they are re-exported here, where the reconciler
+# and the tests meet the state machine as one namespace (`statemachine as sm`).
+from offpeak_operator.jobstate import (
+    REQUEUE_EVICTED, REQUEUE_POD_FAILED, REQUEUE_YIELDED, REQUEUE_SUSPENDED, REQUEUE_REASONS, NOT_COUNTED,
+    USER_ERROR_EXIT, INVALID_MODEL_SOURCE, EVICTION_REASONS, Phase, TERMINAL, QUEUED_PHASES, PodView, Observed,
+    CreateAnalysisPod, DeleteAnalysisPod, CollectGraph, LoadUserGraph, ExtractInProcess, Predict, Repredict,
+    CreateTrainingPods, DeletePods, StopPods, CreateWorkload, ReleaseWorkload, FinishWorkload, ReportSample,
+    RecordOutcome, RecordRequeue, EmitEvent, Action, Decision, parse_time,
+)
+from offpeak_operator.statuses import (
+    copied_conditions, display_fields, wants_reprediction, reprediction_failed_status, reprediction_status,
+    prediction_status, graph_status, rejected_status, API_ERROR_REASONS, api_error_status, api_error_condition,
+    api_accepted,
+)
 
 
 def graph_failure_reason(*, exit_code: int | None, default: str) -> str:
@@ -305,7 +108,7 @@ def _held(status: Mapping[str, Any], gate: admission.Gate, now: datetime) -> Dec
         actions.append(ReleaseWorkload())
     if status.get("message") == gate.message and status.get("reason") == gate.reason:
         return Decision(actions=actions)
-    conds = cond.set_condition(_conditions(status), type=cond.SUSPENDED, ok=True, reason=gate.reason,
+    conds = cond.set_condition(copied_conditions(status), type=cond.SUSPENDED, ok=True, reason=gate.reason,
                                message=gate.message, now=now)
     return Decision(status={"message": gate.message, "reason": gate.reason, "conditions": conds},
                     actions=[*actions, EmitEvent("Normal", gate.reason, gate.message)])
@@ -325,7 +128,7 @@ def _stop(spec: JobSpec, observed: Observed, queue: str | None) -> Decision | No
 def _invalid(status: Mapping[str, Any], problems: Sequence[Problem], now: datetime) -> Decision:
     problems = list(problems) or [Problem("InvalidSpec", "spec could not be read")]
     message = "; ".join(p.message for p in problems)
-    conds = cond.set_condition(_conditions(status), type=cond.VALID, ok=False, reason=problems[0].reason,
+    conds = cond.set_condition(copied_conditions(status), type=cond.VALID, ok=False, reason=problems[0].reason,
                                message=message, now=now)
     conds = cond.finished(conds, succeeded=False, reason=problems[0].reason, message=f"invalid TrainingJob: {message}",
                           now=now)
@@ -337,7 +140,7 @@ def _invalid(status: Mapping[str, Any], problems: Sequence[Problem], now: dateti
 
 
 def _start(spec: JobSpec, status: Mapping[str, Any], now: datetime, settings: OperatorSettings) -> Decision:
-    conds = cond.set_condition(_conditions(status), type=cond.VALID, ok=True, reason="Valid",
+    conds = cond.set_condition(copied_conditions(status), type=cond.VALID, ok=True, reason="Valid",
                                message="spec accepted", now=now)
     out: dict[str, Any] = {"phase": Phase.ANALYZING, "gpus": spec.total_gpus, "totalSteps": spec.total_steps,
                            "attempts": 0, "completedSteps": 0, "analysisStartTime": rfc3339(now)}
@@ -438,7 +241,7 @@ def judge_analysis(pod: PodView | None, *, started: datetime, now: datetime, set
 def _invalid_source(status: Mapping[str, Any], detail: str, now: datetime) -> Decision:
     """The model source cannot be built: the training would fail the same way in the same image, so stop here."""
     message = f"invalid model source: {detail}"
-    conds = cond.set_condition(_conditions(status), type=cond.GRAPH_READY, ok=False, reason=INVALID_MODEL_SOURCE,
+    conds = cond.set_condition(copied_conditions(status), type=cond.GRAPH_READY, ok=False, reason=INVALID_MODEL_SOURCE,
                                message=detail, now=now)
     conds = cond.finished(conds, succeeded=False, reason=INVALID_MODEL_SOURCE, message=message, now=now)
     return Decision(
@@ -449,7 +252,7 @@ def _invalid_source(status: Mapping[str, Any], detail: str, now: datetime) -> De
 
 
 def _graph_failed(status: Mapping[str, Any], reason: str, message: str, now: datetime) -> Decision:
-    conds = cond.set_condition(_conditions(status), type=cond.GRAPH_READY, ok=False, reason=reason,
+    conds = cond.set_condition(copied_conditions(status), type=cond.GRAPH_READY, ok=False, reason=reason,
                                message=message, now=now)
     return Decision(status={"conditions": conds, "message": message},
                     actions=[EmitEvent("Warning", reason, message), Predict()])
@@ -464,7 +267,7 @@ def _launch(job_name: str, spec: JobSpec, status: Mapping[str, Any], now: dateti
     elastic = f" (elastic: it starts on {spec.min_workers} or more)" if spec.elastic else ""
     message = (f"attempt {counted}/{spec.max_attempts}: {len(pods)} training pod(s) waiting for an idle GPU "
                f"window{elastic}{resumed}")
-    conds = cond.set_condition(_conditions(status), type=cond.SCHEDULED, ok=False, reason="WaitingForWindow",
+    conds = cond.set_condition(copied_conditions(status), type=cond.SCHEDULED, ok=False, reason="WaitingForWindow",
                                message=message, now=now)
     if cond.is_true(conds, cond.SUSPENDED):  # resumed, or admitted by Kueue
         conds = cond.set_condition(conds, type=cond.SUSPENDED, ok=False, reason="Resumed", message=message, now=now)
@@ -630,52 +433,9 @@ def _why_waiting(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodVie
     message = f"attempt {counted}/{spec.max_attempts}: waiting: {said}"[:1000]
     if status.get("message") == message:
         return Decision()
-    conds = cond.set_condition(_conditions(status), type=cond.SCHEDULED, ok=False, reason="Unschedulable",
+    conds = cond.set_condition(copied_conditions(status), type=cond.SCHEDULED, ok=False, reason="Unschedulable",
                                message=message, now=now)
     return Decision(status={"message": message, "conditions": conds, "reason": "Unschedulable"})
-
-
-def display_fields(status: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    """The human-unit twins of the seconds fields (`kubectl get tj` shows `1h12m`, not `4331.52`), where `patch`
-    makes them stale; empty when they agree already."""
-    out: dict[str, Any] = {}
-    merged = {**status, **patch}
-    for seconds, text in (("predictedSeconds", "predicted"), ("actualSeconds", "actual"), ("etaSeconds", "eta")):
-        value = merged.get(seconds)
-        want = duration(float(value)) if isinstance(value, int | float) and not isinstance(value, bool) else None
-        if merged.get(text) != want:
-            out[text] = want
-    return out
-
-
-def wants_reprediction(status: Mapping[str, Any], *, now: datetime) -> bool:
-    """A waiting job whose prediction is a fallback although it has a model graph: try the predictor again once
-    `nextPredictionTime` has come. Running jobs keep their prediction (their placement is made)."""
-    if status.get("phase") != Phase.WAITING:
-        return False
-    prediction = status.get("prediction") or {}
-    if prediction.get("source") in (None, "predictor") or not (status.get("graph") or {}).get("configMap"):
-        return False
-    next_at = parse_time(status.get("nextPredictionTime"))
-    return next_at is None or now >= next_at
-
-
-def reprediction_failed_status(*, status: Mapping[str, Any], message: str, now: datetime,
-                               backoff: Callable[[int], float]) -> dict[str, Any]:
-    """Status after a failed re-prediction: the fallback stays; the next try after `backoff(tries)` seconds."""
-    tries = int(status.get("predictionRetries") or 0) + 1
-    next_at = now + timedelta(seconds=backoff(tries))
-    conds = cond.set_condition(_conditions(status), type=cond.PREDICTED, ok=False, reason="PredictorUnavailable",
-                               message=f"{message}; retry {tries} at {rfc3339(next_at)}", now=now)
-    return {"predictionRetries": tries, "nextPredictionTime": rfc3339(next_at), "conditions": conds}
-
-
-def reprediction_status(*, status: Mapping[str, Any], prediction: Prediction, message: str,
-                        now: datetime) -> dict[str, Any]:
-    """Status after a successful re-prediction: the real prediction replaces the fallback; the phase stays."""
-    out = prediction_status(status=status, prediction=prediction, reason="Predicted", message=message, now=now)
-    out.pop("phase")
-    return {**out, "predictionRetries": None, "nextPredictionTime": None}
 
 
 def _attempt_start(status: Mapping[str, Any], pods: Sequence[PodView], now: datetime) -> datetime:
@@ -707,7 +467,7 @@ def _running(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     out: dict[str, Any] = {
         "phase": Phase.RUNNING, "node": lead.node or None, "gpuType": lead.gpu_type or None,
         "attemptStartTime": rfc3339(start), "message": message, "reason": "Running",
-        "conditions": cond.set_condition(_conditions(status), type=cond.SCHEDULED, ok=True, reason="Running",
+        "conditions": cond.set_condition(copied_conditions(status), type=cond.SCHEDULED, ok=True, reason="Running",
                                          message=message, now=now),
     }  # fmt: skip
     if not status.get("startTime"):
@@ -777,7 +537,7 @@ def _succeeded(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView]
     out: dict[str, Any] = {
         "phase": Phase.SUCCEEDED, "finishTime": rfc3339(finish), "actualSeconds": round(actual, 3),
         "message": message, "node": lead.node or status.get("node"), "gpuType": gpu_type or None,
-        "conditions": cond.finished(_conditions(status), succeeded=True, reason="Succeeded", message=message,
+        "conditions": cond.finished(copied_conditions(status), succeeded=True, reason="Succeeded", message=message,
                                     now=now),
         "reason": "Succeeded",
     }  # fmt: skip
@@ -847,7 +607,7 @@ def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     measured = None if narrowed(spec, status, pods) else _measure(spec, status, pods, prediction,
                                                           wall_seconds=max(0.0, wall), completed=False)
     alive = tuple(p.name for p in pods if p.phase not in ("Succeeded", "Failed") and not p.deleting)
-    conds = _conditions(status)
+    conds = copied_conditions(status)
     if attempt - stops >= spec.max_attempts:
         message = f"{what}; no attempts left ({attempt - stops}/{spec.max_attempts})"
         conds = cond.finished(conds, succeeded=False, reason="MaxAttemptsReached", message=message, now=now)
@@ -873,65 +633,3 @@ def _requeue(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
     return Decision(status=out, actions=actions)
 
 
-def prediction_status(*, status: Mapping[str, Any], prediction: Prediction, reason: str, message: str,
-                      now: datetime) -> dict[str, Any]:
-    """Status after the Predict action: the prediction (or fallback) is stored and the job moves to Predicted."""
-    completed = int(status.get("completedSteps") or 0)
-    fastest = prediction.fastest()
-    conds = cond.set_condition(_conditions(status), type=cond.PREDICTED, ok=prediction.source == "predictor",
-                               reason=reason, message=message, now=now)
-    out: dict[str, Any] = {"phase": Phase.PREDICTED, "prediction": prediction.to_status(), "conditions": conds,
-                           "message": message}
-    if fastest is not None:
-        out["predictedSeconds"] = remaining_seconds(prediction, completed_steps=completed)[fastest.gpu_type]["p50"]
-    return out
-
-
-def graph_status(*, status: Mapping[str, Any], ok: bool, reason: str, message: str, now: datetime,
-                 graph: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Status after an attempt to get the graph (analysis pod, ConfigMap, in-process extraction)."""
-    out: dict[str, Any] = {
-        "conditions": cond.set_condition(_conditions(status), type=cond.GRAPH_READY, ok=ok, reason=reason,
-                                         message=message, now=now),
-        "message": message,
-    }
-    if graph is not None:
-        out["graph"] = dict(graph)
-    return out
-
-
-def rejected_status(*, status: Mapping[str, Any], message: str, now: datetime) -> dict[str, Any]:
-    """Status when the API server refuses a training pod as invalid: Failed, the server's words in a condition."""
-    conds = cond.finished(_conditions(status), succeeded=False, reason="PodRejected", message=message, now=now)
-    return {"phase": Phase.FAILED, "finishTime": rfc3339(now), "message": message, "conditions": conds,
-            "reason": "PodRejected"}
-
-
-API_ERROR_REASONS = {403: "Forbidden", 409: "Conflict", 422: "Invalid"}
-
-
-def api_error_status(*, status: Mapping[str, Any], action: str, code: int, message: str,
-                     now: datetime) -> dict[str, Any] | None:
-    """Status recording that the API server refused `action` (e.g. 403 exceeded quota): an ApiAccepted=False
-    condition whose reason names the action and the refusal; None when exactly that is recorded already."""
-    reason = f"{action}{API_ERROR_REASONS.get(code, 'Refused')}"
-    text = f"the API server refused {action} ({code}): {message}"[:1000]
-    current = cond.get_condition(status.get("conditions"), cond.API_ACCEPTED) or {}
-    if current.get("status") == "False" and current.get("reason") == reason and current.get("message") == text:
-        return None
-    conds = cond.set_condition(_conditions(status), type=cond.API_ACCEPTED, ok=False, reason=reason, message=text,
-                               now=now)
-    return {"conditions": conds, "message": f"{text}; retrying"}
-
-
-def api_error_condition(patch: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The ApiAccepted condition of an `api_error_status` patch."""
-    found = cond.get_condition(patch.get("conditions"), cond.API_ACCEPTED)
-    assert found is not None
-    return found
-
-
-def api_accepted(conditions: Sequence[Mapping[str, Any]], *, now: datetime) -> list[dict[str, Any]]:
-    """Conditions after the API server accepted the operator's requests again."""
-    return cond.set_condition(conditions, type=cond.API_ACCEPTED, ok=True, reason="Accepted",
-                              message="the API server accepts the operator's requests", now=now)

@@ -18,7 +18,7 @@ from offpeak_core.jobkinds import BATCH_JOB, JobKind
 
 from offpeak_operator import workloads
 from offpeak_operator.predictions import remaining_fraction
-from offpeak_operator.statemachine import parse_time
+from offpeak_operator.jobstate import parse_time
 
 
 @dataclass(frozen=True, slots=True)

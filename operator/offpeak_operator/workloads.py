@@ -41,7 +41,7 @@ from offpeak_operator.graphstore import EncodedGraph
 from offpeak_operator.jobspec import GpuResolver, JobSpec, ModelSource, Problem, SpecError, parse_spec, validate
 from offpeak_operator.podspecs import gpu_type_terms, predicted_annotation
 from offpeak_operator.settings import AnalysisSettings
-from offpeak_operator.statemachine import parse_time
+from offpeak_operator.jobstate import parse_time
 
 ANN_MODEL_SOURCE = "offpeak.io/model-source"
 ANN_BATCH_SIZE = "offpeak.io/batch-size"

@@ -6,6 +6,9 @@ other failure is a JSON 500 and is counted, never a crash. State-changing endpoi
 bearer token (`auth.py`). Metrics use an injectable prometheus registry. With `ServerSettings.metrics_port`,
 /metrics moves to a second, read-only listener (`build_metrics`), so a NetworkPolicy can admit scrapers there and
 nowhere near the API.
+
+Over 500 lines because it holds one handler per endpoint with its metrics and error mapping; the logic behind
+each is in its own module.
 """
 
 from __future__ import annotations

@@ -121,3 +121,8 @@ def test_machine_cpu_reads_proc_stat(tmp_path: Path) -> None:
     ticks = os.sysconf("SC_CLK_TCK")
     stat.write_text(f"cpu  {ticks} 0 {ticks} 999999 5 0 0 0 0 0\ncpu0 1 0 0 0 0 0 0 0 0 0\n")
     assert testclock.machine_cpu_seconds(stat) == 2.0
+
+
+def test_every_lane_file_has_its_place_in_the_order() -> None:
+    files = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "e2e" / "tests").glob("test_*.py"))
+    assert sorted(lanes.FILE_ORDER) == files  # a new lane file is placed by its measured time, not left last
