@@ -1,5 +1,6 @@
 """The whole local offpeak cluster: the control plane plus Prometheus, the trace-driven online load and offpeak's
-own services (predictor, extender, evictor, operator) run as local processes from this checkout's code.
+own services (predictor, extender, evictor, operator) run as local processes from this checkout's code, each as
+charts/offpeak renders it (`offpeak_e2e.chartrun`: its arguments, environment, mounted files and ServiceAccount).
 
 `LocalCluster.up()` starts everything and returns a `ClusterState`; `down()` stops it all (also from another
 process: pid files in the run dir). Used by `offpeak cluster up|down|status`, `offpeak demo` and the e2e fixture.
@@ -10,7 +11,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -18,8 +18,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from offpeak_e2e import controlplane, kube, onlineload, procs, prom, traceshape
+from offpeak_core.versions import KUBERNETES_VERSION
+from offpeak_e2e import build, chartrun, controlplane, kube, onlineload, procs, prom, traceshape
 from offpeak_e2e.controlplane import ClusterState, ControlPlane, ControlPlaneSettings, StartError
 
 Echo = Callable[[str], None]
@@ -40,23 +42,20 @@ class ClusterSettings:
     eviction_grace_s: int = 5  # terminationGracePeriod the evictor gives offline pods
     history_days: float = 4.0  # past replayed "days" backfilled into Prometheus before it starts (online load on)
     service_timeout_s: float = 90.0
-    extra_env: dict[str, str] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)  # every offpeak component's (the chart's extraEnv)
     online_plan: dict[str, list[int]] | None = None  # per node, online GPUs per slot of the day (None: the trace)
     addons: tuple[str, ...] = ()  # other controllers beside offpeak, with their CRDs: "kueue", "training-operator"
     operator_namespaces: tuple[str, ...] = ()  # kopf namespace patterns for the operator (none: every namespace)
     analysis_timeout_s: int = 120  # the operator's deadline for an analysis pod (kwok never runs one to its end)
+    # values files charts/offpeak is rendered with for offpeak's services, before the overlay of these settings
+    # (`chartrun.cluster_values`)
+    chart_values: tuple[Path, ...] = (chartrun.VALUES_FILE,)
 
 
 def offpeak_argv() -> list[str]:
     """How to run the `offpeak` CLI of this checkout (the venv's entry point, else ``python -m offpeak``)."""
     exe = Path(sys.executable).with_name("offpeak")
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "offpeak"]
-
-
-def offpeak_has(command: str) -> bool:
-    """Whether the installed `offpeak` CLI has a subcommand (components land at different times)."""
-    proc = subprocess.run([*offpeak_argv(), "--help"], capture_output=True, text=True, check=False)
-    return f" {command} " in proc.stdout or f"    {command}\n" in proc.stdout or f"{{{command}" in proc.stdout
 
 
 class LocalCluster:
@@ -67,6 +66,7 @@ class LocalCluster:
         self.echo = echo
         self.cp = ControlPlane(self.settings.control_plane, echo=echo)
         self.state: ClusterState | None = None
+        self._chart: list[dict[str, Any]] | None = None  # the rendered chart (config/chart.yaml)
 
     @property
     def sup(self) -> procs.Supervisor:
@@ -89,6 +89,7 @@ class LocalCluster:
             if "prometheus" in day:
                 self.state.urls["prometheus"] = f"http://127.0.0.1:{self._port('prometheus')}"
             if offpeak:
+                self._timed("chart", self._install_chart)
                 self._timed("+".join(offpeak), lambda: self._start_together(offpeak))
             if day:
                 self._timed("+".join(day), lambda: self._start_together(day))
@@ -118,29 +119,56 @@ class LocalCluster:
         self.echo(f"[cluster] {label}: {time.monotonic() - t:.1f}s")
         self.state.save()
 
-    # -- services -------------------------------------------------------------------------------------------
-    def env(self) -> dict[str, str]:
-        """Environment for offpeak's processes: the contracts' OFFPEAK_* fallbacks point at this cluster."""
-        assert self.state is not None
-        urls = self.state.urls
-        env = {"KUBECONFIG": self.state.kubeconfig, "PYTHONUNBUFFERED": "1",
-               "OFFPEAK_PREDICTOR_TOKEN_FILE": str(self._predictor_token())}
-        if "prometheus" in urls:
-            env["OFFPEAK_PROMETHEUS_URL"] = urls["prometheus"]
-        if "predictor" in urls:
-            env["OFFPEAK_PREDICTOR_URL"] = urls["predictor"]
-        return {**env, **self.settings.extra_env}
+    # -- offpeak's services, from the chart -------------------------------------------------------------------
+    def _components(self) -> list[str]:
+        return [c for c in chartrun.COMPONENTS if c in self.settings.services]
 
-    def _predictor_token(self) -> Path:
-        """The shared secret of predictor and operator (the chart mounts one Secret into both): made once per
-        cluster, readable by this user only."""
-        path = self.cp.run_dir / "config" / "predictor-token"
-        if not path.is_file():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as out:
-                out.write(secrets.token_hex(32))
-        return path
+    def _install_chart(self) -> None:
+        """Render charts/offpeak for this cluster, hand out its services' ports, and apply what gives them their
+        identity (ServiceAccounts, RBAC, the Secrets and ConfigMaps they mount) into the release namespace."""
+        assert self.state is not None
+        s = self.settings
+        overlay = self.cp.run_dir / "config" / "chart-values.json"
+        overlay.write_text(json.dumps(chartrun.cluster_values(
+            services=s.services, addons=s.addons, day_seconds=s.day_seconds, eviction_grace_s=s.eviction_grace_s,
+            analysis_timeout_s=s.analysis_timeout_s, operator_namespaces=s.operator_namespaces,
+            prometheus_url=self.state.urls.get("prometheus", ""), extra_env=s.extra_env), indent=2))
+        manifest = chartrun.render(build.binaries()["helm"], values=[*s.chart_values, overlay],
+                                   kube_version=KUBERNETES_VERSION)
+        (self.cp.run_dir / "config" / "chart.yaml").write_text(manifest)
+        self._chart = chartrun.parse(manifest)
+        for key in chartrun.declared_ports(self._chart, self._components()):
+            # the offpeak-scheduler's config (made with the control plane) names the extender's port
+            self.state.ports[key] = self.state.ports["extender"] if key == "extender/http" else procs.free_port()
+        shutil.rmtree(self.cp.run_dir / "pods", ignore_errors=True)
+        kubeconfig = Path(self.state.kubeconfig)
+        kube.kubectl(kubeconfig, "create", "namespace", chartrun.NAMESPACE, check=False)
+        specs = [self._spec(c) for c in self._components()]
+        kube.apply(kubeconfig, chartrun.identity_objects(self._chart, specs))
+
+    def _objects(self) -> list[dict[str, Any]]:
+        if self._chart is None:  # a test process attached to a cluster another one started
+            self._chart = chartrun.parse((self.cp.run_dir / "config" / "chart.yaml").read_text())
+        return self._chart
+
+    def _chart_ports(self) -> dict[str, int]:
+        assert self.state is not None
+        return {k: self.state.ports[k] for k in chartrun.declared_ports(self._objects(), self._components())}
+
+    def _spec(self, component: str) -> chartrun.ProcessSpec:
+        return chartrun.process_spec(self._objects(), component, ports=self._chart_ports(),
+                                     volume_root=self.cp.run_dir / "pods")
+
+    def _chart_service(self, component: str) -> str:
+        """Start one offpeak component as the chart renders it; its readiness URL."""
+        assert self.state is not None
+        spec = self._spec(component)
+        env = chartrun.materialise(spec, admin_kubeconfig=Path(self.state.kubeconfig), server=self.state.apiserver,
+                                   ca_file=self.cp.run_dir / "pki" / "ca.crt",
+                                   kubeconfig_path=self.cp.run_dir / "pods" / component / "kubeconfig")
+        self.sup.start(component, [*offpeak_argv(), *spec.argv], wrapper=chartrun.clean_env_wrapper(env))
+        self.state.urls[component] = chartrun.service_url(self._objects(), component, ports=self._chart_ports())
+        return spec.ready_url
 
     def _port(self, name: str) -> int:
         assert self.state is not None
@@ -155,14 +183,14 @@ class LocalCluster:
     def _launch(self, name: str) -> str:
         """Start (or restart) one service by name without waiting; its health URL."""
         assert self.state is not None
-        starters = {
-            "prometheus": self._prometheus, "online": self._online, "predictor": self._predictor,
-            "extender": self._extender, "evictor": self._evictor, "operator": self._operator,
-        }
-        if name not in starters:
+        if name not in SERVICES:
             raise StartError(f"unknown service {name!r}; choose from {', '.join(SERVICES)}")
         self.sup.stop(name)
-        return starters[name]()
+        if name == "prometheus":
+            return self._prometheus()
+        if name == "online":
+            return self._online()
+        return self._chart_service(name)
 
     def _start_together(self, names: Sequence[str]) -> None:
         """Start services that need nothing of each other at once (each spends seconds importing its libraries),
@@ -193,22 +221,13 @@ class LocalCluster:
     def _wait_http(self, name: str, url: str) -> None:
         self.cp._wait(name, f"{name} {url}", lambda: kube.http_ok(url), timeout=self.settings.service_timeout_s)
 
-    def _require(self, command: str) -> None:
-        if not offpeak_has(command.split()[0]):
-            raise StartError(
-                f"`offpeak {command}` is not available in this checkout yet; start the cluster without it "
-                f"(offpeak cluster up --without {command.split()[0]})"
-            )
-
     def _prometheus(self) -> str:
         assert self.state is not None
         binary = prom.prometheus_binary()
         port = self._port("prometheus")
         targets = {"offpeak-node-agent": f"127.0.0.1:{self._port('online')}"}
-        for svc, key in (("extender", "extender"), ("evictor", "evictor-metrics"),
-                         ("operator", "operator-metrics"), ("predictor", "predictor")):
-            if svc in self.settings.services:
-                targets[f"offpeak-{svc}"] = f"127.0.0.1:{self._port(key)}"
+        if self._components():  # what the chart's ServiceMonitors scrape
+            targets.update(chartrun.scrape_targets(self._objects(), ports=self._chart_ports()))
         cfg = prom.write_config(self.cp.run_dir / "config" / "prometheus.yml", targets=targets,
                                 scrape_interval_s=self.settings.scrape_interval_s)
         data = self.cp.run_dir / "prometheus-data"
@@ -282,68 +301,6 @@ class LocalCluster:
             argv.append("--manual")
         self.sup.start("online", argv, env={"PYTHONPATH": _pythonpath()})
         self.state.urls["node-metrics"] = f"http://127.0.0.1:{port}/metrics"
-        return f"http://127.0.0.1:{port}/metrics"
-
-    def _predictor(self) -> str:
-        assert self.state is not None
-        self._require("predictor")
-        port = self._port("predictor")
-        db = self.cp.run_dir / "predictor-samples.sqlite"
-        self.sup.start("predictor", [*offpeak_argv(), "predictor", "serve", "--host", "127.0.0.1", "--port",
-                                     str(port), "--db", str(db)], env=self.env())
-        self.state.urls["predictor"] = f"http://127.0.0.1:{port}"
-        return f"http://127.0.0.1:{port}/healthz"
-
-    def _extender(self) -> str:
-        assert self.state is not None
-        self._require("extender")
-        port = self.state.ports["extender"]  # fixed at control-plane start: the scheduler config names it
-        argv = [
-            *offpeak_argv(), "extender", "--host", "127.0.0.1", "--port", str(port),
-            "--kubeconfig", self.state.kubeconfig, *self._forecast_argv(),
-        ]
-        if "prometheus" in self.state.urls:
-            argv += ["--prometheus-url", self.state.urls["prometheus"]]
-        self.sup.start("extender", argv, env=self.env())
-        self.state.urls["extender"] = f"http://127.0.0.1:{port}"
-        return f"http://127.0.0.1:{port}/healthz"
-
-    def _forecast_argv(self) -> list[str]:
-        """The forecaster's options for this cluster's compressed day: the extender's, and the evictor's for
-        planned stops (both must see the same windows)."""
-        day = self.settings.day_seconds
-        return ["--season-seconds", f"{day:g}", "--step-seconds", f"{max(1.0, day / 96):g}", "--refresh-seconds", "2"]
-
-    def _evictor(self) -> str:
-        assert self.state is not None
-        self._require("evictor")
-        port = self._port("evictor-metrics")
-        argv = [
-            *offpeak_argv(), "evictor", "--host", "127.0.0.1", "--metrics-port", str(port),
-            "--kubeconfig", self.state.kubeconfig, "--grace-seconds", str(self.settings.eviction_grace_s),
-            "--interval-seconds", "1", *self._forecast_argv(),
-        ]
-        if "prometheus" in self.state.urls:
-            argv += ["--prometheus-url", self.state.urls["prometheus"]]
-        self.sup.start("evictor", argv, env=self.env())
-        self.state.urls["evictor"] = f"http://127.0.0.1:{port}"
-        return f"http://127.0.0.1:{port}/healthz"
-
-    def _operator(self) -> str:
-        assert self.state is not None
-        self._require("operator")
-        port = self._port("operator-metrics")
-        live = self._port("operator-liveness")
-        predictor = self.state.urls.get("predictor", "http://127.0.0.1:9")  # unreachable: fallback predictions
-        scope = ([arg for ns in self.settings.operator_namespaces for arg in ("--namespace", ns)]
-                 or ["--all-namespaces"])
-        self.sup.start("operator", [
-            *offpeak_argv(), "operator", *scope, "--standalone", "--kubeconfig", self.state.kubeconfig,
-            "--predictor-url", predictor, "--metrics-port", str(port), "--liveness-port", str(live),
-            "--resync-seconds", "2", "--requeue-base-seconds", "3",
-            "--analysis-timeout-seconds", str(self.settings.analysis_timeout_s),
-        ], env=self.env())
-        self.state.urls["operator"] = f"http://127.0.0.1:{port}"
         return f"http://127.0.0.1:{port}/metrics"
 
 

@@ -4,7 +4,9 @@
 Kueue runs as it would in a cluster, minus its webhooks: nothing registers them here, so Jobs are created with
 `spec.suspend: true` (what Kueue's mutating webhook would set, and what offpeak's opt-in asks anyway). Its webhook
 server still starts, so it is handed the local CA-signed serving certificate. Feature gates that need pieces this
-cluster lacks (MultiKueue, ProvisioningRequest, the visibility API server) are off.
+cluster lacks (MultiKueue, ProvisioningRequest, the visibility API server) are off. TrainingJobs are an external
+framework (their Workloads are made and followed by offpeak's operator, `operator.kueue.enabled`), as
+docs/trainingjob.md tells a cluster operator to configure Kueue.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ from typing import Any
 
 from offpeak_e2e import build, kube, procs
 from offpeak_e2e.controlplane import StartError, wait_started
+from offpeak_operator import names
 
 KUEUE = "kueue"
 FEATURE_GATES = "MultiKueue=false,ProvisioningACC=false,VisibilityOnDemand=false"
+TRAININGJOB_FRAMEWORK = f"{names.KIND}.{names.VERSION}.{names.GROUP}"  # Kueue's Kind.version.group
 
 
 def config(*, health_port: int, metrics_port: int, webhook_port: int, cert_dir: Path) -> dict[str, Any]:
-    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta1): batch/v1 Jobs only, queued by name, one replica."""
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta1): batch/v1 Jobs, and TrainingJobs as an external
+    framework, queued by name; one replica."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta1", "kind": "Configuration", "namespace": "kueue-system",
         "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
@@ -31,7 +36,7 @@ def config(*, health_port: int, metrics_port: int, webhook_port: int, cert_dir: 
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
         "manageJobsWithoutQueueName": False,
-        "integrations": {"frameworks": ["batch/job"]},
+        "integrations": {"frameworks": ["batch/job"], "externalFrameworks": [TRAININGJOB_FRAMEWORK]},
         "clientConnection": {"qps": 50, "burst": 100},
     }
 

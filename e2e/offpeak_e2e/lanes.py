@@ -158,6 +158,6 @@ def confined_template(template: dict[str, Any], lane: Lane) -> dict[str, Any]:
 # them at once and the short ones fill in after; the lanes whose day is shifted to the cluster's start (kueue,
 # yield) are among the first six. A file's tests stay together and in order: the sort is stable.
 FILE_ORDER = ("test_kueue", "test_demo", "test_announced_demand", "test_elastic", "test_job_kinds",
-             "test_planned_stops", "test_pool_windows", "test_lifecycle", "test_real_jobs", "test_faults",
-             "test_surge", "test_feedback", "test_dashboard", "test_live_pace",
+             "test_planned_stops", "test_pool_windows", "test_lifecycle", "test_chart_install", "test_real_jobs",
+             "test_faults", "test_surge", "test_feedback", "test_dashboard", "test_live_pace",
              "test_load_smoke", "test_operator_peering", "test_helm_install")

@@ -54,3 +54,13 @@ def test_an_existing_secret_is_used_and_port_0_turns_it_all_off(helm_bin) -> Non
     assert all(v["name"] != "status" for v in pod["volumes"])
     (policy,) = [p for p in find(off, "NetworkPolicy") if p["metadata"]["name"].endswith("-operator")]
     assert len(policy["spec"]["ingress"]) == 1  # Prometheus on the metrics port only
+
+
+def test_more_names_and_addresses_go_into_the_certificate_the_chart_makes(helm_bin) -> None:
+    objects = render(CHART, set_values=["operator.status.certHosts={127.0.0.1,status.example.com,fd00::1}"],
+                     include_crds=False)
+    (secret,) = find(objects, "Secret", "-operator-status")
+    cert = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "status.example.com" in names.get_values_for_type(x509.DNSName)
+    assert {str(ip) for ip in names.get_values_for_type(x509.IPAddress)} == {"127.0.0.1", "fd00::1"}

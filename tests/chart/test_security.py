@@ -102,6 +102,7 @@ OPERATOR_NAMESPACED = {
     ("offpeak.io", "trainingjobs/status", "patch"),
     ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "create"), ("", "pods", "delete"),
     ("", "pods", "patch"),  # a real prediction replaces a fallback in the waiting pods' annotation
+    ("", "pods", "get"),  # a labelled Job's analysis pod, read by name (workload_reconciler)
     ("", "pods/log", "get"),
     ("", "configmaps", "get"), ("", "configmaps", "create"),
     ("", "configmaps", "update"),  # a workload analysed again for another entry point replaces its graph
