@@ -63,11 +63,14 @@ class Lane:
     def nodes(self) -> list[str]:
         return [s.name for s in self.specs()]
 
+    def nodes_of_type(self, gpu_type: str) -> list[str]:
+        """The lane's nodes of that GPU type, in order."""
+        return [spec.name for spec in self.specs() if spec.gpu_type == gpu_type]
+
     def node_of_type(self, gpu_type: str) -> str:
         """The lane's first node of that GPU type."""
-        for spec in self.specs():
-            if spec.gpu_type == gpu_type:
-                return spec.name
+        for name in self.nodes_of_type(gpu_type):
+            return name
         raise KeyError(f"lane {self.name} has no {gpu_type} node")
 
     def plan(self, *, day: float = DAY) -> dict[str, list[int]]:
@@ -89,9 +92,9 @@ class Lane:
 # offpeak's services are up, and the scenarios start about 10-40 s later, in parallel. A lane whose scenario needs a
 # given time of its day has its day shifted (`offset`) so that time comes then, instead of up to a day later.
 BASIC = Lane("basic", (A100, H100, L4, V100))
-SURGE = Lane("surge", (V100, L4))
+SURGE = Lane("surge", (V100, V100))
 ELASTIC = Lane("elastic", (V100, L4))
-JOBS = Lane("jobs", (A100, H100, V100))
+JOBS = Lane("jobs", (A100, H100, V100, V100))
 DASHBOARD = Lane("dash", (A100, L4))
 FEEDBACK = Lane("feedback", (A100,))
 OWN_OPERATOR = Lane("ownop", (A100, H100, L4))

@@ -47,9 +47,10 @@ def uncordon_all(e2e_cluster: E2ECluster) -> Iterator[None]:
 def test_two_workers_rendezvous_and_are_placed_together_or_not_at_all(
         e2e_cluster: E2ECluster, e2e_namespace: str, uncordon_all: None) -> None:
     ns = e2e_namespace
-    first, second = JOBS.node_of_type(FIRST), JOBS.node_of_type(SECOND)
-    e2e_cluster.kubectl("cordon", second)  # only one node of the allowed types: room for one worker of two
-    job = trainingjob_manifest("gang", sim_seconds=20, gpu_types=[FIRST, SECOND], estimated_seconds=40, workers=2,
+    # a gang runs on one GPU type (it steps at its slowest worker's pace): the lane's two nodes of the first type
+    first, second = JOBS.nodes_of_type(FIRST)
+    e2e_cluster.kubectl("cordon", second)  # only one node of the allowed type: room for one worker of two
+    job = trainingjob_manifest("gang", sim_seconds=20, gpu_types=[FIRST], estimated_seconds=40, workers=2,
                                lane=JOBS, extra_spec={"gpusPerWorker": 8})
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
     selector = "offpeak.io/trainingjob=gang,offpeak.io/role=training"
@@ -140,6 +141,7 @@ def test_a_template_job_resumes_on_another_node_from_its_reported_checkpoint_on_
         spec.pop(key)
     spec.update(template=template, checkpoint=checkpoint, gpusPerWorker=4)
     e2e_cluster.kubectl("cordon", second)  # the first attempt lands on the first node
+    e2e_cluster.kubectl("cordon", JOBS.nodes_of_type(FIRST)[1])  # (the lane's other node of its type stays out)
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
     running = e2e_cluster.wait_phase(ns, "resume", ["Running", "Failed"], timeout=120)["status"]
     assert running["phase"] == "Running" and running["node"] == first, running

@@ -14,7 +14,7 @@ from offpeak_core.timeparse import parse_timestamp
 from offpeak_e2e.daywindows import extender_window
 from offpeak_e2e.harness import E2ECluster, trainingjob_manifest
 from offpeak_e2e.kube import KubeError
-from offpeak_e2e.lanes import L4, SURGE, V100
+from offpeak_e2e.lanes import SURGE, V100
 
 
 
@@ -31,7 +31,7 @@ def online_reset(e2e_cluster: E2ECluster) -> Iterator[None]:
 def test_surge_evicts_a_lone_pod_before_a_gang_worker_that_risks_more_work(
         e2e_cluster: E2ECluster, e2e_namespace: str, online_reset: None) -> None:
     ns = e2e_namespace
-    first, other = SURGE.node_of_type(V100), SURGE.node_of_type(L4)
+    first, other = SURGE.nodes  # two V100 nodes: a gang runs on one GPU type
     # 4 GPUs free there: room for one worker of the pair below, not both. A pod of no workload holds the other 4,
     # not online pods: online demand rising above the forecast closes the node's window (a surprise), and whether
     # it is one depends on what the earlier scenarios left in the node's history at this time of the "day".
@@ -57,13 +57,14 @@ def test_surge_evicts_a_lone_pod_before_a_gang_worker_that_risks_more_work(
     # The lone job runs far longer than it says (it must still be running at the surge, however long the pair
     # waits for its window below); it asks for a ~2 min window all the same.
     lone = trainingjob_manifest("lone", sim_seconds=1800, gpu_types=[V100], estimated_seconds=60, lane=SURGE,
-                                extra_spec={"gpusPerWorker": 4, "checkpointing": True})
+                                extra_spec={"gpusPerWorker": 4, "checkpointing": True,
+                                            "nodeSelector": {"kubernetes.io/hostname": first}})
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(lone))
     e2e_cluster.wait_phase(ns, "lone", ["Running"], timeout=120)
     # The lone job's start took part of those windows (on a busy machine, most of one): wait again, so the pair's
-    # L4 worker does not find a window about to end, then a next one more than its timeout away.
+    # second worker does not find a window about to end, then a next one more than its timeout away.
     wait_for_windows(" with the lone job running")
-    pair = trainingjob_manifest("pair", sim_seconds=400, gpu_types=[V100, L4], estimated_seconds=60, workers=2,
+    pair = trainingjob_manifest("pair", sim_seconds=400, gpu_types=[V100], estimated_seconds=60, workers=2,
                                 lane=SURGE, extra_spec={"gpusPerWorker": 4, "checkpointing": True})
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(pair))
     e2e_cluster.wait_phase(ns, "pair", ["Running"], timeout=120)
@@ -107,12 +108,12 @@ def test_surge_evicts_a_lone_pod_before_a_gang_worker_that_risks_more_work(
 def test_online_surge_evicts_and_requeues(e2e_cluster: E2ECluster, e2e_namespace: str, online_reset: None) -> None:
     ns = e2e_namespace
     grace = e2e_cluster.cluster.settings.eviction_grace_s
-    first, other = SURGE.node_of_type(V100), SURGE.node_of_type(L4)
-    e2e_cluster.scale_online(other, 8)  # the L4 node is full of online work, so the job lands on the V100 node
+    first, other = SURGE.nodes
+    e2e_cluster.scale_online(other, 8)  # the other node is full of online work, so the job lands on the first
     e2e_cluster.wait_for(f"8 online pods running on {other}", lambda: e2e_cluster.running_online(other) == 8,
                          timeout=60)
 
-    job = trainingjob_manifest("surge", sim_seconds=60, gpu_types=[V100, L4], estimated_seconds=60, lane=SURGE,
+    job = trainingjob_manifest("surge", sim_seconds=60, gpu_types=[V100], estimated_seconds=60, lane=SURGE,
                                extra_spec={"gpusPerWorker": 4, "checkpointing": True})
     e2e_cluster.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
     running = e2e_cluster.wait_phase(ns, "surge", ["Running"], timeout=120)
@@ -122,7 +123,7 @@ def test_online_surge_evicts_and_requeues(e2e_cluster: E2ECluster, e2e_namespace
 
     t = time.monotonic()
     e2e_cluster.scale_online(first, 6)  # 6 online + 4 offline > 8 GPUs
-    e2e_cluster.scale_online(other, 0)  # ... while the L4 node frees up
+    e2e_cluster.scale_online(other, 0)  # ... while the other node frees up
 
     def evicted() -> bool:
         p = e2e_cluster.kubectl("-n", ns, "get", "pod", pod_name, "-o", "json", check=False)

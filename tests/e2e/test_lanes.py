@@ -27,7 +27,8 @@ def test_a_lanes_nodes_carry_its_label_and_pods_are_confined_to_them() -> None:
     assert node_manifest(spec)["metadata"]["labels"][lanes.LANE_LABEL] == "surge"
     job = lanes.confined({"spec": {"nodeSelector": {"team": "a"}}}, lanes.SURGE)
     assert job["spec"]["nodeSelector"] == {"team": "a", lanes.LANE_LABEL: "surge"}
-    assert lanes.SURGE.node_of_type(lanes.L4) == "surge-l4-0"
+    assert lanes.SURGE.nodes_of_type(lanes.V100) == ["surge-v100-sxm2-16gb-0", "surge-v100-sxm2-16gb-1"]
+    assert lanes.SURGE.node_of_type(lanes.V100) == "surge-v100-sxm2-16gb-0"
     with pytest.raises(KeyError):
         lanes.SURGE.node_of_type(lanes.A100)
 
