@@ -253,7 +253,9 @@ def test_a_labelled_jobs_entry_point_is_analysed_in_its_own_image_and_a_hung_ana
     assert pod["metadata"]["labels"]["offpeak.io/workload-name"] == "entry"
     assert pod["spec"]["initContainers"][1]["image"] == "registry.local/team/ddp-train:7"
     assert "team.models:build" in pod["spec"]["initContainers"][1]["command"]
-    assert state().startswith("Analyzing:") and c.get("job", "-n", ns, "entry")["spec"]["suspend"] is True
+    # the operator records the state just after it creates the pod
+    c.wait_for("the Job's state Analyzing", lambda: state().startswith("Analyzing:"), timeout=30)
+    assert c.get("job", "-n", ns, "entry")["spec"]["suspend"] is True
     # the Job controller leaves the pod alone: it keeps its (non-controller) owner reference, and is not counted
     assert pod["metadata"]["ownerReferences"] == [{"apiVersion": "batch/v1", "kind": "Job", "name": "entry",
                                                   "uid": uid}]
