@@ -118,16 +118,19 @@ def plan_yields(
         return None
     victims: list[OfflinePod] = []
     for p in offline_pods:
-        started, interval = now - p.elapsed_seconds, p.checkpoint_interval_seconds
+        started, interval, startup = now - p.elapsed_seconds, p.checkpoint_interval_seconds, startup_seconds
+        if p.last_checkpoint_at is not None and interval is not None:
+            # its checkpoints fall every interval from the one it reported (a grid that starts one interval before)
+            started, startup = p.last_checkpoint_at - interval, 0.0
         if not p.checkpointing or not should_yield(now=now, started_at=started, interval=interval,
-                                                   window_end=window_end, startup_seconds=startup_seconds,
+                                                   window_end=window_end, startup_seconds=startup,
                                                    finish_by=p.finish_by, save_seconds=p.save_on_stop_seconds,
                                                    settings=settings):
             continue
         if p.save_on_stop_seconds is not None:  # it saves as it stops: nothing to lose
             victims.append(replace(p, seconds_since_checkpoint=0.0))
             continue
-        last = last_checkpoint(now=now, started_at=started, interval=interval, startup_seconds=startup_seconds)
+        last = last_checkpoint(now=now, started_at=started, interval=interval, startup_seconds=startup)
         if last is not None:  # what it loses: nothing past its checkpoint
             victims.append(replace(p, seconds_since_checkpoint=now - last))
     if not victims:

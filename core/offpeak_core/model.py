@@ -122,6 +122,9 @@ class OfflinePod:
     # Seconds the pod needs to save when told to stop (`offpeak.io/save-on-stop-seconds`; None: it keeps only its
     # periodic checkpoints): a planned stop then comes that long before the window ends, whatever its checkpoints.
     save_on_stop_seconds: float | None = None
+    # When its last checkpoint was taken, as its live report tells (`offpeak_core.livepace.LiveProgress`; None:
+    # not reported, and checkpoints are taken to fall every interval from its start).
+    last_checkpoint_at: float | None = None
 
     @property
     def key(self) -> str:

@@ -3,7 +3,7 @@ kwok runs no code, so the test plays the training code: it reads the status URL,
 (what its container gets: the env, and the pod's annotations a downward-API volume projects into files) and sends
 reports with `offpeak.progress`'s own reporter. Before the job ends its status shows the measured pace and a
 corrected ETA, an Event names the difference, and the next job of the same model is predicted within 10 % of the
-measured pace."""
+measured pace. The running pod carries the measured pace for the extender and the evictor."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from offpeak.progress import LiveReporter, Progress
+from offpeak_core.livepace import LIVE_PROGRESS_ANNOTATION, LiveProgress
 from offpeak_e2e.harness import E2ECluster, graph_configmap, mlp_graph, trainingjob_manifest
 from offpeak_e2e.lanes import A100, LIVE
 
@@ -86,6 +87,16 @@ def test_a_running_jobs_pace_corrects_its_eta_and_the_next_prediction(e2e_cluste
     events = json.loads(c.kubectl("-n", ns, "get", "events", "--field-selector", "reason=PaceDiffers", "-o",
                                   "json").stdout)["items"]
     assert any("40% slower than predicted" in e["message"] for e in events), events
+
+    # the pace goes onto the running pod, where the extender and the evictor time the rest of the attempt by it
+    def carried() -> LiveProgress | None:
+        text = c.get("pod", "live-first-a1-w0", "-n", ns)["metadata"].get("annotations", {}).get(
+            LIVE_PROGRESS_ANNOTATION)
+        return None if text is None else LiveProgress.decode(text)
+
+    c.wait_for("the pod's live progress", lambda: carried() is not None, timeout=30)
+    on_pod = carried()
+    assert on_pod is not None and abs(on_pod.step_seconds / pace - 1) < 0.01 and on_pod.total_steps == steps
 
     # the predictor has learned the pace already: the next job of the model is predicted near it
     reporting("the live sample", lambda s: "live" in str(s.get("sampleStatus", "")))

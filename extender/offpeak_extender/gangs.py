@@ -28,6 +28,7 @@ from offpeak_core.gangplans import Goodput, Revise, plan_gang
 from offpeak_core.gangs import (
     DEFAULT_GANG_TIMEOUT_SECONDS,
     EXPIRED,
+    MIN_WORK_LEFT,
     GangKey,
     GangReservations,
     admitted_workers,
@@ -196,11 +197,16 @@ class GangPlacer:
         return revise
 
     def _joining(self, pod: PodRequest, gang: Gang, now: float) -> PodRequest:
-        """A worker joining a running elastic gang, its prediction cut to the work the job has left (`work_left`):
-        the annotation's is the whole run from the attempt's start."""
+        """A worker joining a running elastic gang, its prediction cut to the work the job has left: the annotation's
+        is the whole run from the attempt's start. What is left is the job's own word once a worker carries its
+        live progress (`LiveProgress.work_left`: from its last checkpoint), else a pessimistic guess from the time
+        it has run (`work_left`)."""
         run = self.store.gang_started(gang.key)
         if run is None or pod.predicted is None:
             return pod
+        live = self.store.gang_live(gang.key)
+        if live is not None:
+            return with_work_left(pod, max(MIN_WORK_LEFT, live.work_left()))
         started, gpu_type = run
         pred, exact = prediction_for(pod.predicted, gpu_type)
         if pred is None or not exact:

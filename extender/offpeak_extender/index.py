@@ -141,23 +141,37 @@ class ClusterIndex:
                        elapsed_seconds=max(0.0, now - p.started_at) if p.started_at else 0.0,
                        trainingjob=p.trainingjob, uid=p.uid,
                        gang_gpus=gang_gpus[p.gang] if p.gang is not None else 0,
-                       seconds_since_checkpoint=None if not p.checkpointing or p.started_at is None
-                       or p.checkpoint_interval is None else since_checkpoint(
-                           now=now, started_at=p.started_at, interval=p.checkpoint_interval,
-                           startup_seconds=startup_seconds),
+                       seconds_since_checkpoint=_since_checkpoint(p, now=now, startup_seconds=startup_seconds),
                        checkpoint_interval_seconds=p.checkpoint_interval,
                        save_on_stop_seconds=p.save_on_stop,
                        finish_by=finish_by(p, gpu_type, widths.get(p.gang),
-                                           starts.get(p.gang) if p.gang is not None else None))
+                                           starts.get(p.gang) if p.gang is not None else None),
+                       last_checkpoint_at=p.live.last_checkpoint_at() if p.live is not None else None)
             for p in pods
         ]
 
 
+def _since_checkpoint(pod: PodInfo, *, now: float, startup_seconds: float) -> float | None:
+    """Work a stop now throws away: since the checkpoint its live report names, else since the last one its
+    interval puts after its start (None: it does not checkpoint, or says nothing of when)."""
+    if not pod.checkpointing or pod.started_at is None:
+        return None
+    if pod.live is not None and (since := pod.live.since_checkpoint(now)) is not None:
+        return since
+    if pod.checkpoint_interval is None:
+        return None
+    return since_checkpoint(now=now, started_at=pod.started_at, interval=pod.checkpoint_interval,
+                            startup_seconds=startup_seconds)
+
+
 def finish_by(pod: PodInfo, gpu_type: str, width: int | None = None, gang_start: float | None = None) -> float | None:
-    """When the pod is expected to be done: its start plus its predicted p90 on the node's GPU type; for a worker
+    """When the pod is expected to be done: by its measured pace once its attempt reported a steady one (that pace
+    is the width it runs at now), else its start plus its predicted p90 on the node's GPU type; for a worker
     of an elastic gang running on `width` of its workers now, the gang's start (`gang_start`, its first worker's:
     a worker that joined later finishes with the others) plus that p90 scaled to the width (as if it had run so
     from its start: late, rather than early, when workers joined since)."""
+    if pod.live is not None and (pod.elastic_width is None or width is None or pod.live.workers == width):
+        return pod.live.finish_by()  # an elastic gang that changed width since is timed by its prediction again
     if pod.started_at is None or not pod.predicted:
         return None
     pred, exact = prediction_for(pod.predicted, gpu_type)

@@ -12,6 +12,7 @@ from typing import Any
 from offpeak_core.announcements import Announcement, AnnouncementError, announcement_from_object
 from offpeak_core.gangs import GangKey
 from offpeak_core.gpuproducts import node_gpu_type
+from offpeak_core.livepace import LIVE_PROGRESS_ANNOTATION, LiveProgress
 from offpeak_core.model import Prediction
 from offpeak_core.schedules import BusySchedule, parse_busy_hours
 from offpeak_core.timeparse import parse_timestamp
@@ -67,6 +68,7 @@ class PodInfo:
     checkpoint_interval: float | None = None  # offpeak.io/checkpoint-interval-seconds (None: none, or unreadable)
     save_on_stop: float | None = None  # offpeak.io/save-on-stop-seconds (None: periodic checkpoints only)
     predicted: Mapping[str, Prediction] | None = None  # an offline pod's remaining job seconds per GPU type
+    live: LiveProgress | None = None  # an offline pod's measured pace, once its attempt reported a steady one
 
     def may_run_on(self, node: NodeInfo) -> bool:
         """Whether the pod's nodeSelector and required node affinity (`In` expressions) allow `node`."""
@@ -159,7 +161,21 @@ def pod_info(obj: Mapping[str, Any]) -> PodInfo:
         checkpoint_interval=checkpoint_interval(ann),
         save_on_stop=save_on_stop_seconds(ann),
         predicted=_predicted(ann) if labels.get(WORKLOAD_LABEL) == "offline" else None,
+        live=_live(ann) if labels.get(WORKLOAD_LABEL) == "offline" else None,
     )
+
+
+def _live(annotations: Mapping[str, Any]) -> LiveProgress | None:
+    """The pod's live-progress annotation, parsed; None when absent or unreadable (then its prediction times it,
+    as before it reported: the operator writes this annotation, so an unreadable one is logged, not refused)."""
+    text = annotations.get(LIVE_PROGRESS_ANNOTATION)
+    if text is None:
+        return None
+    try:
+        return LiveProgress.decode(str(text))
+    except ValueError as e:
+        log.warning("ignoring a pod's %s", e)
+        return None
 
 
 def _predicted(annotations: Mapping[str, Any]) -> Mapping[str, Prediction] | None:

@@ -29,6 +29,7 @@ from offpeak_core.announcements import Announcement, object_name
 from offpeak_core.forecast import ForecastSettings
 from offpeak_core.gangs import GangKey
 from offpeak_core.goodput import DEFAULT_STARTUP_SECONDS
+from offpeak_core.livepace import LiveProgress
 from offpeak_core.model import NodeView, OfflinePod
 from offpeak_core.nodearrays import NodeArrays
 from offpeak_core.windows import profile_window
@@ -240,6 +241,13 @@ class ClusterStore:
             at, node = min(started)
             info = self.index.nodes.get(node)
             return (at, info.gpu_type) if info is not None else None
+
+    def gang_live(self, key: GangKey) -> LiveProgress | None:
+        """The newest live progress any bound worker of the gang carries (None: none has one yet)."""
+        with self._lock:
+            lives = [pod.live for uid, node in self.index.gangs.get(key, {}).items()
+                     if node is not None and (pod := self.index.pods.get(uid)) is not None and pod.live is not None]
+            return max(lives, key=lambda lp: lp.at, default=None)
 
     # -- history / forecasts -------------------------------------------------------------------------------------
     def record_local_sample(self, now: float | None = None) -> None:

@@ -147,6 +147,14 @@ class StopPods:
 
 
 @dataclass(frozen=True, slots=True)
+class AnnotatePods:
+    """Set `annotations` on pods (the attempt's live progress, which the extender and the evictor read)."""
+
+    pod_names: tuple[str, ...]
+    annotations: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
 class CreateWorkload:
     """Create the Kueue Workload of a queued job (its pod set: the next attempt's training pods)."""
 
@@ -204,7 +212,7 @@ class EmitEvent:
 
 
 Action = (CreateAnalysisPod | DeleteAnalysisPod | CollectGraph | LoadUserGraph | ExtractInProcess | Predict
-          | Repredict | CreateTrainingPods | DeletePods | StopPods | CreateWorkload | ReleaseWorkload | FinishWorkload
+          | Repredict | CreateTrainingPods | DeletePods | StopPods | AnnotatePods | CreateWorkload | ReleaseWorkload | FinishWorkload
           | ReportSample | RecordOutcome | RecordRequeue | EmitEvent)
 
 

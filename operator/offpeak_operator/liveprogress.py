@@ -4,7 +4,9 @@ once the pace is steady. Pure; the state machine turns the result into its statu
 
 The status server writes each report, as received, to `status.liveReport` (`livereports.to_status`). This step
 reads it and keeps what it derived in `status.livePace` (one attempt's; the next attempt starts afresh), so every
-decision here is re-derivable from the status: the Event and the sample go out once per attempt.
+decision here is re-derivable from the status: the Event and the sample go out once per attempt. The steady pace
+also goes onto the attempt's pods (`offpeak_core.livepace.LiveProgress`), where the extender and the evictor time
+the rest of the attempt by it: when it finishes, its last checkpoint, the work a joining worker finds.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from offpeak_core.humanize import duration
-from offpeak_core.livepace import Report, differs, pace, pace_error, remaining, steady
+from offpeak_core.livepace import LiveProgress, Report, differs, pace, pace_error, remaining, steady
 
 from offpeak_operator.livereports import core_report, timestamp
 from offpeak_operator.measure import Measurement, with_measurement
@@ -30,6 +32,28 @@ class LiveUpdate:
     status: dict[str, Any]  # fields to set in .status
     event: tuple[str, str, str] | None = None  # (type, reason, message)
     sample: Measurement | None = None  # post this to the predictor now
+    progress: LiveProgress | None = None  # write this on the attempt's pods now (`LIVE_PROGRESS_ANNOTATION`)
+
+
+# The pods' live progress is written again only when what the extender and evictor derive from it moved this much:
+# its expected finish by more than this share of the time left (and at least a minute), a new checkpoint, or a
+# new width. Each report would otherwise be one pod patch per worker and one informer event in the extender.
+REANNOTATE_SHARE = 0.05
+REANNOTATE_MIN_SECONDS = 60.0
+
+
+def annotation_due(progress: LiveProgress, written: Mapping[str, Any] | None) -> bool:
+    """Whether `progress` says enough that the pods' copy (`written`: what `status.livePace.annotated` keeps of
+    it) must be replaced."""
+    if not isinstance(written, Mapping):
+        return True
+    if written.get("checkpointStep") != progress.checkpoint_step or written.get("workers") != progress.workers:
+        return True
+    before = written.get("finishBy")
+    if not isinstance(before, int | float):
+        return True
+    moved = abs(progress.finish_by() - float(before))
+    return moved > max(REANNOTATE_MIN_SECONDS, REANNOTATE_SHARE * progress.remaining()[1])
 
 
 def _time(value: Any) -> datetime | None:
@@ -51,8 +75,9 @@ def _baseline(seen: Mapping[str, Any]) -> Report | None:
 
 def live_update(*, status: Mapping[str, Any], attempt: int, gpu_type: str, prediction: Prediction | None,
                 total_steps: int, attempt_start: datetime, narrowed: bool,
-                settings: LiveSettings) -> LiveUpdate | None:
-    """The status (and Event, sample) after the attempt's latest report; None when there is nothing new."""
+                settings: LiveSettings, workers: int = 1) -> LiveUpdate | None:
+    """The status (and Event, sample, the pods' live progress) after the attempt's latest report; None when there
+    is nothing new. `workers`: the attempt's running workers."""
     raw = status.get("liveReport")
     if not isinstance(raw, Mapping) or raw.get("attempt") != attempt:
         return None  # no report yet, or one of an earlier attempt
@@ -72,7 +97,7 @@ def live_update(*, status: Mapping[str, Any], attempt: int, gpu_type: str, predi
     baseline = _baseline(seen) or (latest if latest.steps > started_at else None)
     out: dict[str, Any] = {"attempt": attempt, "gpuType": gpu_type or None, "reportedAt": raw["receivedAt"],
                            "steps": latest.steps}
-    out.update({k: seen[k] for k in ("announced", "sampled", "sampleId") if seen.get(k)})  # once per attempt
+    out.update({k: seen[k] for k in ("announced", "sampled", "sampleId", "annotated") if seen.get(k)})
     if baseline is not None:
         out["baseline"] = {"at": timestamp(datetime.fromtimestamp(baseline.at, received.tzinfo)),
                            "steps": baseline.steps}
@@ -109,7 +134,16 @@ def live_update(*, status: Mapping[str, Any], attempt: int, gpu_type: str, predi
     if gpu_type and not narrowed and not seen.get("sampled") and steady(p, min_steps=settings.sample_steps):
         out["sampled"] = True
         sample = measured
-    return LiveUpdate(status=patch, event=event, sample=sample)
+    checkpoint = raw.get("checkpointSteps")
+    progress = LiveProgress(
+        at=received.timestamp(), step_seconds=p.step_seconds, steps=latest.steps, total_steps=total_steps,
+        attempt_from_step=started_at, workers=max(1, workers),
+        checkpoint_step=checkpoint if isinstance(checkpoint, int) and checkpoint > started_at else None)
+    if not annotation_due(progress, seen.get("annotated")):
+        return LiveUpdate(status=patch, event=event, sample=sample)
+    out["annotated"] = {"finishBy": round(progress.finish_by(), 3), "checkpointStep": progress.checkpoint_step,
+                        "workers": progress.workers}
+    return LiveUpdate(status=patch, event=event, sample=sample, progress=progress)
 
 
 def differs_message(*, measured: float, predicted: float, error: float, gpu_type: str, steps: int, margin: float,

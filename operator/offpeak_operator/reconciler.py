@@ -297,6 +297,9 @@ class Reconciler:
             case sm.StopPods(pod_names=pod_names, reason=reason):
                 for pod in pod_names:
                     kube.patch_pod_annotations(ns, pod, {names.ANN_EVICTION_REASON: reason})
+            case sm.AnnotatePods(pod_names=pod_names, annotations=annotations):
+                for pod in pod_names:
+                    kube.patch_pod_annotations(ns, pod, dict(annotations))
             case sm.CreateWorkload():
                 assert spec is not None
                 queue = admission.queue_name(job)

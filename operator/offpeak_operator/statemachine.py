@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from offpeak_core.gangs import width_scale
+from offpeak_core.livepace import LIVE_PROGRESS_ANNOTATION
 
 from offpeak_operator import admission
 from offpeak_operator import conditions as cond
@@ -35,7 +36,7 @@ from offpeak_operator.jobstate import (
     REQUEUE_EVICTED, REQUEUE_POD_FAILED, REQUEUE_YIELDED, REQUEUE_SUSPENDED, REQUEUE_REASONS, NOT_COUNTED,
     USER_ERROR_EXIT, INVALID_MODEL_SOURCE, EVICTION_REASONS, Phase, TERMINAL, QUEUED_PHASES, PodView, Observed,
     CreateAnalysisPod, DeleteAnalysisPod, CollectGraph, LoadUserGraph, ExtractInProcess, Predict, Repredict,
-    CreateTrainingPods, DeletePods, StopPods, CreateWorkload, ReleaseWorkload, FinishWorkload, ReportSample,
+    CreateTrainingPods, DeletePods, StopPods, AnnotatePods, CreateWorkload, ReleaseWorkload, FinishWorkload, ReportSample,
     RecordOutcome, RecordRequeue, EmitEvent, Action, Decision, parse_time,
 )
 from offpeak_operator.statuses import (
@@ -492,7 +493,8 @@ def _with_live(decision: Decision, spec: JobSpec, status: Mapping[str, Any], pod
     update = live_update(status=merged, attempt=int(merged.get("attempts") or 1),
                          gpu_type=pods[0].gpu_type or str(merged.get("gpuType") or ""), prediction=prediction,
                          total_steps=spec.total_steps, attempt_start=_attempt_start(status, pods, now),
-                         narrowed=narrowed(spec, status, pods), settings=settings.live)
+                         narrowed=narrowed(spec, status, pods), settings=settings.live,
+                         workers=sum(p.phase == "Running" for p in pods) or 1)
     if update is None:
         return decision
     decision.status.update(update.status)
@@ -500,6 +502,9 @@ def _with_live(decision: Decision, spec: JobSpec, status: Mapping[str, Any], pod
         decision.actions.append(EmitEvent(*update.event))
     if update.sample is not None:
         decision.actions.append(ReportSample.of(update.sample, live=True))
+    running = tuple(p.name for p in pods if p.phase == "Running" and not p.deleting)
+    if update.progress is not None and running:
+        decision.actions.append(AnnotatePods(running, {LIVE_PROGRESS_ANNOTATION: update.progress.encode()}))
     return decision
 
 

@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
+import pytest
 
 from offpeak_core.evictions import REASON_YIELD, plan_yields
 from offpeak_core.forecast import DemandForecast
 from offpeak_core.model import OfflinePod
 from offpeak_core.schedules import parse_busy_hours
 from offpeak_core.windows import FreeProfile, free_profile, profile_window, room_window, with_busy_hours
+from offpeak_core.yielding import YieldSettings
 
 NOW = 10_000.0
 
@@ -108,3 +112,19 @@ def test_only_pods_at_a_checkpoint_whose_next_one_would_miss_the_window_stop() -
                         end_known=True)
     assert known is not None and "is scheduled (announced demand or busy hours) to need" in known.message
     assert plan_yields(node="n1", offline_pods=pods, window_end=None, now=NOW, startup_seconds=60) is None
+
+
+def test_a_reported_checkpoint_sets_when_a_pod_is_at_one_and_what_it_loses() -> None:
+    # By its start the pod is 5 minutes past a checkpoint (it would lose them); its live report says it saved just
+    # now (slow start-up moved its checkpoints), so it stops here, losing nothing.
+    reported = replace(pod("slow-start", interval=600, elapsed=60 + 1500), last_checkpoint_at=NOW - 10)
+    # And the other way: its start says it is at a checkpoint, its report says the last was 4 minutes ago.
+    behind = replace(pod("behind", interval=600, elapsed=60 + 1200), last_checkpoint_at=NOW - 240)
+    looks = YieldSettings(at_checkpoint_seconds=30.0)  # the evictor looks every 30 s
+    plan = plan_yields(node="n1", offline_pods=[reported, behind], window_end=NOW + 500, now=NOW,
+                       startup_seconds=60, settings=looks)
+    assert plan is not None and [v.name for v in plan.victims] == ["slow-start"]
+    assert plan.victims[0].seconds_since_checkpoint == pytest.approx(10.0)
+    # the next reported checkpoint (NOW - 10 + 600) lands inside a longer window: it runs on
+    assert plan_yields(node="n1", offline_pods=[reported], window_end=NOW + 700, now=NOW, startup_seconds=60,
+                       settings=looks) is None

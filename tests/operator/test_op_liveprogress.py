@@ -121,3 +121,33 @@ def test_without_a_prediction_for_the_gpu_type_the_pace_is_kept_without_comparin
                   gpu_type="H100-SXM5-80GB")
     assert got.event is None and "error" not in got.status["livePace"]
     assert got.sample is not None and got.sample.predicted_step_seconds is None
+
+
+def test_a_steady_pace_goes_onto_the_pods_and_again_only_when_it_says_something_new() -> None:
+    status: dict[str, Any] = {"attempts": 1, "completedSteps": 100,
+                              "liveReport": _report(60, steps=201, stepSeconds=0.5, attemptSteps=101,
+                                                    checkpointSteps=150)}
+    first = _update(status, workers=2)
+    live = first.progress
+    assert live is not None
+    assert (live.steps, live.total_steps, live.attempt_from_step, live.checkpoint_step, live.workers) == (
+        201, 1000, 100, 150, 2)
+    assert live.at == (NOW + timedelta(seconds=60)).timestamp() and live.step_seconds == 0.5
+    assert first.status["livePace"]["annotated"]["finishBy"] == pytest.approx(live.finish_by(), abs=1e-3)
+    # a minute on at the same pace: the finish it implies has not moved, nothing to write
+    status = _then(status, first) | {"liveReport": _report(120, steps=321, stepSeconds=0.5, attemptSteps=221,
+                                                           checkpointSteps=150)}
+    same = _update(status, workers=2)
+    assert same.progress is None and same.status["livePace"]["annotated"] == first.status["livePace"]["annotated"]
+    # a new checkpoint is news (what an eviction would lose), and so is a pace that moves the finish
+    checkpointed = _update(status | {"liveReport": _report(120, steps=321, stepSeconds=0.5, attemptSteps=221,
+                                                           checkpointSteps=300)}, workers=2)
+    assert checkpointed.progress is not None and checkpointed.progress.checkpoint_step == 300
+    slower = _update(status | {"liveReport": _report(120, steps=321, stepSeconds=0.6, attemptSteps=221,
+                                                     checkpointSteps=150)}, workers=2)
+    assert slower.progress is not None and slower.progress.step_seconds == 0.6
+
+
+def test_no_live_progress_on_the_pods_before_the_pace_is_steady() -> None:
+    got = _update({"attempts": 1, "liveReport": _report(10, steps=3, stepSeconds=0.5, attemptSteps=3)})
+    assert got is not None and got.progress is None and "annotated" not in got.status["livePace"]

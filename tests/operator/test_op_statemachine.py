@@ -9,9 +9,11 @@ from optestkit import NOW, job_body
 
 import pytest
 from offpeak.progress import Progress
+from offpeak_core.livepace import LIVE_PROGRESS_ANNOTATION, LiveProgress
 
 from offpeak_operator import statemachine as sm
 from offpeak_operator.jobspec import Problem, parse_spec
+from offpeak_operator.livereports import timestamp
 from offpeak_operator.predictions import FallbackSettings, GpuPrediction, Prediction
 from offpeak_operator.settings import AnalysisSettings, OperatorSettings, RequeueSettings
 
@@ -719,3 +721,18 @@ def test_an_ended_queued_job_finishes_its_workload_once() -> None:
     assert queued(done, wl(finished=True)).actions == []
     failed = queued({"phase": "Failed", "message": "no attempts left"}, wl(quota_reserved=True))
     assert failed.actions == [sm.FinishWorkload(succeeded=False, message="no attempts left")]
+
+
+def test_a_running_attempts_steady_pace_is_written_on_its_running_pods() -> None:
+    report = {"attempt": 1, "receivedAt": timestamp(NOW - timedelta(seconds=5)), "steps": 101, "stepSeconds": 0.3,
+              "attemptSteps": 101, "checkpointSteps": 50}
+    running = waiting(phase="Running", node="n1", attemptStartTime="2026-11-21T05:50:00Z", liveReport=report)
+    observed = pods(sm.PodView("train-1-a1-w0", phase="Running", node="n1", gpu_type="A100-SXM4-40GB",
+                               started_at=NOW - timedelta(minutes=10)))
+    d = decide(running, observed=observed)
+    (annotate,) = [a for a in d.actions if isinstance(a, sm.AnnotatePods)]
+    assert annotate.pod_names == ("train-1-a1-w0",)
+    live = LiveProgress.decode(annotate.annotations[LIVE_PROGRESS_ANNOTATION])
+    assert (live.steps, live.step_seconds, live.checkpoint_step, live.total_steps) == (101, 0.3, 50, 1000)
+    again = decide({**running, **d.status}, observed=observed)  # the same report read again: nothing to write
+    assert not any(isinstance(a, sm.AnnotatePods) for a in again.actions)
