@@ -1,8 +1,9 @@
 """Scenario files (`offpeak_sim.scenariofile`): every field reaches the settings a run takes, every rule is checked
-once there, and a refusal names the file and the field as YAML spells it."""
+once there, and a refusal names the file and the field as YAML spells it. The committed experiments all load."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,9 @@ from offpeak_sim.scenario import ScenarioSettings
 from offpeak_sim.scenariofile import Override, ScenarioFile, dump, load
 from offpeak_sim.settings import EngineSettings
 
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "reports" / "sim" / "scenarios"
+REGENERATE = ROOT / "reports" / "sim" / "regenerate.sh"
 HELIOS = "helios-earth-vc-2020-05"
 
 
@@ -186,3 +190,36 @@ def test_the_dumped_scenario_loads_back_to_the_same_scenario(tmp_path: Path) -> 
     again = write(tmp_path, dump(spec), "again.yaml")
     assert load([again]).spec == spec
     assert yaml.safe_load(dump(ScenarioFile()))["engine"]["yield"] is False  # the YAML name, not Python's
+
+
+def regenerate_runs() -> list[tuple[str, str]]:
+    """(scenario name, trace) of every `run NAME TRACE...` in reports/sim/regenerate.sh."""
+    code = "\n".join(re.sub(r"(^|\s)#.*$", "", line) for line in REGENERATE.read_text().splitlines())
+    runs = []
+    for m in re.finditer(r"\brun\s+(?:--plots\s+)?([\w-]+)((?:[ \t]+(?:alibaba|helios)\b)+)", code):
+        runs += [(m[1], trace) for trace in m[2].split()]
+    return runs
+
+
+def regenerate_traces() -> dict[str, str]:
+    return dict(re.findall(r"\[(\w+)\]=([\w.-]+)", REGENERATE.read_text()))
+
+
+def test_regenerate_names_only_scenario_files_that_exist_and_runs_every_one() -> None:
+    runs = regenerate_runs()
+    named = {name for name, _ in runs}
+    files = {p.stem for p in SCENARIOS.glob("*.yaml")}
+    assert len(named) >= 17 and {"days", "poolcap", "elastic-wide"} <= named
+    assert named - files == set(), "regenerate.sh runs scenarios that have no file"
+    assert files - named == set(), "scenario files that regenerate.sh does not run"
+    assert set(regenerate_traces()) == {trace for _, trace in runs} == {"alibaba", "helios"}
+
+
+@pytest.mark.parametrize("name,trace", sorted(set(regenerate_runs())))
+def test_every_committed_scenario_loads_on_the_traces_regenerate_runs_it_on(name: str, trace: str) -> None:
+    path = SCENARIOS / f"{name}.yaml"
+    assert path.read_text().startswith("# "), "the first line says what the experiment tests"
+    online = Override("online_trace", regenerate_traces()[trace], "--online-trace")
+    got = load([path], (online,))
+    assert got.settings.scenario.online_trace == paths.trace_dir(regenerate_traces()[trace])
+    load([path])  # and on its own, on the trace it names (or the default)
