@@ -1,7 +1,8 @@
 """Summarise the committed simulator reports over seeds: mean and range per policy, and offpeak against backfill.
 
 Reads `<dir>/<kind>-{alibaba,helios}-s<seed>.json` for each kind of `TITLES` (written by
-`reports/sim/regenerate.sh`) and prints markdown tables (mean, and min..max over the seeds in brackets). Usage:
+`reports/sim/regenerate.sh` from `reports/sim/scenarios/<kind>.yaml`) and prints markdown tables (mean, and min..max
+over the seeds in brackets). Usage:
 `.venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md`.
 
 `--elastic` summarises the elastic-width runs instead (`<dir>/elastic{-off,,-join}-<trace>-s<seed>.json`: the same
@@ -20,28 +21,32 @@ from pathlib import Path
 import numpy as np
 
 # the kinds of run report read and their tables' titles, in the order the tables are printed (per trace)
-TITLES = {"before": "before issue 18 (wide jobs folded onto one node, no gangs)", "days": "gangs + goodput",
-          "goodput90": "gangs + goodput at --min-efficiency 0.9 (the goodput rule's threshold, 0.8 elsewhere)",
-          "pinned": "gangs + goodput, online demand pinned to nodes (the model before pod placement)",
-          "pool": "gangs + goodput, pool windows (--pool-windows: a node's window ends when its VC is forecast "
-                  "full)",
-          "poolexact": "gangs + goodput, pool windows with a perfect pool forecast (--pool-forecast exact: each "
-                       "VC's true future online total)",
+TITLES = {"before": "before issue 18 (wide jobs folded onto one node, no gangs; scenarios/before.yaml)",
+          "days": "gangs + goodput (scenarios/days.yaml)",
+          "goodput90": "gangs + goodput at engine.min_efficiency 0.9 (the goodput rule's threshold, 0.8 elsewhere when "
+                       "the runs were made; scenarios/goodput90.yaml)",
+          "pinned": "gangs + goodput, online demand pinned to nodes (the model before pod placement; "
+                    "scenarios/pinned.yaml)",
+          "pool": "gangs + goodput, pool windows (a node's window ends when its VC is forecast full; "
+                  "scenarios/pool.yaml)",
+          "poolexact": "gangs + goodput, pool windows with a perfect pool forecast (each VC's true future online "
+                       "total; scenarios/poolexact.yaml)",
           "poolexactyield": "gangs + goodput, pool windows with a perfect pool forecast and yielding at a "
-                            "checkpoint before it (--pool-forecast exact --yield)",
+                            "checkpoint before it (scenarios/poolexactyield.yaml)",
           "poollead": "gangs + goodput, pool windows with each VC's online total known 35 min ahead of the rise "
-                      "forecast, and yielding (--pool-lead-minutes 35 --yield)",
+                      "forecast, and yielding (scenarios/poollead.yaml)",
           "poolannounce": "gangs + goodput, pool windows with each VC's online total announced 35 min ahead as a "
-                          "floor under the rise forecast, and yielding, jobs saving as they stop (--pool-announce-minutes "
-                          "35 --yield --save-on-stop 60)",
+                          "floor under the rise forecast, and yielding, jobs saving as they stop "
+                          "(scenarios/poolannounce.yaml)",
           "poolcap": "gangs + goodput, pool windows with each VC's online total announced 35 min ahead as a floor and "
                      "a ceiling (OnlineDemand poolGpusAtMost), and yielding, jobs saving as they stop "
-                     "(--pool-announce-minutes 35 --pool-announce-ceiling --yield --save-on-stop 60)",
+                     "(scenarios/poolcap.yaml)",
           "poolcaphour": "gangs + goodput, pool windows as poolcap, the ceiling stated once per clock hour as the "
-                         "hour's busiest minute (--pool-ceiling-block-minutes 60)",
+                         "hour's busiest minute (scenarios/poolcaphour.yaml)",
           "poolplan": "gangs + goodput, pool windows as poolcaphour, the floor stated once per clock hour too, so each "
-                      "hour is announced at its busiest minute (a replica plan; --pool-floor-block-minutes 60)",
-          "poolcaphour90": "gangs + goodput at --min-efficiency 0.9, pool windows as poolcaphour"}
+                      "hour is announced at its busiest minute (a replica plan; scenarios/poolplan.yaml)",
+          "poolcaphour90": "gangs + goodput at engine.min_efficiency 0.9, pool windows as poolcaphour "
+                           "(scenarios/poolcaphour90.yaml)"}
 
 COLUMNS = (
     ("harvested GPU-h", lambda m: m["harvested_gpu_hours"], "{:,.0f}"),

@@ -45,14 +45,14 @@ def parse_mix(text: str) -> dict[str, float]:
     for part in filter(None, (p.strip() for p in text.split(","))):
         name, _, share = part.partition(":")
         if name not in SLOWDOWN:
-            raise UserError(f"unknown GPU type {name!r} in --gpu-mix; known: {', '.join(SLOWDOWN)}")
+            raise UserError(f"unknown GPU type {name!r}; known: {', '.join(SLOWDOWN)}")
         try:
             mix[name] = float(share or 1.0)
         except ValueError as e:
-            raise UserError(f"bad share {share!r} for {name} in --gpu-mix (want a number)") from e
+            raise UserError(f"bad share {share!r} for {name} (want a number)") from e
     total = sum(mix.values())
     if not mix or total <= 0:
-        raise UserError("--gpu-mix needs at least one TYPE:share with a positive share")
+        raise UserError("needs at least one GPU type with a positive share")
     return {k: v / total for k, v in mix.items()}
 
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 
@@ -63,9 +64,12 @@ from offpeak_sim.scenario import Scenario
 
 @dataclass(frozen=True)
 class FeedSettings:
-    """How often the simulated extender refreshes its forecasts."""
+    """How the simulated extender forecasts, and how often it refreshes.
 
-    mode: str = "seasonal"  # or "exact"
+    The rules between these fields (pool windows need pod-placed demand, announcements the rise forecast, ...) are
+    checked where settings come from, `offpeak_sim.scenariofile`, not again here."""
+
+    mode: Literal["seasonal", "exact"] = "seasonal"
     refresh_seconds: float = 600.0
     refit_seconds: float = 86400.0
     forecast: ForecastSettings = ForecastSettings()
@@ -79,7 +83,7 @@ class FeedSettings:
     pool_look_back_seconds: float = 6 * 3600.0
     # with pool windows: "rise" (the extender's forecast above) or "exact", the pool's true future online total
     # (the trace's per-pool count, which no policy changes): the ceiling a perfect pool forecaster would reach
-    pool_forecast: str = "rise"
+    pool_forecast: Literal["rise", "exact"] = "rise"
     # with the rise forecast: the pool's true online total is known this long ahead (online owners announcing their
     # scale-ups; 0: not at all). Beyond it the rises start from the known peak. What lead time yielding needs.
     pool_lead_seconds: float = 0.0
@@ -100,25 +104,8 @@ class FeedSettings:
     pool_floor_block_seconds: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.mode not in ("seasonal", "exact"):
-            raise ValueError(f"forecast mode must be 'seasonal' or 'exact', got {self.mode!r}")
-        if self.pool_forecast not in ("rise", "exact"):
-            raise ValueError(f"pool_forecast must be 'rise' or 'exact', got {self.pool_forecast!r}")
-        if self.refresh_seconds <= 0 or self.refit_seconds <= 0:
-            raise ValueError("refresh_seconds and refit_seconds must be > 0")
-        if self.pool_lead_seconds < 0 or (self.pool_lead_seconds > 0 and self.pool_forecast != "rise"):
-            raise ValueError("pool_lead_seconds must be >= 0, and is for the rise forecast only")
-        if self.pool_announce_seconds < 0 or (self.pool_announce_seconds > 0 and (
-                self.pool_forecast != "rise" or self.pool_lead_seconds > 0)):
-            raise ValueError("pool_announce_seconds must be >= 0, and is for the rise forecast without a lead only")
-        if self.pool_announce_ceiling and self.pool_announce_seconds <= 0:
-            raise ValueError("pool_announce_ceiling needs pool_announce_seconds > 0")
-        block = self.pool_ceiling_block_seconds
-        if block < 0 or block % 60 or (block > 0 and not self.pool_announce_ceiling):
-            raise ValueError("pool_ceiling_block_seconds must be whole minutes >= 0, and needs pool_announce_ceiling")
-        block = self.pool_floor_block_seconds
-        if block < 0 or block % 60 or (block > 0 and self.pool_announce_seconds <= 0):
-            raise ValueError("pool_floor_block_seconds must be whole minutes >= 0, and needs pool_announce_seconds")
+        if self.refit_seconds <= 0:  # not a scenario field: only code sets it
+            raise ValueError(f"refit_seconds must be > 0, got {self.refit_seconds}")
 
 
 def future_step_maxima(series: np.ndarray, m0: int, *, steps: int, per: int) -> np.ndarray:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -43,7 +44,6 @@ ALIBABA_FILE = alibaba.FILE
 HELIOS_RUNNING = helios.RUNNING_FILE
 HELIOS_TOTAL = helios.TOTAL_FILE
 PHILLY_FILE = "philly_node_sequence.csv"
-PLACEMENTS = ("pods", "pinned")
 
 
 @dataclass(frozen=True)
@@ -53,11 +53,7 @@ class OnlineSettings:
     busy_util_pct: float = alibaba.BUSY_UTIL_PCT  # Alibaba: duty cycle at or above this serves online work
     hold_minutes: int = alibaba.HOLD_MINUTES  # Alibaba: a busy minute holds the GPU this many minutes either side
     day_jitter_minutes: int = 30  # Alibaba: per-slot, per-day random shift of the daily profile
-    placement: str = "pods"  # Helios/Philly: "pods" placed by the default scheduler's rule, or "pinned" (packed)
-
-    def __post_init__(self) -> None:
-        if self.placement not in PLACEMENTS:
-            raise UserError(f"online placement must be one of {', '.join(PLACEMENTS)}, got {self.placement!r}")
+    placement: Literal["pods", "pinned"] = "pods"  # Helios/Philly: placed by the default scheduler's rule, or packed
 
 
 @dataclass(frozen=True)

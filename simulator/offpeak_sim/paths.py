@@ -27,6 +27,6 @@ def existing_dir(path: str | Path, *, what: str) -> Path:
     p = Path(path).expanduser()
     if not p.is_dir():
         raise UserError(
-            f"{what} folder not found: {p} (pass another with the flag, or set {ENV_DATA_ROOT} to the data root)"
+            f"{what} folder not found: {p} (name another trace or folder, or set {ENV_DATA_ROOT} to the data root)"
         )
     return p

@@ -23,7 +23,7 @@ DAY = 86400.0
 
 @dataclass(frozen=True)
 class ScenarioSettings:
-    """Workload knobs (CLI flags map onto these)."""
+    """Workload knobs (a scenario file's sections map onto these: `offpeak_sim.scenariofile`, which checks them)."""
 
     online_trace: Path
     jobs_trace: Path
@@ -79,10 +79,6 @@ class Scenario:
 
 def build_scenario(s: ScenarioSettings) -> Scenario:
     """Load traces, build the fleet, thin the job stream to the target load, draw runtime beliefs."""
-    if s.days <= 0:
-        raise UserError(f"--days must be > 0, got {s.days}")
-    if s.load <= 0:
-        raise UserError(f"--load must be > 0, got {s.load}")
     fleet = build_fleet(nodes=s.nodes, gpus_per_node=s.gpus_per_node, mix=parse_mix(s.gpu_mix))
     start_s = s.history_days * DAY
     end_s = start_s + s.days * DAY

@@ -11,7 +11,8 @@ from offpeak_core.yielding import YieldSettings
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """Offline-side knobs."""
+    """Offline-side knobs. Ranges and the rules between them are checked where settings come from,
+    `offpeak_sim.scenariofile`, not again here."""
 
     checkpoint_seconds: float = 1800.0  # 0: jobs do not checkpoint (an eviction loses all work of the attempt)
     eviction_grace_seconds: float = 30.0  # online work waits this long for an evicted pod to go
@@ -51,11 +52,5 @@ class EngineSettings:
     elastic_narrow: bool = False
 
     def __post_init__(self) -> None:
-        if self.restart_seconds < 0:
-            raise ValueError(f"restart_seconds must be >= 0, got {self.restart_seconds}")
-        if self.save_on_stop_seconds < 0:
-            raise ValueError(f"save_on_stop_seconds must be >= 0, got {self.save_on_stop_seconds}")
-        if self.elastic_min_fraction is not None and not 0.0 <= self.elastic_min_fraction <= 1.0:
-            raise ValueError(f"elastic_min_fraction must be within 0..1, got {self.elastic_min_fraction}")
         if self.goodput.startup_seconds != self.restart_seconds:  # one figure for the engine and the rule
             object.__setattr__(self, "goodput", replace(self.goodput, startup_seconds=self.restart_seconds))

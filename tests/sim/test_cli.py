@@ -1,4 +1,4 @@
-"""The `offpeak simulate` contract: flags, report keys, plots, one-line errors."""
+"""The `offpeak simulate` contract: scenario files and the flags over them, report keys, plots, one-line errors."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from offpeak.cli import main
 from offpeak_sim import paths
@@ -13,9 +14,18 @@ from offpeak_sim import paths
 CONTRACT_KEYS = ("harvested_gpu_hours", "harvest_share", "evictions", "lost_gpu_seconds", "jct_mean_s", "jct_p95_s")
 
 
+def scenario(tmp_path: Path, text: str, name: str = "small.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+SMALL = "workload: {history_days: 1}\n"  # one day of history keeps the runs short
+
+
 def test_simulate_writes_report_with_contract_keys_and_plots(tmp_path: Path, capsys) -> None:
     out = tmp_path / "r.json"
-    rc = main(["simulate", "--nodes", "6", "--days", "0.5", "--history-days", "1", "--seed", "3",
+    rc = main(["simulate", "--scenario", scenario(tmp_path, SMALL), "--nodes", "6", "--days", "0.5", "--seed", "3",
                "--policies", "default,backfill,user-estimate,offpeak,oracle",
                "--report", str(out), "--plots", str(tmp_path / "plots"), "--quiet"])
     assert rc == 0
@@ -36,7 +46,8 @@ def test_trace_folders_are_flags_and_the_data_root_is_an_env_var(tmp_path: Path,
     monkeypatch.setenv(paths.ENV_DATA_ROOT, str(tmp_path / "nowhere"))
     rc = main(["simulate", "--days", "0.1", "--report", str(tmp_path / "r.json"), "--quiet"])
     assert rc == 2 and "online trace folder not found" in capsys.readouterr().err
-    rc = main(["simulate", "--nodes", "3", "--days", "0.2", "--history-days", "1", "--policies", "backfill",
+    rc = main(["simulate", "--scenario", scenario(tmp_path, SMALL), "--nodes", "3", "--days", "0.2",
+               "--policies", "backfill",
                "--online-trace", str(root / "traces" / "philly-node-sequence"),
                "--jobs-trace", str(root / "traces" / "ms-itp-elasticflow"),
                "--report", str(tmp_path / "r.json"), "--quiet"])
@@ -47,16 +58,11 @@ def test_trace_folders_are_flags_and_the_data_root_is_an_env_var(tmp_path: Path,
 @pytest.mark.parametrize(
     "argv,message",
     [
-        (["--policies", "fifo"], "unknown policy"),
-        (["--nodes", "0"], "--nodes"),
-        (["--days", "-1"], "--days"),
+        (["--policies", "fifo"], "policies (--policies): unknown policy"),
+        (["--nodes", "0"], "cluster.nodes (--nodes)"),
+        (["--days", "-1"], "workload.days (--days)"),
         (["--online-trace", "/nonexistent/x"], "not found"),
-        (["--predictor-sigma", "-0.1"], "--predictor-sigma"),
-        (["--forecast-quantile", "1.5"], "--forecast-quantile"),
-        (["--pool-windows"], "--pool-windows needs pod-placed online demand"),  # the default trace is Alibaba's
-        (["--pool-look-back-hours", "0"], "--pool-look-back-hours"),
-        (["--pool-forecast", "exact"], "--pool-forecast needs --pool-windows"),
-        (["--pool-lead-minutes", "30"], "--pool-lead-minutes"),
+        (["--scenario", "/nonexistent/s.yaml"], "scenario file not found: /nonexistent/s.yaml"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, argv: list[str], message: str) -> None:
@@ -66,60 +72,60 @@ def test_bad_input_is_one_line_exit_2(tmp_path: Path, capsys, argv: list[str], m
     assert message in err and err.count("\n") == 1
 
 
-def test_online_placement_is_a_flag_recorded_in_the_meta(tmp_path: Path, capsys) -> None:
-    helios = str(paths.data_root() / "traces" / "helios-earth-vc-2020-05")
-    base = ["simulate", "--nodes", "8", "--days", "0.2", "--history-days", "1", "--policies", "backfill",
-            "--online-trace", helios, "--quiet"]
-    for flag, want in (([], "pods"), (["--online-placement", "pinned"], "pinned")):
-        out = tmp_path / f"{want}.json"
-        assert main([*base, *flag, "--report", str(out)]) == 0
-        meta = json.loads((tmp_path / f"{want}.meta.json").read_text())
-        assert meta["scenario"]["online_placement"] == want
-        assert meta["settings"]["scenario"]["online"]["placement"] == want
-    capsys.readouterr()  # the runs' warnings (so few jobs drawn that the load is not --load's)
-    rc = main([*base, "--forecast", "exact", "--report", str(tmp_path / "x.json")])
+def test_a_refused_scenario_file_is_one_line_naming_the_file_and_the_field(tmp_path: Path, capsys) -> None:
+    path = scenario(tmp_path, "pools:\n  announce:\n    ceiling: true\n", "poolcap.yaml")
+    rc = main(["simulate", "--scenario", path, "--report", str(tmp_path / "r.json"), "--quiet"])
     err = capsys.readouterr().err
-    assert rc == 2 and "--online-placement pinned" in err and err.count("\n") == 1
-    assert main([*base, "--policies", "offpeak-p90", "--pool-windows", "--pool-look-back-hours", "2",
-                 "--pool-lead-minutes", "30", "--report", str(tmp_path / "pool.json")]) == 0
-    feed = json.loads((tmp_path / "pool.meta.json").read_text())["settings"]["feed"]
+    assert rc == 2 and err.count("\n") == 1
+    assert f"scenario {path}: pools.announce.ceiling needs pools.announce.minutes > 0" in err
+
+
+def test_show_scenario_prints_the_file_the_flags_and_every_default_and_runs_nothing(tmp_path: Path, capsys) -> None:
+    path = scenario(tmp_path, "cluster: {nodes: 50}\nworkload: {days: 2}\nengine: {yield: true}\n")
+    assert main(["simulate", "--scenario", path, "--days", "1.5", "--show-scenario"]) == 0
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["cluster"]["nodes"] == 50 and shown["engine"]["yield"] is True  # the file's
+    assert shown["workload"]["days"] == 1.5  # the flag wins over the file
+    assert shown["forecast"]["quantile"] == 0.9 and shown["pools"]["announce"]["minutes"] == 0.0  # defaults
+    again = scenario(tmp_path, yaml.safe_dump(shown), "again.yaml")  # a file started from it is the same scenario
+    assert main(["simulate", "--scenario", again, "--show-scenario"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out) == shown
+    assert main(["simulate", "--show-scenario"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["cluster"]["nodes"] == 200  # no file: all defaults
+    assert main(["simulate"]) == 2 and "--report" in capsys.readouterr().err
+
+
+def test_a_scenario_files_settings_reach_the_run_and_the_meta_names_the_file(tmp_path: Path, capsys) -> None:
+    helios = "helios-earth-vc-2020-05"
+    base = ["simulate", "--nodes", "8", "--days", "0.2", "--policies", "offpeak-p90", "--quiet"]
+    pool = scenario(tmp_path, f"""# pool windows with announced demand
+online_trace: {helios}
+workload: {{history_days: 1}}
+pools:
+  windows: true
+  look_back_hours: 2
+  announce: {{minutes: 35, ceiling: true, ceiling_block_minutes: 60}}
+engine: {{restart_seconds: 0, yield: true, save_on_stop_seconds: 60}}
+""", "pool.yaml")
+    assert main([*base, "--scenario", pool, "--report", str(tmp_path / "pool.json")]) == 0
+    meta = json.loads((tmp_path / "pool.meta.json").read_text())
+    assert meta["scenario_files"] == [pool]
+    assert meta["effective_scenario"]["pools"]["announce"]["ceiling_block_minutes"] == 60
+    assert meta["effective_scenario"]["cluster"]["nodes"] == 8  # the flag's
+    assert meta["scenario"]["online_layout"] == "helios" and meta["scenario"]["online_placement"] == "pods"
+    feed, engine = meta["settings"]["feed"], meta["settings"]["engine"]
     assert feed["pool_windows"] is True and feed["pool_look_back_seconds"] == 7200.0
-    assert feed["pool_forecast"] == "rise" and feed["pool_lead_seconds"] == 1800.0
-    assert main([*base, "--policies", "offpeak-p90", "--pool-windows", "--pool-announce-minutes", "35",
-                 "--report", str(tmp_path / "announced.json")]) == 0
-    feed = json.loads((tmp_path / "announced.meta.json").read_text())["settings"]["feed"]
-    assert feed["pool_announce_seconds"] == 2100.0 and feed["pool_lead_seconds"] == 0.0
-    assert feed["pool_announce_ceiling"] is False
-    assert main([*base, "--policies", "offpeak-p90", "--pool-windows", "--pool-announce-minutes", "35",
-                 "--pool-announce-ceiling", "--pool-ceiling-block-minutes", "60",
-                 "--report", str(tmp_path / "blocks.json")]) == 0
-    feed = json.loads((tmp_path / "blocks.meta.json").read_text())["settings"]["feed"]
-    assert feed["pool_announce_ceiling"] is True and feed["pool_ceiling_block_seconds"] == 3600.0
-    assert feed["pool_floor_block_seconds"] == 0.0
-    rc = main([*base, "--pool-windows", "--pool-floor-block-minutes", "60", "--report", str(tmp_path / "f.json")])
-    assert rc == 2 and "--pool-floor-block-minutes" in capsys.readouterr().err
-    rc = main([*base, "--pool-windows", "--pool-announce-minutes", "35", "--pool-ceiling-block-minutes", "60",
-               "--report", str(tmp_path / "b.json")])
-    assert rc == 2 and "--pool-ceiling-block-minutes" in capsys.readouterr().err
-    rc = main([*base, "--pool-windows", "--pool-announce-ceiling", "--report", str(tmp_path / "cap.json")])
-    assert rc == 2 and "--pool-announce-ceiling needs --pool-announce-minutes" in capsys.readouterr().err
-    rc = main([*base, "--pool-windows", "--pool-announce-minutes", "35", "--pool-lead-minutes", "35",
-               "--report", str(tmp_path / "both.json")])
-    assert rc == 2 and "--pool-announce-minutes" in capsys.readouterr().err
-    rc = main([*base, "--online-placement", "pinned", "--pool-windows", "--report", str(tmp_path / "y.json")])
-    assert rc == 2 and "--pool-windows" in capsys.readouterr().err
-
-
-def test_restart_and_yield_flags_reach_the_engine_and_the_goodput_rule(tmp_path: Path, capsys) -> None:
-    base = ["simulate", "--nodes", "4", "--days", "0.2", "--history-days", "1", "--policies", "backfill", "--quiet"]
-    for flags, restart, yields in (([], 60.0, False), (["--restart-seconds", "0", "--yield"], 0.0, True)):
-        out = tmp_path / f"{restart:g}.json"
-        assert main([*base, *flags, "--report", str(out)]) == 0
-        engine = json.loads((tmp_path / f"{restart:g}.meta.json").read_text())["settings"]["engine"]
-        assert engine["restart_seconds"] == restart and engine["goodput"]["startup_seconds"] == restart
-        assert engine["yield_at_checkpoints"] is yields
-        assert "yields" in json.loads(out.read_text())["backfill"]
-    assert main([*base, "--restart-seconds", "-1", "--report", str(tmp_path / "x.json")]) == 2
+    assert feed["pool_announce_seconds"] == 2100.0 and feed["pool_announce_ceiling"] is True
+    assert feed["pool_ceiling_block_seconds"] == 3600.0 and feed["pool_floor_block_seconds"] == 0.0
+    assert engine["restart_seconds"] == 0.0 and engine["goodput"]["startup_seconds"] == 0.0
+    assert engine["yield_at_checkpoints"] is True and engine["save_on_stop_seconds"] == 60.0
+    assert "yields" in json.loads((tmp_path / "pool.json").read_text())["offpeak-p90"]
+    pinned = scenario(tmp_path, "online: {placement: pinned}\nworkload: {history_days: 1}\n", "pinned.yaml")
+    assert main([*base, "--scenario", pinned, "--online-trace", helios, "--report", str(tmp_path / "p.json")]) == 0
+    meta = json.loads((tmp_path / "p.meta.json").read_text())
+    assert meta["scenario"]["online_placement"] == "pinned"
+    assert meta["settings"]["scenario"]["online"]["placement"] == "pinned"
+    assert meta["settings"]["engine"]["restart_seconds"] == 60.0 and meta["scenario_files"] == [pinned]
 
 
 def test_the_title_says_the_load_the_jobs_offer_and_the_one_asked_when_they_differ() -> None:

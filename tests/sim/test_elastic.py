@@ -41,8 +41,7 @@ def test_least_width_is_a_share_of_the_gpus_rounded_up_and_only_checkpointing_mu
     assert elastic_min_gpus(g, fraction=0.5, checkpointing=False).tolist() == g.tolist()  # no checkpoint: rigid
     assert elastic_min_gpus(g, fraction=None, checkpointing=True).tolist() == g.tolist()
     assert elastic_min_gpus(g, fraction=1.0, checkpointing=True).tolist() == g.tolist()
-    with pytest.raises(ValueError):
-        EngineSettings(elastic_min_fraction=1.5)
+    # a fraction outside 0..1 never gets here: the scenario file refuses it (tests/sim/test_scenariofile.py)
 
 
 @pytest.mark.parametrize("name", ["backfill", "offpeak", "offpeak-p90"])
@@ -191,17 +190,18 @@ def test_a_waiting_worker_joins_when_its_gpus_free_up_and_the_job_restarts_from_
     assert summarise(sc, {name: r})[name]["joins"] == 1
 
 
-def test_the_cli_refuses_joins_without_elastic_width() -> None:
-    import argparse
-
+def test_a_scenario_refuses_joins_and_narrowing_without_elastic_width(tmp_path) -> None:
     from offpeak.errors import UserError
-    from offpeak_sim.cli import register
+    from offpeak_sim.scenariofile import load
 
-    ap = argparse.ArgumentParser()
-    register(ap.add_subparsers())
-    args = ap.parse_args(["simulate", "--elastic-join", "--report", "x.json"])
-    with pytest.raises(UserError, match="--elastic"):
-        args.func(args)
+    path = tmp_path / "join.yaml"
+    for elastic in ("{join: true}", "{narrow: true}", "{min_fraction: 0, join: true}"):
+        path.write_text(f"elastic: {elastic}\n")
+        with pytest.raises(UserError, match=r"join\.yaml: elastic\.join and elastic\.narrow need elastic\.min_f"):
+            load([path])
+    path.write_text("elastic: {min_fraction: 0.5, join: true, narrow: true}\n")
+    engine = load([path]).settings.engine
+    assert (engine.elastic_min_fraction, engine.elastic_join, engine.elastic_narrow) == (0.5, True, True)
 
 
 def test_only_jobs_from_a_size_up_are_elastic_when_asked() -> None:

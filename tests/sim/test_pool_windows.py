@@ -301,35 +301,46 @@ def test_an_announcement_entering_the_lead_between_refreshes_is_seen_the_next_mi
     assert any(w.end_certain for w in windows_now(feed, 0, offline_gpus=0, now=later))
 
 
-@pytest.mark.parametrize("settings", [dict(pool_lead_seconds=-1.0),
-                                      dict(pool_lead_seconds=600.0, pool_forecast="exact")])
-def test_a_pool_lead_is_refused_when_negative_or_with_the_exact_forecast(settings: dict) -> None:
-    with pytest.raises(ValueError, match="pool_lead_seconds"):
-        FeedSettings(pool_windows=True, **settings)
+def pool_refusal(tmp_path, pools: str) -> str:
+    """Why a scenario file with these `pools` settings on Helios (pod-placed online demand) is refused."""
+    from offpeak.errors import UserError
+    from offpeak_sim.scenariofile import load
+
+    path = tmp_path / "pools.yaml"
+    path.write_text(f"online_trace: helios-earth-vc-2020-05\npools: {pools}\n")
+    with pytest.raises(UserError) as e:
+        load([path])
+    return str(e.value)
 
 
-@pytest.mark.parametrize("settings", [dict(pool_announce_seconds=-1.0),
-                                      dict(pool_announce_seconds=600.0, pool_forecast="exact"),
-                                      dict(pool_announce_seconds=600.0, pool_lead_seconds=600.0)])
-def test_announced_demand_is_refused_when_negative_with_the_exact_forecast_or_with_a_lead(settings: dict) -> None:
-    with pytest.raises(ValueError, match="pool_announce_seconds"):
-        FeedSettings(pool_windows=True, **settings)
-    with pytest.raises(ValueError, match="pool_announce_ceiling needs"):
-        FeedSettings(pool_windows=True, pool_announce_ceiling=True)
-    for block in (-60.0, 90.0):  # negative, not whole minutes
-        with pytest.raises(ValueError, match="pool_floor_block_seconds"):
-            FeedSettings(pool_windows=True, pool_announce_seconds=600.0, pool_floor_block_seconds=block)
-    with pytest.raises(ValueError, match="pool_floor_block_seconds"):  # without announcements
-        FeedSettings(pool_windows=True, pool_floor_block_seconds=3600.0)
-    for block in (-60.0, 90.0, 3600.0):  # negative, not whole minutes, without a ceiling
-        with pytest.raises(ValueError, match="pool_ceiling_block_seconds"):
-            FeedSettings(pool_windows=True, pool_announce_seconds=600.0, pool_ceiling_block_seconds=block,
-                         pool_announce_ceiling=block != 3600.0)
+@pytest.mark.parametrize("pools", ["{windows: true, lead_minutes: -1}",
+                                   "{windows: true, lead_minutes: 10, forecast: exact}"])
+def test_a_pool_lead_is_refused_when_negative_or_with_the_exact_forecast(tmp_path, pools: str) -> None:
+    assert "pools.lead_minutes" in pool_refusal(tmp_path, pools)
 
 
-def test_the_exact_pool_forecast_is_refused_with_an_unknown_name() -> None:
-    with pytest.raises(ValueError, match="pool_forecast"):
-        FeedSettings(pool_windows=True, pool_forecast="perfect")
+@pytest.mark.parametrize("pools", ["{windows: true, announce: {minutes: -1}}",
+                                   "{windows: true, forecast: exact, announce: {minutes: 10}}",
+                                   "{windows: true, lead_minutes: 10, announce: {minutes: 10}}"])
+def test_announced_demand_is_refused_when_negative_with_the_exact_forecast_or_with_a_lead(tmp_path,
+                                                                                          pools: str) -> None:
+    assert "pools.announce.minutes" in pool_refusal(tmp_path, pools)
+    assert "pools.announce.ceiling needs pools.announce.minutes > 0" in pool_refusal(
+        tmp_path, "{windows: true, announce: {ceiling: true}}")
+    for block in ("-60", "1.5"):  # negative, not whole minutes
+        assert "pools.announce.floor_block_minutes" in pool_refusal(
+            tmp_path, f"{{windows: true, announce: {{minutes: 10, floor_block_minutes: {block}}}}}")
+    assert "pools.announce.floor_block_minutes needs pools.announce.minutes > 0" in pool_refusal(
+        tmp_path, "{windows: true, announce: {floor_block_minutes: 60}}")  # without announcements
+    for block, ceiling in (("-60", "true"), ("1.5", "true"), ("60", "false")):  # negative, not whole, no ceiling
+        assert "pools.announce.ceiling_block_minutes" in pool_refusal(
+            tmp_path, f"{{windows: true, announce: {{minutes: 10, ceiling: {ceiling}, "
+                      f"ceiling_block_minutes: {block}}}}}")
+
+
+def test_the_exact_pool_forecast_is_refused_with_an_unknown_name(tmp_path) -> None:
+    assert "pools.forecast: invalid enum value 'perfect'; one of rise, exact" in pool_refusal(
+        tmp_path, "{windows: true, forecast: perfect}")
 
 
 def test_a_gang_stops_where_any_members_window_ends_though_another_members_is_open_ended() -> None:
