@@ -53,6 +53,7 @@ import numpy as np
 
 from offpeak_core.decisions import choose_victims
 from offpeak_core.evictions import NodeState, plan_for_pending
+from offpeak_core.livepace import LiveProgress
 from offpeak_core.model import NodeView, OfflinePod
 from offpeak_core.windows import profile_window
 from offpeak_core.yielding import checkpoints_done, should_yield, since_checkpoint
@@ -69,6 +70,7 @@ __all__ = ["EngineSettings", "PolicyRun", "Run", "Tally", "simulate"]
 
 
 COMPLETE, YIELD, SAVE_YIELD = 0, 1, 2  # kinds of timed events on a policy's heap (SAVE_YIELD: at the save's end)
+LIVE_STEPS = 10_000  # an attempt's work in steps, for its live progress (only the share done matters)
 
 
 @dataclass
@@ -329,7 +331,7 @@ class PolicyRun:
                 continue
             window_end = self._run_window_end(r, now)
             if not should_yield(now=now, started_at=r.start, interval=self.s.checkpoint_seconds,
-                                window_end=window_end, startup_seconds=r.startup, finish_by=r.expected_end,
+                                window_end=window_end, startup_seconds=r.startup, finish_by=self._expected_end(r, now),
                                 save_seconds=save, settings=look):
                 continue
             assert window_end is not None
@@ -352,10 +354,24 @@ class PolicyRun:
                 continue
             window_end = self._run_window_end(r, now)
             if should_yield(now=at, started_at=r.start, interval=c, window_end=window_end, startup_seconds=r.startup,
-                            finish_by=r.expected_end, settings=self.s.yielding):
+                            finish_by=self._expected_end(r, at), settings=self.s.yielding):
                 heapq.heappush(self.heap, (at, job, attempt, YIELD))
             elif at + c < r.end:
                 heapq.heappush(self.checkpoints, (at + c, job, attempt))
+
+    def _expected_end(self, r: Run, now: float) -> float | None:
+        """When the policy expects attempt `r` to end, as of `now`: its belief (start + start-up + p90) until its pace
+        is measured (`live_pace_seconds` after its start-up), then that pace's finish, as the extender and evictor
+        read a pod's live progress (`LiveProgress.finish_by`). A runtime-blind policy expects nothing."""
+        lp = self.s.live_pace_seconds
+        measured_at = r.start + r.startup + (lp or 0.0)
+        if lp is None or r.expected_end is None or now < measured_at:
+            return r.expected_end
+        work = max(r.end - r.start - r.startup, 1e-9)  # the attempt's true seconds of work: its pace is exact here
+        step = work / LIVE_STEPS
+        live = LiveProgress(at=measured_at, step_seconds=step, steps=min(LIVE_STEPS, int(lp / step)),
+                            total_steps=LIVE_STEPS)
+        return live.finish_by()
 
     def _since_checkpoint(self, r: Run, now: float) -> float:
         """Seconds since the attempt's last checkpoint, or since its start when it has none yet (as the extender's

@@ -95,6 +95,8 @@ class Engine(Section):
     min_efficiency: Annotated[float, msgspec.Meta(gt=0, le=1)] = GoodputSettings.min_efficiency
     yield_: bool = msgspec.field(default=EngineSettings.yield_at_checkpoints, name="yield")
     save_on_stop_seconds: NonNegative = EngineSettings.save_on_stop_seconds
+    # seconds after an attempt's start-up its pace is measured and timed by (null: by its prediction throughout)
+    live_pace_seconds: NonNegative | None = EngineSettings.live_pace_seconds
 
 
 class Elastic(Section):
@@ -375,6 +377,7 @@ def _settings(s: ScenarioFile, name: _Namer) -> RunSettings:
         restart_seconds=eng.restart_seconds,
         yield_at_checkpoints=eng.yield_,
         save_on_stop_seconds=eng.save_on_stop_seconds,
+        live_pace_seconds=eng.live_pace_seconds,
         elastic_min_fraction=el.min_fraction or None,
         elastic_from_gpus=el.from_gpus,
         elastic_join=el.join,

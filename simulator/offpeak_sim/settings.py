@@ -37,6 +37,11 @@ class EngineSettings:
     # this many seconds, so a planned stop comes this long before the window's end, not at the last periodic
     # checkpoint; 0: jobs keep only their periodic checkpoints. Evictions never count on it (grace too short).
     save_on_stop_seconds: float = 0.0
+    # live pace (a TrainingJob's progress reports): this many seconds after an attempt's start-up its pace is measured,
+    # and from then on decisions time the rest of it by that pace (`offpeak_core.livepace.LiveProgress`, its narrow
+    # p90) instead of the prediction, whose error no longer applies; None: by the prediction until it ends (jobs that
+    # report nothing). Two minutes is about what the operator's steady steps take at a typical pace.
+    live_pace_seconds: float | None = None
     # elastic width (a TrainingJob's minWorkers): a checkpointing job of N >= 2 GPUs may start on k of them,
     # ceil(fraction × N) <= k <= N, the widest k that fits now, its remaining runtime scaled by N / k; None or 0: off
     elastic_min_fraction: float | None = None

@@ -61,7 +61,7 @@ pools:
   look_back_hours: 2
   announce: {{minutes: 35, ceiling: true, ceiling_block_minutes: 60, floor_block_minutes: 30}}
 engine: {{checkpoint_interval_seconds: 600, restart_seconds: 0, eviction_grace_seconds: 10, margin: 0.3,
-         min_efficiency: 0.7, yield: true, save_on_stop_seconds: 60}}
+         min_efficiency: 0.7, yield: true, save_on_stop_seconds: 60, live_pace_seconds: 120}}
 elastic: {{min_fraction: 0.5, from_gpus: 9, narrow: true, join: true}}
 predictor: {{reports: {tmp_path}, sigma: 0.3}}
 """)
@@ -82,7 +82,7 @@ predictor: {{reports: {tmp_path}, sigma: 0.3}}
     assert (engine.checkpoint_seconds, engine.restart_seconds, engine.eviction_grace_seconds, engine.margin) == (
         600.0, 0.0, 10.0, 0.3)
     assert engine.goodput.min_efficiency == 0.7 and engine.goodput.startup_seconds == 0.0
-    assert engine.yield_at_checkpoints and engine.save_on_stop_seconds == 60.0
+    assert engine.yield_at_checkpoints and engine.save_on_stop_seconds == 60.0 and engine.live_pace_seconds == 120.0
     assert (engine.elastic_min_fraction, engine.elastic_from_gpus, engine.elastic_narrow, engine.elastic_join) == (
         0.5, 9, True, True)
 

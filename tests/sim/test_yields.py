@@ -132,3 +132,18 @@ def test_a_pod_started_later_into_a_shorter_window_does_not_make_an_earlier_one_
     assert r.first_start[0] == sc.start_s and r.first_start[1] == sc.start_s + MIN  # both on the one node
     assert r.job_yields[0] == 0 and r.job_yields[1] == 1  # the later one goes at its 21-min checkpoint
     assert r.t.evictions == 0 and r.t.lost_gpu_s == 0.0
+
+
+def test_a_measured_pace_stops_at_a_checkpoint_a_job_whose_short_prediction_would_run_into_an_eviction() -> None:
+    """The window is 15 min, checkpoints every 10 min; the job's p90 says 12 min (the truth: 2 h). At its first
+    checkpoint the prediction says it finishes in time, so it runs on and is evicted at 15 min. Once its pace is
+    measured (2 min in, `live_pace_seconds`), the same checkpoint is a planned stop that loses nothing."""
+    demand = np.zeros((1, 3 * 1440 + 1))
+    demand[0, 1440 + 15 : 1440 + 60] = 8
+    sc = make_scenario(demand, [(0.0, 4 * H, 2)], pred_ratio=0.1)
+    predicted = _run(sc, ["offpeak-p90"], restart_seconds=0.0)["offpeak-p90"]
+    assert predicted.t.yields == 0 and predicted.t.evictions == 1
+    assert predicted.t.lost_gpu_s == pytest.approx(5 * MIN * 2)
+    live = _run(sc, ["offpeak-p90"], restart_seconds=0.0, live_pace_seconds=2 * MIN)["offpeak-p90"]
+    assert live.t.yields == 1 and live.t.evictions == 0 and live.t.lost_gpu_s == 0.0
+    assert live.placements[0][2] == predicted.placements[0][2] == sc.start_s  # the same admission
