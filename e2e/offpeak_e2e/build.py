@@ -265,7 +265,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BuildError as e:
         print(f"build failed: {e}", file=sys.stderr)
         return 1
+    if only is None:
+        _prometheus(echo=lambda m: print(m, flush=True))
     return 0
+
+
+def _prometheus(*, echo) -> None:
+    """Install Prometheus (Debian's) here, before the test processes start clusters that need it. Not a build
+    failure when it cannot be: each cluster start then says why (`offpeak_e2e.prom`)."""
+    from offpeak_e2e.prom import PrometheusMissing, prometheus_binary
+
+    start = time.monotonic()
+    try:
+        path = prometheus_binary()
+    except PrometheusMissing as e:
+        echo(f"[build] prometheus: not installed: {e}")
+        return
+    echo(f"[build] prometheus: {path} ({time.monotonic() - start:.0f}s)")
 
 
 if __name__ == "__main__":

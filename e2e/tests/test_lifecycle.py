@@ -224,7 +224,8 @@ def test_hung_analysis_pod_times_out_into_a_fallback(e2e_cluster: E2ECluster, e2
     assert "--entrypoint" in spec["initContainers"][1]["command"]
     assert spec["initContainers"][1]["terminationMessagePolicy"] == "FallbackToLogsOnError"  # exit message kept
     assert "nvidia.com/gpu" not in str(spec)
-    assert c.phase(ns, "user-model") == "Analyzing"
+    # the operator records the phase just after it creates the pod
+    c.wait_for("the phase Analyzing", lambda: c.phase(ns, "user-model") == "Analyzing", timeout=30)
     done = c.wait_phase(ns, "user-model", ["Succeeded", "Failed"], timeout=120)["status"]
     assert done["phase"] == "Succeeded", done
     graph = _conditions(done)["GraphReady"]
