@@ -46,7 +46,14 @@ TITLES = {"before": "before issue 18 (wide jobs folded onto one node, no gangs; 
           "poolplan": "gangs + goodput, pool windows as poolcaphour, the floor stated once per clock hour too, so each "
                       "hour is announced at its busiest minute (a replica plan; scenarios/poolplan.yaml)",
           "poolcaphour90": "gangs + goodput at engine.min_efficiency 0.9, pool windows as poolcaphour "
-                           "(scenarios/poolcaphour90.yaml)"}
+                           "(scenarios/poolcaphour90.yaml)",
+          "poolcaphour-live": "gangs + goodput, pool windows as poolcaphour, jobs reporting their progress: planned "
+                              "stops time a running job by its measured pace 2 min after start-up "
+                              "(scenarios/poolcaphour-live.yaml)",
+          "yieldsave": "gangs + goodput, node windows with planned stops, jobs saving as they stop, timed by the "
+                       "prediction (scenarios/yieldsave.yaml)",
+          "yieldsave-live": "gangs + goodput, as yieldsave, jobs reporting their progress: timed by the measured pace "
+                            "2 min after start-up (scenarios/yieldsave-live.yaml)"}
 
 COLUMNS = (
     ("harvested GPU-h", lambda m: m["harvested_gpu_hours"], "{:,.0f}"),

@@ -14,6 +14,8 @@
 #   ELASTIC=1              only the elastic-width runs, summarised by bench/sim_seeds.py --elastic into
 #                          reports/sim/elastic_summary.md
 #   POOL=1                 only the pool-window runs (Helios; ~90 min)
+#   LIVE=1                 only the live-pace runs (planned stops timed by the measured pace, or by the prediction:
+#                          yieldsave{,-live} on Alibaba, poolcaphour{,-live} on Helios)
 #   PREDICTOR_REPORTS=DIR  the predictor's error profile from DIR instead of reports/predictor: a scenario file of
 #                          one field, predictor.reports, layered over each experiment's (--scenario twice)
 #   SUMMARY=0              leave reports/sim/summary.md as it is after the headline runs
@@ -68,6 +70,18 @@ if [ "${POOL:-0}" = 1 ]; then
     run poolcaphour helios
     run poolplan helios
     run poolcaphour90 helios
+  done
+  .venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md
+  log "done"
+  exit 0
+fi
+
+if [ "${LIVE:-0}" = 1 ]; then  # live pace: planned stops timed by the measured pace vs by the prediction
+  for s in $SEEDS; do
+    run yieldsave alibaba
+    run yieldsave-live alibaba
+    run poolcaphour helios
+    run poolcaphour-live helios
   done
   .venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md
   log "done"

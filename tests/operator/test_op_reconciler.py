@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -63,6 +64,10 @@ class MemoryKube:
 
     def delete_pod(self, namespace: str, name: str) -> None:
         self.pods.pop(name, None)
+
+    def patch_pod_annotations(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        if name in self.pods:
+            self.pods[name]["metadata"].setdefault("annotations", {}).update(annotations)
 
     def pod_log(self, namespace: str, name: str, container: str) -> str:
         return self.logs[name]

@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 from test_op_reconciler import graph_cm, make
 
 from offpeak.progress import LiveReporter, Tracker
+from offpeak_core.livepace import LIVE_PROGRESS_ANNOTATION, LiveProgress
 from offpeak_operator import statustls
 from offpeak_operator.livereports import STATUS_DIR, Claim, mint
 from offpeak_operator.metrics import OperatorMetrics
@@ -123,6 +124,9 @@ def test_a_pods_report_reaches_its_job_with_no_api_credentials_in_the_pod(tmp_pa
                    for _, reason, message in kube.events)
         (live_sample,) = pred.samples  # 100 steady steps: the predictor learns now
         assert live_sample["step_seconds"] == pytest.approx(0.7) and status["livePace"]["sampleId"] == 1
+        # and the running pod carries the pace, for the extender and the evictor
+        carried = LiveProgress.decode(kube.pods["train-1-a1-w0"]["metadata"]["annotations"][LIVE_PROGRESS_ANNOTATION])
+        assert carried.step_seconds == pytest.approx(0.7) and carried.steps == 101 and carried.total_steps == 1000
 
         kube.set_pod("train-1-a1-w0", "Succeeded", node="n2", finish=NOW + timedelta(seconds=700))
         clock.now = NOW + timedelta(seconds=705)
