@@ -121,8 +121,14 @@ def test_pool_windows_place_a_job_no_node_window_fits_and_a_full_pool_evicts(e2e
     # GPUs, and is placed once it has finished
     c.wait_for("the evicted pod gone and the next attempt's pod made",
                lambda: set(attempt_pods(c, ns, "surged")) == {2}, timeout=grace + 2 * SCHEDULING_SLACK_S)
-    status = c.trainingjob(ns, "surged")["status"]
-    assert status["phase"] in ("Requeued", "Waiting") and status["attempts"] == 2, status
+
+    def second_attempt() -> dict[str, Any]:
+        return dict(c.trainingjob(ns, "surged").get("status") or {})
+
+    # the operator records the attempt just after it creates its pod
+    c.wait_for("the second attempt in the status", lambda: second_attempt().get("attempts") == 2, timeout=30)
+    status = second_attempt()
+    assert status["phase"] in ("Requeued", "Waiting"), status
     assert not attempt_pods(c, ns, "surged")[2]["spec"].get("nodeName")
     assert c.phase(ns, "pooled") == "Running"  # (the check above was made while the pool was full)
     done = c.wait_phase(ns, "pooled", ["Succeeded", "Failed"], timeout=RUN + 30)["status"]

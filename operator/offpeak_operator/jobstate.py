@@ -212,8 +212,8 @@ class EmitEvent:
 
 
 Action = (CreateAnalysisPod | DeleteAnalysisPod | CollectGraph | LoadUserGraph | ExtractInProcess | Predict
-          | Repredict | CreateTrainingPods | DeletePods | StopPods | AnnotatePods | CreateWorkload | ReleaseWorkload | FinishWorkload
-          | ReportSample | RecordOutcome | RecordRequeue | EmitEvent)
+          | Repredict | CreateTrainingPods | DeletePods | StopPods | AnnotatePods | CreateWorkload | ReleaseWorkload
+          | FinishWorkload | ReportSample | RecordOutcome | RecordRequeue | EmitEvent)
 
 
 @dataclass(slots=True)
