@@ -36,8 +36,8 @@ from offpeak_operator.jobstate import (
     REQUEUE_EVICTED, REQUEUE_POD_FAILED, REQUEUE_YIELDED, REQUEUE_SUSPENDED, REQUEUE_REASONS, NOT_COUNTED,
     USER_ERROR_EXIT, INVALID_MODEL_SOURCE, EVICTION_REASONS, Phase, TERMINAL, QUEUED_PHASES, PodView, Observed,
     CreateAnalysisPod, DeleteAnalysisPod, CollectGraph, LoadUserGraph, ExtractInProcess, Predict, Repredict,
-    CreateTrainingPods, DeletePods, StopPods, AnnotatePods, CreateWorkload, ReleaseWorkload, FinishWorkload, ReportSample,
-    RecordOutcome, RecordRequeue, EmitEvent, Action, Decision, parse_time,
+    CreateTrainingPods, DeletePods, StopPods, AnnotatePods, CreateWorkload, ReleaseWorkload, FinishWorkload,
+    ReportSample, RecordOutcome, RecordRequeue, EmitEvent, Action, Decision, parse_time,
 )
 from offpeak_operator.statuses import (
     copied_conditions, display_fields, wants_reprediction, reprediction_failed_status, reprediction_status,
@@ -490,11 +490,12 @@ def _with_live(decision: Decision, spec: JobSpec, status: Mapping[str, Any], pod
     """A running attempt's decision with what its latest live report says (liveprogress.py): the measured pace
     and ETA in the status, an Event when the pace is beyond the p90 margin, an early sample once it is steady."""
     merged = {**status, **decision.status}
+    running = [p for p in pods if p.phase == "Running"]
     update = live_update(status=merged, attempt=int(merged.get("attempts") or 1),
                          gpu_type=pods[0].gpu_type or str(merged.get("gpuType") or ""), prediction=prediction,
                          total_steps=spec.total_steps, attempt_start=_attempt_start(status, pods, now),
                          narrowed=narrowed(spec, status, pods), settings=settings.live,
-                         workers=sum(p.phase == "Running" for p in pods) or 1)
+                         workers=len(running) or 1)
     if update is None:
         return decision
     decision.status.update(update.status)
@@ -502,9 +503,9 @@ def _with_live(decision: Decision, spec: JobSpec, status: Mapping[str, Any], pod
         decision.actions.append(EmitEvent(*update.event))
     if update.sample is not None:
         decision.actions.append(ReportSample.of(update.sample, live=True))
-    running = tuple(p.name for p in pods if p.phase == "Running" and not p.deleting)
-    if update.progress is not None and running:
-        decision.actions.append(AnnotatePods(running, {LIVE_PROGRESS_ANNOTATION: update.progress.encode()}))
+    names = tuple(p.name for p in running if not p.deleting)
+    if update.progress is not None and names:
+        decision.actions.append(AnnotatePods(names, {LIVE_PROGRESS_ANNOTATION: update.progress.encode()}))
     return decision
 
 
