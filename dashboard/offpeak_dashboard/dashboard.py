@@ -33,6 +33,7 @@ TITLE = "offpeak: offline training in idle GPU windows"
 JOB_PREDICTED = "offpeak_job_predicted_seconds"
 JOB_ACTUAL = "offpeak_job_actual_seconds"
 ERROR_RATIO = "offpeak_prediction_error_ratio"
+ETA_ERROR_RATIO = "offpeak_eta_error_ratio"
 JOBS = "offpeak_jobs"
 JOBS_WAITING = "offpeak_jobs_waiting"
 REQUEUES = "offpeak_job_requeues_total"
@@ -78,6 +79,7 @@ ERROR_BY_FAMILY = "Prediction error by model family over time"
 WAITING = "Jobs waiting, and why"
 HARVESTED = "GPU-hours harvested vs idle GPU-hours available"
 EVICTED = "Evictions by reason"
+ETA_DRIFT = "ETA drift: actual / expected end"
 
 
 def _quantiles(metric: str) -> tuple[Query, ...]:
@@ -133,6 +135,19 @@ def _predictions() -> Row:
             Query(f"sum by (le) (increase({ERROR_RATIO}_bucket{ERROR_FILTER}[$__rate_interval]))", legend="{{le}}",
                   format=PromQueryFormat.HEATMAP),
             description="Distribution of actual/predicted job time for jobs finishing in each interval.",
+        ),
+        timeseries_panel(
+            ETA_DRIFT,
+            Query(f"histogram_quantile(0.5, sum by (le) (rate({ERROR_RATIO}_bucket{ERROR_FILTER}[{ERROR_WINDOW}])))",
+                  legend="prediction (every job)"),
+            Query(f"histogram_quantile(0.5, sum by (le, eta_source) (rate({ETA_ERROR_RATIO}_bucket{{{GPU_FILTER}}}"
+                  f"[{ERROR_WINDOW}])))", legend="ETA from {{eta_source}}"),
+            description=f"Median actual / expected job time of the jobs finished in the last {ERROR_WINDOW}. "
+            "'prediction (every job)': expected = the prediction at admission. 'ETA from pace': expected = the "
+            "first ETA of the job's steady measured pace (reported by the training loop), so the gap between the "
+            "two is what live progress corrects. 'ETA from prediction': jobs that never reported a pace, whose ETA "
+            "stayed the prediction. 1 is perfect; above 1 the job ran longer than expected.",
+            unit="none", width=24,
         ),
         table_panel(
             "Predicted vs actual runtime per job",

@@ -192,11 +192,13 @@ class ReportSample:
 
 @dataclass(frozen=True, slots=True)
 class RecordOutcome:
-    """Metrics at the end of a successful job: predicted vs actual seconds on the GPU type it ran on."""
+    """Metrics at the end of a successful job: predicted vs actual seconds on the GPU type it ran on, and the
+    seconds its first ETA from a steady measured pace expected (None: it never reported one)."""
 
     gpu_type: str
     predicted_seconds: float
     actual_seconds: float
+    pace_eta_seconds: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

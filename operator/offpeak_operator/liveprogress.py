@@ -97,7 +97,8 @@ def live_update(*, status: Mapping[str, Any], attempt: int, gpu_type: str, predi
     baseline = _baseline(seen) or (latest if latest.steps > started_at else None)
     out: dict[str, Any] = {"attempt": attempt, "gpuType": gpu_type or None, "reportedAt": raw["receivedAt"],
                            "steps": latest.steps}
-    out.update({k: seen[k] for k in ("announced", "sampled", "sampleId", "annotated") if seen.get(k)})
+    out.update({k: seen[k] for k in ("announced", "sampled", "sampleId", "annotated", "firstFinishTime")
+                if seen.get(k)})
     if baseline is not None:
         out["baseline"] = {"at": timestamp(datetime.fromtimestamp(baseline.at, received.tzinfo)),
                            "steps": baseline.steps}
@@ -110,6 +111,8 @@ def live_update(*, status: Mapping[str, Any], attempt: int, gpu_type: str, predi
     eta, _ = remaining(step_seconds=p.step_seconds, steps_done=latest.steps, total_steps=total_steps)
     out.update(stepSeconds=round(p.step_seconds, 9), steadySteps=p.steady_steps, source=p.source,
                etaSeconds=round(eta, 1), finishTime=timestamp(received + timedelta(seconds=eta)))
+    # the first steady ETA is kept: how early the measured pace knew the end is what the dashboard's drift shows
+    out.setdefault("firstFinishTime", out["finishTime"])
     if error is not None:
         out.update(predictedStepSeconds=round(predicted, 9), error=round(error, 4))
     wall = max(0.0, (received - attempt_start).total_seconds())

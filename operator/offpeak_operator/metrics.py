@@ -63,6 +63,11 @@ class OperatorMetrics:
         self.prediction_error_ratio = Histogram("offpeak_prediction_error_ratio", "actual / predicted job seconds",
                                                 ("gpu_type", "model_family"), buckets=RATIO_BUCKETS,
                                                 registry=self.registry)
+        self.eta_error_ratio = Histogram("offpeak_eta_error_ratio",
+                                         "actual / expected job seconds, the expectation being the first ETA of a "
+                                         "steady measured pace (eta_source=pace) or, for a job that never reported "
+                                         "one, the prediction (eta_source=prediction)", ("gpu_type", "eta_source"),
+                                         buckets=RATIO_BUCKETS, registry=self.registry)
         self.jobs = Gauge("offpeak_jobs", "TrainingJobs known to this operator, by namespace and phase",
                           ("job_namespace", "phase"), registry=self.registry)
         self.jobs_waiting = Gauge("offpeak_jobs_waiting", "TrainingJobs not running yet, by namespace and the "
@@ -137,8 +142,8 @@ class OperatorMetrics:
         exported.update(waiting)
 
     def job_finished(self, *, job: str, namespace: str, gpu_type: str, model_family: str,
-                     predicted_seconds: float, actual_seconds: float) -> None:
-        """Export a finished job's predicted and actual seconds, and observe its error ratio."""
+                     predicted_seconds: float, actual_seconds: float, pace_eta_seconds: float | None = None) -> None:
+        """Export a finished job's predicted and actual seconds, and observe its error ratio and its ETA's."""
         with self._lock:
             admission = self._families.admit(model_family or UNKNOWN_FAMILY, now=self._clock())
             for family in admission.stale:
@@ -156,6 +161,12 @@ class OperatorMetrics:
             if predicted_seconds > 0:
                 self._family_gpu_types.setdefault(admission.value, set()).add(gpu_type)
                 self.prediction_error_ratio.labels(gpu_type=gpu_type, model_family=admission.value).observe(
+                    actual_seconds / predicted_seconds)
+            if pace_eta_seconds:
+                self.eta_error_ratio.labels(gpu_type=gpu_type, eta_source="pace").observe(
+                    actual_seconds / pace_eta_seconds)
+            elif predicted_seconds > 0:
+                self.eta_error_ratio.labels(gpu_type=gpu_type, eta_source="prediction").observe(
                     actual_seconds / predicted_seconds)
 
     def _forget_series(self, job: str) -> None:

@@ -313,10 +313,12 @@ class Reconciler:
             case sm.ReportSample():
                 assert spec is not None
                 return self._report_sample(job, spec, status, action)
-            case sm.RecordOutcome(gpu_type=gpu_type, predicted_seconds=predicted, actual_seconds=actual):
+            case sm.RecordOutcome(gpu_type=gpu_type, predicted_seconds=predicted, actual_seconds=actual,
+                                  pace_eta_seconds=pace_eta):
                 family = (status.get("graph") or {}).get("modelFamily", "")
                 self.ctx.metrics.job_finished(job=name, namespace=ns, gpu_type=gpu_type, model_family=family,
-                                              predicted_seconds=predicted, actual_seconds=actual)
+                                              predicted_seconds=predicted, actual_seconds=actual,
+                                              pace_eta_seconds=pace_eta)
             case sm.RecordRequeue(reason=reason):
                 self.ctx.metrics.job_requeues_total.labels(reason=reason).inc()
         return None

@@ -521,6 +521,13 @@ def _measure(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], 
                            completed=completed, prediction=prediction, spec_startup=spec.startup_seconds)
 
 
+def _first_pace_eta(status: Mapping[str, Any], start: datetime) -> float | None:
+    """Seconds from the attempt's start to the end its first steady measured pace expected; None without one."""
+    live = status.get("livePace") or {}
+    first = parse_time(live.get("firstFinishTime")) if live.get("attempt") == status.get("attempts") else None
+    return None if first is None else max(0.0, (first - start).total_seconds())
+
+
 def _succeeded(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView], prediction: Prediction | None,
                now: datetime) -> Decision:
     start = _attempt_start(status, pods, now)
@@ -553,7 +560,8 @@ def _succeeded(spec: JobSpec, status: Mapping[str, Any], pods: Sequence[PodView]
     predicted = None if narrow else _remaining_p50(prediction, gpu_type, completed)
     if predicted is not None:
         out["predictedSeconds"] = predicted
-        actions.append(RecordOutcome(gpu_type=gpu_type, predicted_seconds=predicted, actual_seconds=actual))
+        actions.append(RecordOutcome(gpu_type=gpu_type, predicted_seconds=predicted, actual_seconds=actual,
+                                     pace_eta_seconds=_first_pace_eta(status, start)))
     if measured is not None:
         out["actualStepSeconds"] = round(measured.step_seconds, 9)
         out["measurements"] = with_measurement(status.get("measurements"), measured)

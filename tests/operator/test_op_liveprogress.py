@@ -151,3 +151,14 @@ def test_a_steady_pace_goes_onto_the_pods_and_again_only_when_it_says_something_
 def test_no_live_progress_on_the_pods_before_the_pace_is_steady() -> None:
     got = _update({"attempts": 1, "liveReport": _report(10, steps=3, stepSeconds=0.5, attemptSteps=3)})
     assert got is not None and got.progress is None and "annotated" not in got.status["livePace"]
+
+
+def test_the_first_steady_eta_is_kept_while_later_reports_move_the_eta() -> None:
+    status: dict[str, Any] = {"attempts": 1, "liveReport": _report(30, steps=11, stepSeconds=0.7, attemptSteps=11)}
+    first = _update(status)
+    expected = timestamp(NOW + timedelta(seconds=30 + 989 * 0.7))
+    assert first.status["livePace"]["firstFinishTime"] == expected == first.status["livePace"]["finishTime"]
+    status = _then(status, first) | {"liveReport": _report(50, steps=41, stepSeconds=0.6, attemptSteps=41)}
+    later = _update(status).status["livePace"]
+    assert later["finishTime"] == timestamp(NOW + timedelta(seconds=50 + 959 * 0.6))
+    assert later["firstFinishTime"] == expected  # the dashboard's ETA drift compares the end with this one

@@ -113,3 +113,17 @@ def test_labelled_counters_export_zero_before_the_first_event() -> None:
     m.job_requeues_total.labels(reason="Evicted").inc()
     assert value(m.registry, "offpeak_job_requeues_total", reason="Evicted") == 1
     assert value(m.registry, "offpeak_job_requeues_total", reason="PodFailed") == 0
+
+
+def test_eta_drift_compares_the_end_with_the_paces_first_eta_or_else_the_prediction() -> None:
+    m = OperatorMetrics(CollectorRegistry())
+    m.job_finished(job="a", namespace="ns", gpu_type="T4", model_family="", predicted_seconds=100, actual_seconds=140,
+                   pace_eta_seconds=135)
+    m.job_finished(job="b", namespace="ns", gpu_type="T4", model_family="", predicted_seconds=100, actual_seconds=70)
+    pace = {"gpu_type": "T4", "eta_source": "pace"}
+    assert value(m.registry, "offpeak_eta_error_ratio_bucket", **pace, le="1.1") == 1  # 140 / 135
+    assert value(m.registry, "offpeak_eta_error_ratio_bucket", **pace, le="1.0") == 0
+    prediction = {"gpu_type": "T4", "eta_source": "prediction"}
+    assert value(m.registry, "offpeak_eta_error_ratio_bucket", **prediction, le="0.8") == 1  # 70 / 100
+    assert value(m.registry, "offpeak_eta_error_ratio_bucket", **prediction, le="0.67") == 0
+    assert value(m.registry, "offpeak_eta_error_ratio_count", **pace) == 1

@@ -183,6 +183,19 @@ def test_success_measures_actual_time_and_reports() -> None:
     assert sm.RecordOutcome(gpu_type="T4", predicted_seconds=500.0, actual_seconds=450.0) in d.actions
 
 
+def test_success_after_a_steady_pace_records_the_first_pace_eta_for_the_drift() -> None:
+    view = sm.PodView("train-1-a1-w0", phase="Succeeded", node="n1", gpu_type="T4", started_at=NOW,
+                      finished_at=NOW + timedelta(seconds=450))
+    first = NOW + timedelta(seconds=440)
+    status = waiting(phase="Running") | {"livePace": {"attempt": 1, "firstFinishTime": sm.rfc3339(first)}}
+    d = decide(status, observed=pods(view), now=NOW + timedelta(seconds=460))
+    assert sm.RecordOutcome(gpu_type="T4", predicted_seconds=500.0, actual_seconds=450.0,
+                            pace_eta_seconds=440.0) in d.actions
+    earlier = status | {"livePace": {"attempt": 0, "firstFinishTime": sm.rfc3339(first)}}  # another attempt's pace
+    d = decide(earlier, observed=pods(view), now=NOW + timedelta(seconds=460))
+    assert sm.RecordOutcome(gpu_type="T4", predicted_seconds=500.0, actual_seconds=450.0) in d.actions
+
+
 def test_success_with_a_progress_report_measures_the_training_loop_only() -> None:
     report = Progress(steps=1000, attempt_steps=1000, step_seconds=0.7, startup_seconds=120.0)
     view = sm.PodView("train-1-a1-w0", phase="Succeeded", node="n1", gpu_type="T4", started_at=NOW,
