@@ -10,8 +10,9 @@ variant then recomputes the step features and refits only the correction booster
 - `h100_unseen`: every H100 step, trained on public rows only, op boosters without H100 ops (a new GPU);
 - `public_family_out`: each model family of the public rows, trained on the rest plus the H100 steps.
 
-With the baseline variant the first two equal `offpeak eval-predictor`'s `modern_h100_family_out` and
-`modern_offpeak_h100` (same folds, seeds and settings). Needs the full data (H100 rows):
+It reads our H100 rows only (`OWN_GPUS["H100"]`): its slices are those `offpeak eval-predictor` reported before our
+H200 rows joined the training data (`modern_gpu_out` and `modern_family_out` now cover both GPUs). Needs the full
+data (H100 rows):
 
     .venv/bin/python bench/predictor_ablation.py [--variant NAME ...] [--json] [--per-model]
 
@@ -42,7 +43,7 @@ from offpeak_predictor.features import BACKWARD_FACTOR, FREE, op_class
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphcache import cache_dir, cache_key, get_graph
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, step_composition, step_features, summarise
-from offpeak_predictor.loaders import graph_args_of
+from offpeak_predictor.loaders import OWN_GPUS, graph_args_of
 from offpeak_predictor.memory_rules import LOWER_PRECISION
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.pipeline import load_tables, modern_model_rows, modern_op_rows
@@ -391,11 +392,13 @@ class Ablation:
         root = runtime_dir()
         ops, self.public = load_tables(root)
         self.public, self.public_sums = attach_graphs(self.public, get_graph)
-        self.held, self.held_sums = attach_graphs(modern_model_rows(root), get_graph)
+        h100 = OWN_GPUS["H100"]
+        self.held, self.held_sums = attach_graphs(modern_model_rows(root).query("source == @h100.source"), get_graph)
         if not len(self.held):
             raise SystemExit(f"no H100 steps under {root}: this bench needs the full data (OFFPEAK_SHARED_DATA)")
         self.op_public = fit_op_boosters(ops, SETTINGS)
-        self.op_full = fit_op_boosters(pd.concat([ops, modern_op_rows(root)], ignore_index=True), SETTINGS)
+        own_ops = modern_op_rows(root).query("source == @h100.ops_source")
+        self.op_full = fit_op_boosters(pd.concat([ops, own_ops], ignore_index=True), SETTINGS)
 
     def dispatch_counts(self) -> None:
         """Fill `DISPATCH` for every traced graph of the rows (about 1.5 min the first time, then cached)."""
@@ -467,7 +470,7 @@ class Ablation:
         xp, bp = self._steps(variant, self.op_full, pub, public_sums)
         xh, bh = self._steps(variant, self.op_full, held, held_sums)
         yp, yh = np.log(t_pub) - np.log(bp), np.log(t_held) - np.log(bh)
-        may_train = trainable(held, keep_h100=True)
+        may_train = trainable(held, keep_own=True)
         out: dict[str, float] = {}
 
         family_out = np.full(len(held), np.nan)

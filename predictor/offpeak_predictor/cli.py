@@ -293,7 +293,7 @@ def _register_train(subparsers: argparse._SubParsersAction) -> None:  # type: ig
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--quick", action="store_true", help="small subsample (smoke test, ~1 min)")
     p.add_argument("--public-only", action="store_true",
-                   help="leave out our own H100 steps and single ops (offpeak-h100), which the shipped model "
+                   help="leave out our own steps and single ops (H100, H200), which the shipped model "
                         "trains on; the evaluation asks for the steps as held-out slices")
     p.set_defaults(func=_cmd_train)
 

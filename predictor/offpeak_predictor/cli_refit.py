@@ -113,14 +113,14 @@ def _cmd_refit(args: argparse.Namespace) -> int:
 
 
 def _replay(db: Any, progress: Any) -> Any:
-    """The DB's benchmark model rows (held-out families removed; H100 rows kept, as the shipped model keeps them)
+    """The DB's benchmark model rows (held-out families removed; rows of the GPUs we measured kept, as the shipped model keeps them)
     joined with their graphs."""
     from offpeak_predictor.gpus import find_gpu
     from offpeak_predictor.graphcache import get_graph
     from offpeak_predictor.train import attach_graphs, exclude_holdout
 
     rows = db.read("model_samples")
-    rows = exclude_holdout(rows[rows["gpu"].map(lambda g: find_gpu(str(g)) is not None)], keep_h100=True)
+    rows = exclude_holdout(rows[rows["gpu"].map(lambda g: find_gpu(str(g)) is not None)], keep_own=True)
     if not len(rows):
         raise UserError(f"--replay: the DB {db.path} has no model rows (run `offpeak predictor build-db`)")
     return attach_graphs(rows, get_graph, progress)

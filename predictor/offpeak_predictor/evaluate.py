@@ -1,11 +1,12 @@
 """`offpeak eval-predictor`: grouped cross-validation of whole-step predictions against baselines.
 
 Folds: leave-one-GPU-out (the GPU's op rows AND model rows are removed before training) and
-leave-one-model-family-out; where the full data has our own H100 rows (offpeak-h100), two "modern" slices: every
-method trained on all other rows, then asked for those (a GPU, software and models it never saw), and each family of
-those rows asked of methods trained on the other families' H100 rows too (a new model on a GPU we measured, the case
-of the shipped model, which trains on all of them). Our H100 single ops train the op models of every scheme but the
-first modern slice (and `modern_ops`, which checks the op model on them).
+leave-one-model-family-out over the public rows; where our own measurements are present (`OWN_GPUS`: real steps
+and single ops with today's PyTorch on an H100 and an H200), two "modern" slices of those rows:
+`modern_gpu_out`, each of our GPUs predicted by every method trained on the public rows plus our rows of the other
+GPUs (a GPU it never measured, steps and single ops), and `modern_family_out`, each family of our rows predicted by
+methods trained on everything else (a new model on a GPU we measured, the case of the shipped model, which trains on
+all of them). Both report each GPU separately, with the host-bound slice (batch <= 8) and the AMP slice apart.
 Methods: offpeak, roofline, FLOPs-linear (PALEO-style), per-layer MLP (Justus 2018).
 Intervals: each fold calibrates its p50/p90 from its own training rows only (`train.fit_calibration`, as the shipped
 model does), so a test row's residual never informs its own interval; coverage and width per slice.
@@ -18,6 +19,7 @@ import json
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,14 @@ LEGACY_P90_LOG_MARGIN = 0.7568449609344708
 # estimate (before the p50 offset) and the legacy fixed-multiplier p90.
 INTERVAL_COLUMNS = ("offpeak_p90", "offpeak_model", "offpeak_legacy_p90")
 FullFit = tuple[RuntimeModel, LayerMLP, np.ndarray, np.ndarray]  # op model, per-layer MLP, step features, bases
+# Slices of our own rows reported apart, per GPU: small batches are host-bound on a fast GPU (launching the kernels,
+# not the GPU, sets the step), and AMP steps run casts and half-precision kernels that fp32 steps do not.
+OWN_SLICES: dict[str, Callable[[pd.DataFrame], np.ndarray]] = {
+    "all": lambda frame: np.ones(len(frame), dtype=bool),
+    "host_bound_batch_le_8": lambda frame: (frame["batch_size"] <= 8).to_numpy(),
+    "amp": lambda frame: frame["precision"].isin(["fp16", "bf16"]).to_numpy(),
+    "fp32": lambda frame: (frame["precision"] == "fp32").to_numpy(),
+}
 
 
 def metrics(actual: np.ndarray, pred: np.ndarray) -> dict[str, float]:
@@ -119,21 +129,21 @@ def _fit_mlp(ops: pd.DataFrame, seed: int) -> LayerMLP:
 
 def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = False) -> dict[str, Any]:
     started = time.time()
-    ops, models = load_tables(root)
+    public_ops, models = load_tables(root)
     settings = TrainSettings(seed=seed, max_op_rows_per_booster=15_000, op_rounds=80)
     if quick:
         from offpeak_predictor.pipeline import quick_subsample
 
-        ops, models = quick_subsample(ops, models, seed)
+        public_ops, models = quick_subsample(public_ops, models, seed)
         settings = replace(settings, op_rounds=40, step_rounds=40)
-    h100_ops = modern_op_rows(root)
+    own_ops = modern_op_rows(root)
     with rich_progress() as progress:
         models, summaries = attach_graphs(models, get_graph, progress)
-        # Our H100 single ops are training data for every scheme that does not call the H100 unseen: no public test
-        # row is an H100's, and the shipped model learns from them too.
-        without_h100 = _full_fit(ops, models, summaries, settings)
-        ops = pd.concat([ops, h100_ops], ignore_index=True) if len(h100_ops) else ops
-        full = _full_fit(ops, models, summaries, settings) if len(h100_ops) else without_h100
+        public = _full_fit(public_ops, models, summaries, settings)
+        # Our single ops train the op models of every scheme that does not call their GPU unseen: no public test row
+        # is on a GPU we measured, and the shipped model learns from them too.
+        ops = pd.concat([public_ops, own_ops], ignore_index=True) if len(own_ops) else public_ops
+        full = _full_fit(ops, models, summaries, settings) if len(own_ops) else public
         op_gpus = set(ops["gpu"])
         preds: dict[str, dict[str, np.ndarray]] = {}
         for scheme, column in (("leave_one_gpu_out", "gpu"), ("leave_one_family_out", "family")):
@@ -154,8 +164,8 @@ def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = Fa
                     table[m][test] = values
                 progress(scheme, i + 1, len(groups))
             preds[scheme] = table
-        modern = _modern_slice(root=root, ops=ops, models=models, summaries=summaries, settings=settings,
-                               full=full, without_h100=without_h100, progress=progress, quick=quick)  # fmt: skip
+        modern = _modern_slice(root=root, public_ops=public_ops, own_ops=own_ops, models=models, summaries=summaries,
+                               settings=settings, full=full, progress=progress, quick=quick)  # fmt: skip
     report = build_report(models, preds, started=started, quick=quick)
     frames = [_predictions_frame(models, preds)]
     if modern is not None:
@@ -167,8 +177,9 @@ def run_evaluation(*, root: Path, out_dir: Path, seed: int = 7, quick: bool = Fa
             report["headline"]["mape_percent"][scheme] = {
                 m: round(report["schemes"][scheme]["overall"][m].get("mape", math.nan), 1) for m in METHODS}
             report["headline"]["intervals"][scheme] = _interval_headline(report["schemes"][scheme])
+            report["headline"]["own_gpus"][scheme] = _own_gpu_headline(report["schemes"][scheme])
         frames.append(_predictions_frame(rows, modern_preds))
-    report["modern_ops"] = modern_op_report(root=root, model=without_h100[0])
+    report["modern_ops"] = modern_op_report(root=root, model=public[0])
     report = json_safe(report)
     out_dir.mkdir(parents=True, exist_ok=True)
     pd.concat(frames, ignore_index=True).to_csv(out_dir / "predictions.csv.gz", index=False)
@@ -186,16 +197,16 @@ def _full_fit(ops: pd.DataFrame, models: pd.DataFrame, summaries: list[GraphSumm
 
 
 def _modern_slice(
-    *, root: Path, ops: pd.DataFrame, models: pd.DataFrame, summaries: list[GraphSummary], settings: TrainSettings,
-    full: FullFit, without_h100: FullFit, progress: Any, quick: bool = False,
+    *, root: Path, public_ops: pd.DataFrame, own_ops: pd.DataFrame, models: pd.DataFrame,
+    summaries: list[GraphSummary], settings: TrainSettings, full: FullFit, progress: Any, quick: bool = False,
 ) -> tuple[pd.DataFrame, dict[str, dict[str, np.ndarray]]] | None:  # fmt: skip
-    """Our own H100 rows predicted two ways (None: not in the data):
+    """Our own steps (`OWN_GPUS`) predicted two ways (None: none in the data):
 
-    - `modern_offpeak_h100`: every method trained on all loaded rows, none from an H100 (`without_h100`: a GPU,
-      software and models it never saw);
-    - `modern_h100_family_out`: each model family of those rows predicted by every method trained on all loaded rows
-      plus our H100 single ops and H100 steps of the *other* families, as the shipped model is: a new model on a GPU
-      we measured.
+    - `modern_gpu_out`: each GPU of ours predicted by every method trained on the public rows of other GPUs plus
+      our steps and single ops of the *other* GPUs of ours (a GPU it never measured);
+    - `modern_family_out`: each model family of our rows (on every GPU of ours) predicted by every method trained on
+      the public rows plus our single ops and our steps of the *other* families, as the shipped model is: a new
+      model on a GPU we measured.
     """
     held = modern_model_rows(root)
     if not len(held):
@@ -203,26 +214,44 @@ def _modern_slice(
     held, held_sums = attach_graphs(held, get_graph, progress)
     if not len(held):
         return None
-    held_steps = {id(fit): step_matrix(fit[0], held, held_sums) for fit in (full, without_h100)}
+    may_train = trainable(held, keep_own=True)
+    held_steps: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
-    def predict(fit: FullFit, extra: np.ndarray, test: np.ndarray) -> dict[str, np.ndarray]:
-        """Train on the loaded rows plus `held[extra]` over `fit`'s op models; predict `held[test]`."""
+    def predict(fit: FullFit, extra: np.ndarray, test: np.ndarray, public: np.ndarray | None = None
+                ) -> dict[str, np.ndarray]:  # fmt: skip
+        """Train on the `public` rows (default all) plus `held[extra]` over `fit`'s op models; predict
+        `held[test]`."""
         full_model, full_mlp, x_all, base_all = fit
+        public = np.ones(len(models), dtype=bool) if public is None else public
+        if id(fit) not in held_steps:
+            held_steps[id(fit)] = step_matrix(full_model, held, held_sums)
         x_held, base_held = held_steps[id(fit)]
-        pick = lambda mask: [s for s, keep in zip(held_sums, mask, strict=True) if keep]  # noqa: E731
-        rows = pd.concat([models, held[extra], held[test]], ignore_index=True)
-        mask = np.r_[np.zeros(len(models) + int(extra.sum()), dtype=bool), np.ones(int(test.sum()), dtype=bool)]
+        pick = lambda sums, mask: [s for s, keep in zip(sums, mask, strict=True) if keep]  # noqa: E731
+        rows = pd.concat([models[public], held[extra], held[test]], ignore_index=True)
+        mask = np.r_[np.zeros(int(public.sum()) + int(extra.sum()), dtype=bool), np.ones(int(test.sum()), dtype=bool)]
         return _fold_predictions(
-            ops=ops, models=rows, summaries=[*summaries, *pick(extra), *pick(test)], test=mask, settings=settings,
-            retrain_ops=False, ops_test_gpu=None,
-            full=(full_model, full_mlp, np.vstack([x_all, x_held[extra], x_held[test]]),
-                  np.r_[base_all, base_held[extra], base_held[test]]),
+            ops=public_ops, models=rows, summaries=[*pick(summaries, public), *pick(held_sums, extra),
+                                                    *pick(held_sums, test)], test=mask,
+            settings=settings, retrain_ops=False, ops_test_gpu=None,
+            full=(full_model, full_mlp, np.vstack([x_all[public], x_held[extra], x_held[test]]),
+                  np.r_[base_all[public], base_held[extra], base_held[test]]),
         )  # fmt: skip
 
-    everything = np.ones(len(held), dtype=bool)
-    unseen = predict(without_h100, np.zeros(len(held), dtype=bool), everything)
-    family_out = {m: np.full(len(held), np.nan) for m in (*METHODS, *INTERVAL_COLUMNS)}
-    may_train = trainable(held, keep_h100=True)
+    def empty() -> dict[str, np.ndarray]:
+        return {m: np.full(len(held), np.nan) for m in (*METHODS, *INTERVAL_COLUMNS)}
+
+    gpu_out = empty()
+    gpus = sorted(held["gpu"].astype(str).unique())
+    for i, gpu in enumerate(gpus):
+        test = (held["gpu"] == gpu).to_numpy()
+        # unseen means unseen: the public rows of that GPU (Lambda's few H200 steps) leave too
+        fold_ops = pd.concat([public_ops[public_ops["gpu"] != gpu], own_ops[own_ops["gpu"] != gpu]], ignore_index=True)
+        fit = _full_fit(fold_ops, models, summaries, settings)
+        public = (models["gpu"] != gpu).to_numpy()
+        for m, values in predict(fit, may_train & ~test, test, public).items():
+            gpu_out[m][test] = values
+        progress("modern: each GPU of ours out", i + 1, len(gpus))
+    family_out = empty()
     families = sorted(held["family"].astype(str).unique())
     if quick:
         families = families[:3]
@@ -230,13 +259,13 @@ def _modern_slice(
         test = (held["family"] == family).to_numpy()
         for m, values in predict(full, may_train & ~test, test).items():
             family_out[m][test] = values
-        progress("modern: H100 family out", i + 1, len(families))
-    return held, {"modern_offpeak_h100": unseen, "modern_h100_family_out": family_out}
+        progress("modern: each family of ours out", i + 1, len(families))
+    return held, {"modern_gpu_out": gpu_out, "modern_family_out": family_out}
 
 
 def modern_op_report(*, root: Path, model: RuntimeModel) -> dict[str, Any] | None:
-    """Held-out single ops (our H100 rows) priced by an op model that never saw them: error per class and precision,
-    and the measured vs predicted speed-up of tf32 and bf16 over fp32 on the same GEMM shapes."""
+    """Our own single ops (`OWN_GPUS`) priced by an op model that never saw them, per GPU: error per class and
+    precision, and the measured vs predicted speed-up of tf32 and bf16 over fp32 on the same GEMM shapes."""
     ops = modern_op_rows(root)
     if not len(ops):
         return None
@@ -246,12 +275,20 @@ def modern_op_report(*, root: Path, model: RuntimeModel) -> dict[str, Any] | Non
                               bytes_=part["bytes"].to_numpy(), out_numel=part["out_numel"].to_numpy(),
                               lead_dim=part["lead_dim"].to_numpy(), dtype_bytes=part["dtype_bytes"].to_numpy())  # fmt: skip
         pred[part.index.to_numpy()] = model._price_ops(table, resolve_gpu(str(gpu_name)), str(precision))
-    actual = ops["time_s"].to_numpy(dtype=np.float64)
+    out: dict[str, Any] = {"rows": len(ops), "per_gpu": {}}
+    for gpu_name, on_gpu in ops.assign(pred=pred).groupby("gpu", sort=True):
+        out["per_gpu"][str(gpu_name)] = _op_slices(on_gpu.reset_index(drop=True))
+    return out
+
+
+def _op_slices(ops: pd.DataFrame) -> dict[str, Any]:
+    """One GPU's single ops (`time_s` measured, `pred` priced): error per class and precision, GEMM speed-ups."""
+    actual, pred = ops["time_s"].to_numpy(dtype=np.float64), ops["pred"].to_numpy(dtype=np.float64)
     out: dict[str, Any] = {"rows": len(ops), "per_class_precision": {}}
     for (cls, precision), part in ops.groupby(["op_class", "precision"], sort=True):
         idx = part.index.to_numpy()
         out["per_class_precision"][f"{cls}/{precision}"] = metrics(actual[idx], pred[idx])
-    gemm = ops[ops["op_class"] == "gemm"].assign(pred=pred[(ops["op_class"] == "gemm").to_numpy()])
+    gemm = ops[ops["op_class"] == "gemm"]
     wide = gemm.pivot_table(index=["flops", "out_numel", "lead_dim"], columns="precision", values=["time_s", "pred"])
     speedups = {}
     for other in ("tf32", "bf16", "fp16"):
@@ -299,9 +336,11 @@ def build_report(models: pd.DataFrame, preds: dict[str, dict[str, np.ndarray]], 
             "offpeak is the p50 as served (the model's estimate; the calibration does not move it unless recentre)",
             "intervals: each fold calibrates p50/p90 on its training rows only (5 grouped folds by family and by GPU)",
             "intervals.legacy_fixed_multiplier: p90 = model seconds x 2.13, the interval before calibration",
-            "modern_offpeak_h100: trained on every other row (no H100 anywhere), asked for our own H100 rows",
-            "modern_h100_family_out: each family of our H100 rows, trained on every other row plus our H100 rows of "
-            "the other families (as the shipped model, which trains on all of them)",
+            "modern_gpu_out: each GPU we measured (H100, H200), trained on the public rows plus our steps and single "
+            "ops of the other GPUs, asked for that GPU's steps",
+            "modern_family_out: each family of our steps (every GPU of ours), trained on every other row plus our "
+            "single ops and our steps of the other families (as the shipped model, which trains on all of them)",
+            "headline.own_gpus: per GPU of ours, all steps, the host-bound slice (batch <= 8), AMP and fp32 apart",
         ],
         "schemes": {},
     }
@@ -319,7 +358,7 @@ def build_report(models: pd.DataFrame, preds: dict[str, dict[str, np.ndarray]], 
             m: round(neusight_train[m].get("mape", math.nan), 1) for m in METHODS
         }
         intervals[scheme] = _interval_headline(report["schemes"][scheme])
-    report["headline"] = {"mape_percent": headline, "intervals": intervals}
+    report["headline"] = {"mape_percent": headline, "intervals": intervals, "own_gpus": {}}
     return json_safe(report)
 
 
@@ -361,8 +400,30 @@ def _scheme_report(frame: pd.DataFrame, p: dict[str, np.ndarray], *, per_model: 
         "per_gpu": _breakdown(frame, p, "gpu"),
         "per_source": _breakdown(frame, p, "source"),
         "per_family": _breakdown(frame, p, "family"),
-        **({"per_model": _breakdown(frame, p, "model_name")} if per_model else {}),
+        **({"per_model": _breakdown(frame, p, "model_name"), "per_gpu_slice": _per_gpu_slices(frame, p)}
+           if per_model else {}),
     }
+
+
+def _per_gpu_slices(frame: pd.DataFrame, p: dict[str, np.ndarray]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Every method's accuracy per GPU and `OWN_SLICES` slice (rows of `frame` aligned with `p`)."""
+    actual = frame["time_s"].to_numpy(dtype=np.float64)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for gpu, part in frame.groupby("gpu", sort=True):
+        out[str(gpu)] = {}
+        for name, select in OWN_SLICES.items():
+            idx = part.index.to_numpy()[select(part)]
+            out[str(gpu)][name] = {m: metrics(actual[idx], p[m][idx]) for m in METHODS}
+    return out
+
+
+def _own_gpu_headline(scheme: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per GPU and slice: rows and every method's MAPE (the table of docs/predictor.md)."""
+    return {
+        gpu: {name: {"n": cells["offpeak"]["n"], **{m: round(cells[m].get("mape", math.nan), 1) for m in METHODS}}
+              for name, cells in slices.items()}
+        for gpu, slices in scheme["per_gpu_slice"].items()
+    }  # fmt: skip
 
 
 def json_safe(value: Any) -> Any:

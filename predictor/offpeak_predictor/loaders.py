@@ -2,7 +2,8 @@
 
 Each loader returns a DataFrame with the columns of `OP_COLUMNS` (single kernels) or `MODEL_COLUMNS` (whole
 training/inference steps). Times are seconds; GPUs are canonical catalogue names (rows on devices not in the
-catalogue, e.g. CPUs and phones, are dropped). Rows on H100 never appear here: the shared data has them removed.
+catalogue, e.g. CPUs and phones, are dropped). No public row is an H100's: the shared data has them removed; our
+own H100 and H200 measurements (`OWN_GPUS`) are the only rows of those GPUs.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
 
@@ -364,12 +366,6 @@ def load_jcjohnson(root: Path) -> pd.DataFrame:
     return _finish(df, MODEL_COLUMNS)
 
 
-def load_offpeak_h100_models(root: Path) -> pd.DataFrame:
-    """Our own H100 rows (offpeak-h100/h100_models.jsonl): real train/inference steps, PyTorch 2.11, fp32 (TF32 off
-    for matmul) and AMP (fp16/bf16 = autocast). Held out: the modern slice of `offpeak eval-predictor`."""
-    return load_measured_steps(root / "offpeak-h100" / "h100_models.jsonl", source="offpeak-h100")
-
-
 def load_measured_steps(path: Path, *, source: str) -> pd.DataFrame:
     """Whole steps in `measure_models.py`'s format (one JSON object per configuration, the GPU named by its CUDA
     device name), as model rows. The text models' configs are read from `hf_configs/` beside the file, so a folder
@@ -389,17 +385,17 @@ def load_measured_steps(path: Path, *, source: str) -> pd.DataFrame:
     return _finish(df.assign(source=source), MODEL_COLUMNS)
 
 
-_H100_VECTOR_OPS = {"add": "elementwise", "gelu": "elementwise", "softmax": "softmax", "layernorm_fwd": "norm"}
+_MEASURED_VECTOR_OPS = {"add": "elementwise", "gelu": "elementwise", "softmax": "softmax", "layernorm_fwd": "norm"}
 
 
-def load_offpeak_h100_ops(root: Path) -> pd.DataFrame:
-    """Our own H100 single ops (offpeak-h100/h100_ops.csv), forward only: GEMM, conv2d (same padding) and
-    vector ops; fp32 (TF32 off), tf32, and plain fp16/bf16 tensors. Held out: checks the op model per precision.
+def load_measured_ops(path: Path, *, source: str, gpu: str) -> pd.DataFrame:
+    """Single ops in `measure_ops.py`'s format (forward only: GEMM, conv2d with same padding and vector ops; fp32
+    with TF32 off, tf32, and plain fp16/bf16 tensors) on the GPU type `gpu`, as op rows.
 
     measure_ops.py turned TF32 off for cuDNN too in its fp32 rows, which no precision of ours means (fp32 keeps
     PyTorch's default, TF32 convolutions): a convolution's tf32 row is what our fp32 (and tf32) runs, so it is
     kept as fp32 and its TF32-off row is left out."""
-    raw = pd.read_csv(root / "offpeak-h100" / "h100_ops.csv")
+    raw = pd.read_csv(path)
     is_conv = raw["op"] == "conv2d_fwd"
     raw = raw[~(is_conv & (raw["precision"] == "fp32"))].copy()
     raw.loc[(raw["op"] == "conv2d_fwd") & (raw["precision"] == "tf32"), "precision"] = "fp32"
@@ -415,11 +411,14 @@ def load_offpeak_h100_ops(root: Path) -> pd.DataFrame:
                                            dtype_bytes=size)  # fmt: skip
     frames.append(pd.DataFrame({"op_class": "conv", "flops": flops, "bytes": bytes_, "out_numel": out_numel,
                                 "lead_dim": raw["n"]})[conv])  # fmt: skip
-    vector = raw["op"].isin(list(_H100_VECTOR_OPS))
-    frames.append(pd.DataFrame({"op_class": raw["op"].map(_H100_VECTOR_OPS), "flops": raw["numel"],
+    vector = raw["op"].isin(list(_MEASURED_VECTOR_OPS))
+    frames.append(pd.DataFrame({"op_class": raw["op"].map(_MEASURED_VECTOR_OPS), "flops": raw["numel"],
                                 "bytes": raw["bytes"], "out_numel": raw["numel"], "lead_dim": 1.0})[vector])  # fmt: skip
     df = pd.concat(frames).sort_index()
-    df = df.assign(source="offpeak-h100-ops", gpu=find_gpu("H100").name, precision=raw["precision"],  # type: ignore[union-attr]
+    spec = find_gpu(gpu)
+    if spec is None:
+        raise ValueError(f"{path}: GPU type {gpu!r} is not in the catalogue")
+    df = df.assign(source=source, gpu=spec.name, precision=raw["precision"],
                    mode="fwd", dtype_bytes=size, time_s=raw["time_s"], time_std=np.nan, software="pytorch-2.11")  # fmt: skip
     return _finish(df, OP_COLUMNS)
 
@@ -436,9 +435,49 @@ def load_present(loaders: Mapping[str, Callable[[Path], pd.DataFrame]], root: Pa
     return frames
 
 
-# Modern rows the evaluation holds out (a GPU, software and models no training row comes from).
-HOLDOUT_MODEL_LOADERS: dict[str, Callable[[Path], pd.DataFrame]] = {"offpeak-h100": load_offpeak_h100_models}
-HOLDOUT_OP_LOADERS: dict[str, Callable[[Path], pd.DataFrame]] = {"offpeak-h100-ops": load_offpeak_h100_ops}
+@dataclass(frozen=True)
+class OwnGpu:
+    """One GPU type measured by our own scripts (`runtime/offpeak-h100/measure_models.py` and `measure_ops.py`):
+    real whole steps with today's PyTorch, and single ops. The shipped model trains on every one of them; the
+    evaluation leaves each out in turn (`offpeak eval-predictor`'s modern slices)."""
+
+    gpu: str  # catalogue name (prefix) of the GPU type
+    folder: Callable[[Path], Path]  # where its files are, given the runtime data root
+    stem: str  # file names: <stem>_models.jsonl, <stem>_ops.csv
+
+    @property
+    def source(self) -> str:
+        return f"offpeak-{self.stem}"
+
+    @property
+    def ops_source(self) -> str:
+        return f"offpeak-{self.stem}-ops"
+
+    def steps_file(self, root: Path) -> Path:
+        return self.folder(root) / f"{self.stem}_models.jsonl"
+
+    def ops_file(self, root: Path) -> Path:
+        return self.folder(root) / f"{self.stem}_ops.csv"
+
+    def model_rows(self, root: Path) -> pd.DataFrame:
+        return load_measured_steps(self.steps_file(root), source=self.source)
+
+    def op_rows(self, root: Path) -> pd.DataFrame:
+        return load_measured_ops(self.ops_file(root), source=self.ops_source, gpu=self.gpu)
+
+
+def _device_report(name: str) -> Path:
+    """A measurement folder committed under `reports/device/` of a source checkout (absent from a wheel)."""
+    return Path(__file__).resolve().parents[2] / "reports" / "device" / name
+
+
+# Our own measurements, by GPU type. The H100's are part of the shared data; the H200's were measured on a GPU
+# lent to a development session and are committed with their provenance (their README), so they are read from the
+# checkout whatever data root is in use.
+OWN_GPUS: dict[str, OwnGpu] = {
+    "H100": OwnGpu(gpu="H100", folder=lambda root: root / "offpeak-h100", stem="h100"),
+    "H200": OwnGpu(gpu="H200", folder=lambda root: _device_report("h200-2026-11-28"), stem="h200"),
+}
 
 
 OP_LOADERS: dict[str, Callable[[Path], pd.DataFrame]] = {

@@ -16,7 +16,7 @@ import pandas as pd
 from offpeak_predictor.gpus import find_gpu
 from offpeak_predictor.graphcache import get_graph
 from offpeak_predictor.loaders import (
-    HOLDOUT_MODEL_LOADERS, HOLDOUT_OP_LOADERS, MODEL_COLUMNS, MODEL_LOADERS, OP_COLUMNS, OP_LOADERS, load_present,
+    MODEL_COLUMNS, MODEL_LOADERS, OP_COLUMNS, OP_LOADERS, OWN_GPUS, load_present,
 )  # fmt: skip
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.train import Progress, TrainSettings, attach_graphs, exclude_holdout, train_model
@@ -46,9 +46,9 @@ def load_tables(root: Path, *, db_path: str | None = None, modern: bool = False
                 ) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
     """(op rows, model rows) from the datasets plus any rows collected into the DB; hold-outs removed.
 
-    `modern`: also our own H100 steps and single ops (`HOLDOUT_MODEL_LOADERS`, `HOLDOUT_OP_LOADERS`, when the data
-    has them), and H100 rows are kept: what the shipped model trains on. The evaluation loads without them and asks
-    for them as its modern slices.
+    `modern`: also our own steps and single ops of every GPU we measured (`OWN_GPUS`: H100, H200, where the data has
+    them), and those GPUs' rows are kept: what the shipped model trains on. The evaluation loads without them and
+    asks for them as its modern slices.
     """
     ops = pd.concat([fn(root) for fn in OP_LOADERS.values()], ignore_index=True)
     models = pd.concat([fn(root) for fn in MODEL_LOADERS.values()], ignore_index=True)
@@ -62,25 +62,26 @@ def load_tables(root: Path, *, db_path: str | None = None, modern: bool = False
         extra_ops = db.read("op_samples")
         extra_ops = extra_ops[~extra_ops["source"].isin(list(OP_LOADERS))]
         extra_models = db.read("model_samples")
-        extra_models = extra_models[~extra_models["source"].isin([*MODEL_LOADERS, *HOLDOUT_MODEL_LOADERS])]
+        own_sources = [own.source for own in OWN_GPUS.values()]
+        extra_models = extra_models[~extra_models["source"].isin([*MODEL_LOADERS, *own_sources])]
         ops = pd.concat([ops, extra_ops], ignore_index=True)
         models = pd.concat([models, extra_models], ignore_index=True)
     known = lambda frame: frame[frame["gpu"].map(lambda g: find_gpu(str(g)) is not None)]  # noqa: E731
-    return (exclude_holdout(known(ops), keep_h100=modern),
-            exclude_holdout(known(models), keep_h100=modern))  # fmt: skip
+    return (exclude_holdout(known(ops), keep_own=modern),
+            exclude_holdout(known(models), keep_own=modern))  # fmt: skip
 
 
 def modern_model_rows(root: Path) -> pd.DataFrame:
-    """Our own modern whole-step rows (offpeak-h100) where the data has them; an empty frame otherwise (the
-    repository's sample data has none)."""
-    parts = load_present(HOLDOUT_MODEL_LOADERS, root)
+    """Our own modern whole steps of every GPU we measured (`OWN_GPUS`), where they are present; an empty frame
+    without any."""
+    parts = load_present({own.source: own.model_rows for own in OWN_GPUS.values()}, root)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(MODEL_COLUMNS))
 
 
 def modern_op_rows(root: Path) -> pd.DataFrame:
-    """Our own modern single ops (offpeak-h100: GEMM, TF32 and half-precision convolutions, vector ops on an H100)
-    where the data has them; an empty frame otherwise."""
-    parts = load_present(HOLDOUT_OP_LOADERS, root)
+    """Our own modern single ops (GEMM, TF32 and half-precision convolutions, vector ops) of every GPU we measured,
+    where they are present; an empty frame without any."""
+    parts = load_present({own.ops_source: own.op_rows for own in OWN_GPUS.values()}, root)
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=list(OP_COLUMNS))
 
 

@@ -20,7 +20,7 @@ from offpeak_predictor.features import base_times, make_op_table, op_feature_mat
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, step_composition, step_features, summarise
 from offpeak_predictor.intervals import ERA_PT2, Calibration, calibrate, regime_of, software_era
-from offpeak_predictor.loaders import graph_args_of
+from offpeak_predictor.loaders import OWN_GPUS, graph_args_of
 from offpeak_predictor.model import BOOSTER_OF_CLASS, RuntimeModel
 
 log = logging.getLogger(__name__)
@@ -284,21 +284,25 @@ def summary_of(ops: pd.DataFrame, models: pd.DataFrame, settings: TrainSettings)
 HELD_OUT_FAMILIES = ("densenet", "mnasnet")  # kept apart by the data's READMEs for independent evaluation
 
 
-def trainable(frame: pd.DataFrame, *, keep_h100: bool = False) -> np.ndarray:
-    """Which rows may train a model: never the held-out families, even if they ever appear; H100 rows only with
-    `keep_h100`. The shipped model learns from our own H100 steps (`load_tables(modern=True)`); every evaluation
-    scheme that calls the H100 unseen keeps it out."""
+def trainable(frame: pd.DataFrame, *, keep_own: bool = False) -> np.ndarray:
+    """Which rows may train a model: never the held-out families, even if they ever appear; our own measurements
+    (`OWN_GPUS`: H100, H200) only with `keep_own`, and no H100 row otherwise (the public data has none: its READMEs
+    hold them out). The shipped model learns from all of them (`load_tables(modern=True)`); the evaluation asks for
+    them as its modern slices."""
     keep = np.ones(len(frame), dtype=bool)
-    if not keep_h100:
+    if not keep_own:
+        own = {name for g in OWN_GPUS.values() for name in (g.source, g.ops_source)}
         keep &= ~frame["gpu"].astype(str).str.startswith("H100").to_numpy()
+        if "source" in frame:
+            keep &= ~frame["source"].isin(list(own)).to_numpy()
     if "family" in frame:
         keep &= ~frame["family"].isin(list(HELD_OUT_FAMILIES)).to_numpy()
     return keep
 
 
-def exclude_holdout(frame: pd.DataFrame, *, keep_h100: bool = False) -> pd.DataFrame:
+def exclude_holdout(frame: pd.DataFrame, *, keep_own: bool = False) -> pd.DataFrame:
     """The `trainable` rows of `frame`."""
-    return frame[trainable(frame, keep_h100=keep_h100)].reset_index(drop=True)
+    return frame[trainable(frame, keep_own=keep_own)].reset_index(drop=True)
 
 
 def log_ratio(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -94,3 +94,21 @@ def test_slices_without_rows_are_null_in_valid_json(tmp_path):
     back = json.loads(path.read_text(), parse_constant=reject)  # NaN/Infinity would raise here
     assert back["headline"]["mape_percent"]["leave_one_family_out"]["offpeak"] is None
     assert "NaN" not in path.read_text()
+
+
+def test_our_gpus_are_reported_apart_with_the_host_bound_and_amp_slices():
+    from offpeak_predictor.evaluate import _own_gpu_headline, _scheme_report
+
+    rows = pd.DataFrame({
+        "time_s": [1.0, 1.0, 1.0, 1.0], "gpu": ["H100", "H100", "H200", "H200"], "source": ["offpeak-h100"] * 2 +
+        ["offpeak-h200"] * 2, "family": ["resnet", "bert", "resnet", "bert"], "model_name": ["r", "b", "r", "b"],
+        "mode": ["train"] * 4, "precision": ["bf16", "fp32", "fp16", "fp32"], "batch_size": [4, 64, 8, 128],
+    })  # fmt: skip
+    p = {m: np.array([2.0, 1.1, 1.3, 0.9]) for m in (*METHODS, *INTERVAL_COLUMNS)}  # errors 100, 10, 30, 10 %
+    headline = _own_gpu_headline(_scheme_report(rows, p, per_model=True))
+    assert set(headline) == {"H100", "H200"}
+    h100, h200 = headline["H100"], headline["H200"]
+    assert h100["all"]["offpeak"] == pytest.approx(55.0) and h100["all"]["n"] == 2
+    assert h100["host_bound_batch_le_8"] == {"n": 1, **{m: pytest.approx(100.0) for m in METHODS}}
+    assert h100["amp"]["offpeak"] == pytest.approx(100.0) and h100["fp32"]["offpeak"] == pytest.approx(10.0)
+    assert h200["host_bound_batch_le_8"]["offpeak"] == pytest.approx(30.0) and h200["amp"]["n"] == 1

@@ -12,7 +12,7 @@ from offpeak_graph.schema import PRECISIONS, validate_graph
 from offpeak_predictor.features import make_op_table, roofline_times
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import StepContext, summarise
-from offpeak_predictor.loaders import load_measured_steps, load_offpeak_h100_models, load_offpeak_h100_ops
+from offpeak_predictor.loaders import OWN_GPUS, load_measured_steps
 from offpeak_predictor.openapi import openapi_document
 from offpeak_predictor.predict import PredictOptions, Predictor
 
@@ -77,7 +77,7 @@ def test_h100_loaders_read_our_own_rows(tmp_path):
          "step_s": 0.05},
     ]  # fmt: skip
     (folder / "h100_models.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
-    models = load_offpeak_h100_models(tmp_path)
+    models = OWN_GPUS["H100"].model_rows(tmp_path)
     assert list(models["gpu"]) == ["H100-SXM5-80GB"] * 2 and list(models["graph_kind"]) == ["torchvision", "hf_config"]
     assert models["graph_ref"][1].endswith("hf_configs/gpt2_large_lm.json") and models["seq_len"][1] == 1024
     assert list(models["family"]) == ["resnet", "gpt2"] and models["software"][0] == "pytorch-2.11.0"
@@ -88,7 +88,7 @@ def test_h100_loaders_read_our_own_rows(tmp_path):
         "conv2d_fwd,tf32,,64,7398752256,,,56,64,,32,,3,,1,2.5e-04\n"
         "add,bf16,196608,,,,,,,,,65536,,,,2.0e-05\n"
         "sdpa_fwd,fp16,,,6442450944,64,12,,,,8,,,512,,1.0e-04\n")  # fmt: skip
-    ops = load_offpeak_h100_ops(tmp_path)
+    ops = OWN_GPUS["H100"].op_rows(tmp_path)
     assert list(ops["op_class"]) == ["gemm", "conv", "elementwise"]  # SDPA has no single-op class: left out
     assert list(ops["precision"]) == ["tf32", "fp32", "bf16"] and list(ops["dtype_bytes"]) == [4, 4, 2]
     assert ops["time_s"][1] == 2.5e-04  # the TF32 convolution, which is what fp32 runs by default
@@ -111,9 +111,23 @@ def test_another_gpus_steps_read_like_ours_with_the_configs_beside_them():
     assert set(steps["precision"]) == {"fp32", "bf16", "fp16"} and (steps["time_s"] > 0).all()
 
 
-def test_without_our_h100_rows_the_modern_checks_are_simply_absent(tmp_path, tiny_model):
+def test_our_h200_rows_are_read_from_the_checkout_whatever_the_data_root(tmp_path):
+    """The shipped model trains on every GPU we measured: the H200's committed steps and single ops load as our own
+    rows even when the data root (here an empty folder) has no H200 folder."""
+    h200 = OWN_GPUS["H200"]
+    steps, ops = h200.model_rows(tmp_path), h200.op_rows(tmp_path)
+    assert len(steps) == 98 and set(steps["source"]) == {"offpeak-h200"} and set(steps["gpu"]) == {"H200-SXM-141GB"}
+    assert len(ops) > 500 and set(ops["source"]) == {"offpeak-h200-ops"} and set(ops["gpu"]) == {"H200-SXM-141GB"}
+    assert {"gemm", "conv"} <= set(ops["op_class"]) and (ops["time_s"] > 0).all()
+
+
+def test_without_our_rows_the_modern_checks_are_simply_absent(tmp_path, tiny_model, monkeypatch):
     from offpeak_predictor.evaluate import modern_op_report
+    from offpeak_predictor.loaders import OwnGpu
 
     with pytest.raises(FileNotFoundError):
-        load_offpeak_h100_models(tmp_path)
+        OWN_GPUS["H100"].model_rows(tmp_path)
+    report = modern_op_report(root=tmp_path, model=tiny_model)  # the H200's, read from the checkout
+    assert report is not None and list(report["per_gpu"]) == ["H200-SXM-141GB"]
+    monkeypatch.setitem(OWN_GPUS, "H200", OwnGpu(gpu="H200", folder=lambda root: root / "offpeak-h200", stem="h200"))
     assert modern_op_report(root=tmp_path, model=tiny_model) is None
