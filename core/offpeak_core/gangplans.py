@@ -295,6 +295,8 @@ def _plan_rigid(*, pod: PodRequest, workers: int, nodes: Sequence[NodeView], now
         found = found_nodes = 0
         ranked: np.ndarray | None = None
         seen: dict[tuple[float, int], np.ndarray] = {}  # capacity per window needed (a larger gang often needs the same)
+        counted: np.ndarray | None = None  # the last capacity `fewest` was counted for
+        fewest = 0
         for m in range(min_nodes, most + 1):
             adm = goodput(m) if goodput is not None else None
             key = offered.need_key(gpu_type, group, adm)
@@ -316,14 +318,16 @@ def _plan_rigid(*, pod: PodRequest, workers: int, nodes: Sequence[NodeView], now
             if int(capacity.sum()) < workers:
                 break  # a larger gang needs longer windows: no more room
             assert ranked is not None
-            # only the nodes that take a worker: `_choose` never takes another (thousands of nodes, few taking)
-            takers = capacity > 0
-            cap = dict(zip(group[takers].tolist(), capacity[takers].tolist()))
-            takes_at = np.zeros(offered.free.size, dtype=np.int64)
-            takes_at[group] = capacity
+            if capacity is not counted:  # (a larger gang often has the same capacity: counted once)
+                counted, fewest = capacity, _fewest_nodes(capacity, workers)
             members = m if goodput is not None else most
             chosen = None
-            if _fewest_nodes(capacity, workers) <= members:  # else no order of these nodes holds it on so few
+            if fewest <= members:  # else no order of these nodes holds it on so few
+                # only the nodes that take a worker: `_choose` never takes another (thousands of nodes, few taking)
+                takers = capacity > 0
+                cap = dict(zip(group[takers].tolist(), capacity[takers].tolist()))
+                takes_at = np.zeros(offered.free.size, dtype=np.int64)
+                takes_at[group] = capacity
                 chosen = _choose(pod=pod, workers=workers, ranked=ranked[takes_at[ranked] > 0].tolist(),
                                  fewest=order == "fewest", capacity=cap, views=nodes, now=now, margin=margin,
                                  checkpoint_intervals=checkpoint_intervals, members=members, min_nodes=min_nodes,
