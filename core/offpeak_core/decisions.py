@@ -314,14 +314,31 @@ def fitting_workers_arrays(*, pod: PodRequest, nodes: NodeArrays, most: np.ndarr
                            goodput: GoodputAdmission | None = None) -> np.ndarray:
     """`fitting_workers` over columns: the same count for every node (a test holds them equal)."""
     got = np.zeros(len(nodes), dtype=np.int64)
-    alive = np.asarray(most) > 0
+    most = np.asarray(most)
+    alive = most > 0
+    top = int(most.max(initial=0))
+    if top <= 0:
+        return got
     by_type = None if pod.predicted is None else _type_assessments(pod, nodes.type_names, margin,
                                                                     checkpoint_intervals, goodput)
+    columns = None if by_type is None else _type_columns(by_type, nodes)  # the same for every k: made once
+    if pod.gpus > 0:
+        ks = np.arange(1, top + 1)
+        left = None
+        if columns is not None:
+            lefts, certain = zip(*(nodes.window_left_certain(gpus=int(k) * pod.gpus, now=now) for k in ks))
+            left = np.stack(lefts)
+            if goodput is not None and any(c.any() for c in certain):
+                left = None  # windows judged by their certain end, node by node: k by k below
+        if columns is None or left is not None:  # every k at once: the count of k from 1 up that fit
+            fit = _fits(nodes.free_now[None, :], (ks * pod.gpus)[:, None], columns, left) & (most >= ks[:, None])
+            counted: np.ndarray = np.cumprod(fit, axis=0).sum(axis=0).astype(np.int64)
+            return counted
     k = 0
     while alive.any():
         k += 1
         alive &= _assess_arrays(pod, nodes, now, margin, checkpoint_intervals, goodput, gpus=k * pod.gpus,
-                                by_type=by_type).fits & (most >= k)
+                                by_type=by_type, columns=columns).fits & (most >= k)
         got[alive] = k
         if pod.gpus <= 0:
             got[alive] = np.asarray(most)[alive]
@@ -368,32 +385,66 @@ def _type_assessments(pod: PodRequest, type_names: Sequence[str], margin: float,
     return by_type
 
 
+class _TypeColumns(NamedTuple):
+    """`_type_assessments` spread over the nodes of a `NodeArrays` (per node, by its GPU type)."""
+
+    no_memory: np.ndarray
+    blind: np.ndarray  # judged on GPUs free now alone: no prediction for its type, or a stale forecast
+    need: np.ndarray
+    full: np.ndarray  # need before the goodput rule lowered it
+    lowered: np.ndarray  # the goodput rule lowered the need
+
+
+def _type_columns(by_type: list[_Assessment], nodes: NodeArrays) -> _TypeColumns:
+    """Per node, what its GPU type's assessment says (what does not depend on the GPUs asked)."""
+    code = nodes.type_code
+    no_memory = np.asarray([t.no_memory for t in by_type], dtype=bool)[code]
+    blind = (np.asarray([t.pred is None for t in by_type], dtype=bool)[code] | nodes.stale) & ~no_memory
+    return _TypeColumns(no_memory, blind, np.asarray([t.need for t in by_type], dtype=float)[code],
+                        np.asarray([t.uncut_need for t in by_type], dtype=float)[code],
+                        np.asarray([t.by_goodput for t in by_type], dtype=bool)[code])
+
+
+def _fits(free_now: np.ndarray, gpus: int | np.ndarray, columns: _TypeColumns | None,
+          left: np.ndarray | None) -> np.ndarray:
+    """Whether each node takes `gpus` (broadcast: several counts at once, `left` one row per count): enough free
+    now and, judged on its window (`columns`; None: runtime-blind), one left long enough (before any window whose end
+    is certain is judged by that end)."""
+    ok = free_now >= gpus
+    if columns is None:
+        return ok
+    assert left is not None
+    fits: np.ndarray = ok & ~columns.no_memory & (columns.blind | (left >= columns.need))
+    return fits
+
+
 def _assess_arrays(pod: PodRequest, nodes: NodeArrays, now: float, margin: float, checkpoint_intervals: int,
                    goodput: GoodputAdmission | None, *, gpus: int | None = None,
-                   by_type: list[_Assessment] | None = None) -> _ArrayAssessment:
+                   by_type: list[_Assessment] | None = None, columns: _TypeColumns | None = None
+                   ) -> _ArrayAssessment:
     """The same answers as `_assessor`, node for node (a test holds them equal), as array operations. `gpus`: as
-    many GPUs asked instead of the pod's; `by_type`: `_type_assessments`, when the caller has them."""
+    many GPUs asked instead of the pod's; `by_type`: `_type_assessments`, and `columns`: `_type_columns` of them,
+    when the caller has them (asking for several GPU counts)."""
     gpus = pod.gpus if gpus is None else gpus
     n = len(nodes)
     free_short = nodes.free_now < gpus
     if pod.predicted is None:
-        blind = [_BLIND_FIT] * len(nodes.type_names)
         zeros = np.zeros(n)
         nowhere = np.zeros(n, dtype=bool)
-        return _ArrayAssessment(~free_short, free_short, nowhere, zeros, np.full(n, math.inf), blind, nowhere)
+        return _ArrayAssessment(~free_short, free_short, nowhere, zeros, np.full(n, math.inf),
+                                [_BLIND_FIT] * len(nodes.type_names), nowhere)
     if by_type is None:
         by_type = _type_assessments(pod, nodes.type_names, margin, checkpoint_intervals, goodput)
+    if columns is None:
+        columns = _type_columns(by_type, nodes)
     code = nodes.type_code
-    no_memory = np.asarray([t.no_memory for t in by_type], dtype=bool)[code]
-    blind = (np.asarray([t.pred is None for t in by_type], dtype=bool)[code] | nodes.stale) & ~no_memory
-    need = np.asarray([t.need for t in by_type], dtype=float)[code]
+    no_memory, blind, need = columns.no_memory, columns.blind, columns.need
     left, certain = nodes.window_left_certain(gpus=gpus, now=now)
     timed = ~free_short & ~no_memory & ~blind
-    fits = ~free_short & ~no_memory & (blind | (left >= need))
+    fits = _fits(nodes.free_now, gpus, columns, left)
     announced = np.zeros(n, dtype=bool)
     if goodput is not None and certain.any():
-        full = np.asarray([t.uncut_need for t in by_type], dtype=float)[code]
-        lowered = np.asarray([t.by_goodput for t in by_type], dtype=bool)[code]
+        full, lowered = columns.full, columns.lowered
         judged = np.flatnonzero(timed & certain & lowered & (left > 0) & (left < full))
         if judged.size:  # windows that cannot outlast their end: judged on that end (`_assessor`), node by node
             need, fits = need.copy(), fits.copy()

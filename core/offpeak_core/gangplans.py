@@ -156,9 +156,9 @@ def plan_elastic(*, pod: PodRequest, workers: int, min_workers: int, full_width:
     return GangPlan((), failed, reason, room=plan.room, room_nodes=plan.room_nodes)
 
 
-def _type_order(pod: PodRequest, nodes: Sequence[NodeView]) -> list[str]:
-    """The GPU types of `nodes`, fastest first by the pod's prediction (stable: runtime-blind, as they come)."""
-    seen = list(dict.fromkeys(n.gpu_type for n in nodes))
+def _type_order(pod: PodRequest, seen: list[str]) -> list[str]:
+    """The GPU types `seen` (as the nodes come), fastest first by the pod's prediction (stable: runtime-blind, as
+    they come)."""
     if not pod.predicted:
         return seen
 
@@ -182,9 +182,29 @@ class _Offered:
     checkpoint_intervals: int
 
     def __post_init__(self) -> None:
-        self.free = np.fromiter((max(0, v.gpus_free_now) for v in self.views), dtype=np.int64, count=len(self.views))
-        self.type_of = [v.gpu_type for v in self.views]
+        # from the columns when there are some: no pass over the views (thousands of nodes, every plan)
+        if self.arrays is not None:
+            self.free = np.maximum(self.arrays.free_now, 0)
+        else:
+            self.free = np.fromiter((max(0, v.gpus_free_now) for v in self.views), dtype=np.int64,
+                                    count=len(self.views))
         self._certain: dict[str, bool] = {}  # per GPU type: may one of its windows end for certain
+
+    def group(self, gpu_type: str) -> np.ndarray:
+        """The positions of the nodes of `gpu_type`, in order."""
+        if self.arrays is not None:
+            names = self.arrays.type_names
+            if gpu_type not in names:
+                return np.zeros(0, dtype=np.int64)
+            return np.flatnonzero(self.arrays.type_code == names.index(gpu_type))
+        return np.array([i for i, v in enumerate(self.views) if v.gpu_type == gpu_type], dtype=np.int64)
+
+    def types(self) -> list[str]:
+        """The nodes' GPU types in the order they first come."""
+        if self.arrays is not None:
+            codes, first = np.unique(self.arrays.type_code, return_index=True)
+            return [self.arrays.type_names[int(codes[i])] for i in np.argsort(first).tolist()]
+        return list(dict.fromkeys(v.gpu_type for v in self.views))
 
     def capacity(self, rows: np.ndarray, workers: int, goodput: GoodputAdmission | None,
                  upper: np.ndarray | None) -> np.ndarray:
@@ -217,8 +237,11 @@ class _Offered:
                             checkpoint_intervals=self.checkpoint_intervals, goodput=goodput)
         certain = self._certain.get(gpu_type)
         if certain is None:
-            certain = self._certain[gpu_type] = any(w.end_certain for i in rows.tolist()
-                                                    for w in (self.views[i].windows or ()))
+            if self.arrays is not None:  # the columns pad with windows that do not end for certain
+                certain = bool(self.arrays.win_certain[:, rows].any())
+            else:
+                certain = any(w.end_certain for i in rows.tolist() for w in (self.views[i].windows or ()))
+            self._certain[gpu_type] = certain
         return need, (goodput.members if certain and goodput is not None else 0)
 
     def scores(self, goodput: GoodputAdmission | None) -> np.ndarray:
@@ -250,8 +273,15 @@ def _plan_rigid(*, pod: PodRequest, workers: int, nodes: Sequence[NodeView], now
     room = room_nodes = 0  # the most places found on one GPU type (where only GPUs free now were counted: a bound)
     found_on: list[str] = []
     scores: np.ndarray | None = None
-    for gpu_type in (types if types is not None else _type_order(pod, nodes)):
-        group = np.array([i for i, t in enumerate(offered.type_of) if t == gpu_type], dtype=np.int64)
+    seen_types = offered.types()
+    # reasons name a node's GPU type only where the nodes have several
+    several = len(seen_types) > 1
+
+    def of(gpu_type: str) -> str:
+        return f" of {gpu_type}" if several else ""
+
+    for gpu_type in (types if types is not None else _type_order(pod, seen_types)):
+        group = offered.group(gpu_type)
         takes = np.minimum(workers, offered.free[group] // per)
         free_places = int(takes.sum())
         if free_places < workers:  # too few GPUs free now: no window can change that
@@ -259,12 +289,14 @@ def _plan_rigid(*, pod: PodRequest, workers: int, nodes: Sequence[NodeView], now
                 room, room_nodes = free_places, int((takes > 0).sum())
             if reasons:
                 failed.update(offered.refused(group[takes == 0], None))
-            found_on.append(f"{free_places} free now on {int((takes > 0).sum())} node(s){_of(gpu_type, nodes)}")
+            found_on.append(f"{free_places} free now on {int((takes > 0).sum())} node(s){of(gpu_type)}")
             continue
         upper: np.ndarray | None = None
         found = found_nodes = 0
         ranked: np.ndarray | None = None
         seen: dict[tuple[float, int], np.ndarray] = {}  # capacity per window needed (a larger gang often needs the same)
+        counted: np.ndarray | None = None  # the last capacity `fewest` was counted for
+        fewest = 0
         for m in range(min_nodes, most + 1):
             adm = goodput(m) if goodput is not None else None
             key = offered.need_key(gpu_type, group, adm)
@@ -286,11 +318,20 @@ def _plan_rigid(*, pod: PodRequest, workers: int, nodes: Sequence[NodeView], now
             if int(capacity.sum()) < workers:
                 break  # a larger gang needs longer windows: no more room
             assert ranked is not None
-            cap = dict(zip(group.tolist(), capacity.tolist()))
-            chosen = _choose(pod=pod, workers=workers, ranked=ranked.tolist(), fewest=order == "fewest", capacity=cap,
-                             views=nodes, now=now, margin=margin, checkpoint_intervals=checkpoint_intervals,
-                             members=m if goodput is not None else most, min_nodes=min_nodes, revise=revise,
-                             member_goodput=goodput)
+            if capacity is not counted:  # (a larger gang often has the same capacity: counted once)
+                counted, fewest = capacity, _fewest_nodes(capacity, workers)
+            members = m if goodput is not None else most
+            chosen = None
+            if fewest <= members:  # else no order of these nodes holds it on so few
+                # only the nodes that take a worker: `_choose` never takes another (thousands of nodes, few taking)
+                takers = capacity > 0
+                cap = dict(zip(group[takers].tolist(), capacity[takers].tolist()))
+                takes_at = np.zeros(offered.free.size, dtype=np.int64)
+                takes_at[group] = capacity
+                chosen = _choose(pod=pod, workers=workers, ranked=ranked[takes_at[ranked] > 0].tolist(),
+                                 fewest=order == "fewest", capacity=cap, views=nodes, now=now, margin=margin,
+                                 checkpoint_intervals=checkpoint_intervals, members=members, min_nodes=min_nodes,
+                                 revise=revise, member_goodput=goodput)
             if chosen is not None:
                 taken = {nodes[i].name for i, _ in chosen}
                 unused = {n.name: failed.get(n.name, "not needed by the gang's plan") for n in nodes
@@ -300,22 +341,13 @@ def _plan_rigid(*, pod: PodRequest, workers: int, nodes: Sequence[NodeView], now
             if goodput is None:
                 break  # the same room at every gang size: the plan took up to `most` nodes already
             upper = capacity
-        found_on.append(f"{found} found on {found_nodes} node(s){_of(gpu_type, nodes)}")
+        found_on.append(f"{found} found on {found_nodes} node(s){of(gpu_type)}")
     reason = (f"gang of {workers} worker(s) x {pod.gpus} GPU(s) needs {workers} place(s) in fitting windows"
-              f"{'' if _one_type(nodes) else ' on one GPU type'}; {', '.join(found_on) or '0 found on 0 node(s)'}")
+              f"{' on one GPU type' if several else ''}; {', '.join(found_on) or '0 found on 0 node(s)'}")
     if reasons:
         for n in nodes:  # the nodes that would take a worker: the gang's reason
             failed.setdefault(n.name, reason)
     return GangPlan((), failed, reason, room=room, room_nodes=room_nodes)
-
-
-def _one_type(nodes: Sequence[NodeView]) -> bool:
-    """Whether every node has the same GPU type (reasons then need not name it)."""
-    return len({n.gpu_type for n in nodes}) <= 1
-
-
-def _of(gpu_type: str, nodes: Sequence[NodeView]) -> str:
-    return "" if _one_type(nodes) else f" of {gpu_type}"
 
 
 def _ranked(group: np.ndarray, offered: _Offered, scores: np.ndarray | None, order: GangOrder) -> np.ndarray:
@@ -326,8 +358,18 @@ def _ranked(group: np.ndarray, offered: _Offered, scores: np.ndarray | None, ord
     if order == "spread":
         return group[np.argsort(-offered.free[group], kind="stable")]
     assert scores is not None
+    if offered.arrays is not None:  # as below, sorted over the columns (the names' order as Python compares them)
+        by_name = np.empty(group.size, dtype=np.int64)
+        by_name[np.argsort(offered.arrays.names[group], kind="stable")] = np.arange(group.size)
+        return group[np.lexsort((by_name, -scores[group].astype(np.int64)))]
     names = [offered.views[i].name for i in group.tolist()]
     return group[sorted(range(group.size), key=lambda j: (-int(scores[group[j]]), names[j]))]
+
+
+def _fewest_nodes(capacity: np.ndarray, workers: int) -> int:
+    """The fewest nodes whose `capacity` holds `workers` (those that take most), or one more than there are."""
+    held = np.cumsum(np.sort(capacity)[::-1])
+    return int(np.searchsorted(held, workers)) + 1
 
 
 def _choose(*, pod: PodRequest, workers: int, ranked: Sequence[int], fewest: bool, capacity: Mapping[int, int],

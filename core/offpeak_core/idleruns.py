@@ -176,9 +176,11 @@ def cap_online(
     out = np.array(online, dtype=float, copy=True)
     if out.size == 0:
         return out
-    level_now = None if live_online is None or not np.isfinite(live_online) else int(_demand_levels(
-        np.array([live_online]))[0])
+    # as `_demand_levels` counts it, for one number
+    level_now = None if live_online is None or not math.isfinite(live_online) else math.ceil(
+        max(float(live_online), 0.0) - 1e-9)
     ends = np.asarray(times, dtype=float) + step_seconds
+    known = np.isfinite(out)  # unknown demand already counts as busy (raising known steps keeps them known)
     since_fit = max(0.0, now - runs.at)
     for k, lengths in enumerate(runs.lengths):
         fit_age = float(runs.age[k])
@@ -190,6 +192,6 @@ def cap_online(
         r = remaining_seconds(lengths=lengths, age=age, quantile=quantile, min_runs=min_runs)
         if math.isinf(r):
             continue
-        late = (ends > now + r) & np.isfinite(out)  # unknown demand already counts as busy
+        late = (ends > now + r) & known
         out[late] = np.maximum(out[late], k + 1)
     return out

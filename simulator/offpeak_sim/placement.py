@@ -57,6 +57,7 @@ class Placer:
         self._admissions: dict[int, GoodputAdmission] = {}
         self._admissions_version = -1
         self._index = {name: i for i, name in enumerate(scenario.fleet.names)}
+        self._everyone = np.arange(n)
 
     def index(self, name: str) -> int:
         """The fleet index of node `name`."""
@@ -75,6 +76,12 @@ class Placer:
     def views(self, nodes: np.ndarray, free: np.ndarray, now: float) -> list[NodeView]:
         """The views of `nodes` with `free` GPUs free (per node of the fleet), built again where their inputs
         changed."""
+        self._rebuild(nodes, free, now)
+        views = self._views
+        return [views[n] for n in nodes.tolist()]  # type: ignore[misc]  # every one is built now
+
+    def _rebuild(self, nodes: np.ndarray, free: np.ndarray, now: float) -> None:
+        """Build again the views of `nodes` whose inputs changed."""
         key = self._key_now(nodes, free[nodes])
         changed = (key != self._keys[nodes]).any(axis=1)
         for i in np.flatnonzero(changed).tolist():
@@ -82,7 +89,6 @@ class Placer:
             self._views[n] = self._build(n, int(key[i, 1]), now)
             self._keys[n] = key[i]
             self._stale_rows.add(n)
-        return [self._views[int(n)] for n in nodes]  # type: ignore[misc]  # every one is built now
 
     def _build(self, n: int, free_now: int, now: float) -> NodeView:
         fl = self.sc.fleet
@@ -105,8 +111,11 @@ class Placer:
     def arrays(self, free: np.ndarray, now: float) -> NodeArrays:
         """Every node's view as columns, with `free` GPUs free: the views whose inputs changed are built again and
         only their rows rewritten."""
-        everyone = np.arange(self.sc.fleet.size)
-        views = self.views(everyone, free, now)
+        everyone = self._everyone
+        self._rebuild(everyone, free, now)
+        if self._arrays is not None and not self._stale_rows:
+            return self._arrays  # no view changed since (a pass asks once per job)
+        views: list[NodeView] = self._views  # type: ignore[assignment]  # every one is built now
         at = sorted(self._stale_rows)
         self._stale_rows.clear()
         if self._arrays is None or len(at) > len(everyone) // 4:
