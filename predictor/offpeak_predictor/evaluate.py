@@ -215,17 +215,14 @@ def _modern_slice(
     if not len(held):
         return None
     may_train = trainable(held, keep_own=True)
-    held_steps: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
-    def predict(fit: FullFit, extra: np.ndarray, test: np.ndarray, public: np.ndarray | None = None
-                ) -> dict[str, np.ndarray]:  # fmt: skip
-        """Train on the `public` rows (default all) plus `held[extra]` over `fit`'s op models; predict
-        `held[test]`."""
+    def predict(fit: FullFit, held_steps: tuple[np.ndarray, np.ndarray], extra: np.ndarray, test: np.ndarray,
+                public: np.ndarray | None = None) -> dict[str, np.ndarray]:  # fmt: skip
+        """Train on the `public` rows (default all) plus `held[extra]` over `fit`'s op models (`held_steps`: the held
+        rows' step features under them); predict `held[test]`."""
         full_model, full_mlp, x_all, base_all = fit
         public = np.ones(len(models), dtype=bool) if public is None else public
-        if id(fit) not in held_steps:
-            held_steps[id(fit)] = step_matrix(full_model, held, held_sums)
-        x_held, base_held = held_steps[id(fit)]
+        x_held, base_held = held_steps
         pick = lambda sums, mask: [s for s, keep in zip(sums, mask, strict=True) if keep]  # noqa: E731
         rows = pd.concat([models[public], held[extra], held[test]], ignore_index=True)
         mask = np.r_[np.zeros(int(public.sum()) + int(extra.sum()), dtype=bool), np.ones(int(test.sum()), dtype=bool)]
@@ -248,16 +245,18 @@ def _modern_slice(
         fold_ops = pd.concat([public_ops[public_ops["gpu"] != gpu], own_ops[own_ops["gpu"] != gpu]], ignore_index=True)
         fit = _full_fit(fold_ops, models, summaries, settings)
         public = (models["gpu"] != gpu).to_numpy()
-        for m, values in predict(fit, may_train & ~test, test, public).items():
+        held_steps = step_matrix(fit[0], held, held_sums)
+        for m, values in predict(fit, held_steps, may_train & ~test, test, public).items():
             gpu_out[m][test] = values
         progress("modern: each GPU of ours out", i + 1, len(gpus))
     family_out = empty()
     families = sorted(held["family"].astype(str).unique())
     if quick:
         families = families[:3]
+    held_steps = step_matrix(full[0], held, held_sums)  # one op model for every family
     for i, family in enumerate(families):
         test = (held["family"] == family).to_numpy()
-        for m, values in predict(full, may_train & ~test, test).items():
+        for m, values in predict(full, held_steps, may_train & ~test, test).items():
             family_out[m][test] = values
         progress("modern: each family of ours out", i + 1, len(families))
     return held, {"modern_gpu_out": gpu_out, "modern_family_out": family_out}
