@@ -480,6 +480,11 @@ OWN_GPUS: dict[str, OwnGpu] = {
 }
 
 
+def own_sources() -> set[str]:
+    """The `source` of every row of ours (`OWN_GPUS`): whole steps and single ops."""
+    return {name for own in OWN_GPUS.values() for name in (own.source, own.ops_source)}
+
+
 OP_LOADERS: dict[str, Callable[[Path], pd.DataFrame]] = {
     "neusight-op": load_neusight_ops,
     "justus2018": load_justus_layers,

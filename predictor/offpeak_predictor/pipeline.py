@@ -16,7 +16,7 @@ import pandas as pd
 from offpeak_predictor.gpus import find_gpu
 from offpeak_predictor.graphcache import get_graph
 from offpeak_predictor.loaders import (
-    MODEL_COLUMNS, MODEL_LOADERS, OP_COLUMNS, OP_LOADERS, OWN_GPUS, load_present,
+    MODEL_COLUMNS, MODEL_LOADERS, OP_COLUMNS, OP_LOADERS, OWN_GPUS, load_present, own_sources,
 )  # fmt: skip
 from offpeak_predictor.model import RuntimeModel
 from offpeak_predictor.train import Progress, TrainSettings, attach_graphs, exclude_holdout, train_model
@@ -62,8 +62,7 @@ def load_tables(root: Path, *, db_path: str | None = None, modern: bool = False
         extra_ops = db.read("op_samples")
         extra_ops = extra_ops[~extra_ops["source"].isin(list(OP_LOADERS))]
         extra_models = db.read("model_samples")
-        own_sources = [own.source for own in OWN_GPUS.values()]
-        extra_models = extra_models[~extra_models["source"].isin([*MODEL_LOADERS, *own_sources])]
+        extra_models = extra_models[~extra_models["source"].isin([*MODEL_LOADERS, *own_sources()])]
         ops = pd.concat([ops, extra_ops], ignore_index=True)
         models = pd.concat([models, extra_models], ignore_index=True)
     known = lambda frame: frame[frame["gpu"].map(lambda g: find_gpu(str(g)) is not None)]  # noqa: E731

@@ -20,7 +20,7 @@ from offpeak_predictor.features import base_times, make_op_table, op_feature_mat
 from offpeak_predictor.gpus import resolve_gpu
 from offpeak_predictor.graphfeatures import GraphSummary, StepContext, step_composition, step_features, summarise
 from offpeak_predictor.intervals import ERA_PT2, Calibration, calibrate, regime_of, software_era
-from offpeak_predictor.loaders import OWN_GPUS, graph_args_of
+from offpeak_predictor.loaders import graph_args_of, own_sources
 from offpeak_predictor.model import BOOSTER_OF_CLASS, RuntimeModel
 
 log = logging.getLogger(__name__)
@@ -291,10 +291,9 @@ def trainable(frame: pd.DataFrame, *, keep_own: bool = False) -> np.ndarray:
     them as its modern slices."""
     keep = np.ones(len(frame), dtype=bool)
     if not keep_own:
-        own = {name for g in OWN_GPUS.values() for name in (g.source, g.ops_source)}
         keep &= ~frame["gpu"].astype(str).str.startswith("H100").to_numpy()
         if "source" in frame:
-            keep &= ~frame["source"].isin(list(own)).to_numpy()
+            keep &= ~frame["source"].isin(list(own_sources())).to_numpy()
     if "family" in frame:
         keep &= ~frame["family"].isin(list(HELD_OUT_FAMILIES)).to_numpy()
     return keep
