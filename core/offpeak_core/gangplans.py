@@ -320,6 +320,8 @@ def _plan_rigid(*, pod: PodRequest, workers: int, nodes: Sequence[NodeView], now
             assert ranked is not None
             if capacity is not counted:  # (a larger gang often has the same capacity: counted once)
                 counted, fewest = capacity, _fewest_nodes(capacity, workers)
+            if fewest > most:
+                break  # not even the `most` nodes that take most hold it, and a larger gang gets no more room
             members = m if goodput is not None else most
             chosen = None
             if fewest <= members:  # else no order of these nodes holds it on so few

@@ -530,8 +530,11 @@ class PolicyRun:
                     np.maximum.at(best, self.node_type, left)
                     sel = g == gv
                     fits[sel] = (need[sel] <= best[None, :]).any(axis=1)
-                # gang candidates are bounded in the gang planner, elastic ones (narrower widths) per width
-                cand_mask &= fits | (gangs & (g > 1)) | (self.min_gpus[q] < g)
+                gang = np.zeros(len(q), dtype=bool)
+                if gangs:  # jobs no node takes alone that a gang may hold (elastic ones are bounded per width)
+                    idx = np.flatnonzero(cand_mask & ~fits & (g > 1))
+                    gang[idx] = self.placer.gang_room(p90[idx], g[idx], free, now)
+                cand_mask &= fits | gang | (self.min_gpus[q] < g)
         placed: set[int] = set()
         names = {name: i for i, name in enumerate(fl.names)}
         for k in np.flatnonzero(cand_mask):

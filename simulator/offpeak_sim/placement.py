@@ -8,12 +8,13 @@ offline GPUs per node (`used`, the run's array, updated in place by the engine) 
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping
 
 import numpy as np
 
-from offpeak_core.decisions import filter_nodes, least_window, prioritize_nodes, score_arrays
+from offpeak_core.decisions import filter_nodes, least_window, prediction_for, prioritize_nodes, score_arrays
 from offpeak_core.gangplans import GangOrder, most_nodes, plan_gang
 from offpeak_core.goodput import GoodputAdmission
 from offpeak_core.model import NodeView, PodRequest, Prediction
@@ -56,6 +57,8 @@ class Placer:
         self._arrays: NodeArrays | None = None
         self._admissions: dict[int, GoodputAdmission] = {}
         self._admissions_version = -1
+        self._needs: dict[tuple[bytes, int, bool], np.ndarray] = {}  # `needs` per p90 row
+        self._needs_version = -1
         self._index = {name: i for i, name in enumerate(scenario.fleet.names)}
         self._everyone = np.arange(n)
 
@@ -166,17 +169,61 @@ class Placer:
             a = self._admissions[members] = GoodputAdmission(self.feed.survival, self.s.goodput, members)
         return a
 
-    def needs(self, p90: np.ndarray, members: int) -> np.ndarray:
-        """Window each (job, type) needs at least (`decisions.least_window`): a bound for pruning only; the
-        decision is `filter_nodes`'s."""
+    def needs(self, p90: np.ndarray, members: int, certain: bool = False) -> np.ndarray:
+        """Window each (job, type) needs at least (`decisions.least_window`) as one of `members` pods: a bound for
+        pruning only; the decision is `filter_nodes`'s. `certain`: a window may end for certain (else only where
+        announced ends may come). Kept per row while the goodput rule stays (a queued job's beliefs rarely move)."""
         adm = self.admission(members)
-        certain = self.feed is not None and self.feed.pool_bound is not None  # announced ends may come
+        certain = certain or (self.feed is not None and self.feed.pool_bound is not None)
+        if self._needs_version != self._admissions_version:
+            self._needs.clear()
+            self._needs_version = self._admissions_version
         probe = self.pod(-1, 1, None)
-        return np.array([
-            least_window(pod=probe, p90=float(x), margin=self.s.margin,
-                         checkpoint_intervals=self.p.checkpoint_intervals, goodput=adm, certain_ends=certain)
-            for x in p90.ravel()
-        ]).reshape(p90.shape)
+        rows = p90.reshape(-1, p90.shape[-1]) if p90.ndim else p90.reshape(1, 1)
+        out = np.empty(rows.shape)
+        for i, row in enumerate(rows):
+            key = (row.tobytes(), members, certain)
+            got = self._needs.get(key)
+            if got is None:
+                got = self._needs[key] = np.array([
+                    least_window(pod=probe, p90=float(x), margin=self.s.margin,
+                                 checkpoint_intervals=self.p.checkpoint_intervals, goodput=adm, certain_ends=certain)
+                    for x in row.tolist()])
+            out[i] = got
+        return out.reshape(p90.shape)
+
+    def gang_room(self, p90: np.ndarray, gpus: np.ndarray, free: np.ndarray, now: float,
+                  among: np.ndarray | None = None) -> np.ndarray:
+        """For each job (a row of `p90`: the policy's p90 per GPU type; `gpus` each), whether a gang plan may find it
+        room now (False: `plan_gang` would find none, so the job need not be asked). A bound on `plan_gang`'s own
+        count, for every job of a pass at once: per node, the GPU counts k whose window (as the node's view has it
+        now) lasts the least one pod of a gang of two or more needs, at most its free GPUs; some GPU type must have
+        two nodes that take one and, on the most nodes a gang spans, room for all (`among`: of these nodes only).
+        Placements in the pass only take room. On fleets without columns every job may fit."""
+        jobs = gpus.size
+        if not self.columns or not jobs:
+            return np.ones(jobs, dtype=bool)
+        arrays = self.arrays(free, now)
+        free_now = np.clip(free, 0, None) if among is None else np.where(among, np.clip(free, 0, None), 0)
+        top = min(int(gpus.max()), int(free_now.max(initial=0)))
+        if top <= 0:
+            return np.zeros(jobs, dtype=bool)
+        need = self.needs(p90, 2, certain=bool(arrays.win_certain.any()))[:, self.node_type]  # (jobs, nodes)
+        need[:, arrays.stale] = -math.inf  # a stale forecast is judged on free GPUs alone
+        room = np.zeros(need.shape, dtype=np.int64)
+        for k in range(1, top + 1):  # a window for k GPUs is one for fewer: count k = 1, 2, ...
+            ok = arrays.window_left(gpus=k, now=now)[None, :] >= need
+            if not ok.any():
+                break
+            room += ok
+        room = np.minimum(room, np.minimum(free_now[None, :], gpus[:, None]))
+        most = np.array([self.max_nodes(int(g)) for g in gpus.tolist()])
+        may = np.zeros(jobs, dtype=bool)
+        for t in np.unique(self.node_type).tolist():
+            r = room[:, self.node_type == t]
+            held = np.cumsum(-np.sort(-r, axis=1), axis=1)[np.arange(jobs), np.minimum(most, r.shape[1]) - 1]
+            may |= (held >= gpus) & ((r > 0).sum(axis=1) >= 2)
+        return may
 
     def pod(self, j: int, gpus: int, predicted: dict[str, Prediction] | None) -> PodRequest:
         """Job j's pod of `gpus` GPUs as the extender gets it (the policy's predictions, the checkpointing)."""
@@ -229,14 +276,19 @@ class Placer:
         room = np.minimum(np.clip(free, 0, None), gj)  # GPUs each node may give: a bound (same decisions, faster)
         if (np.bincount(self.node_type[cand], weights=room[cand], minlength=len(self.sc.fleet.types)) < gj).all():
             return None  # too few GPUs free now on every GPU type
-        if self.p.windowed and self.s.prune and need_row is not None and levels is not None:
-            # the GPUs whose forecast bound outlasts what one pod of the job needs (a larger gang needs more)
-            top = min(int(room.max()), levels.shape[0] - 1)
-            room = np.minimum(room, (levels[1 : top + 1] >= need_row[self.node_type]).sum(axis=0))
-        cand &= room > 0
-        by_type = np.bincount(self.node_type[cand], weights=room[cand], minlength=len(self.sc.fleet.types))
-        if (cand & (by_type[self.node_type] >= gj)).sum() < 2:
-            return None  # no GPU type whose nodes can give gj together: the plan would find none
+        if self.p.windowed and self.s.prune and self.columns and predicted is not None:
+            p90 = np.array([[0.0 if (pr := prediction_for(predicted, t)[0]) is None else pr.p90
+                             for t in self.sc.fleet.types]])
+            if not self.gang_room(p90, np.array([gj]), free, now, among=cand)[0]:
+                return None  # the nodes' windows, as their views have them now, hold no such gang
+        else:
+            if self.p.windowed and self.s.prune and need_row is not None and levels is not None:
+                # the GPUs whose forecast bound outlasts what one pod of the job needs (a larger gang needs more)
+                top = min(int(room.max()), levels.shape[0] - 1)
+                room = np.minimum(room, (levels[1 : top + 1] >= need_row[self.node_type]).sum(axis=0))
+            cand &= room > 0
+            if not self._may_hold(room, cand, gj):
+                return None  # no GPU type whose nodes can give gj together on few enough nodes: the plan finds none
         everyone = np.arange(self.sc.fleet.size)  # every node, as the extender offers the nodes the scheduler sends
         arrays = self.arrays(free, now) if self.columns else None
         views = arrays.views if arrays is not None else self.views(everyone, free, now)
@@ -254,6 +306,16 @@ class Placer:
         if not plan.fits:
             return None
         return tuple((self._index[name], k) for name, k in Counter(plan.places).items())
+
+    def _may_hold(self, room: np.ndarray, cand: np.ndarray, gj: int) -> bool:
+        """Whether the nodes of some GPU type may hold gj workers: two nodes at least take one (a job one node
+        takes runs as one pod), and the `max_nodes` that take most, `room` each, have gj places in all."""
+        most = self.max_nodes(gj)
+        for t in np.unique(self.node_type[cand]).tolist():
+            r = room[cand & (self.node_type == t)]
+            if r.size >= 2 and int(np.sort(r)[::-1][:most].sum()) >= gj:
+                return True
+        return False
 
     def max_nodes(self, gpus: int) -> int:
         """The most nodes a gang of `gpus` GPUs spans (`EngineSettings.gang_max_nodes`, else the extender's rule over

@@ -72,6 +72,20 @@ def test_plan_prefers_the_best_scored_node_first() -> None:
     assert plan.places == ("tight", "loose")
 
 
+def test_a_gang_the_most_nodes_cannot_hold_is_not_judged_again_as_a_larger_gang() -> None:
+    # ten nodes with one GPU free each: nine workers need nine nodes, and the gang may span four
+    nodes = [node(f"n{i}", free=1) for i in range(10)]
+    asked: list[int] = []
+
+    def goodput(members: int) -> None:  # the rule on, with nothing learnt: the strict need at every gang size
+        asked.append(members)
+
+    plan = plan_gang(pod=worker(gpus=1), workers=9, nodes=nodes, now=NOW, goodput=goodput, max_nodes=4, min_nodes=2)
+    assert not plan.fits and (plan.room, plan.room_nodes) == (10, 10)
+    assert asked == [2]  # larger gangs only lose room: four nodes of one GPU can never hold nine
+    assert plan_gang(pod=worker(gpus=1), workers=4, nodes=nodes, now=NOW, goodput=goodput, max_nodes=4).fits
+
+
 def test_zero_workers_is_a_caller_error() -> None:
     with pytest.raises(ValueError):
         plan_gang(pod=worker(), workers=0, nodes=[node("a")], now=NOW)
