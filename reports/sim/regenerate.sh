@@ -7,7 +7,8 @@
 # machine (about 10 min of CPU), too long for 3 seeds x 2 traces; 3 days take ~4 min of CPU each.
 #
 # Knobs (environment):
-#   SEEDS="0"              the seeds (default "0 1 2"); WIDE_SEEDS those of elastic-wide (default "0")
+#   SEEDS="0"              the seeds (default "0 1 2"); WIDE_SEEDS those of elastic-wide, elastic-narrow,
+#                          elastic-join-narrow and yield (default "0")
 #   DAYS=7                 simulated days (default 3)
 #   TRACES="helios"        only the runs on these traces (default "alibaba helios"; the pool runs are Helios's)
 #   EXTRAS=0               only the days-* runs (not goodput90, pinned, before)
@@ -96,6 +97,8 @@ if [ "${ELASTIC:-0}" = 1 ]; then
   done
   for s in ${WIDE_SEEDS:-0}; do
     run elastic-wide alibaba helios
+    run elastic-narrow alibaba helios
+    run elastic-join-narrow alibaba helios
   done
   .venv/bin/python bench/sim_seeds.py --elastic reports/sim > reports/sim/elastic_summary.md
   log "done"
@@ -108,6 +111,7 @@ for s in $SEEDS; do
   run goodput90 alibaba
   run pinned helios
   run before alibaba helios
+  if [ "$s" = "${WIDE_SEEDS:-0}" ]; then run yield alibaba helios; fi  # planned stops without saving: one seed
 done
 if [ "${SUMMARY:-1}" = 1 ]; then .venv/bin/python bench/sim_seeds.py reports/sim > reports/sim/summary.md; fi
 log "done"

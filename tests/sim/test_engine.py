@@ -53,32 +53,24 @@ def test_online_demand_gets_its_gpus_back_at_once(random_scenario) -> None:
     assert r.t.online_delay_gpu_s >= r.t.online_delay_events * EngineSettings().eviction_grace_seconds
 
 
-def test_pruning_gives_the_same_decisions(random_scenario) -> None:
+def test_pruning_gives_the_same_decisions(random_scenario, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bounds a pass puts on every job (`Placer.may_place`: over the node columns for windowed policies, used on
+    fleets of 48 nodes and more; over free GPUs for the runtime-blind ones) drop only jobs that no node and no gang
+    plan would take: with columns forced on this small fleet, the runs are those of the unpruned node-by-node path."""
     sc = random_scenario
-    pols = [POLICIES[n] for n in ("user-estimate", "offpeak", "oracle", "offpeak-ckpt")]
-    a = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(prune=True, checkpoint_seconds=600))
+    pols = [POLICIES[n] for n in ("backfill", "offpeak", "oracle", "offpeak-ckpt")]
     b = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(prune=False, checkpoint_seconds=600))
-    ma, mb = summarise(sc, a), summarise(sc, b)
-    for name in ma:
-        assert np.array_equal(a[name].first_start, b[name].first_start, equal_nan=True), name
-        for k in ("harvested_gpu_hours", "evictions", "lost_gpu_seconds", "jobs_completed"):
-            assert ma[name][k] == mb[name][k], (name, k)
-
-
-def test_pruning_over_columns_gives_the_same_decisions(random_scenario, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bounds a pass puts on gangs over the node columns (`Placer.gang_room`, used on fleets of 48 nodes and
-    more) drop only jobs no plan would place: forced on this small fleet, the runs are the same as unpruned."""
     monkeypatch.setattr(placement, "COLUMNS_FROM_NODES", 1)
-    sc = random_scenario
-    pols = [POLICIES[n] for n in ("user-estimate", "offpeak", "oracle")]
     a = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(prune=True, checkpoint_seconds=600))
-    b = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(prune=False, checkpoint_seconds=600))
+    ma, mb = summarise(sc, a), summarise(sc, b)
     for name in a:
         assert np.array_equal(a[name].first_start, b[name].first_start, equal_nan=True), name
         assert a[name].placements == b[name].placements, name
-        assert a[name].t.lost_gpu_s == b[name].t.lost_gpu_s, name
+        for k in ("harvested_gpu_hours", "evictions", "lost_gpu_seconds", "jobs_completed"):
+            assert ma[name][k] == mb[name][k], (name, k)
     assert all(r.gang_starts > 0 for r in a.values())  # gangs are planned here
-    assert all(a[n].t.decisions < b[n].t.decisions for n in a)  # and the bounds spared asking for some
+    assert all(a[n].t.decisions <= b[n].t.decisions for n in a)  # the bounds spared asking for some
+    assert all(a[n].t.decisions < b[n].t.decisions for n in ("offpeak", "oracle", "offpeak-ckpt"))
 
 
 def test_summary_keys_and_jct_over_common_jobs(random_scenario) -> None:
