@@ -530,11 +530,11 @@ class PolicyRun:
                     np.maximum.at(best, self.node_type, left)
                     sel = g == gv
                     fits[sel] = (need[sel] <= best[None, :]).any(axis=1)
-                cand_mask &= fits | (gangs & (g > 1)) | (self.min_gpus[q] < g)  # elastic: bounded per width
-        if self.s.prune:  # of the rigid jobs left, those a node or a gang may take as the views have them now
-            rigid = np.flatnonzero(cand_mask & (self.min_gpus[q] >= g))
-            may = self.placer.may_place(None if p90 is None else p90[rigid], g[rigid], free, now, gangs=gangs)
-            cand_mask[rigid[~may]] = False
+                gang = np.zeros(len(q), dtype=bool)
+                if gangs:  # jobs no node takes alone that a gang may hold (elastic ones are bounded per width)
+                    idx = np.flatnonzero(cand_mask & ~fits & (g > 1))
+                    gang[idx] = self.placer.gang_room(p90[idx], g[idx], free, now)
+                cand_mask &= fits | gang | (self.min_gpus[q] < g)
         placed: set[int] = set()
         names = {name: i for i, name in enumerate(fl.names)}
         for k in np.flatnonzero(cand_mask):

@@ -192,64 +192,38 @@ class Placer:
             out[i] = got
         return out.reshape(p90.shape)
 
-    def may_place(self, p90: np.ndarray | None, gpus: np.ndarray, free: np.ndarray, now: float, *,
-                  alone: bool = True, gangs: bool = True, among: np.ndarray | None = None) -> np.ndarray:
-        """For each job (`gpus` each; a row of `p90`: the policy's p90 per GPU type, None: runtime-blind), whether a
-        node may take it alone (`alone`) or a gang plan may find it room (`gangs`) now; False: `place` would find
-        nothing, so the job need not be asked. A bound, for every job of a pass at once, on the rules' own counts:
-        per node, the GPU counts k whose window (as the node's view has it now) lasts the least one pod needs
-        (`needs`; of a gang of two or more for gang places), at most its free GPUs (`among`: of these nodes only).
-        A gang needs two nodes of one GPU type that take a worker and room for all on the most nodes it spans.
-        Placements in the pass only take room. Windowed policies on fleets without columns: every job may fit."""
+    def gang_room(self, p90: np.ndarray, gpus: np.ndarray, free: np.ndarray, now: float,
+                  among: np.ndarray | None = None) -> np.ndarray:
+        """For each job (a row of `p90`: the policy's p90 per GPU type; `gpus` each), whether a gang plan may find it
+        room now (False: `plan_gang` would find none, so the job need not be asked). A bound on `plan_gang`'s own
+        count, for every job of a pass at once: per node, the GPU counts k whose window (as the node's view has it
+        now) lasts the least one pod of a gang of two or more needs, at most its free GPUs; some GPU type must have
+        two nodes that take one and, on the most nodes a gang spans, room for all (`among`: of these nodes only).
+        Placements in the pass only take room. On fleets without columns every job may fit."""
         jobs = gpus.size
-        free_now = np.clip(free, 0, None) if among is None else np.where(among, np.clip(free, 0, None), 0)
-        top = min(int(gpus.max(initial=0)), int(free_now.max(initial=0)))
-        if not jobs or top <= 0:
-            return np.zeros(jobs, dtype=bool)
-        enough = free_now[None, :] >= gpus[:, None]  # (jobs, nodes): the GPUs one node gives each job
-        if p90 is None:
-            may = np.zeros(jobs, dtype=bool)
-            if alone:
-                may |= enough.any(axis=1)
-            if gangs:
-                may |= self._holds(np.minimum(free_now[None, :], gpus[:, None]), gpus)
-            return may
-        if not self.columns:
+        if not self.columns or not jobs:
             return np.ones(jobs, dtype=bool)
         arrays = self.arrays(free, now)
-        certain = bool(arrays.win_certain.any())  # a window that ends for certain may be taken as short as a minute
-        left = np.stack([arrays.window_left(gpus=k, now=now) for k in range(1, top + 1)])  # (GPUs, nodes)
-        left[:, arrays.stale] = math.inf  # a stale forecast is judged on free GPUs alone
+        free_now = np.clip(free, 0, None) if among is None else np.where(among, np.clip(free, 0, None), 0)
+        top = min(int(gpus.max()), int(free_now.max(initial=0)))
+        if top <= 0:
+            return np.zeros(jobs, dtype=bool)
+        need = self.needs(p90, 2, certain=bool(arrays.win_certain.any()))[:, self.node_type]  # (jobs, nodes)
+        need[:, arrays.stale] = -math.inf  # a stale forecast is judged on free GPUs alone
+        room = np.zeros(need.shape, dtype=np.int64)
+        for k in range(1, top + 1):  # a window for k GPUs is one for fewer: count k = 1, 2, ...
+            ok = arrays.window_left(gpus=k, now=now)[None, :] >= need
+            if not ok.any():
+                break
+            room += ok
+        room = np.minimum(room, np.minimum(free_now[None, :], gpus[:, None]))
+        most = np.array([self.max_nodes(int(g)) for g in gpus.tolist()])
         may = np.zeros(jobs, dtype=bool)
-        if alone:
-            rows = np.flatnonzero(gpus <= top)
-            need = self.needs(p90[rows], 1, certain=certain)[:, self.node_type]
-            may[rows] = (enough[rows] & (left[gpus[rows] - 1] >= need)).any(axis=1)
-        if gangs:
-            need = self.needs(p90, 2, certain=certain)[:, self.node_type]
-            room = np.zeros(need.shape, dtype=np.int64)
-            for k in range(top):  # a window for k GPUs is one for fewer: count k = 1, 2, ...
-                ok = left[k][None, :] >= need
-                if not ok.any():
-                    break
-                room += ok
-            may |= self._holds(np.minimum(room, np.minimum(free_now[None, :], gpus[:, None])), gpus)
-        return may
-
-    def _holds(self, room: np.ndarray, gpus: np.ndarray) -> np.ndarray:
-        """Per job (a row of `room`: the workers of one GPU each node may take), whether the nodes of some GPU type
-        may hold all `gpus`: two of them take one (a job one node takes runs as one pod), and the `max_nodes` that
-        take most have room for all."""
-        jobs = gpus.size
-        most = np.array([self.max_nodes(int(g)) for g in gpus.tolist()], dtype=np.int64)
-        holds = np.zeros(jobs, dtype=bool)
         for t in np.unique(self.node_type).tolist():
             r = room[:, self.node_type == t]
-            if r.shape[1] < 2:
-                continue
             held = np.cumsum(-np.sort(-r, axis=1), axis=1)[np.arange(jobs), np.minimum(most, r.shape[1]) - 1]
-            holds |= (held >= gpus) & ((r > 0).sum(axis=1) >= 2)
-        return holds & (gpus > 1)
+            may |= (held >= gpus) & ((r > 0).sum(axis=1) >= 2)
+        return may
 
     def pod(self, j: int, gpus: int, predicted: dict[str, Prediction] | None) -> PodRequest:
         """Job j's pod of `gpus` GPUs as the extender gets it (the policy's predictions, the checkpointing)."""
@@ -305,14 +279,15 @@ class Placer:
         if self.p.windowed and self.s.prune and self.columns and predicted is not None:
             p90 = np.array([[0.0 if (pr := prediction_for(predicted, t)[0]) is None else pr.p90
                              for t in self.sc.fleet.types]])
-            if not self.may_place(p90, np.array([gj]), free, now, alone=False, among=cand)[0]:
+            if not self.gang_room(p90, np.array([gj]), free, now, among=cand)[0]:
                 return None  # the nodes' windows, as their views have them now, hold no such gang
         else:
             if self.p.windowed and self.s.prune and need_row is not None and levels is not None:
                 # the GPUs whose forecast bound outlasts what one pod of the job needs (a larger gang needs more)
                 top = min(int(room.max()), levels.shape[0] - 1)
                 room = np.minimum(room, (levels[1 : top + 1] >= need_row[self.node_type]).sum(axis=0))
-            if not self._holds(np.where(cand, room, 0)[None, :], np.array([gj]))[0]:
+            cand &= room > 0
+            if not self._may_hold(room, cand, gj):
                 return None  # no GPU type whose nodes can give gj together on few enough nodes: the plan finds none
         everyone = np.arange(self.sc.fleet.size)  # every node, as the extender offers the nodes the scheduler sends
         arrays = self.arrays(free, now) if self.columns else None
@@ -331,6 +306,16 @@ class Placer:
         if not plan.fits:
             return None
         return tuple((self._index[name], k) for name, k in Counter(plan.places).items())
+
+    def _may_hold(self, room: np.ndarray, cand: np.ndarray, gj: int) -> bool:
+        """Whether the nodes of some GPU type may hold gj workers: two nodes at least take one (a job one node
+        takes runs as one pod), and the `max_nodes` that take most, `room` each, have gj places in all."""
+        most = self.max_nodes(gj)
+        for t in np.unique(self.node_type[cand]).tolist():
+            r = room[cand & (self.node_type == t)]
+            if r.size >= 2 and int(np.sort(r)[::-1][:most].sum()) >= gj:
+                return True
+        return False
 
     def max_nodes(self, gpus: int) -> int:
         """The most nodes a gang of `gpus` GPUs spans (`EngineSettings.gang_max_nodes`, else the extender's rule over

@@ -54,9 +54,9 @@ def test_online_demand_gets_its_gpus_back_at_once(random_scenario) -> None:
 
 
 def test_pruning_gives_the_same_decisions(random_scenario, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bounds a pass puts on every job (`Placer.may_place`: over the node columns for windowed policies, used on
-    fleets of 48 nodes and more; over free GPUs for the runtime-blind ones) drop only jobs that no node and no gang
-    plan would take: with columns forced on this small fleet, the runs are those of the unpruned node-by-node path."""
+    """The bounds that skip jobs and nodes (a node's forecast window; a gang's room in the nodes' views now, over the
+    node columns used on fleets of 48 nodes and more) drop only what no node and no gang plan would take: with
+    columns forced on this small fleet, the runs are those of the unpruned node-by-node path."""
     sc = random_scenario
     pols = [POLICIES[n] for n in ("backfill", "offpeak", "oracle", "offpeak-ckpt")]
     b = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(prune=False, checkpoint_seconds=600))
@@ -69,8 +69,8 @@ def test_pruning_gives_the_same_decisions(random_scenario, monkeypatch: pytest.M
         for k in ("harvested_gpu_hours", "evictions", "lost_gpu_seconds", "jobs_completed"):
             assert ma[name][k] == mb[name][k], (name, k)
     assert all(r.gang_starts > 0 for r in a.values())  # gangs are planned here
-    assert all(a[n].t.decisions <= b[n].t.decisions for n in a)  # the bounds spared asking for some
-    assert all(a[n].t.decisions < b[n].t.decisions for n in ("offpeak", "oracle", "offpeak-ckpt"))
+    assert all(a[n].t.decisions <= b[n].t.decisions for n in a)
+    assert all(a[n].t.decisions < b[n].t.decisions for n in ("offpeak", "oracle", "offpeak-ckpt"))  # jobs skipped
 
 
 def test_summary_keys_and_jct_over_common_jobs(random_scenario) -> None:
