@@ -23,8 +23,8 @@ import numpy as np
 # the kinds of run report read and their tables' titles, in the order the tables are printed (per trace)
 TITLES = {"before": "before issue 18 (wide jobs folded onto one node, no gangs; scenarios/before.yaml)",
           "days": "gangs + goodput (scenarios/days.yaml)",
-          "goodput90": "gangs + goodput at engine.min_efficiency 0.9 (the goodput rule's threshold, 0.8 elsewhere when "
-                       "the runs were made; scenarios/goodput90.yaml)",
+          "goodput90": "gangs + goodput at engine.min_efficiency 0.9 stated (the default; a run's meta names the "
+                       "threshold it was made at; scenarios/goodput90.yaml)",
           "pinned": "gangs + goodput, online demand pinned to nodes (the model before pod placement; "
                     "scenarios/pinned.yaml)",
           "pool": "gangs + goodput, pool windows (a node's window ends when its VC is forecast full; "
