@@ -193,17 +193,18 @@ class Placer:
         return out.reshape(p90.shape)
 
     def gang_room(self, p90: np.ndarray, gpus: np.ndarray, free: np.ndarray, now: float,
-                  among: np.ndarray | None = None) -> np.ndarray:
+                  among: np.ndarray | None = None, arrays: NodeArrays | None = None) -> np.ndarray:
         """For each job (a row of `p90`: the policy's p90 per GPU type; `gpus` each), whether a gang plan may find it
         room now (False: `plan_gang` would find none, so the job need not be asked). A bound on `plan_gang`'s own
         count, for every job of a pass at once: per node, the GPU counts k whose window (as the node's view has it
         now) lasts the least one pod of a gang of two or more needs, at most its free GPUs; some GPU type must have
         two nodes that take one and, on the most nodes a gang spans, room for all (`among`: of these nodes only).
-        Placements in the pass only take room. On fleets without columns every job may fit."""
+        Placements in the pass only take room. On fleets without columns every job may fit. `arrays`: the columns
+        for `free` at `now`, when the caller has them."""
         jobs = gpus.size
         if not self.columns or not jobs:
             return np.ones(jobs, dtype=bool)
-        arrays = self.arrays(free, now)
+        arrays = arrays if arrays is not None else self.arrays(free, now)
         free_now = np.clip(free, 0, None) if among is None else np.where(among, np.clip(free, 0, None), 0)
         top = min(int(gpus.max()), int(free_now.max(initial=0)))
         if top <= 0:
@@ -217,13 +218,20 @@ class Placer:
                 break
             room += ok
         room = np.minimum(room, np.minimum(free_now[None, :], gpus[:, None]))
-        most = np.array([self.max_nodes(int(g)) for g in gpus.tolist()])
-        may = np.zeros(jobs, dtype=bool)
+        return self._holds(room, gpus)
+
+    def _holds(self, room: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+        """Per job (a row of `room`: the workers of one GPU each node may take), whether the nodes of one GPU type
+        may hold all its `gpus`: two of them take one (a job one node takes runs as one pod), and the `max_nodes`
+        that take most have room for all."""
+        jobs = gpus.size
+        most = np.array([self.max_nodes(int(g)) for g in gpus.tolist()], dtype=np.int64)
+        holds = np.zeros(jobs, dtype=bool)
         for t in np.unique(self.node_type).tolist():
             r = room[:, self.node_type == t]
             held = np.cumsum(-np.sort(-r, axis=1), axis=1)[np.arange(jobs), np.minimum(most, r.shape[1]) - 1]
-            may |= (held >= gpus) & ((r > 0).sum(axis=1) >= 2)
-        return may
+            holds |= (held >= gpus) & ((r > 0).sum(axis=1) >= 2)
+        return holds
 
     def pod(self, j: int, gpus: int, predicted: dict[str, Prediction] | None) -> PodRequest:
         """Job j's pod of `gpus` GPUs as the extender gets it (the policy's predictions, the checkpointing)."""
@@ -276,21 +284,23 @@ class Placer:
         room = np.minimum(np.clip(free, 0, None), gj)  # GPUs each node may give: a bound (same decisions, faster)
         if (np.bincount(self.node_type[cand], weights=room[cand], minlength=len(self.sc.fleet.types)) < gj).all():
             return None  # too few GPUs free now on every GPU type
+        arrays = None
         if self.p.windowed and self.s.prune and self.columns and predicted is not None:
+            arrays = self.arrays(free, now)
             p90 = np.array([[0.0 if (pr := prediction_for(predicted, t)[0]) is None else pr.p90
                              for t in self.sc.fleet.types]])
-            if not self.gang_room(p90, np.array([gj]), free, now, among=cand)[0]:
+            if not self.gang_room(p90, np.array([gj]), free, now, among=cand, arrays=arrays)[0]:
                 return None  # the nodes' windows, as their views have them now, hold no such gang
         else:
             if self.p.windowed and self.s.prune and need_row is not None and levels is not None:
                 # the GPUs whose forecast bound outlasts what one pod of the job needs (a larger gang needs more)
                 top = min(int(room.max()), levels.shape[0] - 1)
                 room = np.minimum(room, (levels[1 : top + 1] >= need_row[self.node_type]).sum(axis=0))
-            cand &= room > 0
-            if not self._may_hold(room, cand, gj):
+            if not self._holds(np.where(cand, room, 0)[None, :], np.array([gj]))[0]:
                 return None  # no GPU type whose nodes can give gj together on few enough nodes: the plan finds none
         everyone = np.arange(self.sc.fleet.size)  # every node, as the extender offers the nodes the scheduler sends
-        arrays = self.arrays(free, now) if self.columns else None
+        if arrays is None and self.columns:
+            arrays = self.arrays(free, now)
         views = arrays.views if arrays is not None else self.views(everyone, free, now)
         order: GangOrder = "fewest" if self.p.windowed else ("first" if self.p.pick == "first" else "spread")
         revise = None
@@ -306,16 +316,6 @@ class Placer:
         if not plan.fits:
             return None
         return tuple((self._index[name], k) for name, k in Counter(plan.places).items())
-
-    def _may_hold(self, room: np.ndarray, cand: np.ndarray, gj: int) -> bool:
-        """Whether the nodes of some GPU type may hold gj workers: two nodes at least take one (a job one node
-        takes runs as one pod), and the `max_nodes` that take most, `room` each, have gj places in all."""
-        most = self.max_nodes(gj)
-        for t in np.unique(self.node_type[cand]).tolist():
-            r = room[cand & (self.node_type == t)]
-            if r.size >= 2 and int(np.sort(r)[::-1][:most].sum()) >= gj:
-                return True
-        return False
 
     def max_nodes(self, gpus: int) -> int:
         """The most nodes a gang of `gpus` GPUs spans (`EngineSettings.gang_max_nodes`, else the extender's rule over
