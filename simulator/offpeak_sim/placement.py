@@ -61,6 +61,10 @@ class Placer:
         self._needs_version = -1
         self._index = {name: i for i, name in enumerate(scenario.fleet.names)}
         self._everyone = np.arange(n)
+        # runtime-blind policies: widths no node nor gang takes with the free GPUs `_blind_free` (their answer
+        # depends on these alone, so a queue of jobs of a few widths is answered once per width until GPUs move)
+        self._blind_free = b""
+        self._blind_failed: set[int] = set()
 
     def index(self, name: str) -> int:
         """The fleet index of node `name`."""
@@ -248,6 +252,22 @@ class Placer:
         """Job j on w GPUs: the node the extender's filter and the policy's pick give, else a gang (`plan_gang`),
         else (None, None). `predicted`, `need_row`: the policy's beliefs about its run at this width per GPU type
         (None: runtime-blind); `levels`: the feed's window bounds, for pruning nodes that cannot pass."""
+        if self.p.windowed:
+            return self._place(j, w, free, now, predicted, need_row, levels)
+        # runtime-blind: the answer is the free GPUs' and the width's alone (the job's name decides nothing)
+        key = free.tobytes()
+        if key != self._blind_free:
+            self._blind_free = key
+            self._blind_failed.clear()
+        elif w in self._blind_failed:
+            return None, None
+        chosen, plan = self._place(j, w, free, now, predicted, need_row, levels)
+        if chosen is None and plan is None:
+            self._blind_failed.add(w)
+        return chosen, plan
+
+    def _place(self, j: int, w: int, free: np.ndarray, now: float, predicted: dict[str, Prediction] | None,
+               need_row: np.ndarray | None, levels: np.ndarray | None) -> tuple[str | None, Plan | None]:
         cand = free >= w
         if self.p.windowed and self.s.prune and need_row is not None and levels is not None and w < len(levels):
             cand &= levels[w] >= need_row[self.node_type]  # a bound: no other node can pass (same decisions, faster)
