@@ -145,6 +145,8 @@ class WindowFeed:
         # step holding the minute it was forecast at), and its windows per level (kept until it is forecast again)
         self._rooms: dict[int, FreeProfile] = {}
         self._levels: dict[int, LevelWindows] = {}
+        self._views: dict[tuple[int, int, int, int], NodeView] = {}  # this minute's views, by node, forecast, GPUs
+        self._views_at = math.nan
         minutes = np.arange(self.demand.shape[1])
         self._minute_times = minutes * 60.0
         bins = int(np.ceil(settings.survival_horizon_seconds / settings.survival_bin_seconds))
@@ -547,11 +549,26 @@ class WindowFeed:
         with every offline GPU of the pool held), listing the windows that open before the next refresh."""
         fl = self.sc.fleet
         name, gpu_type, total = fl.names[node], fl.gpu_types[node], int(fl.gpus[node])
-        if self.pool_of[node] >= 0 and self._pool_rises and not self.stale[node]:
+        if self.pool_of[node] < 0 or not self._pool_rises:  # a view is its forecast's, `now`'s and these GPUs' alone: policies holding the same share it
+            if now != self._views_at:
+                self._views_at = now
+                self._views.clear()
+            key = (node, int(self.version[node]), offline_gpus, free_now)
+            kept = self._views.get(key)
+            if kept is None:
+                kept = self._views[key] = self._node_view(node, offline_gpus=offline_gpus, free_now=free_now, now=now)
+            return kept
+        if not self.stale[node]:  # a pooled node's: its pool's offline GPUs too
             node_free = total - int(self.demand[node, int(now // 60)]) - offline_gpus
             pooled = self._pooled_room(node, now, held=self._pool_held(node), node_free=node_free)
             return room_view(name=name, gpu_type=gpu_type, gpus_total=total, gpus_free_now=free_now, room=pooled,
                              held=0, now=now, keep_ahead_seconds=self._keep_ahead(now))
+        return self._node_view(node, offline_gpus=offline_gpus, free_now=free_now, now=now)
+
+    def _node_view(self, node: int, *, offline_gpus: int, free_now: int, now: float) -> NodeView:
+        """The view from the node's own room (`view`'s, unkept)."""
+        fl = self.sc.fleet
+        name, gpu_type, total = fl.names[node], fl.gpu_types[node], int(fl.gpus[node])
         room = self.room(node, now)
         levels = None
         if room is not None:

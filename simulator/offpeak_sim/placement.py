@@ -252,9 +252,10 @@ class Placer:
         """Job j on w GPUs: the node the extender's filter and the policy's pick give, else a gang (`plan_gang`),
         else (None, None). `predicted`, `need_row`: the policy's beliefs about its run at this width per GPU type
         (None: runtime-blind); `levels`: the feed's window bounds, for pruning nodes that cannot pass."""
-        if self.p.windowed:
+        if self.p.windowed or not self.s.prune:
             return self._place(j, w, free, now, predicted, need_row, levels)
-        # runtime-blind: the answer is the free GPUs' and the width's alone (the job's name decides nothing)
+        # runtime-blind: the answer is the free GPUs' and the width's alone (the job's name decides nothing), so a
+        # width that found nothing is not asked again while they stay (same decisions, faster: `prune`)
         key = free.tobytes()
         if key != self._blind_free:
             self._blind_free = key

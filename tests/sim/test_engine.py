@@ -11,6 +11,8 @@ from offpeak_sim.forecasting import FeedSettings, WindowFeed
 from offpeak_sim.metrics import summarise
 from offpeak_sim.policies import POLICIES
 
+from .conftest import noisy_scenario
+
 ALL = list(POLICIES.values())
 
 
@@ -43,6 +45,18 @@ def test_capacity_and_conservation_hold_for_every_policy(random_scenario, mode: 
     assert blind > 0  # the scenario does exercise evictions
 
 
+def test_a_policy_decides_alone_as_beside_others_on_one_feed() -> None:
+    """The windowed policies share one feed, and the node views it builds for the GPUs a policy holds: each decides
+    as it does alone (a view kept for one policy's GPUs is never another's)."""
+    sc = noisy_scenario(days=2, n_jobs=40, arrivals_days=0.5)
+    pols = [POLICIES[n] for n in ("offpeak", "oracle")]
+    together = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(checkpoint_seconds=600))
+    for p in pols:
+        alone = simulate(sc, [p], feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(checkpoint_seconds=600))
+        assert alone[p.name].placements == together[p.name].placements, p.name
+    assert len({tuple(r.placements) for r in together.values()}) == len(pols)  # they do decide differently
+
+
 def test_online_demand_gets_its_gpus_back_at_once(random_scenario) -> None:
     sc = random_scenario
     runs = simulate(sc, [POLICIES["backfill"]], feed=None, settings=EngineSettings(check_invariants=True))
@@ -55,10 +69,11 @@ def test_online_demand_gets_its_gpus_back_at_once(random_scenario) -> None:
 
 def test_pruning_gives_the_same_decisions(random_scenario, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bounds that skip jobs and nodes (a node's forecast window; a gang's room in the nodes' views now, over the
-    node columns used on fleets of 48 nodes and more) drop only what no node and no gang plan would take: with
-    columns forced on this small fleet, the runs are those of the unpruned node-by-node path."""
+    node columns used on fleets of 48 nodes and more; a runtime-blind width not asked again while the free GPUs stay)
+    drop only what no node and no gang plan would take: with columns forced on this small fleet, the runs are those
+    of the unpruned node-by-node path."""
     sc = random_scenario
-    pols = [POLICIES[n] for n in ("backfill", "offpeak", "oracle", "offpeak-ckpt")]
+    pols = [POLICIES[n] for n in ("backfill", "offpeak", "oracle", "offpeak-ckpt")]  # backfill: widths asked once
     b = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(prune=False, checkpoint_seconds=600))
     monkeypatch.setattr(placement, "COLUMNS_FROM_NODES", 1)
     a = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(prune=True, checkpoint_seconds=600))
