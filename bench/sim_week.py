@@ -2,7 +2,9 @@
 
 Targets (issue 46): a 200-node week (1,600 GPUs) in at most 2 minutes, a 2,000-node week in at most 10. The machine
 is shared, so both wall-clock and CPU seconds (`time.process_time`, this process only) are printed; run it niced:
-`nice -n 19 .venv/bin/python bench/sim_week.py [--days D] [--nodes N] [--online-trace NAME] [--cprofile N]`.
+`nice -n 19 .venv/bin/python bench/sim_week.py [--scenario FILE] [--days D] [--nodes N] [--online-trace NAME]
+[--cprofile N]`. What runs is what `offpeak simulate` runs with the same scenario and flags (built and checked by
+`offpeak_sim.scenariofile`): by default the five default policies on the ITP jobs.
 
 Phases are timed by wrapping the simulator's entry points (the code under test is unchanged):
 load (traces, jobs, fleet), forecast (the window feed's refreshes and live re-forecasts, shared and per policy),
@@ -23,11 +25,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from offpeak_sim import metrics, paths, runner
+from offpeak.errors import UserError
+from offpeak_sim import metrics, paths, runner, scenariofile
 from offpeak_sim.engine import PolicyRun
-from offpeak_sim.forecasting import FeedSettings, WindowFeed
-from offpeak_sim.policies import DEFAULT_SET, POLICIES
-from offpeak_sim.scenario import ScenarioSettings
+from offpeak_sim.forecasting import WindowFeed
+from offpeak_sim.scenariofile import Override
 
 TARGETS_S = {200: 120.0, 2000: 600.0}  # nodes -> most wall-clock seconds for a week
 
@@ -88,35 +90,38 @@ class _Timer:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scenario", metavar="FILE", action="append", default=[],
+                    help="scenario file(s), layered as `offpeak simulate --scenario` layers them (default: defaults)")
     ap.add_argument("--days", type=float, default=7.0)
     ap.add_argument("--nodes", type=int, default=200)
-    ap.add_argument("--online-trace", default=paths.DEFAULT_ONLINE_TRACE)
-    ap.add_argument("--forecast", default="seasonal", choices=("seasonal", "exact"))
+    ap.add_argument("--online-trace", default=None, help=f"default: the scenario's ({paths.DEFAULT_ONLINE_TRACE})")
+    ap.add_argument("--forecast", default=None, choices=("seasonal", "exact"), help="default: the scenario's")
     ap.add_argument("--cprofile", type=int, default=0, metavar="N", help="also print the N costliest functions")
     a = ap.parse_args()
+    asked = [("workload.days", a.days, "--days"), ("cluster.nodes", a.nodes, "--nodes"),
+             ("online_trace", a.online_trace, "--online-trace"), ("forecast.mode", a.forecast, "--forecast")]
+    try:
+        run = scenariofile.load(a.scenario, [Override(path, v, flag) for path, v, flag in asked if v is not None])
+    except UserError as e:
+        ap.error(str(e))
+    settings = run.settings
     timer = _Timer()
     prof = cProfile.Profile() if a.cprofile else None
     w0, c0 = time.perf_counter(), time.process_time()
     with timer.installed():
         if prof is not None:
             prof.enable()
-        out = runner.run(
-            scenario_settings=ScenarioSettings(
-                online_trace=paths.trace_dir(a.online_trace),
-                jobs_trace=paths.trace_dir(paths.DEFAULT_JOBS_TRACE),
-                nodes=a.nodes,
-                days=a.days,
-            ),
-            policies=[POLICIES[n] for n in DEFAULT_SET],
-            feed_settings=FeedSettings(mode=a.forecast),
-        )
+        out = runner.run(scenario_settings=settings.scenario, policies=list(settings.policies),
+                         feed_settings=settings.feed, engine_settings=settings.engine)
         if prof is not None:
             prof.disable()
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    target = TARGETS_S.get(a.nodes) if a.days == 7 else None
+    sc = settings.scenario
+    target = TARGETS_S.get(sc.nodes) if sc.days == 7 and not run.files else None
     verdict = "" if target is None else f"; target {target:.0f} s wall: {'ok' if wall <= target else 'OVER'}"
-    print(f"sim_week: {a.nodes} nodes, {a.days:g} days, {len(out.scenario.jobs)} jobs, {a.online_trace}, "
-          f"forecast {a.forecast}{' (under cProfile: slower)' if prof else ''}")
+    print(f"sim_week: {' + '.join(run.files) or 'default scenario'}: {sc.nodes} nodes, {sc.days:g} days, "
+          f"{len(out.scenario.jobs)} jobs, {sc.online_trace.name}, forecast {settings.feed.mode}, policies "
+          f"{','.join(p.name for p in settings.policies)}{' (under cProfile: slower)' if prof else ''}")
     print(f"  total {wall:.1f} s wall, {cpu:.1f} s CPU (load {wall and cpu / wall:.0%} of one core){verdict}")
     print(f"  {'phase':10s} {'wall s':>8s} {'CPU s':>8s} {'calls':>8s}")
     for phase in PHASES:
