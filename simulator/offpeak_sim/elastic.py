@@ -13,7 +13,6 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from offpeak_core.decisions import filter_nodes
 from offpeak_core.gangplans import GangPlan, plan_elastic
 from offpeak_core.gangs import width_scale
 from offpeak_core.model import PodRequest, Prediction
@@ -151,14 +150,9 @@ class ElasticWidth:
                  ) -> Plan | None:
         """x GPUs for job j on GPU type ti: one node (the filter and the policy's pick), else a gang there."""
         pl = self.placer
-        one = np.flatnonzero((self.node_type == ti) & (free >= x))
-        if one.size:
-            views = [pl.view(int(n), int(free[n]), now) for n in one]
-            pod = pl.pod(j, x, predicted)
-            res = filter_nodes(pod=pod, nodes=views, now=now, margin=self.s.margin,
-                               checkpoint_intervals=self.p.checkpoint_intervals, goodput=pl.admission(1))
-            if res.passed:
-                return ((pl.index(pl.pick(pod, views, res.passed, now)), x),)
+        n = pl.node_for(j, x, free, now, predicted, among=(self.node_type == ti) & (free >= x), columns=False)
+        if n is not None:
+            return ((n, x),)
         if x > 1 and self.s.gangs:
             return pl.plan_gang(j, x, free, now, predicted, need_row, levels, types=(ti,))
         return None

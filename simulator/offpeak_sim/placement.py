@@ -66,19 +66,9 @@ class Placer:
         self._blind_free = b""
         self._blind_failed: set[int] = set()
 
-    def index(self, name: str) -> int:
-        """The fleet index of node `name`."""
-        return self._index[name]
-
     def new_minute(self) -> None:
         """Nothing to forget: a view is kept while what it is built from stays (its forecast's windows are those
         open before the next refresh, when every view is built again)."""
-
-    def view(self, n: int, free_now: int, now: float) -> NodeView:
-        """Node n as `filter_nodes` sees it with `free_now` GPUs free (kept while its inputs stay)."""
-        free = np.zeros(self.sc.fleet.size, dtype=np.int64)
-        free[n] = free_now
-        return self.views(np.array([n]), free, now)[0]
 
     def views(self, nodes: np.ndarray, free: np.ndarray, now: float) -> list[NodeView]:
         """The views of `nodes` with `free` GPUs free (per node of the fleet), built again where their inputs
@@ -272,24 +262,31 @@ class Placer:
         cand = free >= w
         if self.p.windowed and self.s.prune and need_row is not None and levels is not None and w < len(levels):
             cand &= levels[w] >= need_row[self.node_type]  # a bound: no other node can pass (same decisions, faster)
-        if cand.any() and self.columns:
-            arrays = self.arrays(free, now)
-            scores = score_arrays(pod=self.pod(j, w, predicted), nodes=arrays, now=now, margin=self.s.margin,
-                                  checkpoint_intervals=self.p.checkpoint_intervals, goodput=self.admission(1))
-            n = self.best(scores, free)
-            if n is not None:
-                return self.sc.fleet.names[n], None
-        elif cand.any():  # node by node: the same answer
-            views = self.views(np.flatnonzero(cand), free, now)
-            pod = self.pod(j, w, predicted)
-            res = filter_nodes(pod=pod, nodes=views, now=now, margin=self.s.margin,
-                               checkpoint_intervals=self.p.checkpoint_intervals, goodput=self.admission(1))
-            if res.passed:
-                return self.pick(pod, views, res.passed, now), None
+        n = self.node_for(j, w, free, now, predicted, among=cand, columns=self.columns)  # (no other node passes)
+        if n is not None:
+            return self.sc.fleet.names[n], None
         plan = None
         if self.s.gangs and w > 1:
             plan = self.plan_gang(j, w, free, now, predicted, need_row, levels)
         return None, plan
+
+    def node_for(self, j: int, w: int, free: np.ndarray, now: float, predicted: dict[str, Prediction] | None,
+                 among: np.ndarray, *, columns: bool) -> int | None:
+        """The node of `among` (a mask over the fleet) that the extender's filter passes for job j's pod of w GPUs and
+        the policy picks, or None. `columns`: scored over every node's kept columns, the same answer only where no
+        node outside `among` passes (a score's speed is relative to the fastest node that passes); else node by node
+        over `among`, as the extender scores the nodes the scheduler sends."""
+        if not among.any():
+            return None
+        pod = self.pod(j, w, predicted)
+        if columns:
+            scores = score_arrays(pod=pod, nodes=self.arrays(free, now), now=now, margin=self.s.margin,
+                                  checkpoint_intervals=self.p.checkpoint_intervals, goodput=self.admission(1))
+            return self.best(scores, free, among)
+        views = self.views(np.flatnonzero(among), free, now)
+        res = filter_nodes(pod=pod, nodes=views, now=now, margin=self.s.margin,
+                           checkpoint_intervals=self.p.checkpoint_intervals, goodput=self.admission(1))
+        return self._index[self.pick(pod, views, res.passed, now)] if res.passed else None
 
     def plan_gang(self, j: int, gj: int, free: np.ndarray, now: float, predicted: dict[str, Prediction] | None,
                   need_row: np.ndarray | None, levels: np.ndarray | None, types: tuple[int, ...] | None = None
