@@ -147,6 +147,8 @@ class WindowFeed:
         self._levels: dict[int, LevelWindows] = {}
         self._views: dict[tuple[int, int, int, int], NodeView] = {}  # this minute's views, by node, forecast, GPUs
         self._views_at = math.nan
+        self._runs_key: tuple[float, int] = (math.nan, -1)  # `left_bounds`' counts, for this minute and forecast
+        self._runs = np.zeros((0, 0), dtype=np.int64)
         minutes = np.arange(self.demand.shape[1])
         self._minute_times = minutes * 60.0
         bins = int(np.ceil(settings.survival_horizon_seconds / settings.survival_bin_seconds))
@@ -601,18 +603,33 @@ class WindowFeed:
         """`left_upper_bound` for `offline + w` GPUs, every w in 0..levels at once: [levels + 1, nodes]."""
         c = int(max(0, (now - self.refreshed_at) // self.step))
         free = self.free
-        if self._pool_rises and self._pooled.size:
+        if self._pool_rises and self._pooled.size:  # a pooled node's room depends on the policy's offline GPUs
             free = free.copy()
             free[self._pooled] = self._pooled_free(self._pooled, now)
-        low = np.minimum.accumulate(free[:, c:], axis=1)
-        span = low.shape[1]
-        out = np.empty((levels + 1, low.shape[0]))
+            runs = self._runs_at_least(free, c)
+        else:  # the forecast's alone: counted once a minute for every policy sharing the feed
+            key = (now, int(self.version.sum()))
+            if key != self._runs_key:
+                self._runs_key, self._runs = key, self._runs_at_least(free, c)
+            runs = self._runs
+        span = free.shape[1] - c
+        top = runs.shape[1] - 1  # no step has more GPUs free: none as many
+        out = np.empty((levels + 1, free.shape[0]))
+        rows = np.arange(free.shape[0])
         for w in range(levels + 1):
-            run = (low >= (offline + w)[:, None]).sum(axis=1)
+            run = runs[rows, np.minimum(offline + w, top)]
             end = self.refreshed_at + (c + run) * self.step
             out[w] = np.where(run >= span, np.inf, end - now + self.step)
         out[:, self.stale] = np.inf
         return out
+
+    @staticmethod
+    def _runs_at_least(free: np.ndarray, c: int) -> np.ndarray:
+        """[nodes, most free + 2]: per node and GPU count k, the steps from step c on that keep k GPUs free throughout
+        (the last column, one more than any step has, is 0)."""
+        low = np.minimum.accumulate(free[:, c:], axis=1)
+        ks = np.arange(int(low.max(initial=0)) + 2)
+        return (low[:, :, None] >= ks[None, None, :]).sum(axis=1)
 
     def left_upper_bound(self, *, now: float, gpus_needed: np.ndarray) -> np.ndarray:
         """Per node, an upper bound on seconds from `now` that `gpus_needed[n]` GPUs stay forecast free (inf: open).
