@@ -627,9 +627,11 @@ class WindowFeed:
     def _runs_at_least(free: np.ndarray, c: int) -> np.ndarray:
         """[nodes, most free + 2]: per node and GPU count k, the steps from step c on that keep k GPUs free throughout
         (the last column, one more than any step has, is 0)."""
-        low = np.minimum.accumulate(free[:, c:], axis=1)
-        ks = np.arange(int(low.max(initial=0)) + 2)
-        return (low[:, :, None] >= ks[None, None, :]).sum(axis=1)
+        low = np.minimum.accumulate(free[:, c:], axis=1)  # (free GPUs are never below 0)
+        width = int(low.max(initial=0)) + 2
+        # how many steps have each level as their low, per node; then, from the top, how many have at least it
+        at = np.bincount((low + np.arange(low.shape[0])[:, None] * width).ravel(), minlength=low.shape[0] * width)
+        return np.cumsum(at.reshape(low.shape[0], width)[:, ::-1], axis=1)[:, ::-1]
 
     def left_upper_bound(self, *, now: float, gpus_needed: np.ndarray) -> np.ndarray:
         """Per node, an upper bound on seconds from `now` that `gpus_needed[n]` GPUs stay forecast free (inf: open).

@@ -84,3 +84,22 @@ def test_a_live_update_gives_what_the_fit_gives_with_the_ages_of_a_fresh_fit(ran
             assert np.array_equal(feed.free[n][-want.size :], want), (n, now)
             checked += 1
     assert checked > 5
+
+
+def test_the_bounds_for_every_count_of_gpus_are_each_counts_own(random_scenario) -> None:
+    """`left_bounds` (every count of GPUs at once, counted once a minute for every policy) gives, for offline pods
+    holding `offline` GPUs and w more asked, what `left_upper_bound` gives for `offline + w` alone: at a refresh and
+    between refreshes, after live updates moved some nodes' forecasts, for two policies holding different GPUs."""
+    sc = random_scenario
+    feed = WindowFeed(sc, FeedSettings(refresh_seconds=600))
+    rng = np.random.default_rng(3)
+    gpus = int(sc.fleet.gpus.max())
+    for minute in (0, 7, 13):
+        now = sc.start_s + minute * 60.0
+        feed.maybe_refresh(now)
+        for _ in range(2):
+            offline = rng.integers(0, gpus + 1, sc.fleet.size)
+            got = feed.left_bounds(now=now, offline=offline, levels=gpus)
+            for w in range(gpus + 1):
+                assert np.array_equal(got[w], feed.left_upper_bound(now=now, gpus_needed=offline + w)), (minute, w)
+    assert feed.updates > 0  # live updates happened between the refreshes
