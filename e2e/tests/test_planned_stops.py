@@ -70,7 +70,7 @@ def test_a_checkpointing_job_stops_before_its_window_ends_and_finishes_in_a_seco
     c.wait_for("a planned stop", stopped, timeout=c.cluster.settings.day_seconds)
     stop_day = c.lane_phase(LANE)
     status = c.trainingjob(ns, "yielding")["status"]
-    assert status["plannedStops"] == 1, status
+    assert status.get("plannedStops") == 1, status  # (else the status says what happened: an eviction, a failure)
     print(f"[e2e] planned stop seen at day {stop_day:.0f}s: {status['message']}")
     assert stop_day < WINDOWS[FIRST][1] + 5, stop_day  # before the window's end (the watch may lag a few seconds)
     events = json.loads(c.kubectl("-n", ns, "get", "events", "-o", "json").stdout)["items"]
