@@ -551,7 +551,8 @@ class WindowFeed:
         with every offline GPU of the pool held), listing the windows that open before the next refresh."""
         fl = self.sc.fleet
         name, gpu_type, total = fl.names[node], fl.gpu_types[node], int(fl.gpus[node])
-        if self.pool_of[node] < 0 or not self._pool_rises:  # a view is its forecast's, `now`'s and these GPUs' alone: policies holding the same share it
+        if self.pool_of[node] < 0 or not self._pool_rises:
+            # a view is its forecast's, `now`'s and these GPUs' alone: policies holding the same share it
             if now != self._views_at:
                 self._views_at = now
                 self._views.clear()

@@ -50,9 +50,10 @@ def test_a_policy_decides_alone_as_beside_others_on_one_feed() -> None:
     as it does alone (a view kept for one policy's GPUs is never another's)."""
     sc = noisy_scenario(days=2, n_jobs=40, arrivals_days=0.5)
     pols = [POLICIES[n] for n in ("offpeak", "oracle")]
-    together = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(checkpoint_seconds=600))
+    settings = EngineSettings(checkpoint_seconds=600)
+    together = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=settings)
     for p in pols:
-        alone = simulate(sc, [p], feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(checkpoint_seconds=600))
+        alone = simulate(sc, [p], feed=WindowFeed(sc, FeedSettings()), settings=settings)
         assert alone[p.name].placements == together[p.name].placements, p.name
     assert len({tuple(r.placements) for r in together.values()}) == len(pols)  # they do decide differently
 
