@@ -549,8 +549,6 @@ class WindowFeed:
         """The node as the extender's filter sees it, its offline pods holding `offline_gpus` and `free_now` GPUs free
         (`rooms.room_view`: the windows of its room less what they hold; a pooled node's, of its room in the pool
         with every offline GPU of the pool held), listing the windows that open before the next refresh."""
-        fl = self.sc.fleet
-        name, gpu_type, total = fl.names[node], fl.gpu_types[node], int(fl.gpus[node])
         if self.pool_of[node] < 0 or not self._pool_rises:
             # a view is its forecast's, `now`'s and these GPUs' alone: policies holding the same share it
             if now != self._views_at:
@@ -562,6 +560,8 @@ class WindowFeed:
                 kept = self._views[key] = self._node_view(node, offline_gpus=offline_gpus, free_now=free_now, now=now)
             return kept
         if not self.stale[node]:  # a pooled node's: its pool's offline GPUs too
+            fl = self.sc.fleet
+            name, gpu_type, total = fl.names[node], fl.gpu_types[node], int(fl.gpus[node])
             node_free = total - int(self.demand[node, int(now // 60)]) - offline_gpus
             pooled = self._pooled_room(node, now, held=self._pool_held(node), node_free=node_free)
             return room_view(name=name, gpu_type=gpu_type, gpus_total=total, gpus_free_now=free_now, room=pooled,
