@@ -614,7 +614,6 @@ class PolicyRun:
             self.feed.maybe_refresh(now)  # this policy's own online demand, as its extender would see it
         if self.yields:
             self._plan_yields(now)
-        self.placer.new_minute()  # views hold the windows open now: valid for this minute only
         self.schedule(minute, now)
         if self.width.joins:
             self._join_pass(minute, now, i)

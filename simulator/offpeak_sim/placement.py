@@ -66,10 +66,6 @@ class Placer:
         self._blind_free = b""
         self._blind_failed: set[int] = set()
 
-    def new_minute(self) -> None:
-        """Nothing to forget: a view is kept while what it is built from stays (its forecast's windows are those
-        open before the next refresh, when every view is built again)."""
-
     def views(self, nodes: np.ndarray, free: np.ndarray, now: float) -> list[NodeView]:
         """The views of `nodes` with `free` GPUs free (per node of the fleet), built again where their inputs
         changed."""
