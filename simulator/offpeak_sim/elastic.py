@@ -47,7 +47,7 @@ class ElasticWidth:
     def widest(self, gj: int, free: np.ndarray, types: tuple[int, ...] | None = None) -> int:
         """The most of gj GPUs the free GPUs can give one job now: on one node, or on the nodes of one GPU type
         (`types`: of these only) together. A bound that spares planning widths that cannot fit."""
-        cap = np.minimum(np.clip(free, 0, None), gj)
+        cap = np.minimum(np.maximum(free, 0), gj)
         on = cap if types is None else cap[np.isin(self.node_type, types)]
         ub = int(on.max()) if on.size else 0
         if self.s.gangs:

@@ -511,7 +511,7 @@ class PolicyRun:
         g = self.sc.jobs.gpus[q]
         fmax = int(free.max())
         gangs = self.s.gangs
-        cand_mask = self.min_gpus[q] <= (int(np.clip(free, 0, None).sum()) if gangs else fmax)
+        cand_mask = self.min_gpus[q] <= (int(np.maximum(free, 0).sum()) if gangs else fmax)
         need = p50 = p90 = None
         levels = None
         if self.p.windowed:

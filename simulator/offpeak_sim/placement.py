@@ -61,6 +61,8 @@ class Placer:
         self._needs_version = -1
         self._index = {name: i for i, name in enumerate(scenario.fleet.names)}
         self._everyone = np.arange(n)
+        self._type_rows = [np.flatnonzero(node_type == t) for t in np.unique(node_type).tolist()]  # nodes per type
+        self._most_nodes: dict[int, int] = {}  # `max_nodes` per gang size
         # runtime-blind policies: widths no node nor gang takes with the free GPUs `_blind_free` (their answer
         # depends on these alone, so a queue of jobs of a few widths is answered once per width until GPUs move)
         self._blind_free = b""
@@ -95,7 +97,7 @@ class Placer:
         version of their forecast."""
         key = np.zeros((nodes.size, 4), dtype=np.int64)
         key[:, 0] = self.used[nodes]
-        key[:, 1] = np.clip(free, 0, None)
+        key[:, 1] = np.maximum(free, 0)
         if self.p.windowed and self.feed is not None:
             key[:, 2] = self.feed.pool_keys()[nodes]
             key[:, 3] = self.feed.version[nodes]
@@ -168,13 +170,13 @@ class Placer:
         if self._needs_version != self._admissions_version:
             self._needs.clear()
             self._needs_version = self._admissions_version
-        probe = self.pod(-1, 1, None)
         rows = p90.reshape(-1, p90.shape[-1]) if p90.ndim else p90.reshape(1, 1)
         out = np.empty(rows.shape)
         for i, row in enumerate(rows):
             key = (row.tobytes(), members, certain)
             got = self._needs.get(key)
             if got is None:
+                probe = self.pod(-1, 1, None)
                 got = self._needs[key] = np.array([
                     least_window(pod=probe, p90=float(x), margin=self.s.margin,
                                  checkpoint_intervals=self.p.checkpoint_intervals, goodput=adm, certain_ends=certain)
@@ -195,7 +197,7 @@ class Placer:
         if not self.columns or not jobs:
             return np.ones(jobs, dtype=bool)
         arrays = arrays if arrays is not None else self.arrays(free, now)
-        free_now = np.clip(free, 0, None) if among is None else np.where(among, np.clip(free, 0, None), 0)
+        free_now = np.maximum(free, 0) if among is None else np.where(among, np.maximum(free, 0), 0)
         top = min(int(gpus.max()), int(free_now.max(initial=0)))
         if top <= 0:
             return np.zeros(jobs, dtype=bool)
@@ -215,13 +217,27 @@ class Placer:
         may hold all its `gpus`: two of them take one (a job one node takes runs as one pod), and the `max_nodes`
         that take most have room for all."""
         jobs = gpus.size
+        if jobs == 1:  # (most calls: one job's gang asked alone)
+            return np.array([self._holds_one(room[0], int(gpus[0]))])
         most = np.array([self.max_nodes(int(g)) for g in gpus.tolist()], dtype=np.int64)
         holds = np.zeros(jobs, dtype=bool)
-        for t in np.unique(self.node_type).tolist():
-            r = room[:, self.node_type == t]
+        for rows in self._type_rows:
+            r = room[:, rows]
             held = np.cumsum(-np.sort(-r, axis=1), axis=1)[np.arange(jobs), np.minimum(most, r.shape[1]) - 1]
             holds |= (held >= gpus) & ((r > 0).sum(axis=1) >= 2)
         return holds
+
+    def _holds_one(self, room: np.ndarray, gpus: int) -> bool:
+        """`_holds` of one job: `room` per node of the fleet."""
+        most = self.max_nodes(gpus)
+        for rows in self._type_rows:
+            r = room[rows]
+            if np.count_nonzero(r) < 2:
+                continue
+            top = r if r.size <= most else np.partition(r, r.size - most)[r.size - most:]  # the `most` that take most
+            if int(top.sum()) >= gpus:
+                return True
+        return False
 
     def pod(self, j: int, gpus: int, predicted: dict[str, Prediction] | None) -> PodRequest:
         """Job j's pod of `gpus` GPUs as the extender gets it (the policy's predictions, the checkpointing)."""
@@ -295,7 +311,7 @@ class Placer:
         cand = free > 0
         if types is not None:
             cand &= np.isin(self.node_type, types)
-        room = np.minimum(np.clip(free, 0, None), gj)  # GPUs each node may give: a bound (same decisions, faster)
+        room = np.minimum(np.maximum(free, 0), gj)  # GPUs each node may give: a bound (same decisions, faster)
         if (np.bincount(self.node_type[cand], weights=room[cand], minlength=len(self.sc.fleet.types)) < gj).all():
             return None  # too few GPUs free now on every GPU type
         arrays = None
@@ -310,7 +326,7 @@ class Placer:
                 # the GPUs whose forecast bound outlasts what one pod of the job needs (a larger gang needs more)
                 top = min(int(room.max()), levels.shape[0] - 1)
                 room = np.minimum(room, (levels[1 : top + 1] >= need_row[self.node_type]).sum(axis=0))
-            if not self._holds(np.where(cand, room, 0)[None, :], np.array([gj]))[0]:
+            if not self._holds_one(np.where(cand, room, 0), gj):
                 return None  # no GPU type whose nodes can give gj together on few enough nodes: the plan finds none
         everyone = np.arange(self.sc.fleet.size)  # every node, as the extender offers the nodes the scheduler sends
         if arrays is None and self.columns:
@@ -334,7 +350,11 @@ class Placer:
     def max_nodes(self, gpus: int) -> int:
         """The most nodes a gang of `gpus` GPUs spans (`EngineSettings.gang_max_nodes`, else the extender's rule over
         the whole fleet)."""
-        return self.s.gang_max_nodes or most_nodes(gpus=gpus, largest_node=int(self.sc.fleet.gpus.max()))
+        got = self._most_nodes.get(gpus)
+        if got is None:
+            got = self._most_nodes[gpus] = self.s.gang_max_nodes or most_nodes(
+                gpus=gpus, largest_node=int(self.sc.fleet.gpus.max()))
+        return got
 
     def _view_with(self, n: int, held: Mapping[str, int], free: np.ndarray, now: float) -> NodeView:
         """Node n's view with `held` GPUs more taken by offline pods on other nodes (a gang's members before it)."""
