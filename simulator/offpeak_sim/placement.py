@@ -63,6 +63,7 @@ class Placer:
         self._everyone = np.arange(n)
         self._type_rows = [np.flatnonzero(node_type == t) for t in np.unique(node_type).tolist()]  # nodes per type
         self._most_nodes: dict[int, int] = {}  # `max_nodes` per gang size
+        self._largest = int(scenario.fleet.gpus.max())  # the most GPUs a node has: a gang's fewest pods
         # runtime-blind policies: widths no node nor gang takes with the free GPUs `_blind_free` (their answer
         # depends on these alone, so a queue of jobs of a few widths is answered once per width until GPUs move)
         self._blind_free = b""
@@ -189,8 +190,9 @@ class Placer:
         """For each job (a row of `p90`: the policy's p90 per GPU type; `gpus` each), whether a gang plan may find it
         room now (False: `plan_gang` would find none, so the job need not be asked). A bound on `plan_gang`'s own
         count, for every job of a pass at once: per node, the GPU counts k whose window (as the node's view has it
-        now) lasts the least one pod of a gang of two or more needs, at most its free GPUs; some GPU type must have
-        two nodes that take one and, on the most nodes a gang spans, room for all (`among`: of these nodes only).
+        now) lasts the least one pod needs in a gang of the fewest pods that may hold the job, at most its free GPUs;
+        some GPU type must have two nodes that take one and, on the most nodes a gang spans, room for all (`among`:
+        of these nodes only).
         Placements in the pass only take room. On fleets without columns every job may fit. `arrays`: the columns
         for `free` at `now`, when the caller has them."""
         jobs = gpus.size
@@ -201,7 +203,18 @@ class Placer:
         top = min(int(gpus.max()), int(free_now.max(initial=0)))
         if top <= 0:
             return np.zeros(jobs, dtype=bool)
-        need = self.needs(p90, 2, certain=bool(arrays.win_certain.any()))[:, self.node_type]  # (jobs, nodes)
+        # the window one pod needs in a gang of the fewest pods the job can run as: the planner judges every smaller
+        # gang size too, but a gang that size cannot hold the job (a node gives at most its GPUs), and it stops at
+        # the first size with too little room, so room counted at this size bounds any plan it makes
+        least = np.maximum(2, -(-gpus // self._largest))
+        certain = bool(arrays.win_certain.any())
+        if (least == least[0]).all():
+            need = self.needs(p90, int(least[0]), certain=certain)[:, self.node_type]  # (jobs, nodes)
+        else:
+            need = np.empty((jobs, self.node_type.size))
+            for members in np.unique(least).tolist():
+                sel = least == members
+                need[sel] = self.needs(p90[sel], members, certain=certain)[:, self.node_type]
         need[:, arrays.stale] = -math.inf  # a stale forecast is judged on free GPUs alone
         room = np.zeros(need.shape, dtype=np.int64)
         for k in range(1, top + 1):  # a window for k GPUs is one for fewer: count k = 1, 2, ...

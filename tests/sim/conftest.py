@@ -65,9 +65,11 @@ def daily(nodes: int, days: int, busy: Sequence[tuple[int, int, int]], *, gpus: 
     return np.tile(np.minimum(one, gpus), (nodes, 1))
 
 
-def noisy_scenario(*, days: int = 3, n_jobs: int = 80, arrivals_days: float = 1.5) -> Scenario:
-    """Six nodes, noisy online demand with a daily cycle over `days` (the first is history), `n_jobs` jobs of mixed
-    sizes arriving over the first `arrivals_days` of the run (seeded: the same scenario every time)."""
+def noisy_scenario(*, days: int = 3, n_jobs: int = 80, arrivals_days: float = 1.5,
+                   widths: Sequence[int] = (1, 1, 2, 4, 8)) -> Scenario:
+    """Six nodes of 8 GPUs, noisy online demand with a daily cycle over `days` (the first is history), `n_jobs` jobs
+    of GPUs drawn from `widths` arriving over the first `arrivals_days` of the run (seeded: the same scenario every
+    time)."""
     rng = np.random.default_rng(7)
     nodes = 6
     t = np.arange(days * 1440 + 1)
@@ -75,7 +77,7 @@ def noisy_scenario(*, days: int = 3, n_jobs: int = 80, arrivals_days: float = 1.
     demand = np.clip(np.rint(base[None, :] + rng.normal(0, 1.2, (nodes, t.size))), 0, 8)
     jobs = [
         (float(rng.uniform(0, arrivals_days * DAY)), float(rng.uniform(600, 6 * 3600)),
-         int(rng.choice([1, 1, 2, 4, 8])))
+         int(rng.choice(list(widths))))
         for _ in range(n_jobs)
     ]
     return make_scenario(demand, jobs, pred_ratio=rng.lognormal(0, 0.3, n_jobs), p90_ratio=1.5, user_ratio=2.0)

@@ -76,12 +76,12 @@ def test_online_demand_gets_its_gpus_back_at_once(random_scenario) -> None:
     assert r.t.online_delay_gpu_s >= r.t.online_delay_events * EngineSettings().eviction_grace_seconds
 
 
-def test_pruning_gives_the_same_decisions(random_scenario, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The bounds that skip jobs and nodes (a node's forecast window; a gang's room in the nodes' views now, over the
-    node columns used on fleets of 48 nodes and more; a runtime-blind width not asked again while the free GPUs stay)
-    drop only what no node and no gang plan would take: with columns forced on this small fleet, the runs are those
-    of the unpruned node-by-node path."""
-    sc = random_scenario
+def test_pruning_gives_the_same_decisions(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bounds that skip jobs and nodes (a node's forecast window; a gang's room in the nodes' views now, at the
+    fewest pods the gang may run as, over the node columns used on fleets of 48 nodes and more; a runtime-blind width
+    not asked again while the free GPUs stay) drop only what no node and no gang plan would take: with columns forced
+    on this small fleet, the runs are those of the unpruned node-by-node path."""
+    sc = noisy_scenario(widths=(1, 1, 2, 4, 8, 12, 18))  # gangs of 2 pods and more, of 3 at least (18 GPUs)
     pols = [POLICIES[n] for n in ("backfill", "offpeak", "oracle", "offpeak-ckpt")]  # backfill: widths asked once
     b = simulate(sc, pols, feed=WindowFeed(sc, FeedSettings()), settings=EngineSettings(prune=False, checkpoint_seconds=600))
     monkeypatch.setattr(placement, "COLUMNS_FROM_NODES", 1)
@@ -93,6 +93,8 @@ def test_pruning_gives_the_same_decisions(random_scenario, monkeypatch: pytest.M
         for k in ("harvested_gpu_hours", "evictions", "lost_gpu_seconds", "jobs_completed"):
             assert ma[name][k] == mb[name][k], (name, k)
     assert all(r.gang_starts > 0 for r in a.values())  # gangs are planned here
+    wide = {name: {int(sc.jobs.gpus[j]) for j, _, _ in r.placements} for name, r in a.items()}
+    assert all(18 in w for w in wide.values()), wide  # and gangs of 3 pods and more started
     assert all(a[n].t.decisions <= b[n].t.decisions for n in a)
     assert all(a[n].t.decisions < b[n].t.decisions for n in ("offpeak", "oracle", "offpeak-ckpt"))  # jobs skipped
 
