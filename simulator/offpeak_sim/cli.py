@@ -50,6 +50,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--report", metavar="OUT.json", help="write the per-policy JSON report here (needed to run)")
     p.add_argument("--plots", metavar="DIR", help="write harvest.png, jct_cdf.png, evictions.png here")
     p.add_argument("--quiet", action="store_true", help="no progress bar and no table")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="processes to simulate the policies in, side by side (the same figures however many; default: "
+                   "the cores this process may use, at most one per policy)")
     p.set_defaults(func=handle)
 
 
@@ -72,7 +75,7 @@ def handle(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TimeElapsedColumn, TimeRemainingColumn
 
-    from offpeak_sim import paths, report, scenariofile
+    from offpeak_sim import paths, report, scenariofile, workers
     from offpeak_sim.runner import run
 
     loaded = scenariofile.load(args.scenario, overrides(args))
@@ -81,6 +84,8 @@ def handle(args: argparse.Namespace) -> int:
         print(f"# offpeak simulate scenario ({sources}, with the flags given), every default filled in")
         print(scenariofile.dump(loaded.spec), end="")
         return 0
+    if args.workers is not None and args.workers < 1:
+        raise UserError(f"--workers must be at least 1, not {args.workers}")
     if not args.report:
         raise UserError("--report OUT.json is needed to run a simulation (or --show-scenario to print the scenario)")
     sc, feed = loaded.settings.scenario, loaded.settings.feed
@@ -97,7 +102,8 @@ def handle(args: argparse.Namespace) -> int:
                 bar.update(task, completed=done, total=total, description=f"simulating day {done / 1440:.1f}")
 
         out = run(scenario_settings=sc, policies=list(loaded.settings.policies), feed_settings=feed,
-                  engine_settings=loaded.settings.engine, progress=progress)
+                  engine_settings=loaded.settings.engine, progress=progress,
+                  workers=args.workers or workers.default_workers())
     out.meta["command"] = " ".join(["offpeak", *sys.argv[1:]]) if sys.argv[1:2] == ["simulate"] else None
     out.meta["scenario_files"] = list(loaded.files)
     out.meta["effective_scenario"] = scenariofile.as_builtins(loaded.spec)

@@ -622,6 +622,14 @@ class PolicyRun:
             assert (self.demand[:, minute] + self.used <= self.sc.fleet.gpus).all(), "capacity exceeded"
             assert (self.used >= 0).all()
 
+    def __getstate__(self) -> dict[str, object]:
+        """A finished run as it crosses from a worker process (`offpeak_sim.workers`): its results and settings,
+        not what made them (the scenario, which the parent has and sets back, the feed, the placer, the heap)."""
+        state = self.__dict__.copy()
+        for name in ("sc", "feed", "placer", "width", "placement", "demand", "heap", "checkpoints", "on_node"):
+            state[name] = None
+        return state
+
     def close(self, end_s: float) -> None:
         """Finish the run at `end_s`: completions up to then; still-running work counts as ran, not lost."""
         self._complete_until(end_s)

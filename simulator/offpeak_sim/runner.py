@@ -8,10 +8,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from offpeak_sim import metrics
-from offpeak_sim.engine import EngineSettings, simulate
-from offpeak_sim.forecasting import FeedSettings, WindowFeed
+from offpeak_sim.engine import EngineSettings
+from offpeak_sim.forecasting import FeedSettings
 from offpeak_sim.policies import Policy
 from offpeak_sim.scenario import Scenario, ScenarioSettings, build_scenario
+from offpeak_sim.workers import simulate_policies
 
 
 @dataclass
@@ -30,15 +31,17 @@ def run(
     feed_settings: FeedSettings = FeedSettings(),
     engine_settings: EngineSettings = EngineSettings(),
     progress: Callable[[int, int], None] | None = None,
+    workers: int = 1,
 ) -> Outcome:
-    """Build the scenario and simulate every policy on it; `progress(done, total)` gets minutes simulated."""
+    """Build the scenario and simulate every policy on it, in up to `workers` processes (the same figures however
+    many); `progress(done, total)` gets minutes simulated."""
     t0 = time.perf_counter()
     sc = build_scenario(scenario_settings)
     t1 = time.perf_counter()
-    feed = WindowFeed(sc, feed_settings) if any(p.windowed for p in policies) else None
     total = sc.end_minute - sc.start_minute
     tick = None if progress is None else (lambda done: progress(done, total))
-    runs = simulate(sc, policies, feed=feed, settings=engine_settings, progress=tick)
+    runs = simulate_policies(sc, policies, feed_settings=feed_settings, settings=engine_settings, workers=workers,
+                             progress=tick)
     t2 = time.perf_counter()
     m = metrics.summarise(sc, runs)
     settings = {
