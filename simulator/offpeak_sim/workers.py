@@ -80,7 +80,7 @@ def simulate_policies(
                 if progress is not None:
                     progress(min(done))
                 for f in finished:
-                    f.result()  # a child's error is raised here, the others are let go
+                    f.result()  # a child's error is raised here (once the other groups have ended)
             got: dict[str, PolicyRun] = {}
             for f in futures:
                 got.update(f.result())
