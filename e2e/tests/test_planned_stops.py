@@ -57,8 +57,11 @@ def test_a_checkpointing_job_stops_before_its_window_ends_and_finishes_in_a_seco
                            gpu_types=TYPES, report=REPORT, lane=LANE, maxAttempts=1)
     c.kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(job))
 
-    first = c.wait_phase(ns, "yielding", ["Running", "Failed"], timeout=45)["status"]
+    # a pod that reaches the scheduler late in the window (the operator slowed by a loaded machine) finds less left
+    # than it needs and waits: the scheduler tries it again within ~35 s, so it starts early in the next day's window
+    first = c.wait_phase(ns, "yielding", ["Running", "Failed"], timeout=c.cluster.settings.day_seconds + 45)["status"]
     assert first["phase"] == "Running" and first["node"] == FIRST, first
+    started = time.time()
     pod = attempt_pods(c, ns, "yielding")[1]
     p90 = json.loads(pod["metadata"]["annotations"]["offpeak.io/predicted-job-seconds"])[TYPES[0]]["p90"]
     longest = max(end - start for start, end in WINDOWS.values())
@@ -108,8 +111,8 @@ def test_a_checkpointing_job_stops_before_its_window_ends_and_finishes_in_a_seco
     seconds = parse_timestamp(ran["finishedAt"]) - parse_timestamp(ran["startedAt"])
     left = (STEPS - resumed_after) * STEP_SECONDS
     assert left - 2 <= seconds <= left + 8, (seconds, left, ran)  # only the steps it had left
-    total = time.time() - t0
-    print(f"[e2e] finished on {SECOND} after {total:.0f}s, {done['attempts']} attempts, {done['plannedStops']} not "
-          f"counted (the last ran {seconds:.0f}s)")
+    total = time.time() - started
+    print(f"[e2e] finished on {SECOND} {total:.0f}s after it started, {done['attempts']} attempts, "
+          f"{done['plannedStops']} not counted (the last ran {seconds:.0f}s)")
     assert total < c.cluster.settings.day_seconds  # both windows of one day, not a window of a later day
     c.kubectl("delete", "pv", pv, "--wait=false", check=False)
